@@ -1,0 +1,31 @@
+"""Built-in layer types, one module per type or tight family, registered on import.
+
+This package is installed as ``netspec.layers``; importing it under any other
+name (``import layers`` from the repository root) would register every type a
+second time, so it is refused.
+"""
+
+if not __name__.startswith("netspec."):
+    raise ImportError(f"import this package as netspec.layers, not as '{__name__}'")
+
+from netspec.layers import (  # noqa: E402, F401 - imported to register the layer types
+    accuracy,
+    activations,
+    argmax,
+    batch_norm,
+    concat_slice,
+    convolution,
+    data,
+    dropout,
+    eltwise,
+    hdf5_data,
+    inner_product,
+    losses,
+    lrn,
+    mvn,
+    pooling,
+    reduction,
+    reshaping,
+    scale_bias,
+    softmax,
+)

@@ -1,0 +1,80 @@
+"""Accuracy: the fraction of positions whose label is among the top-k scores."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from netspec.config import doc
+from netspec.errors import ParamError, ShapeError
+from netspec.layer import Layer
+from netspec.layers.softmax import softmax_view
+from netspec.registry import register_layer
+
+
+@dataclass
+class AccuracyParams:
+    """Parameters of Accuracy."""
+
+    top_k: int = doc(1, "a position counts as right when its label is among the k highest scores")
+    axis: int = doc(1, "axis holding the classes")
+    ignore_label: int | None = doc(None, "positions with this label are not counted")
+
+
+@register_layer
+class Accuracy(Layer):
+    """Accuracy: fraction of non-ignored positions whose label scores among the ``top_k`` best.
+
+    A label counts as in the top k when fewer than k classes score strictly
+    higher (Caffe's rule for ties).  Bottoms: scores (N, K, ...) with classes
+    on ``axis``, labels (one per position).  Tops: the accuracy (a scalar) and
+    optionally per-class accuracies (K,).  No gradient; usually TEST only.
+
+    Example::
+
+        - name: accuracy
+          type: Accuracy
+          bottom: [ip2, label]
+          top: accuracy
+          include: {phase: TEST}
+    """
+
+    type = "Accuracy"
+    param_blocks = {"accuracy_param": AccuracyParams}
+    num_bottoms = (2, 2)
+    num_tops = (1, 2)
+    label_bottoms = (0, 1)
+
+    def view(self, shape):
+        """(outer, classes, inner) for the scores."""
+        return softmax_view(shape, self.block("accuracy_param").axis)
+
+    def top_shapes(self, bottom_shapes):
+        outer, classes, inner = self.view(bottom_shapes[0])
+        k = self.block("accuracy_param").top_k
+        if not 1 <= k <= classes:
+            raise ParamError("accuracy_param.top_k", f"must be between 1 and the {classes} classes, got {k}")
+        if math.prod(bottom_shapes[1]) != outer * inner:
+            raise ShapeError(f"label bottom '{self.spec.bottoms[1]}' has shape {bottom_shapes[1]}: expected "
+                             f"{outer * inner} labels for scores {bottom_shapes[0]}")
+        return [()] + [(classes,)] * (len(self.spec.tops) - 1)
+
+    def forward(self, bottom, top):
+        xp = self.xp
+        p = self.block("accuracy_param")
+        outer, classes, inner = self.view(bottom[0].shape)
+        scores = bottom[0].data.reshape(outer, classes, inner)
+        labels = bottom[1].data.reshape(outer, 1, inner).astype(xp.int64)
+        valid = labels != p.ignore_label if p.ignore_label is not None else xp.ones(labels.shape, dtype=bool)
+        safe = xp.where(valid & (labels >= 0) & (labels < classes), labels, 0)
+        label_scores = xp.take_along_axis(scores, safe, axis=1)
+        better = (scores > label_scores).sum(axis=1, keepdims=True)
+        correct = (better < p.top_k) & valid
+        top[0].data[...] = correct.sum() / max(int(valid.sum()), 1)
+        if len(top) > 1:
+            counts = xp.bincount(safe[valid].ravel(), minlength=classes)
+            hits = xp.bincount(safe[correct].ravel(), minlength=classes)
+            top[1].data[...] = xp.where(counts > 0, hits / xp.maximum(counts, 1), 0)
+
+    def backward(self, top, propagate_down, bottom):
+        pass

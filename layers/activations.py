@@ -1,0 +1,447 @@
+"""Element-wise activations: ReLU, PReLU, ELU, Sigmoid, TanH, AbsVal, Power, Exp, Log, BNLL, Threshold, Clip.
+
+Each maps every value independently, so the top has the bottom's shape.
+Those whose gradient can be computed from the output run in place.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from netspec.config import doc
+from netspec.errors import ParamError, ShapeError
+from netspec.fillers import FillerParams, constant
+from netspec.layer import Layer
+from netspec.registry import register_layer
+
+
+class Elementwise(Layer):
+    """Base of the element-wise layers: one bottom, one top of the same shape."""
+
+    def top_shapes(self, bottom_shapes):
+        return [bottom_shapes[0]]
+
+
+@dataclass
+class ReLUParams:
+    """Parameters of ReLU."""
+
+    negative_slope: float = doc(0.0, "slope for negative inputs (leaky ReLU)")
+
+
+@register_layer
+class ReLU(Elementwise):
+    """ReLU: ``y = max(x, 0) + negative_slope * min(x, 0)``.
+
+    Bottom/top: any shape.  Runs in place.
+
+    Example::
+
+        - {name: relu1, type: ReLU, bottom: conv1, top: conv1}
+    """
+
+    type = "ReLU"
+    param_blocks = {"relu_param": ReLUParams}
+    inplace_ok = True
+
+    def forward(self, bottom, top):
+        slope = self.block("relu_param").negative_slope
+        x = bottom[0].data
+        if slope:
+            self.xp.copyto(top[0].data, self.xp.where(x > 0, x, x * slope))
+        else:
+            self.xp.maximum(x, 0, out=top[0].data)
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            slope = self.block("relu_param").negative_slope
+            y = top[0].data
+            if slope:
+                self.xp.copyto(bottom[0].diff, self.xp.where(y > 0, top[0].diff, top[0].diff * slope))
+            else:
+                self.xp.multiply(top[0].diff, y > 0, out=bottom[0].diff)
+
+
+@dataclass
+class PReLUParams:
+    """Parameters of PReLU."""
+
+    filler: FillerParams = field(default_factory=lambda: constant(0.25),
+                                 metadata={"doc": "slope init (default constant 0.25)"})
+    channel_shared: bool = doc(False, "one slope for all channels")
+
+
+@register_layer
+class PReLU(Elementwise):
+    """PReLU: ``y = max(x, 0) + a_c * min(x, 0)`` with a learned slope per channel (axis 1).
+
+    Bottom/top: (N, C, ...).  Learnable: slopes (C,), or (1,) with
+    ``channel_shared``.  Runs in place (keeps a copy of the input).
+
+    Example::
+
+        - {name: prelu1, type: PReLU, bottom: conv1, top: conv1}
+    """
+
+    type = "PReLU"
+    param_blocks = {"prelu_param": PReLUParams}
+    inplace_ok = True
+
+    def param_shapes(self, bottom_shapes):
+        shape = bottom_shapes[0]
+        if len(shape) < 2:
+            raise ShapeError(f"PReLU needs a bottom with a channel axis, got shape {shape}")
+        return [(1,) if self.block("prelu_param").channel_shared else (shape[1],)]
+
+    def param_fillers(self):
+        return [self.block("prelu_param").filler]
+
+    def slopes(self, ndim: int):
+        """Slopes shaped to broadcast over (N, C, ...)."""
+        a = self.blobs[0].data
+        return a.reshape((1, a.shape[0]) + (1,) * (ndim - 2))
+
+    def forward(self, bottom, top):
+        x = bottom[0].data
+        self.input = x.copy()
+        a = self.slopes(x.ndim)
+        self.xp.copyto(top[0].data, self.xp.where(x > 0, x, x * a))
+
+    def backward(self, top, propagate_down, bottom):
+        x, dy = self.input, top[0].diff
+        negative = x <= 0
+        if self.param_propagate_down[0]:
+            grad = dy * x * negative
+            axes = (0,) + tuple(range(2, x.ndim))
+            if self.block("prelu_param").channel_shared:
+                self.blobs[0].diff += grad.sum()
+            else:
+                self.blobs[0].diff += grad.sum(axis=axes)
+        if propagate_down[0]:
+            self.xp.copyto(bottom[0].diff, self.xp.where(negative, dy * self.slopes(x.ndim), dy))
+
+
+@dataclass
+class ELUParams:
+    """Parameters of ELU."""
+
+    alpha: float = doc(1.0, "scale of the negative part")
+
+
+@register_layer
+class ELU(Elementwise):
+    """ELU: ``y = x`` for x > 0, ``alpha * (exp(x) - 1)`` otherwise.
+
+    Bottom/top: any shape.  Runs in place (alpha > 0 keeps the sign).
+
+    Example::
+
+        - {name: elu1, type: ELU, bottom: conv1, top: conv1, elu_param: {alpha: 1.0}}
+    """
+
+    type = "ELU"
+    param_blocks = {"elu_param": ELUParams}
+    inplace_ok = True
+
+    def forward(self, bottom, top):
+        alpha = self.block("elu_param").alpha
+        x = bottom[0].data
+        self.xp.copyto(top[0].data, self.xp.where(x > 0, x, alpha * self.xp.expm1(self.xp.minimum(x, 0))))
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            alpha = self.block("elu_param").alpha
+            y, dy = top[0].data, top[0].diff
+            self.xp.copyto(bottom[0].diff, self.xp.where(y > 0, dy, dy * (y + alpha)))
+
+
+@register_layer
+class Sigmoid(Elementwise):
+    """Sigmoid: ``y = 1 / (1 + exp(-x))``.
+
+    Bottom/top: any shape.  Runs in place.
+
+    Example::
+
+        - {name: sig1, type: Sigmoid, bottom: ip1, top: ip1}
+    """
+
+    type = "Sigmoid"
+    inplace_ok = True
+
+    def forward(self, bottom, top):
+        xp = self.xp
+        out = top[0].data
+        xp.multiply(bottom[0].data, 0.5, out=out)
+        xp.tanh(out, out=out)
+        out *= 0.5
+        out += 0.5
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            y = top[0].data
+            self.xp.multiply(top[0].diff, y * (1 - y), out=bottom[0].diff)
+
+
+@register_layer
+class TanH(Elementwise):
+    """TanH: ``y = tanh(x)``.
+
+    Bottom/top: any shape.  Runs in place.
+
+    Example::
+
+        - {name: tanh1, type: TanH, bottom: ip1, top: ip1}
+    """
+
+    type = "TanH"
+    inplace_ok = True
+
+    def forward(self, bottom, top):
+        self.xp.tanh(bottom[0].data, out=top[0].data)
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            y = top[0].data
+            self.xp.multiply(top[0].diff, 1 - y * y, out=bottom[0].diff)
+
+
+@register_layer
+class AbsVal(Elementwise):
+    """AbsVal: ``y = |x|``; the gradient is ``sign(x)``.
+
+    Bottom/top: any shape.  Not in place.
+
+    Example::
+
+        - {name: abs1, type: AbsVal, bottom: x, top: absx}
+    """
+
+    type = "AbsVal"
+
+    def forward(self, bottom, top):
+        self.xp.abs(bottom[0].data, out=top[0].data)
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            self.xp.multiply(top[0].diff, self.xp.sign(bottom[0].data), out=bottom[0].diff)
+
+
+@dataclass
+class PowerParams:
+    """Parameters of Power."""
+
+    power: float = doc(1.0, "exponent")
+    scale: float = doc(1.0, "multiplier applied first")
+    shift: float = doc(0.0, "offset applied after scaling")
+
+
+@register_layer
+class Power(Elementwise):
+    """Power: ``y = (shift + scale * x) ^ power``.
+
+    Bottom/top: any shape.  Not in place.
+
+    Example::
+
+        - {name: square, type: Power, bottom: x, top: x2, power_param: {power: 2}}
+    """
+
+    type = "Power"
+    param_blocks = {"power_param": PowerParams}
+
+    def forward(self, bottom, top):
+        p = self.block("power_param")
+        self.xp.power(p.shift + p.scale * bottom[0].data, p.power, out=top[0].data)
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            p = self.block("power_param")
+            if p.power == 0 or p.scale == 0:
+                bottom[0].diff[...] = 0
+                return
+            base = p.shift + p.scale * bottom[0].data
+            grad = p.power * p.scale * self.xp.power(base, p.power - 1)
+            self.xp.multiply(top[0].diff, grad, out=bottom[0].diff)
+
+
+def _log_base(base: float, key: str) -> float:
+    if base == -1:
+        return 1.0
+    if base <= 0:
+        raise ParamError(key, f"base must be positive (or -1 for e), got {base}")
+    return math.log(base)
+
+
+@dataclass
+class ExpParams:
+    """Parameters of Exp."""
+
+    base: float = doc(-1.0, "base (-1: e)")
+    scale: float = doc(1.0, "multiplier on x")
+    shift: float = doc(0.0, "offset added to scale * x")
+
+
+@register_layer
+class Exp(Elementwise):
+    """Exp: ``y = base ^ (shift + scale * x)`` (base -1 means e).
+
+    Bottom/top: any shape.  Runs in place.
+
+    Example::
+
+        - {name: exp1, type: Exp, bottom: x, top: ex, exp_param: {base: 2}}
+    """
+
+    type = "Exp"
+    param_blocks = {"exp_param": ExpParams}
+    inplace_ok = True
+
+    def top_shapes(self, bottom_shapes):
+        _log_base(self.block("exp_param").base, "exp_param.base")
+        return [bottom_shapes[0]]
+
+    def forward(self, bottom, top):
+        p = self.block("exp_param")
+        ln_base = _log_base(p.base, "exp_param.base")
+        self.xp.exp(ln_base * (p.shift + p.scale * bottom[0].data), out=top[0].data)
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            p = self.block("exp_param")
+            factor = _log_base(p.base, "exp_param.base") * p.scale
+            self.xp.multiply(top[0].diff, top[0].data * factor, out=bottom[0].diff)
+
+
+@dataclass
+class LogParams:
+    """Parameters of Log."""
+
+    base: float = doc(-1.0, "base (-1: e)")
+    scale: float = doc(1.0, "multiplier on x")
+    shift: float = doc(0.0, "offset added to scale * x")
+
+
+@register_layer
+class Log(Elementwise):
+    """Log: ``y = log_base(shift + scale * x)`` (base -1 means e).
+
+    Bottom/top: any shape.  Not in place.
+
+    Example::
+
+        - {name: log1, type: Log, bottom: x, top: logx}
+    """
+
+    type = "Log"
+    param_blocks = {"log_param": LogParams}
+
+    def top_shapes(self, bottom_shapes):
+        _log_base(self.block("log_param").base, "log_param.base")
+        return [bottom_shapes[0]]
+
+    def forward(self, bottom, top):
+        p = self.block("log_param")
+        ln_base = _log_base(p.base, "log_param.base")
+        self.xp.log(p.shift + p.scale * bottom[0].data, out=top[0].data)
+        top[0].data /= ln_base
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            p = self.block("log_param")
+            ln_base = _log_base(p.base, "log_param.base")
+            denominator = (p.shift + p.scale * bottom[0].data) * ln_base
+            self.xp.multiply(top[0].diff, p.scale / denominator, out=bottom[0].diff)
+
+
+@register_layer
+class BNLL(Elementwise):
+    """BNLL (binomial normal log-likelihood): ``y = log(1 + exp(x))``, computed stably.
+
+    Bottom/top: any shape.  Not in place.
+
+    Example::
+
+        - {name: bnll1, type: BNLL, bottom: x, top: y}
+    """
+
+    type = "BNLL"
+
+    def forward(self, bottom, top):
+        self.xp.logaddexp(0, bottom[0].data, out=top[0].data)
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            sigmoid = 0.5 * self.xp.tanh(0.5 * bottom[0].data) + 0.5
+            self.xp.multiply(top[0].diff, sigmoid, out=bottom[0].diff)
+
+
+@dataclass
+class ThresholdParams:
+    """Parameters of Threshold."""
+
+    threshold: float = doc(0.0, "values above it become 1, the rest 0")
+
+
+@register_layer
+class Threshold(Elementwise):
+    """Threshold: ``y = 1 if x > threshold else 0``; its gradient is zero everywhere it exists.
+
+    Bottom/top: any shape.  Runs in place.
+
+    Example::
+
+        - {name: binary, type: Threshold, bottom: prob, top: mask, threshold_param: {threshold: 0.5}}
+    """
+
+    type = "Threshold"
+    param_blocks = {"threshold_param": ThresholdParams}
+    inplace_ok = True
+
+    def forward(self, bottom, top):
+        self.xp.greater(bottom[0].data, self.block("threshold_param").threshold, out=top[0].data,
+                        casting="unsafe")
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            bottom[0].diff[...] = 0
+
+
+@dataclass
+class ClipParams:
+    """Parameters of Clip."""
+
+    min: float = doc(-math.inf, "lower bound")
+    max: float = doc(math.inf, "upper bound")
+
+
+@register_layer
+class Clip(Elementwise):
+    """Clip: ``y = min(max(x, min), max)``; the gradient passes where ``min <= x <= max``.
+
+    Bottom/top: any shape.  Not in place.
+
+    Example::
+
+        - {name: relu6, type: Clip, bottom: x, top: y, clip_param: {min: 0, max: 6}}
+    """
+
+    type = "Clip"
+    param_blocks = {"clip_param": ClipParams}
+
+    def top_shapes(self, bottom_shapes):
+        p = self.block("clip_param")
+        if p.min > p.max:
+            raise ParamError("clip_param.min", f"min {p.min} is above max {p.max}")
+        return [bottom_shapes[0]]
+
+    def forward(self, bottom, top):
+        p = self.block("clip_param")
+        self.xp.clip(bottom[0].data, p.min, p.max, out=top[0].data)
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            p = self.block("clip_param")
+            x = bottom[0].data
+            self.xp.multiply(top[0].diff, (x >= p.min) & (x <= p.max), out=bottom[0].diff)

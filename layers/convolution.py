@@ -1,0 +1,189 @@
+"""Convolution: 2-D cross-correlation by im2col and one matrix product per group."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from netspec.config import doc, required
+from netspec.errors import ParamError, ShapeError
+from netspec.fillers import FillerParams
+from netspec.layer import Layer
+from netspec.layers.spatial import hw, pad_hw, require_4d, window
+from netspec.registry import register_layer
+
+
+@dataclass
+class ConvolutionParams:
+    """Parameters of Convolution (Caffe's ConvolutionParameter, 2-D)."""
+
+    num_output: int = required(doc="number of output channels")
+    bias_term: bool = doc(True, "add a learned bias per output channel")
+    kernel_size: list[int] = doc([], "kernel size: one value, or (height, width)")
+    pad: list[int] = doc([], "zero padding: one value, or (height, width); default 0")
+    stride: list[int] = doc([], "stride: one value, or (height, width); default 1")
+    dilation: list[int] = doc([], "dilation: one value, or (height, width); default 1")
+    kernel_h: int | None = doc(None, "kernel height (with kernel_w, instead of kernel_size)")
+    kernel_w: int | None = doc(None, "kernel width")
+    pad_h: int | None = doc(None, "padding height (with pad_w)")
+    pad_w: int | None = doc(None, "padding width")
+    stride_h: int | None = doc(None, "stride height (with stride_w)")
+    stride_w: int | None = doc(None, "stride width")
+    dilation_h: int | None = doc(None, "dilation height (with dilation_w)")
+    dilation_w: int | None = doc(None, "dilation width")
+    group: int = doc(1, "split channels into this many independent groups")
+    weight_filler: FillerParams = field(default_factory=FillerParams, metadata={"doc": "weight init"})
+    bias_filler: FillerParams = field(default_factory=FillerParams, metadata={"doc": "bias init"})
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """Everything about a convolution's shapes, computed once from params and the bottom shape."""
+
+    kernel: tuple[int, int]
+    pad: tuple[int, int]
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    out: tuple[int, int]
+
+    def is_pointwise(self) -> bool:
+        """True for a 1x1 kernel with stride 1 and no padding (im2col is then a transpose)."""
+        return self.kernel == (1, 1) and self.stride == (1, 1) and self.pad == (0, 0)
+
+
+def conv_geometry(params: ConvolutionParams, shape: tuple, prefix: str = "convolution_param") -> ConvGeometry:
+    """Validate the spatial params against a (N, C, H, W) bottom and compute the output size."""
+    kernel = hw(params, "kernel_size", prefix)
+    pad = hw(params, "pad", prefix, 0)
+    stride = hw(params, "stride", prefix, 1)
+    dilation = hw(params, "dilation", prefix, 1)
+    for name, pair, low in (("kernel_size", kernel, 1), ("stride", stride, 1), ("dilation", dilation, 1),
+                            ("pad", pad, 0)):
+        if min(pair) < low:
+            raise ParamError(f"{prefix}.{name}", f"must be at least {low}, got {pair}")
+    out = []
+    for size, k, p, s, d in zip(shape[2:], kernel, pad, stride, dilation):
+        extent = d * (k - 1) + 1
+        if size + 2 * p < extent:
+            raise ShapeError(f"the {extent}-wide dilated kernel does not fit the padded input "
+                             f"({size} + 2*{p}); bottom shape {shape}", f"{prefix}.kernel_size")
+        out.append((size + 2 * p - extent) // s + 1)
+    return ConvGeometry(kernel, pad, stride, dilation, tuple(out))
+
+
+def im2col(xp, x, geo: ConvGeometry):
+    """Columns of shape (C, kh, kw, N, out_h, out_w): every input value each kernel offset sees."""
+    n, c = x.shape[:2]
+    if geo.is_pointwise():
+        return xp.ascontiguousarray(x.transpose(1, 0, 2, 3)).reshape(c, 1, 1, n, *geo.out)
+    padded = pad_hw(xp, x, geo.pad[0], geo.pad[0], geo.pad[1], geo.pad[1])
+    cols = xp.empty((c, *geo.kernel, n, *geo.out), dtype=x.dtype)
+    for i in range(geo.kernel[0]):
+        for j in range(geo.kernel[1]):
+            view = window(padded, i * geo.dilation[0], j * geo.dilation[1], *geo.out, *geo.stride)
+            cols[:, i, j] = view.transpose(1, 0, 2, 3)
+    return cols
+
+
+def col2im(xp, cols, x_shape, geo: ConvGeometry):
+    """The adjoint of :func:`im2col`: sums column gradients back into an (N, C, H, W) array."""
+    n, c, h, w = x_shape
+    if geo.is_pointwise():
+        return cols.reshape(c, n, h, w).transpose(1, 0, 2, 3)
+    ph, pw = geo.pad
+    padded = xp.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=cols.dtype)
+    for i in range(geo.kernel[0]):
+        for j in range(geo.kernel[1]):
+            view = window(padded, i * geo.dilation[0], j * geo.dilation[1], *geo.out, *geo.stride)
+            view += cols[:, i, j].transpose(1, 0, 2, 3)
+    return padded[:, :, ph:ph + h, pw:pw + w]
+
+
+@register_layer
+class Convolution(Layer):
+    """Convolution: learned 2-D filters (cross-correlation, as in Caffe).
+
+    ``y[n, o] = b[o] + sum_{c, i, j} W[o, c, i, j] * x_pad[n, g(o)*C/G + c, s*h + d*i, s*w + d*j]``
+
+    Bottom: (N, C, H, W).  Top: (N, num_output, H', W') with
+    ``H' = floor((H + 2*pad - (dilation*(kernel-1) + 1)) / stride) + 1``.
+    Learnable: weights (num_output, C/group, kh, kw), bias (num_output,) if
+    ``bias_term``.  Fillers default to constant 0, as in Caffe: set
+    ``weight_filler``.  Not in place.
+
+    Example::
+
+        - name: conv1
+          type: Convolution
+          bottom: data
+          top: conv1
+          convolution_param:
+            num_output: 20
+            kernel_size: 5
+            weight_filler: {type: xavier}
+    """
+
+    type = "Convolution"
+    param_blocks = {"convolution_param": ConvolutionParams}
+
+    @property
+    def params(self) -> ConvolutionParams:
+        """The convolution_param block."""
+        return self.block("convolution_param")
+
+    def geometry(self, shape) -> ConvGeometry:
+        """Validated geometry for a bottom shape."""
+        require_4d(shape, self.type)
+        p = self.params
+        if p.num_output is None or p.num_output <= 0:
+            raise ParamError("convolution_param.num_output", "must be a positive integer")
+        if p.group <= 0 or shape[1] % p.group or p.num_output % p.group:
+            raise ShapeError(f"group {p.group} must divide both the input channels ({shape[1]}) and "
+                             f"num_output ({p.num_output})", "convolution_param.group")
+        return conv_geometry(p, shape)
+
+    def top_shapes(self, bottom_shapes):
+        shape = bottom_shapes[0]
+        return [(shape[0], self.params.num_output, *self.geometry(shape).out)]
+
+    def param_shapes(self, bottom_shapes):
+        p = self.params
+        geo = self.geometry(bottom_shapes[0])
+        shapes = [(p.num_output, bottom_shapes[0][1] // p.group, *geo.kernel)]
+        return shapes + [(p.num_output,)] if p.bias_term else shapes
+
+    def param_fillers(self):
+        return [self.params.weight_filler, self.params.bias_filler][:len(self.param_shapes_cache)]
+
+    def reshape(self, bottom, top):
+        super().reshape(bottom, top)
+        self.geo = self.geometry(bottom[0].shape)
+
+    def grouped_weights(self):
+        """Weights as (G, O/G, C/G*kh*kw)."""
+        g = self.params.group
+        weights = self.blobs[0].data
+        return weights.reshape(g, weights.shape[0] // g, -1)
+
+    def forward(self, bottom, top):
+        xp, g = self.xp, self.params.group
+        n, o = top[0].shape[:2]
+        self.cols = im2col(xp, bottom[0].data, self.geo)
+        cols = self.cols.reshape(g, -1, self.cols[0, 0, 0].size)
+        out = xp.matmul(self.grouped_weights(), cols).reshape(o, n, *self.geo.out)
+        if self.params.bias_term:
+            out += self.blobs[1].data.reshape(o, 1, 1, 1)
+        top[0].data[...] = out.transpose(1, 0, 2, 3)
+
+    def backward(self, top, propagate_down, bottom):
+        xp, g = self.xp, self.params.group
+        dy = top[0].diff
+        o = dy.shape[1]
+        dy_cols = xp.ascontiguousarray(dy.transpose(1, 0, 2, 3)).reshape(g, o // g, -1)
+        if self.params.bias_term and self.param_propagate_down[1]:
+            self.blobs[1].diff += dy.sum(axis=(0, 2, 3))
+        cols = self.cols.reshape(g, -1, dy_cols.shape[2])
+        if self.param_propagate_down[0]:
+            self.blobs[0].diff += xp.matmul(dy_cols, cols.transpose(0, 2, 1)).reshape(self.blobs[0].shape)
+        if propagate_down[0]:
+            dcols = xp.matmul(self.grouped_weights().transpose(0, 2, 1), dy_cols)
+            bottom[0].diff[...] = col2im(xp, dcols.reshape(self.cols.shape), bottom[0].shape, self.geo)

@@ -1,0 +1,57 @@
+"""Dropout: random zeroing in TRAIN with inverted scaling, identity in TEST."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from netspec.config import doc
+from netspec.errors import ParamError
+from netspec.layer import Layer
+from netspec.registry import register_layer
+
+
+@dataclass
+class DropoutParams:
+    """Parameters of Dropout."""
+
+    dropout_ratio: float = doc(0.5, "probability of zeroing each value")
+
+
+@register_layer
+class Dropout(Layer):
+    """Dropout: in TRAIN ``y = x * m / (1 - p)`` with ``m ~ Bernoulli(1 - p)``; in TEST ``y = x``.
+
+    Bottom/top: any shape.  Runs in place.
+
+    Example::
+
+        - {name: drop6, type: Dropout, bottom: fc6, top: fc6, dropout_param: {dropout_ratio: 0.5}}
+    """
+
+    type = "Dropout"
+    param_blocks = {"dropout_param": DropoutParams}
+    inplace_ok = True
+
+    def top_shapes(self, bottom_shapes):
+        ratio = self.block("dropout_param").dropout_ratio
+        if not 0 <= ratio < 1:
+            raise ParamError("dropout_param.dropout_ratio", f"must be in [0, 1), got {ratio}")
+        return [bottom_shapes[0]]
+
+    def forward(self, bottom, top):
+        if self.phase != "TRAIN":
+            if top[0] is not bottom[0]:
+                top[0].data[...] = bottom[0].data
+            return
+        ratio = self.block("dropout_param").dropout_ratio
+        keep = self.backend.rng.random(bottom[0].shape, dtype=self.dtype) >= ratio
+        self.mask = keep * self.dtype.type(1.0 / (1.0 - ratio))
+        self.xp.multiply(bottom[0].data, self.mask, out=top[0].data)
+
+    def backward(self, top, propagate_down, bottom):
+        if not propagate_down[0]:
+            return
+        if self.phase == "TRAIN":
+            self.xp.multiply(top[0].diff, self.mask, out=bottom[0].diff)
+        elif top[0] is not bottom[0]:
+            bottom[0].diff[...] = top[0].diff

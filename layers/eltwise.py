@@ -1,0 +1,90 @@
+"""Eltwise: element-wise SUM (with coefficients), PROD or MAX of equally shaped bottoms."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from netspec.config import doc
+from netspec.errors import ParamError, ShapeError
+from netspec.layer import Layer
+from netspec.registry import register_layer
+
+
+@dataclass
+class EltwiseParams:
+    """Parameters of Eltwise."""
+
+    operation: Literal["PROD", "SUM", "MAX"] = doc("SUM", "PROD, SUM or MAX")
+    coeff: list[float] = doc([], "SUM only: one coefficient per bottom (default all 1)")
+
+
+@register_layer
+class Eltwise(Layer):
+    """Eltwise: ``y = sum_i c_i x_i`` (SUM), ``prod_i x_i`` (PROD) or ``max_i x_i`` (MAX).
+
+    Bottoms: two or more of one shape.  Top: that shape.  MAX sends the
+    gradient to the first bottom holding the maximum.  Not in place.
+
+    Example::
+
+        - {name: res2a, type: Eltwise, bottom: [res2a_branch1, res2a_branch2c], top: res2a}
+    """
+
+    type = "Eltwise"
+    param_blocks = {"eltwise_param": EltwiseParams}
+    num_bottoms = (2, None)
+
+    def top_shapes(self, bottom_shapes):
+        p = self.block("eltwise_param")
+        if p.coeff and p.operation != "SUM":
+            raise ParamError("eltwise_param.coeff", f"coefficients apply to SUM only, not {p.operation}")
+        if p.coeff and len(p.coeff) != len(bottom_shapes):
+            raise ParamError("eltwise_param.coeff", f"give one coefficient per bottom ({len(bottom_shapes)})")
+        for name, shape in zip(self.spec.bottoms[1:], bottom_shapes[1:]):
+            if shape != bottom_shapes[0]:
+                raise ShapeError(f"bottoms must have one shape: '{self.spec.bottoms[0]}' is {bottom_shapes[0]} "
+                                 f"but '{name}' is {shape}")
+        return [bottom_shapes[0]]
+
+    def coefficients(self, count: int) -> list[float]:
+        """The SUM coefficient of each bottom."""
+        return self.block("eltwise_param").coeff or [1.0] * count
+
+    def forward(self, bottom, top):
+        xp = self.xp
+        out = top[0].data
+        operation = self.block("eltwise_param").operation
+        if operation == "SUM":
+            coeffs = self.coefficients(len(bottom))
+            xp.multiply(bottom[0].data, coeffs[0], out=out)
+            for blob, c in zip(bottom[1:], coeffs[1:]):
+                out += blob.data if c == 1 else c * blob.data
+        elif operation == "PROD":
+            xp.multiply(bottom[0].data, bottom[1].data, out=out)
+            for blob in bottom[2:]:
+                out *= blob.data
+        else:
+            self.argmax = xp.zeros(out.shape, dtype=xp.int32)
+            out[...] = bottom[0].data
+            for index, blob in enumerate(bottom[1:], start=1):
+                self.argmax[blob.data > out] = index
+                xp.maximum(out, blob.data, out=out)
+
+    def backward(self, top, propagate_down, bottom):
+        dy = top[0].diff
+        operation = self.block("eltwise_param").operation
+        coeffs = self.coefficients(len(bottom))
+        for index, (blob, wanted) in enumerate(zip(bottom, propagate_down)):
+            if not wanted:
+                continue
+            if operation == "SUM":
+                self.xp.multiply(dy, coeffs[index], out=blob.diff)
+            elif operation == "PROD":
+                others = dy.copy()
+                for other_index, other in enumerate(bottom):
+                    if other_index != index:
+                        others *= other.data
+                blob.diff[...] = others
+            else:
+                self.xp.multiply(dy, self.argmax == index, out=blob.diff)

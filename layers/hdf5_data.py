@@ -1,0 +1,106 @@
+"""HDF5Data: batches read from the HDF5 files named in a list file (Caffe's form)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from netspec.config import FilePath, doc, required
+from netspec.errors import DataError, ParamError
+from netspec.io import hdf5
+from netspec.layer import Layer
+from netspec.registry import register_layer
+
+
+@dataclass
+class HDF5DataParams:
+    """Parameters of HDF5Data."""
+
+    source: FilePath = required(doc="text file listing .h5 files, one a line (relative to itself)")
+    batch_size: int = required(doc="rows per batch")
+    shuffle: bool = doc(False, "shuffle file order each pass and rows within each file")
+
+
+@register_layer
+class HDF5Data(Layer):
+    """HDF5Data: reads batches from HDF5 files, one dataset per top.
+
+    ``source`` is a text file listing .h5 files; each file holds a dataset
+    named after each top with the same number of rows.  Batches take
+    ``batch_size`` consecutive rows, crossing into the next file and cycling
+    back to the first file at the end.  With ``shuffle`` the file order and the
+    rows within each file are permuted every pass (reproducibly for a seed).
+
+    Tops: one per dataset, shape ``(batch_size, *row shape)``.
+
+    Example::
+
+        - name: data
+          type: HDF5Data
+          top: [data, label]
+          hdf5_data_param: {source: train.txt, batch_size: 64}
+    """
+
+    type = "HDF5Data"
+    param_blocks = {"hdf5_data_param": HDF5DataParams}
+    num_bottoms = (0, 0)
+    num_tops = (1, None)
+
+    def top_shapes(self, bottom_shapes):
+        params = self.block("hdf5_data_param")
+        if params.batch_size is None or params.batch_size <= 0:
+            raise ParamError("hdf5_data_param.batch_size", "must be a positive integer")
+        try:
+            files = hdf5.read_file_list(params.source)
+            rows = hdf5.record_shapes(files[0], self.spec.tops)
+        except DataError as exc:
+            raise ParamError("hdf5_data_param.source", str(exc)) from None
+        return [(params.batch_size, *row) for row in rows]
+
+    def setup(self, bottom, top, backend, dtype):
+        params = self.block("hdf5_data_param")
+        self.files = hdf5.read_file_list(params.source)
+        self.file_order = list(range(len(self.files)))
+        self.file_cursor = 0
+        super().setup(bottom, top, backend, dtype)
+        if params.shuffle:
+            self.backend.host_rng.shuffle(self.file_order)
+        self.load_current()
+
+    def load_current(self) -> None:
+        """Read the file at the cursor into host memory, checking its row shapes."""
+        path = self.files[self.file_order[self.file_cursor]]
+        self.arrays = hdf5.load_arrays(path, self.spec.tops, self.dtype)
+        expected = [shape[1:] for shape in self.top_shapes([])]
+        for name, array, shape in zip(self.spec.tops, self.arrays, expected):
+            if array.shape[1:] != shape:
+                raise DataError(f"{path}: dataset '{name}' has rows of shape {array.shape[1:]}, "
+                                f"but the first file's are {shape}")
+        self.row_count = len(self.arrays[0])
+        self.row_order = None
+        if self.block("hdf5_data_param").shuffle:
+            self.row_order = self.backend.host_rng.permutation(self.row_count)
+        self.row_cursor = 0
+
+    def next_file(self) -> None:
+        """Advance to the next file, reshuffling the order after a full pass."""
+        self.file_cursor += 1
+        if self.file_cursor == len(self.files):
+            self.file_cursor = 0
+            if self.block("hdf5_data_param").shuffle:
+                self.backend.host_rng.shuffle(self.file_order)
+        self.load_current()
+
+    def forward(self, bottom, top):
+        batch = self.block("hdf5_data_param").batch_size
+        filled = 0
+        while filled < batch:
+            if self.row_cursor == self.row_count:
+                self.next_file()
+            take = min(batch - filled, self.row_count - self.row_cursor)
+            rows = slice(self.row_cursor, self.row_cursor + take)
+            if self.row_order is not None:
+                rows = self.row_order[rows]
+            for blob, array in zip(top, self.arrays):
+                blob.data[filled:filled + take] = self.backend.asarray(array[rows])
+            filled += take
+            self.row_cursor += take

@@ -1,0 +1,98 @@
+"""InnerProduct: a fully connected layer."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from netspec.config import doc, required
+from netspec.errors import ParamError
+from netspec.fillers import FillerParams
+from netspec.layer import Layer, canonical_axis
+from netspec.registry import register_layer
+
+
+@dataclass
+class InnerProductParams:
+    """Parameters of InnerProduct."""
+
+    num_output: int = required(doc="number of outputs")
+    bias_term: bool = doc(True, "add a learned bias")
+    axis: int = doc(1, "first axis to flatten into the input vector (negative counts from the end)")
+    transpose: bool = doc(False, "store weights as (inputs, outputs) instead of (outputs, inputs)")
+    weight_filler: FillerParams = field(default_factory=FillerParams, metadata={"doc": "weight init"})
+    bias_filler: FillerParams = field(default_factory=FillerParams, metadata={"doc": "bias init"})
+
+
+@register_layer
+class InnerProduct(Layer):
+    """InnerProduct: ``y = x W^T + b`` over the axes from ``axis`` on, flattened.
+
+    Bottom: any shape; axes before ``axis`` are kept, the rest (K values)
+    form each input vector.  Top: ``bottom.shape[:axis] + (num_output,)``.
+    Learnable: weights (num_output, K) — (K, num_output) with ``transpose`` —
+    and bias (num_output,).  Fillers default to constant 0, as in Caffe.
+    Not in place.
+
+    Example::
+
+        - name: ip1
+          type: InnerProduct
+          bottom: pool2
+          top: ip1
+          inner_product_param: {num_output: 500, weight_filler: {type: xavier}}
+    """
+
+    type = "InnerProduct"
+    param_blocks = {"inner_product_param": InnerProductParams}
+
+    @property
+    def params(self) -> InnerProductParams:
+        """The inner_product_param block."""
+        return self.block("inner_product_param")
+
+    def split(self, shape) -> tuple[int, int, int]:
+        """(axis, rows M, inputs K) for a bottom shape."""
+        axis = canonical_axis(self.params.axis, len(shape), "inner_product_param.axis")
+        if self.params.num_output is None or self.params.num_output <= 0:
+            raise ParamError("inner_product_param.num_output", "must be a positive integer")
+        return axis, math.prod(shape[:axis]), math.prod(shape[axis:])
+
+    def top_shapes(self, bottom_shapes):
+        axis = self.split(bottom_shapes[0])[0]
+        return [(*bottom_shapes[0][:axis], self.params.num_output)]
+
+    def param_shapes(self, bottom_shapes):
+        k = self.split(bottom_shapes[0])[2]
+        n = self.params.num_output
+        shapes = [(k, n) if self.params.transpose else (n, k)]
+        return shapes + [(n,)] if self.params.bias_term else shapes
+
+    def param_fillers(self):
+        return [self.params.weight_filler, self.params.bias_filler][:len(self.param_shapes_cache)]
+
+    def weight_matrix(self):
+        """Weights as (K, num_output)."""
+        weights = self.blobs[0].data
+        return weights if self.params.transpose else weights.T
+
+    def forward(self, bottom, top):
+        _, m, k = self.split(bottom[0].shape)
+        out = top[0].data.reshape(m, -1)
+        self.xp.matmul(bottom[0].data.reshape(m, k), self.weight_matrix(), out=out)
+        if self.params.bias_term:
+            out += self.blobs[1].data
+
+    def backward(self, top, propagate_down, bottom):
+        _, m, k = self.split(bottom[0].shape)
+        dy = top[0].diff.reshape(m, -1)
+        x = bottom[0].data.reshape(m, k)
+        if self.param_propagate_down[0]:
+            if self.params.transpose:
+                self.blobs[0].diff += x.T @ dy
+            else:
+                self.blobs[0].diff += dy.T @ x
+        if self.params.bias_term and self.param_propagate_down[1]:
+            self.blobs[1].diff += dy.sum(axis=0)
+        if propagate_down[0]:
+            self.xp.matmul(dy, self.weight_matrix().T, out=bottom[0].diff.reshape(m, k))

@@ -1,0 +1,96 @@
+"""LRN: local response normalisation across channels or within each channel."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from netspec.config import doc
+from netspec.errors import ParamError
+from netspec.layer import Layer
+from netspec.layers.spatial import pad_hw, require_4d, window
+from netspec.registry import register_layer
+
+
+@dataclass
+class LRNParams:
+    """Parameters of LRN."""
+
+    local_size: int = doc(5, "window size n (odd)")
+    alpha: float = doc(1.0, "scaling of the summed squares")
+    beta: float = doc(0.75, "exponent")
+    k: float = doc(1.0, "additive constant (ACROSS_CHANNELS)")
+    norm_region: Literal["ACROSS_CHANNELS", "WITHIN_CHANNEL"] = doc("ACROSS_CHANNELS", "where the window lies")
+
+
+@register_layer
+class LRN(Layer):
+    """LRN: ``y = x * s^-beta``, Caffe's two variants.
+
+    ACROSS_CHANNELS: ``s = k + alpha/n * sum of x^2 over the n channels centred
+    on c`` (zero beyond the edges).  WITHIN_CHANNEL: ``s = 1 + alpha/n^2 * sum
+    of x^2 over the n x n window centred on (h, w)`` (zero padding; as Caffe,
+    ``k`` is not used).
+
+    Bottom/top: (N, C, H, W).  Not in place.
+
+    Example::
+
+        - name: norm1
+          type: LRN
+          bottom: pool1
+          top: norm1
+          lrn_param: {local_size: 5, alpha: 0.0001, beta: 0.75}
+    """
+
+    type = "LRN"
+    param_blocks = {"lrn_param": LRNParams}
+
+    def top_shapes(self, bottom_shapes):
+        require_4d(bottom_shapes[0], self.type)
+        size = self.block("lrn_param").local_size
+        if size <= 0 or size % 2 == 0:
+            raise ParamError("lrn_param.local_size", f"must be a positive odd number, got {size}")
+        return [bottom_shapes[0]]
+
+    def window_sum(self, values):
+        """Sum of ``values`` over each position's window (the window is symmetric, so this is self-adjoint)."""
+        xp = self.xp
+        p = self.block("lrn_param")
+        half = (p.local_size - 1) // 2
+        n, c, h, w = values.shape
+        if p.norm_region == "ACROSS_CHANNELS":
+            padded = xp.zeros((n, c + 2 * half, h, w), dtype=values.dtype)
+            padded[:, half:half + c] = values
+            total = padded[:, :c].copy()
+            for offset in range(1, p.local_size):
+                total += padded[:, offset:offset + c]
+            return total
+        padded = pad_hw(xp, values, half, half, half, half)
+        total = xp.zeros_like(values)
+        for i in range(p.local_size):
+            for j in range(p.local_size):
+                total += window(padded, i, j, h, w, 1, 1)
+        return total
+
+    def coefficients(self) -> tuple[float, float]:
+        """(constant, multiplier) of ``s = constant + multiplier * window_sum(x^2)``."""
+        p = self.block("lrn_param")
+        if p.norm_region == "ACROSS_CHANNELS":
+            return p.k, p.alpha / p.local_size
+        return 1.0, p.alpha / (p.local_size * p.local_size)
+
+    def forward(self, bottom, top):
+        x = bottom[0].data
+        constant, multiplier = self.coefficients()
+        self.scale = constant + multiplier * self.window_sum(x * x)
+        self.xp.multiply(x, self.xp.power(self.scale, -self.block("lrn_param").beta), out=top[0].data)
+
+    def backward(self, top, propagate_down, bottom):
+        if not propagate_down[0]:
+            return
+        beta = self.block("lrn_param").beta
+        _, multiplier = self.coefficients()
+        x, y, dy = bottom[0].data, top[0].data, top[0].diff
+        spread = self.window_sum(dy * y / self.scale)
+        bottom[0].diff[...] = dy * self.xp.power(self.scale, -beta) - (2 * multiplier * beta) * x * spread

@@ -1,0 +1,60 @@
+"""Softmax along one axis."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from netspec.config import doc
+from netspec.layer import Layer, canonical_axis
+from netspec.registry import register_layer
+
+
+@dataclass
+class SoftmaxParams:
+    """Parameters of Softmax (and of SoftmaxWithLoss's softmax)."""
+
+    axis: int = doc(1, "axis holding the classes")
+
+
+def softmax_view(shape, axis_param: int) -> tuple[int, int, int]:
+    """x viewed as (outer, classes, inner) for the softmax axis."""
+    axis = canonical_axis(axis_param, len(shape), "softmax_param.axis")
+    return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+
+
+def softmax(xp, x, out) -> None:
+    """Write the softmax of (outer, classes, inner) ``x`` over axis 1 into ``out``, stably."""
+    xp.subtract(x, x.max(axis=1, keepdims=True), out=out)
+    xp.exp(out, out=out)
+    out /= out.sum(axis=1, keepdims=True)
+
+
+@register_layer
+class Softmax(Layer):
+    """Softmax: ``y_k = exp(x_k) / sum_j exp(x_j)`` along ``axis``.
+
+    Bottom/top: any shape.  Not in place.
+
+    Example::
+
+        - {name: prob, type: Softmax, bottom: fc8, top: prob}
+    """
+
+    type = "Softmax"
+    param_blocks = {"softmax_param": SoftmaxParams}
+
+    def top_shapes(self, bottom_shapes):
+        softmax_view(bottom_shapes[0], self.block("softmax_param").axis)
+        return [bottom_shapes[0]]
+
+    def forward(self, bottom, top):
+        view = softmax_view(bottom[0].shape, self.block("softmax_param").axis)
+        softmax(self.xp, bottom[0].data.reshape(view), top[0].data.reshape(view))
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            view = softmax_view(bottom[0].shape, self.block("softmax_param").axis)
+            y, dy = top[0].data.reshape(view), top[0].diff.reshape(view)
+            dot = (dy * y).sum(axis=1, keepdims=True)
+            self.xp.multiply(y, dy - dot, out=bottom[0].diff.reshape(view))

@@ -1,0 +1,14 @@
+"""netspec: declarative, config-driven deep learning in the tradition of Caffe.
+
+>>> import netspec
+>>> net = netspec.load_net("configs/lenet/lenet_train_test.yaml", phase="TRAIN")
+>>> loss = net.forward(); net.backward()
+"""
+
+__version__ = "0.1.0"
+
+from netspec.errors import ConfigError, DataError, NetspecError, ShapeError, WeightsError  # noqa: E402
+from netspec.net import Net, load_net  # noqa: E402
+
+__all__ = ["ConfigError", "DataError", "Net", "NetspecError", "ShapeError", "WeightsError", "load_net",
+           "__version__"]

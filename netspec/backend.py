@@ -1,0 +1,75 @@
+"""The one place that knows numpy from cupy.
+
+Layers never import numpy or cupy for array math: they use ``self.xp`` (the
+array module of their backend) and the helpers here.  Random numbers for
+initialisation always come from a numpy generator on the host, so a net starts
+from the same weights on every device; per-iteration randomness (dropout
+masks, DummyData) uses the device generator.
+"""
+
+from __future__ import annotations
+
+import numpy
+
+from netspec.errors import NetspecError
+
+
+class Backend:
+    """A device: its array module, random generators and transfers."""
+
+    def __init__(self, device: str = "cpu", seed: int | None = None):
+        self.device = device
+        if device == "cpu":
+            self.xp = numpy
+        elif device == "gpu" or device.startswith("gpu:"):
+            self.xp = _import_cupy(device)
+        else:
+            raise NetspecError(f"unknown device '{device}': use cpu, gpu or gpu:N")
+        self.seed(seed)
+
+    @property
+    def is_gpu(self) -> bool:
+        """True when arrays live on a GPU."""
+        return self.xp is not numpy
+
+    def seed(self, seed: int | None) -> None:
+        """Reseed the host and device generators (None: from the OS)."""
+        self.host_rng = numpy.random.default_rng(seed)
+        if self.is_gpu:
+            self.rng = self.xp.random.default_rng(seed)
+        else:
+            self.rng = self.host_rng
+
+    def asarray(self, array, dtype=None):
+        """``array`` on this device (copied from the host when needed)."""
+        return self.xp.asarray(array, dtype=dtype)
+
+    def to_host(self, array) -> numpy.ndarray:
+        """``array`` as a numpy array on the host."""
+        if self.is_gpu:
+            return self.xp.asnumpy(array)
+        return numpy.asarray(array)
+
+    def scatter_add(self, target, index, values) -> None:
+        """``target[index] += values`` with repeated indices summed."""
+        if self.is_gpu:
+            import cupyx  # noqa: PLC0415 - only with cupy
+
+            cupyx.scatter_add(target, index, values)
+        else:
+            numpy.add.at(target, index, values)
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (timing needs it on a GPU)."""
+        if self.is_gpu:
+            self.xp.cuda.Device().synchronize()
+
+
+def _import_cupy(device: str):
+    try:
+        import cupy  # noqa: PLC0415 - optional extra
+    except ImportError:
+        raise NetspecError(f"device '{device}' needs CuPy: pip install -e '.[gpu]'") from None
+    index = int(device.split(":", 1)[1]) if ":" in device else 0
+    cupy.cuda.Device(index).use()
+    return cupy

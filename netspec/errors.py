@@ -1,0 +1,71 @@
+"""Exceptions for everything a user can cause.
+
+The CLI turns each of these into one line on stderr and exit status 1; library
+callers catch them by type.  Nothing a user can cause raises ``AssertionError``
+or ``KeyError``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One mistake in a config, located as precisely as we can."""
+
+    message: str
+    file: str | None = None
+    line: int | None = None
+    layer: str | None = None
+    key: str | None = None
+
+    def __str__(self) -> str:
+        where = ""
+        if self.file:
+            where = f"{self.file}:{self.line}: " if self.line else f"{self.file}: "
+        elif self.line:
+            where = f"line {self.line}: "
+        layer = f"layer '{self.layer}': " if self.layer else ""
+        key = f"{self.key}: " if self.key else ""
+        return f"{where}{layer}{key}{self.message}"
+
+
+class NetspecError(Exception):
+    """Base class of every error a user can cause."""
+
+
+class ConfigError(NetspecError):
+    """A net or solver file is wrong; carries every problem found, not just the first."""
+
+    def __init__(self, problems: list[Problem] | Problem | str):
+        if isinstance(problems, str):
+            problems = [Problem(problems)]
+        elif isinstance(problems, Problem):
+            problems = [problems]
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class ShapeError(NetspecError):
+    """Blob shapes that a layer cannot accept; ``key`` optionally names the parameter at fault."""
+
+    def __init__(self, message: str, key: str | None = None):
+        self.key = key
+        super().__init__(message)
+
+
+class DataError(NetspecError):
+    """A dataset file or record that cannot be read."""
+
+
+class WeightsError(NetspecError):
+    """A weights file that does not fit the net it is loaded into."""
+
+
+class ParamError(NetspecError):
+    """A layer parameter whose value is out of range; ``key`` names it (``pooling_param.pad``)."""
+
+    def __init__(self, key: str | None, message: str):
+        self.key = key
+        super().__init__(message)

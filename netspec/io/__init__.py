@@ -1,0 +1,1 @@
+"""Dataset file formats, shared by the data layers and the conversion tools."""

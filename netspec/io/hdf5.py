@@ -1,0 +1,61 @@
+"""Caffe-style HDF5 datasets: a text file listing .h5 files, each holding one dataset per top."""
+
+from __future__ import annotations
+
+import os
+
+import h5py
+import numpy
+
+from netspec.config import did_you_mean
+from netspec.errors import DataError
+
+
+def read_file_list(source: str) -> list[str]:
+    """The .h5 paths listed in ``source`` (one a line, '#' comments), relative ones resolved beside it."""
+    try:
+        with open(source, encoding="utf-8") as handle:
+            lines = [line.split("#", 1)[0].strip() for line in handle]
+    except OSError as exc:
+        raise DataError(f"{source}: cannot read the HDF5 file list: {exc.strerror}") from None
+    folder = os.path.dirname(os.path.abspath(source))
+    files = [os.path.normpath(os.path.join(folder, line)) for line in lines if line]
+    if not files:
+        raise DataError(f"{source}: the HDF5 file list names no file")
+    return files
+
+
+def _open(path: str) -> h5py.File:
+    try:
+        return h5py.File(path, "r")
+    except OSError as exc:
+        reason = exc.strerror or str(exc).split("(")[0].strip().rstrip(",")
+        raise DataError(f"{path}: cannot open HDF5 file: {reason}") from None
+
+
+def _check_names(handle: h5py.File, path: str, names: list[str]) -> None:
+    available = [k for k in handle if isinstance(handle[k], h5py.Dataset)]
+    for name in names:
+        if name not in available:
+            raise DataError(f"{path}: no dataset '{name}'{did_you_mean(name, available)} "
+                            f"(the file has: {', '.join(available) or 'none'})")
+    rows = {name: handle[name].shape[0] if handle[name].shape else 0 for name in names}
+    if len(set(rows.values())) > 1:
+        detail = ", ".join(f"{k}: {v}" for k, v in rows.items())
+        raise DataError(f"{path}: datasets have different numbers of rows ({detail})")
+    if not next(iter(rows.values()), 1):
+        raise DataError(f"{path}: the datasets hold no rows")
+
+
+def record_shapes(path: str, names: list[str]) -> list[tuple[int, ...]]:
+    """Shape of one record (a row) of each dataset, read from metadata only."""
+    with _open(path) as handle:
+        _check_names(handle, path, names)
+        return [tuple(handle[name].shape[1:]) for name in names]
+
+
+def load_arrays(path: str, names: list[str], dtype) -> list[numpy.ndarray]:
+    """Every row of each named dataset, as ``dtype`` arrays."""
+    with _open(path) as handle:
+        _check_names(handle, path, names)
+        return [numpy.asarray(handle[name][()], dtype=dtype) for name in names]

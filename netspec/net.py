@@ -1,0 +1,163 @@
+"""Net: a compiled graph instantiated on a device, with forward, backward and weight I/O."""
+
+from __future__ import annotations
+
+import os
+
+import numpy
+
+from netspec import weights
+from netspec.backend import Backend
+from netspec.blob import Blob
+from netspec.config import parse_net
+from netspec.graph import Graph, compile_net
+from netspec.registry import layer_schemas
+
+
+class Net:
+    """Layers of a graph bound to blobs on one backend.
+
+    ``blobs`` maps every blob name to its Blob; ``params`` maps each layer with
+    learnable blobs to their list (shared blobs appear under every user, as
+    views of one memory).
+    """
+
+    def __init__(self, graph: Graph, device: str = "cpu", dtype=numpy.float32, seed: int | None = None,
+                 backend: Backend | None = None):
+        self.graph = graph
+        self.backend = backend or Backend(device, seed)
+        self.dtype = numpy.dtype(dtype)
+        self.nodes = graph.nodes
+        self.layers = []
+        self.blobs: dict[str, Blob] = {}
+        self.params: dict[str, list[Blob]] = {}
+        self.layer_by_name = {}
+        self.bottom_blobs: list[list[Blob]] = []
+        self.top_blobs: list[list[Blob]] = []
+        xp = self.backend.xp
+        for node in graph.nodes:
+            layer = type(node.layer)(node.spec, graph.state.phase)
+            layer.param_propagate_down = list(node.layer.param_propagate_down)
+            bottom = [self.blobs[name] for name in node.bottoms]
+            top = []
+            for name in node.tops:
+                if name not in self.blobs:
+                    self.blobs[name] = Blob(graph.blob_shapes[name], xp, self.dtype, name)
+                top.append(self.blobs[name])
+            layer.setup(bottom, top, self.backend, self.dtype)
+            for index, owner in enumerate(node.param_owners):
+                if owner is not None:
+                    layer.blobs[index].share(self.layers[owner[0]].blobs[owner[1]])
+            self.layers.append(layer)
+            self.layer_by_name[layer.name] = layer
+            self.bottom_blobs.append(bottom)
+            self.top_blobs.append(top)
+            if layer.blobs:
+                self.params[layer.name] = layer.blobs
+
+    @property
+    def name(self) -> str:
+        """The net's name from its file."""
+        return self.graph.name
+
+    @property
+    def outputs(self) -> list[str]:
+        """Names of the blobs no layer consumes (losses, accuracies, predictions)."""
+        return self.graph.outputs
+
+    @property
+    def phase(self) -> str:
+        """TRAIN or TEST."""
+        return self.graph.state.phase
+
+    def owned_params(self) -> dict[str, list[tuple[int, Blob]]]:
+        """``{layer: [(index, blob)]}`` for blobs each layer owns (shared copies left out)."""
+        owned = {}
+        for node, layer in zip(self.nodes, self.layers):
+            mine = [(i, blob) for i, (blob, owner) in enumerate(zip(layer.blobs, node.param_owners))
+                    if owner is None]
+            if mine:
+                owned[layer.name] = mine
+        return owned
+
+    def learnable_params(self) -> list[tuple[Blob, float, float]]:
+        """``(blob, lr_mult, decay_mult)`` for each owned blob that trains (lr_mult != 0)."""
+        result = []
+        for node, layer in zip(self.nodes, self.layers):
+            for blob, spec, owner in zip(layer.blobs, node.param_specs, node.param_owners):
+                if owner is None and spec.lr_mult != 0:
+                    result.append((blob, spec.lr_mult, spec.decay_mult))
+        return result
+
+    # ---- passes ----------------------------------------------------------------------------
+    def forward_layer(self, index: int) -> None:
+        """Run layer ``index`` forward."""
+        self.layers[index].forward(self.bottom_blobs[index], self.top_blobs[index])
+
+    def backward_layer(self, index: int) -> None:
+        """Seed loss diffs of layer ``index`` and run it backward, if it needs to."""
+        node = self.nodes[index]
+        if not node.need_backward:
+            return
+        top = self.top_blobs[index]
+        for blob, weight, written in zip(top, node.loss_weights, node.top_diff_written):
+            if weight:
+                if written:
+                    blob.diff += weight
+                else:
+                    blob.diff[...] = weight
+        self.layers[index].backward(top, node.bottom_need_backward, self.bottom_blobs[index])
+
+    def loss(self) -> float:
+        """Weighted sum of the loss tops from the last forward pass."""
+        total = 0.0
+        for node, top in zip(self.nodes, self.top_blobs):
+            for blob, weight in zip(top, node.loss_weights):
+                if weight:
+                    total += weight * float(blob.data.sum())
+        return total
+
+    def forward(self) -> float:
+        """Run every layer forward; return the weighted loss."""
+        for index in range(len(self.layers)):
+            self.forward_layer(index)
+        return self.loss()
+
+    def backward(self) -> None:
+        """Run every layer that needs it backward; parameter diffs accumulate (see clear_param_diffs)."""
+        for index in reversed(range(len(self.layers))):
+            self.backward_layer(index)
+
+    def clear_param_diffs(self) -> None:
+        """Zero the diff of every owned parameter blob."""
+        for blobs in self.owned_params().values():
+            for _, blob in blobs:
+                blob.diff[...] = 0
+
+    def forward_backward(self) -> float:
+        """Zero parameter diffs, run forward and backward; return the loss."""
+        self.clear_param_diffs()
+        loss = self.forward()
+        self.backward()
+        return loss
+
+    # ---- weights ----------------------------------------------------------------------------
+    def save_weights(self, path: str | os.PathLike, iteration: int = 0) -> None:
+        """Write the weights to an HDF5 file atomically."""
+        weights.save_weights(self, path, iteration)
+
+    def load_weights(self, path: str | os.PathLike) -> weights.LoadReport:
+        """Copy weights from an HDF5 file by layer name; returns what was copied and what was not."""
+        return weights.load_weights(self, path)
+
+
+def load_net(source, phase: str | None = None, device: str = "cpu", stages=None, level: int | None = None,
+             dtype=numpy.float32, seed: int | None = None) -> Net:
+    """Read, compile and instantiate a net from a YAML path or YAML text.
+
+    ``phase`` (TRAIN/TEST), ``stages`` and ``level`` select layers by their
+    include/exclude rules; they default to the file's ``state``.
+    """
+    spec = parse_net(source, layer_schemas())
+    graph = compile_net(spec, phase=phase, stages=stages, level=level)
+    return Net(graph, device=device, dtype=dtype, seed=seed)
