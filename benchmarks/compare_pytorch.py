@@ -1,0 +1,116 @@
+"""Training throughput of netspec against PyTorch eager on the same nets, batch and machine.
+
+    python benchmarks/compare_pytorch.py [NET.yaml ...] [--iterations N] [--threads T]
+
+For each net (default: LeNet and CIFAR-10 quick) this times forward+backward
+with ``netspec time``'s code and with an equivalent PyTorch module built
+from the same compiled graph, then prints both throughputs and their ratio.
+PyTorch is needed only here (``pip install torch``); netspec never imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy
+
+import netspec
+from netspec.timing import time_net
+
+DEFAULT_NETS = ["configs/lenet/lenet_train_test.yaml", "configs/cifar10/cifar10_quick_train_test.yaml"]
+
+
+def torch_forward(net, torch):
+    """A function computing the same loss as ``net`` with torch ops, and the tensors it reads."""
+    functional = torch.nn.functional
+    params = {name: [torch.tensor(numpy.array(b.data), requires_grad=True) for b in blobs]
+              for name, blobs in net.params.items()}
+    inputs = {name: torch.tensor(numpy.array(blob.data)) for node in net.nodes if not node.bottoms
+              for name, blob in zip(node.tops, net.top_blobs[net.nodes.index(node)])}
+
+    def run():
+        values = dict(inputs)
+        loss = 0
+        for node in net.nodes:
+            layer, kind = node.layer, node.layer.type
+            x = [values[b] for b in node.bottoms]
+            w = params.get(node.name, [])
+            if kind in ("DummyData", "Input", "HDF5Data"):
+                continue
+            if kind == "Convolution":
+                geo = layer.geometry(node.bottom_shapes[0])
+                y = functional.conv2d(x[0], w[0], w[1] if len(w) > 1 else None, geo.stride, geo.pad, geo.dilation,
+                                      layer.params.group)
+            elif kind == "Pooling":
+                from netspec.layers.pooling import pool_geometry
+                p = layer.block("pooling_param")
+                geo = pool_geometry(p, node.bottom_shapes[0])
+                pool = functional.max_pool2d if p.pool == "MAX" else functional.avg_pool2d
+                y = pool(x[0], geo.kernel, geo.stride, geo.pad, ceil_mode=True)
+            elif kind == "InnerProduct":
+                y = functional.linear(x[0].flatten(1), w[0], w[1] if len(w) > 1 else None)
+            elif kind == "ReLU":
+                y = functional.relu(x[0])
+            elif kind == "LRN":
+                p = layer.block("lrn_param")
+                y = functional.local_response_norm(x[0], p.local_size, p.alpha, p.beta, p.k)
+            elif kind == "Split":
+                y = [x[0]] * len(node.tops)
+            elif kind == "SoftmaxWithLoss":
+                y = functional.cross_entropy(x[0], x[1].long())
+                loss = loss + y
+            elif kind == "Accuracy":
+                continue
+            else:
+                raise SystemExit(f"compare_pytorch: no PyTorch translation for layer type {kind}")
+            for name, value in zip(node.tops, y if isinstance(y, list) else [y]):
+                values[name] = value
+        return loss
+
+    return run, [p for blobs in params.values() for p in blobs]
+
+
+def time_torch(run, parameters, iterations: int, warmup: int) -> float:
+    """Milliseconds per forward+backward iteration."""
+    for _ in range(warmup):
+        run().backward()
+    start = time.perf_counter()
+    for _ in range(iterations):
+        for p in parameters:
+            p.grad = None
+        run().backward()
+    return 1000 * (time.perf_counter() - start) / iterations
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("nets", nargs="*", default=DEFAULT_NETS)
+    parser.add_argument("--iterations", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    args = parser.parse_args()
+    try:
+        import torch
+    except ImportError:
+        torch = None
+        print("PyTorch is not installed: printing netspec's figures only (pip install torch to compare)")
+    if torch is not None:
+        torch.set_num_threads(args.threads)
+    print(f"{'net':<16} {'batch':>5} {'netspec img/s':>14} {'pytorch img/s':>14} {'ratio':>6}")
+    for path in args.nets:
+        net = netspec.load_net(path, phase="TRAIN", seed=0)
+        ours = time_net(net, iterations=args.iterations, warmup=args.warmup)
+        line = f"{net.name:<16} {ours['batch_size']:>5} {ours['images_per_s']:>14.1f}"
+        if torch is not None:
+            run, parameters = torch_forward(net, torch)
+            theirs = ours["batch_size"] / (time_torch(run, parameters, args.iterations, args.warmup) / 1000)
+            line += f" {theirs:>14.1f} {ours['images_per_s'] / theirs:>6.2f}"
+        print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
