@@ -70,17 +70,25 @@ def conv_geometry(params: ConvolutionParams, shape: tuple, prefix: str = "convol
     return ConvGeometry(kernel, pad, stride, dilation, tuple(out))
 
 
+def _channels_first(xp, x, pad: tuple[int, int]):
+    """``x`` (N, C, H, W) as a zero-padded (C, N, H + 2ph, W + 2pw) array."""
+    n, c, h, w = x.shape
+    ph, pw = pad
+    out = xp.zeros((c, n, h + 2 * ph, w + 2 * pw), dtype=x.dtype) if ph or pw else \
+        xp.empty((c, n, h, w), dtype=x.dtype)
+    out[:, :, ph:ph + h, pw:pw + w] = x.transpose(1, 0, 2, 3)
+    return out
+
+
 def im2col(xp, x, geo: ConvGeometry):
     """Columns of shape (C, kh, kw, N, out_h, out_w): every input value each kernel offset sees."""
-    n, c = x.shape[:2]
+    padded = _channels_first(xp, x, geo.pad)
     if geo.is_pointwise():
-        return xp.ascontiguousarray(x.transpose(1, 0, 2, 3)).reshape(c, 1, 1, n, *geo.out)
-    padded = pad_hw(xp, x, geo.pad[0], geo.pad[0], geo.pad[1], geo.pad[1])
-    cols = xp.empty((c, *geo.kernel, n, *geo.out), dtype=x.dtype)
+        return padded.reshape(padded.shape[0], 1, 1, *padded.shape[1:])
+    cols = xp.empty((x.shape[1], *geo.kernel, x.shape[0], *geo.out), dtype=x.dtype)
     for i in range(geo.kernel[0]):
         for j in range(geo.kernel[1]):
-            view = window(padded, i * geo.dilation[0], j * geo.dilation[1], *geo.out, *geo.stride)
-            cols[:, i, j] = view.transpose(1, 0, 2, 3)
+            cols[:, i, j] = window(padded, i * geo.dilation[0], j * geo.dilation[1], *geo.out, *geo.stride)
     return cols
 
 
@@ -90,12 +98,11 @@ def col2im(xp, cols, x_shape, geo: ConvGeometry):
     if geo.is_pointwise():
         return cols.reshape(c, n, h, w).transpose(1, 0, 2, 3)
     ph, pw = geo.pad
-    padded = xp.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=cols.dtype)
+    padded = xp.zeros((c, n, h + 2 * ph, w + 2 * pw), dtype=cols.dtype)
     for i in range(geo.kernel[0]):
         for j in range(geo.kernel[1]):
-            view = window(padded, i * geo.dilation[0], j * geo.dilation[1], *geo.out, *geo.stride)
-            view += cols[:, i, j].transpose(1, 0, 2, 3)
-    return padded[:, :, ph:ph + h, pw:pw + w]
+            window(padded, i * geo.dilation[0], j * geo.dilation[1], *geo.out, *geo.stride)[...] += cols[:, i, j]
+    return padded[:, :, ph:ph + h, pw:pw + w].transpose(1, 0, 2, 3)
 
 
 @register_layer

@@ -150,8 +150,12 @@ class Pooling(Layer):
                         dtype=self.dtype)
         dy = top[0].diff
         if self.block("pooling_param").pool == "MAX":
+            chosen = xp.empty(dy.shape, dtype=bool)
+            share = xp.empty_like(dy)
             for index, (i, j) in enumerate(self.offsets()):
-                window(grad, i, j, *geo.out, *geo.stride)[...] += dy * (self.argmax == index)
+                xp.equal(self.argmax, index, out=chosen)
+                xp.multiply(dy, chosen, out=share)
+                window(grad, i, j, *geo.out, *geo.stride)[...] += share
         else:
             share = dy / self.divisor
             for i, j in self.offsets():

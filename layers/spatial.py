@@ -36,7 +36,7 @@ def require_4d(shape: tuple, layer_type: str) -> None:
 
 
 def window(padded, i: int, j: int, out_h: int, out_w: int, stride_h: int, stride_w: int):
-    """The (N, C, out_h, out_w) view of ``padded`` seen by kernel offset (i, j) of every window."""
+    """The view of ``padded`` (last two axes spatial) seen by kernel offset (i, j) of every window."""
     return padded[:, :, i:i + stride_h * (out_h - 1) + 1:stride_h, j:j + stride_w * (out_w - 1) + 1:stride_w]
 
 
