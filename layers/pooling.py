@@ -128,11 +128,14 @@ class Pooling(Layer):
         out = top[0].data
         if self.block("pooling_param").pool == "MAX":
             padded = self.padded(bottom[0].data, -xp.inf)
-            self.argmax = xp.zeros(out.shape, dtype=xp.int32)
+            offsets = self.offsets()
+            self.argmax = xp.zeros(out.shape, dtype=xp.int8 if len(offsets) < 128 else xp.int32)
+            better = xp.empty(out.shape, dtype=bool)
             out[...] = window(padded, 0, 0, *geo.out, *geo.stride)
-            for index, (i, j) in enumerate(self.offsets()[1:], start=1):
+            for index, (i, j) in enumerate(offsets[1:], start=1):
                 view = window(padded, i, j, *geo.out, *geo.stride)
-                self.argmax[view > out] = index
+                xp.greater(view, out, out=better)
+                xp.copyto(self.argmax, index, where=better)
                 xp.maximum(out, view, out=out)
         else:
             padded = self.padded(bottom[0].data, 0.0)
