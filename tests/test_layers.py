@@ -1,0 +1,533 @@
+"""Every layer: forward against a naive reference, float64 gradient check, in-place, accumulation, reshape."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+from harness import gradient_check, one_layer_net, run_forward
+
+from netspec.registry import layer_types
+
+RNG = np.random.default_rng(0)
+
+
+def rand(*shape, low=-1.0, high=1.0):
+    """Random float64 values, spread so that ties and kinks are unlikely."""
+    return RNG.uniform(low, high, shape)
+
+
+def labels(*shape, classes):
+    """Integer class labels stored as floats, as Caffe stores them."""
+    return RNG.integers(0, classes, shape).astype(np.float64)
+
+
+# ----------------------------------------------------------------------------- naive references
+
+def ref_conv(bottoms, params, p):
+    x = bottoms[0]
+    w = params[0]
+    n, c, h, wd = x.shape
+    kh, kw = w.shape[2:]
+    sh = p.get("stride_h", p.get("stride", 1))
+    sw = p.get("stride_w", p.get("stride", 1))
+    ph = p.get("pad_h", p.get("pad", 0))
+    pw = p.get("pad_w", p.get("pad", 0))
+    d = p.get("dilation", 1)
+    g = p.get("group", 1)
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    oh = (h + 2 * ph - (d * (kh - 1) + 1)) // sh + 1
+    ow = (wd + 2 * pw - (d * (kw - 1) + 1)) // sw + 1
+    o = w.shape[0]
+    out = np.zeros((n, o, oh, ow))
+    cg, og = c // g, o // g
+    for b in range(n):
+        for oc in range(o):
+            group = oc // og
+            for y in range(oh):
+                for xx in range(ow):
+                    acc = 0.0
+                    for ic in range(cg):
+                        for i in range(kh):
+                            for j in range(kw):
+                                acc += w[oc, ic, i, j] * xp[b, group * cg + ic, y * sh + i * d, xx * sw + j * d]
+                    out[b, oc, y, xx] = acc + (params[1][oc] if len(params) > 1 else 0)
+    return [out]
+
+
+def ref_pool(bottoms, params, p):
+    x = bottoms[0]
+    n, c, h, w = x.shape
+    if p.get("global_pooling"):
+        k, s, pad = (h, w), (1, 1), (0, 0)
+    else:
+        k = (p["kernel_size"],) * 2
+        s = (p.get("stride", 1),) * 2
+        pad = (p.get("pad", 0),) * 2
+    rounding = math.floor if p.get("round_mode") == "FLOOR" else math.ceil
+    out_size = []
+    for size, kk, ss, pp in zip((h, w), k, s, pad):
+        o = rounding((size + 2 * pp - kk) / ss) + 1
+        if pp and (o - 1) * ss >= size + pp:
+            o -= 1
+        out_size.append(o)
+    out = np.zeros((n, c, *out_size))
+    for b in range(n):
+        for ch in range(c):
+            for oy in range(out_size[0]):
+                for ox in range(out_size[1]):
+                    hs, ws = oy * s[0] - pad[0], ox * s[1] - pad[1]
+                    he, we = min(hs + k[0], h + pad[0]), min(ws + k[1], w + pad[1])
+                    size = (he - hs) * (we - ws)
+                    hs, ws, he, we = max(hs, 0), max(ws, 0), min(he, h), min(we, w)
+                    patch = x[b, ch, hs:he, ws:we]
+                    out[b, ch, oy, ox] = patch.max() if p.get("pool", "MAX") == "MAX" else patch.sum() / size
+    return [out]
+
+
+def ref_ip(bottoms, params, p):
+    axis = p.get("axis", 1)
+    x = bottoms[0]
+    m = math.prod(x.shape[:axis])
+    w = params[0].T if p.get("transpose") else params[0]
+    y = x.reshape(m, -1) @ w.T + (params[1] if len(params) > 1 else 0)
+    return [y.reshape(*x.shape[:axis], -1)]
+
+
+def ref_lrn(bottoms, params, p):
+    x = bottoms[0]
+    n = p.get("local_size", 5)
+    alpha, beta, k = p.get("alpha", 1.0), p.get("beta", 0.75), p.get("k", 1.0)
+    half = (n - 1) // 2
+    out = np.zeros_like(x)
+    _, c, h, w = x.shape
+    for ch in range(c):
+        for y in range(h):
+            for xx in range(w):
+                if p.get("norm_region") == "WITHIN_CHANNEL":
+                    patch = x[:, ch, max(0, y - half):y + half + 1, max(0, xx - half):xx + half + 1]
+                    scale = 1 + alpha / n ** 2 * (patch ** 2).sum(axis=(1, 2))
+                else:
+                    patch = x[:, max(0, ch - half):ch + half + 1, y, xx]
+                    scale = k + alpha / n * (patch ** 2).sum(axis=1)
+                out[:, ch, y, xx] = x[:, ch, y, xx] * scale ** -beta
+    return [out]
+
+
+def ref_bn(bottoms, params, p):
+    x = bottoms[0]
+    axes = (0, 2, 3) if x.ndim == 4 else (0,)
+    mean = x.mean(axis=axes, keepdims=True)
+    var = x.var(axis=axes, keepdims=True)
+    return [(x - mean) / np.sqrt(var + p.get("eps", 1e-5))]
+
+
+def channel_shape(x, values):
+    return values.reshape((1, -1) + (1,) * (x.ndim - 2))
+
+
+def ref_scale(bottoms, params, p):
+    x = bottoms[0]
+    scale = bottoms[1] if len(bottoms) > 1 else params[0]
+    bias = params[-1] if p.get("bias_term") else 0
+    out = x * channel_shape(x, scale)
+    return [out + (channel_shape(x, bias) if p.get("bias_term") else 0)]
+
+
+def ref_mvn(bottoms, params, p):
+    x = bottoms[0]
+    axes = (1, 2, 3) if p.get("across_channels") else (2, 3)
+    centred = x - x.mean(axis=axes, keepdims=True)
+    if p.get("normalize_variance", True) is False:
+        return [centred]
+    return [centred / (centred.std(axis=axes, keepdims=True) + p.get("eps", 1e-9))]
+
+
+def ref_softmax(x, axis=1):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def ref_softmax_loss(bottoms, params, p, normalization="VALID", ignore=None):
+    x, y = bottoms
+    prob = ref_softmax(x)
+    classes = x.shape[1]
+    prob = np.moveaxis(prob, 1, -1).reshape(-1, classes)
+    lab = y.reshape(-1).astype(int)
+    valid = lab != ignore if ignore is not None else np.ones_like(lab, bool)
+    loss = -sum(np.log(prob[i, lab[i]]) for i in range(len(lab)) if valid[i])
+    norm = {"VALID": valid.sum() if ignore is not None else len(lab), "FULL": len(lab), "BATCH_SIZE": x.shape[0],
+            "NONE": 1}[normalization]
+    return [np.array(loss / norm)]
+
+
+def ref_sigmoid_ce(bottoms, params, p):
+    x, t = bottoms
+    s = 1 / (1 + np.exp(-x))
+    return [np.array(-(t * np.log(s) + (1 - t) * np.log(1 - s)).sum() / x.shape[0])]
+
+
+def ref_hinge(bottoms, params, p):
+    x, y = bottoms
+    n = x.shape[0]
+    x = x.reshape(n, -1)
+    d = -np.ones_like(x)
+    d[np.arange(n), y.astype(int)] = 1
+    margins = np.maximum(0, 1 - d * x)
+    return [np.array((margins ** (2 if p.get("norm") == "L2" else 1)).sum() / n)]
+
+
+def ref_accuracy(bottoms, params, p):
+    x, y = bottoms
+    k = p.get("top_k", 1)
+    ignore = p.get("ignore_label")
+    correct = total = 0
+    per_class_hits = np.zeros(x.shape[1])
+    per_class_count = np.zeros(x.shape[1])
+    for i in range(x.shape[0]):
+        label = int(y[i])
+        if label == ignore:
+            continue
+        total += 1
+        per_class_count[label] += 1
+        if (x[i] > x[i, label]).sum() < k:
+            correct += 1
+            per_class_hits[label] += 1
+    per_class = np.where(per_class_count > 0, per_class_hits / np.maximum(per_class_count, 1), 0)
+    return [np.array(correct / total), per_class]
+
+
+def ref_argmax(bottoms, params, p):
+    x = bottoms[0].reshape(bottoms[0].shape[0], -1)
+    k = p.get("top_k", 1)
+    index = np.argsort(-x, axis=1, kind="stable")[:, :k]
+    out = [index[:, None, :].astype(float)]
+    if p.get("out_max_val"):
+        out = [np.stack([index, np.take_along_axis(x, index, 1)], axis=1)]
+    return out
+
+
+def ref_reduction(bottoms, params, p):
+    x = bottoms[0]
+    axis = p.get("axis", 0)
+    flat = x.reshape(*x.shape[:axis], -1)
+    op = p.get("operation", "SUM")
+    value = {"SUM": flat.sum(-1), "ASUM": np.abs(flat).sum(-1), "SUMSQ": (flat ** 2).sum(-1),
+             "MEAN": flat.mean(-1)}[op]
+    return [p.get("coeff", 1.0) * value]
+
+
+def ref_eltwise(bottoms, params, p):
+    op = p.get("operation", "SUM")
+    if op == "SUM":
+        coeff = p.get("coeff", [1.0] * len(bottoms))
+        return [sum(c * b for c, b in zip(coeff, bottoms))]
+    if op == "PROD":
+        return [np.prod(bottoms, axis=0)]
+    return [np.max(bottoms, axis=0)]
+
+
+def ew(fn):
+    return lambda bottoms, params, p: [fn(bottoms[0], params, p)]
+
+
+# ----------------------------------------------------------------------------- cases
+
+
+@dataclass
+class Case:
+    """One configuration of one layer type."""
+
+    id: str
+    type: str
+    bottoms: list
+    reference: object = None
+    block: dict = field(default_factory=dict)
+    tops: int = 1
+    phase: str = "TRAIN"
+    inplace: bool = False
+    grad: bool = True
+
+    @property
+    def shapes(self):
+        return [b.shape for b in self.bottoms]
+
+    def params_for(self, block_name):
+        return self.block.get(block_name, {})
+
+
+def conv(id, x, **p):
+    return Case(id, "Convolution", [x], lambda b, w, q: ref_conv(b, w, p), {"convolution_param": p})
+
+
+def pool(id, x, **p):
+    return Case(id, "Pooling", [x], lambda b, w, q: ref_pool(b, w, p), {"pooling_param": p})
+
+
+CASES = [
+    conv("conv_basic", rand(2, 3, 5, 5), num_output=4, kernel_size=3, pad=1),
+    conv("conv_stride_rect", rand(2, 2, 7, 6), num_output=3, kernel_h=3, kernel_w=2, stride_h=2, stride_w=1,
+         pad_h=1, pad_w=0),
+    conv("conv_group_dilation", rand(1, 4, 7, 7), num_output=4, kernel_size=3, group=2, dilation=2, pad=1),
+    conv("conv_pointwise_nobias", rand(2, 3, 4, 4), num_output=5, kernel_size=1, bias_term=False),
+    pool("pool_max_ceil", rand(2, 2, 7, 7), pool="MAX", kernel_size=3, stride=2),
+    pool("pool_max_pad", rand(1, 2, 6, 6), pool="MAX", kernel_size=3, stride=2, pad=1),
+    pool("pool_ave_pad", rand(2, 2, 6, 5), pool="AVE", kernel_size=3, stride=2, pad=1),
+    pool("pool_ave_ceil", rand(1, 2, 8, 8), pool="AVE", kernel_size=3, stride=2),
+    pool("pool_global", rand(2, 3, 4, 5), pool="AVE", global_pooling=True),
+    pool("pool_floor", rand(1, 1, 7, 7), pool="MAX", kernel_size=2, stride=2, round_mode="FLOOR"),
+    Case("ip", "InnerProduct", [rand(3, 2, 2, 2)], ref_ip, {"inner_product_param": {"num_output": 4}}),
+    Case("ip_transpose_axis2", "InnerProduct", [rand(2, 3, 4)],
+         lambda b, w, p: ref_ip(b, w, {"axis": 2, "transpose": True}),
+         {"inner_product_param": {"num_output": 3, "axis": 2, "transpose": True}}),
+    Case("relu", "ReLU", [rand(2, 3, 4)], ew(lambda x, w, p: np.maximum(x, 0)), inplace=True),
+    Case("relu_leaky", "ReLU", [rand(2, 3, 4)], ew(lambda x, w, p: np.where(x > 0, x, 0.1 * x)),
+         {"relu_param": {"negative_slope": 0.1}}, inplace=True),
+    Case("prelu", "PReLU", [rand(2, 3, 2, 2)], ew(lambda x, w, p: np.where(x > 0, x, x * channel_shape(x, w[0]))),
+         inplace=True),
+    Case("prelu_shared", "PReLU", [rand(2, 3, 2)], ew(lambda x, w, p: np.where(x > 0, x, x * w[0][0])),
+         {"prelu_param": {"channel_shared": True}}),
+    Case("elu", "ELU", [rand(2, 3, 4)], ew(lambda x, w, p: np.where(x > 0, x, 0.5 * (np.exp(x) - 1))),
+         {"elu_param": {"alpha": 0.5}}, inplace=True),
+    Case("sigmoid", "Sigmoid", [rand(2, 5)], ew(lambda x, w, p: 1 / (1 + np.exp(-x))), inplace=True),
+    Case("tanh", "TanH", [rand(2, 5)], ew(lambda x, w, p: np.tanh(x)), inplace=True),
+    Case("absval", "AbsVal", [rand(2, 5)], ew(lambda x, w, p: np.abs(x))),
+    Case("power", "Power", [rand(2, 5, low=0.5, high=2)], ew(lambda x, w, p: (0.5 + 2 * x) ** 1.5),
+         {"power_param": {"power": 1.5, "scale": 2, "shift": 0.5}}),
+    Case("exp", "Exp", [rand(2, 5)], ew(lambda x, w, p: 2.0 ** (1 + 0.5 * x)),
+         {"exp_param": {"base": 2, "scale": 0.5, "shift": 1}}, inplace=True),
+    Case("log", "Log", [rand(2, 5, low=0.5, high=2)], ew(lambda x, w, p: np.log10(0.1 + 3 * x)),
+         {"log_param": {"base": 10, "scale": 3, "shift": 0.1}}),
+    Case("bnll", "BNLL", [rand(2, 5, low=-5, high=5)], ew(lambda x, w, p: np.log1p(np.exp(x)))),
+    Case("threshold", "Threshold", [rand(2, 5)], ew(lambda x, w, p: (x > 0.2).astype(float)),
+         {"threshold_param": {"threshold": 0.2}}, inplace=True),
+    Case("clip", "Clip", [rand(2, 5)], ew(lambda x, w, p: np.clip(x, -0.5, 0.4)),
+         {"clip_param": {"min": -0.5, "max": 0.4}}),
+    Case("dropout_test", "Dropout", [rand(2, 5)], ew(lambda x, w, p: x), phase="TEST", inplace=True),
+    Case("dropout_train", "Dropout", [rand(4, 6)], None, {"dropout_param": {"dropout_ratio": 0.3}}, inplace=True),
+    Case("lrn_across", "LRN", [rand(2, 6, 3, 3)], lambda b, w, p: ref_lrn(b, w, {"local_size": 3, "alpha": 0.5, "k": 2.0}),
+         {"lrn_param": {"local_size": 3, "alpha": 0.5, "k": 2.0}}),
+    Case("lrn_within", "LRN", [rand(2, 2, 4, 4)],
+         lambda b, w, p: ref_lrn(b, w, {"alpha": 0.5, "local_size": 3, "norm_region": "WITHIN_CHANNEL"}),
+         {"lrn_param": {"local_size": 3, "alpha": 0.5, "norm_region": "WITHIN_CHANNEL"}}),
+    Case("batchnorm_train", "BatchNorm", [rand(4, 3, 2, 2)], ref_bn, inplace=True),
+    Case("batchnorm_2d", "BatchNorm", [rand(5, 3)], ref_bn),
+    Case("scale", "Scale", [rand(2, 3, 2, 2)], lambda b, w, p: ref_scale(b, w, {"bias_term": True}),
+         {"scale_param": {"bias_term": True}}, inplace=True),
+    Case("scale_bottom", "Scale", [rand(2, 3, 2), rand(3)], ref_scale, {"scale_param": {"axis": 1}}),
+    Case("bias", "Bias", [rand(2, 3, 2)], lambda b, w, p: [b[0] + channel_shape(b[0], w[0])], inplace=True),
+    Case("bias_bottom", "Bias", [rand(2, 3, 2), rand(3)], lambda b, w, p: [b[0] + channel_shape(b[0], b[1])]),
+    Case("mvn", "MVN", [rand(2, 3, 3, 3)], ref_mvn),
+    Case("mvn_across", "MVN", [rand(2, 3, 2, 2)], lambda b, w, p: ref_mvn(b, w, {"across_channels": True}),
+         {"mvn_param": {"across_channels": True}}),
+    Case("mvn_mean_only", "MVN", [rand(2, 3, 2, 2)], lambda b, w, p: ref_mvn(b, w, {"normalize_variance": False}),
+         {"mvn_param": {"normalize_variance": False}}),
+    Case("concat", "Concat", [rand(2, 3, 2), rand(2, 1, 2)], lambda b, w, p: [np.concatenate(b, axis=1)]),
+    Case("concat_axis0", "Concat", [rand(2, 3), rand(1, 3)], lambda b, w, p: [np.concatenate(b, axis=0)],
+         {"concat_param": {"axis": 0}}),
+    Case("slice", "Slice", [rand(2, 5, 2)], lambda b, w, p: np.split(b[0], [1, 3], axis=1),
+         {"slice_param": {"slice_point": [1, 3]}}, tops=3),
+    Case("slice_equal", "Slice", [rand(4, 3)], lambda b, w, p: np.split(b[0], 2, axis=0),
+         {"slice_param": {"axis": 0}}, tops=2),
+    Case("split", "Split", [rand(2, 3)], lambda b, w, p: [b[0], b[0]], tops=2),
+    Case("eltwise_sum", "Eltwise", [rand(2, 3), rand(2, 3), rand(2, 3)],
+         lambda b, w, p: ref_eltwise(b, w, {"coeff": [1, -2, 0.5]}),
+         {"eltwise_param": {"operation": "SUM", "coeff": [1, -2, 0.5]}}),
+    Case("eltwise_prod", "Eltwise", [rand(2, 3), rand(2, 3), rand(2, 3)],
+         lambda b, w, p: ref_eltwise(b, w, {"operation": "PROD"}), {"eltwise_param": {"operation": "PROD"}}),
+    Case("eltwise_max", "Eltwise", [rand(2, 3), rand(2, 3)], lambda b, w, p: ref_eltwise(b, w, {"operation": "MAX"}),
+         {"eltwise_param": {"operation": "MAX"}}),
+    Case("flatten", "Flatten", [rand(2, 3, 2, 2)], lambda b, w, p: [b[0].reshape(b[0].shape[0], -1)]),
+    Case("reshape", "Reshape", [rand(2, 3, 4)], lambda b, w, p: [b[0].reshape(b[0].shape[0], 2, 6)],
+         {"reshape_param": {"shape": {"dim": [0, 2, -1]}}}),
+    Case("softmax", "Softmax", [rand(3, 4)], lambda b, w, p: [ref_softmax(b[0])]),
+    Case("softmax_4d", "Softmax", [rand(2, 3, 2, 2)], lambda b, w, p: [ref_softmax(b[0])]),
+    Case("argmax", "ArgMax", [rand(3, 6)], lambda b, w, p: ref_argmax(b, w, {"top_k": 2, "out_max_val": True}),
+         {"argmax_param": {"top_k": 2, "out_max_val": True}}, grad=False),
+    *[Case(f"reduction_{op.lower()}", "Reduction", [rand(2, 3, 2)],
+           lambda b, w, p, op=op: ref_reduction(b, w, {"operation": op, "axis": 1, "coeff": 0.5}),
+           {"reduction_param": {"operation": op, "axis": 1, "coeff": 0.5}}) for op in ("SUM", "ASUM", "SUMSQ", "MEAN")],
+    Case("softmax_loss", "SoftmaxWithLoss", [rand(4, 5), labels(4, classes=5)], ref_softmax_loss),
+    Case("softmax_loss_spatial_ignore", "SoftmaxWithLoss",
+         [rand(2, 3, 2, 2), np.array([[[0, 1], [2, 1]], [[1, 1], [0, 2]]], float)],
+         lambda b, w, p: ref_softmax_loss(b, w, p, ignore=1), {"loss_param": {"ignore_label": 1}}),
+    Case("softmax_loss_batch_size", "SoftmaxWithLoss", [rand(4, 3), labels(4, classes=3)],
+         lambda b, w, p: ref_softmax_loss(b, w, p, "BATCH_SIZE"), {"loss_param": {"normalization": "BATCH_SIZE"}}),
+    Case("sigmoid_ce", "SigmoidCrossEntropyLoss", [rand(3, 4), rand(3, 4, low=0, high=1)], ref_sigmoid_ce),
+    Case("euclidean", "EuclideanLoss", [rand(3, 4), rand(3, 4)],
+         lambda b, w, p: [np.array(((b[0] - b[1]) ** 2).sum() / (2 * b[0].shape[0]))]),
+    Case("hinge_l1", "HingeLoss", [rand(4, 3), labels(4, classes=3)], ref_hinge),
+    Case("hinge_l2", "HingeLoss", [rand(4, 3), labels(4, classes=3)], lambda b, w, p: ref_hinge(b, w, {"norm": "L2"}),
+         {"hinge_loss_param": {"norm": "L2"}}),
+    Case("accuracy_top2", "Accuracy", [rand(6, 4), labels(6, classes=4)],
+         lambda b, w, p: ref_accuracy(b, w, {"top_k": 2, "ignore_label": 3}),
+         {"accuracy_param": {"top_k": 2, "ignore_label": 3}}, tops=2, grad=False),
+]
+
+BY_ID = {case.id: case for case in CASES}
+
+
+def build(case: Case, inplace=None, bottoms=None):
+    return one_layer_net(case.type, case.shapes, case.tops, case.block, phase=case.phase,
+                         inplace=case.inplace if inplace is None else inplace, bottoms=bottoms or case.bottoms)
+
+
+def test_every_registered_layer_is_covered():
+    covered = {case.type for case in CASES} | {"Input", "DummyData", "HDF5Data", "Silence"}
+    assert set(layer_types()) == covered
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.reference], ids=lambda c: c.id)
+def test_forward_matches_reference(case):
+    net = build(case, inplace=False)
+    params = [b.data for b in net.layers[-1].blobs]
+    expected = case.reference([b.copy() for b in case.bottoms], params, case.block)
+    got = run_forward(net)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.shape == np.shape(e)
+        np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.grad], ids=lambda c: c.id)
+def test_gradients_match_finite_differences(case):
+    gradient_check(build(case, inplace=False))
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.inplace], ids=lambda c: c.id)
+def test_inplace_equals_out_of_place(case):
+    plain, inplace = build(case, inplace=False), build(case, inplace=True)
+    for net in (plain, inplace):
+        for blob, value in zip(net.layers[-1].blobs, plain.layers[-1].blobs):
+            blob.data[...] = value.data
+    expected, got = run_forward(plain), run_forward(inplace)
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-12)
+    grads = []
+    for net in (plain, inplace):
+        top = net.top_blobs[-1]
+        top[0].diff[...] = np.linspace(-1, 1, top[0].data.size).reshape(top[0].shape)
+        net.layers[-1].backward(top, [True] * len(net.bottom_blobs[-1]), net.bottom_blobs[-1])
+        grads.append(net.bottom_blobs[-1][0].diff.copy())
+    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-12, atol=1e-14)
+    gradient_check(build(case, inplace=True))
+
+
+def test_inplace_refused_for_unsafe_layers():
+    with pytest.raises(netspec_error()) as info:
+        one_layer_net("AbsVal", [(2, 3)], inplace=True)
+    assert "cannot run in place" in str(info.value)
+
+
+def netspec_error():
+    from netspec import ConfigError
+    return ConfigError
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.grad and c.type != "Dropout"], ids=lambda c: c.id)
+def test_param_diffs_accumulate_and_bottom_diffs_overwrite(case):
+    net = build(case, inplace=False)
+    layer, bottom, top = net.layers[-1], net.bottom_blobs[-1], net.top_blobs[-1]
+    run_forward(net)
+    for blob in top:
+        blob.diff[...] = 1.0
+    wanted = [i not in type(layer).label_bottoms for i in range(len(bottom))]
+    layer.backward(top, wanted, bottom)
+    once_params = [p.diff.copy() for p in layer.blobs]
+    once_bottoms = [b.diff.copy() for b in bottom]
+    layer.backward(top, wanted, bottom)
+    for p, once in zip(layer.blobs, once_params):
+        np.testing.assert_allclose(p.diff, 2 * once, rtol=1e-12)
+    for b, once, w in zip(bottom, once_bottoms, wanted):
+        if w:
+            np.testing.assert_allclose(b.diff, once, rtol=1e-12)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.reference and c.id != "scale_bottom"
+                                  and c.id != "bias_bottom"], ids=lambda c: c.id)
+def test_reshape_to_a_new_batch_size(case):
+    net = build(case, inplace=False)
+    layer, bottom, top = net.layers[-1], net.bottom_blobs[-1], net.top_blobs[-1]
+    doubled = [np.concatenate([b, b]) for b in case.bottoms]
+    for blob, value in zip(bottom, doubled):
+        blob.reshape(value.shape)
+        blob.data[...] = value
+    layer.reshape(bottom, top)
+    got = run_forward(net)
+    expected = case.reference(doubled, [b.data for b in layer.blobs], case.block)
+    for g, e in zip(got, expected):
+        assert g.shape == np.shape(e)
+        np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-12)
+
+
+def test_dropout_train_zeroes_about_the_ratio_and_scales_the_rest():
+    x = rand(200, 50, low=0.5, high=1.0)
+    net = one_layer_net("Dropout", [x.shape], params={"dropout_param": {"dropout_ratio": 0.3}}, bottoms=[x])
+    (y,) = run_forward(net)
+    kept = y != 0
+    assert abs(1 - kept.mean() - 0.3) < 0.02
+    np.testing.assert_allclose(y[kept], x[kept] / 0.7)
+
+
+def test_batchnorm_test_phase_uses_stored_statistics():
+    x = rand(4, 3, 2, 2)
+    net = one_layer_net("BatchNorm", [x.shape], phase="TEST", bottoms=[x])
+    mean_sum, var_sum, factor = net.layers[-1].blobs
+    mean_sum.data[...] = [0.2, 0.4, 0.6]
+    var_sum.data[...] = [2.0, 4.0, 8.0]
+    factor.data[...] = 2.0
+    (y,) = run_forward(net)
+    expected = (x - channel_shape(x, np.array([0.1, 0.2, 0.3]))) / np.sqrt(channel_shape(x, np.array([1., 2, 4])) + 1e-5)
+    np.testing.assert_allclose(y, expected)
+    gradient_check(net, check_params=False)
+
+
+def test_batchnorm_train_updates_running_sums_as_caffe():
+    x = rand(4, 3, 2, 2)
+    net = one_layer_net("BatchNorm", [x.shape], bottoms=[x], params={"batch_norm_param": {
+        "moving_average_fraction": 0.9}})
+    for blob in net.layers[-1].blobs:
+        blob.data[...] = 0
+    run_forward(net)
+    run_forward(net)
+    mean_sum, var_sum, factor = (b.data for b in net.layers[-1].blobs)
+    m = 16
+    np.testing.assert_allclose(factor, [1.9])
+    np.testing.assert_allclose(mean_sum, 1.9 * x.mean(axis=(0, 2, 3)))
+    np.testing.assert_allclose(var_sum, 1.9 * x.var(axis=(0, 2, 3)) * m / (m - 1))
+
+
+def test_softmax_loss_weight_scales_gradient():
+    x, y = rand(4, 5), labels(4, classes=5)
+    net = one_layer_net("SoftmaxWithLoss", [x.shape, y.shape], bottoms=[x, y], params={"loss_weight": 3.0})
+    net.forward()
+    net.backward()
+    prob = ref_softmax(x)
+    prob[np.arange(4), y.astype(int)] -= 1
+    np.testing.assert_allclose(net.bottom_blobs[-1][0].diff, 3.0 * prob / 4)
+
+
+def test_dummy_data_refills_random_tops_and_keeps_constants():
+    net = one_layer_net("DummyData", [], tops=2, params={"dummy_data_param": {
+        "shape": [{"dim": [2, 3]}, {"dim": [2]}], "data_filler": [{"type": "gaussian"}, {"type": "constant", "value": 4}]}})
+    first = [b.data.copy() for b in net.top_blobs[-1]]
+    net.forward()
+    second = [b.data.copy() for b in net.top_blobs[-1]]
+    assert not np.allclose(first[0], second[0])
+    np.testing.assert_array_equal(second[1], [4, 4])
+
+
+def test_input_keeps_what_the_caller_sets():
+    net = one_layer_net("Input", [], tops=1, params={"input_param": {"shape": {"dim": [1, 2]}}})
+    net.blobs["t0"].data[...] = [[3, 4]]
+    net.forward()
+    np.testing.assert_array_equal(net.blobs["t0"].data, [[3, 4]])
+
+
+def test_silence_consumes_and_zeroes_gradient():
+    net = one_layer_net("Silence", [(2, 3)], tops=0)
+    assert net.outputs == []
+    net.bottom_blobs[-1][0].diff[...] = 5
+    net.layers[-1].backward([], [True], net.bottom_blobs[-1])
+    assert not net.bottom_blobs[-1][0].diff.any()
