@@ -376,9 +376,9 @@ def parse_layer(node, index: int, layer_schemas: dict[str, dict[str, type]], ctx
             takes = ", ".join(schema) or "no parameter block"
             hint = did_you_mean(key, schema)
             ctx.add(f"a {type_name} layer takes no '{key}'{hint or f' (it takes {takes})'}",
-                    node.line_of(key), key)
+                    node.line_of(key))
         elif type_name in layer_schemas or not str(key).endswith("_param"):
-            ctx.add(f"unknown key '{key}'{did_you_mean(key, known_keys)}", node.line_of(key), key)
+            ctx.add(f"unknown key '{key}'{did_you_mean(key, known_keys)}", node.line_of(key))
     blocks = {}
     for block_name, block_cls in schema.items():
         block = read_block(block_cls, node.get(block_name), ctx, block_name, node.line_of(block_name))
@@ -436,7 +436,7 @@ def parse_net(source, layer_schemas: dict[str, dict[str, type]]) -> NetSpec:
                                   file=filename or "<string>", line=1))
     for key in tree:
         if key not in _NET_KEYS:
-            ctx.add(f"unknown key '{key}'{did_you_mean(key, _NET_KEYS)}", tree.line_of(key), key)
+            ctx.add(f"unknown key '{key}'{did_you_mean(key, _NET_KEYS)}", tree.line_of(key))
     name = tree.get("name", "")
     if not isinstance(name, str):
         ctx.add("expected a string", tree.line_of("name"), "name")
