@@ -56,14 +56,22 @@ def main():
 @phase_option
 @stage_option
 @level_option
+@click.option("--weights", type=click.Path(dir_okay=False), default=None,
+              help="also check that this weights file loads into the net")
 @user_errors
-def check(net_file, phase, stages, level):
+def check(net_file, phase, stages, level, weights):
     """Validate NET_FILE and print every layer's tops, parameters and memory."""
-    from netspec.report import net_summary  # noqa: PLC0415 - keeps `netspec --help` fast
+    from netspec.net import Net  # noqa: PLC0415 - keeps `netspec --help` fast
+    from netspec.report import net_summary  # noqa: PLC0415
 
     spec = parse_net(net_file, layer_schemas())
     graph = compile_net(spec, phase=phase.upper() if phase else None, stages=stages or None, level=level)
     click.echo(net_summary(graph))
+    if weights:
+        report = Net(graph).load_weights(weights)
+        click.echo(f"weights {weights}: {len(report.copied)} layers load"
+                   + (f"; not in the file (keep their fillers): {', '.join(report.missing)}" if report.missing else "")
+                   + (f"; in the file but not the net: {', '.join(report.unused)}" if report.unused else ""))
 
 
 @main.command()

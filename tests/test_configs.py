@@ -1,0 +1,69 @@
+"""Every reference net in configs/ builds in every phase, with the published parameter counts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import netspec
+from netspec.config import parse_net
+from netspec.graph import compile_net
+from netspec.registry import layer_schemas
+
+CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*/*.yaml"))
+
+PUBLISHED = {
+    "lenet": 431_080,
+    "cifar10_quick": 145_578,
+    "cifar10_full": 89_578,
+    "alexnet": 60_965_224,
+    "vgg16": 138_357_544,
+    "googlenet": 6_998_552,
+    "resnet50": 25_557_032,
+}
+
+
+def graph(path, phase):
+    return compile_net(parse_net(str(path), layer_schemas()), phase=phase)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+@pytest.mark.parametrize("phase", ["TRAIN", "TEST"])
+def test_reference_net_builds(path, phase):
+    g = graph(path, phase)
+    family = path.parent.name if path.parent.name != "cifar10" else "_".join(path.stem.split("_")[:2])
+    expected = PUBLISHED[family]
+    if family == "googlenet" and "train" in path.stem:
+        # two auxiliary classifiers, after inception_4a (512 channels) and 4d (528): 1x1 conv to 128,
+        # fc 2048 -> 1024, classifier 1024 -> 1000
+        convs = (512 * 128 + 128) + (528 * 128 + 128)
+        expected += convs + 2 * (2048 * 1024 + 1024 + 1024 * 1000 + 1000)
+    assert g.learnable_count() == expected
+
+
+def test_every_config_is_listed():
+    assert {p.parent.name for p in CONFIGS} == {"lenet", "cifar10", "alexnet", "vgg16", "googlenet", "resnet50"}
+    assert all(any(p.stem.endswith(kind) for p in CONFIGS if p.parent == folder)
+               for folder in {p.parent for p in CONFIGS} for kind in ("train_test", "deploy"))
+
+
+def test_alexnet_fc8_shape():
+    g = graph(CONFIGS[0].parent.parent / "alexnet" / "alexnet_deploy.yaml", "TEST")
+    assert g.blob_shapes["fc8"] == (10, 1000)
+
+
+def test_googlenet_train_has_three_weighted_losses():
+    g = graph(CONFIGS[0].parent.parent / "googlenet" / "googlenet_train_test.yaml", "TRAIN")
+    weights = {n.name: n.loss_weights[0] for n in g.nodes if n.layer.is_loss}
+    assert weights == {"loss1/loss": 0.3, "loss2/loss": 0.3, "loss3/loss": 1.0}
+
+
+@pytest.mark.parametrize("name", ["lenet/lenet_train_test.yaml", "cifar10/cifar10_quick_train_test.yaml",
+                                  "cifar10/cifar10_full_train_test.yaml"])
+def test_small_nets_run_forward_and_backward(name):
+    net = netspec.load_net(str(CONFIGS[0].parent.parent / name), phase="TRAIN", seed=0)
+    loss = net.forward_backward()
+    assert np.isfinite(loss) and loss > 0
+    assert all(np.isfinite(b.diff).all() for blobs in net.params.values() for b in blobs)
