@@ -18,6 +18,7 @@ import numpy
 
 from netspec.atomic import atomic_path
 from netspec.errors import WeightsError
+from netspec.io.hdf5 import open_failure
 
 FORMAT = "netspec-weights-1"
 
@@ -59,8 +60,7 @@ def read_weights(path: str | os.PathLike) -> tuple[dict[str, dict[int, numpy.nda
                       for name, group in handle.items() if isinstance(group, h5py.Group)}
             return layers, dict(handle.attrs)
     except OSError as exc:
-        reason = exc.strerror or str(exc).split("(")[0].strip()
-        raise WeightsError(f"{path}: cannot read weights file: {reason}") from None
+        raise WeightsError(f"{path}: cannot read weights file: {open_failure(path, exc)}") from None
 
 
 def load_weights(net, path: str | os.PathLike) -> LoadReport:

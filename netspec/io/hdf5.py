@@ -25,12 +25,22 @@ def read_file_list(source: str) -> list[str]:
     return files
 
 
+def open_failure(path: str, exc: OSError) -> str:
+    """Why h5py could not open ``path``, in a few words."""
+    if not os.path.exists(path):
+        return "no such file"
+    if not os.access(path, os.R_OK):
+        return "permission denied"
+    detail = str(exc)
+    inner = detail[detail.find("(") + 1:detail.rfind(")")] if "(" in detail else detail
+    return f"not a readable HDF5 file ({inner})"
+
+
 def _open(path: str) -> h5py.File:
     try:
         return h5py.File(path, "r")
     except OSError as exc:
-        reason = exc.strerror or str(exc).split("(")[0].strip().rstrip(",")
-        raise DataError(f"{path}: cannot open HDF5 file: {reason}") from None
+        raise DataError(f"{path}: cannot open HDF5 file: {open_failure(path, exc)}") from None
 
 
 def _check_names(handle: h5py.File, path: str, names: list[str]) -> None:

@@ -1,0 +1,5 @@
+"""``python -m netspec`` runs the command-line tool."""
+
+from netspec.cli import main
+
+main()

@@ -1,0 +1,130 @@
+"""The command line as a user runs it: output, exit status, and one-line errors without tracebacks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import netspec
+
+ROOT = Path(__file__).parent.parent
+LENET = ROOT / "configs" / "lenet" / "lenet_train_test.yaml"
+
+
+def run(*args, cwd=None):
+    result = subprocess.run([sys.executable, "-m", "netspec", *map(str, args)], capture_output=True, text=True,
+                            cwd=cwd)
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def test_check_prints_layers_and_totals():
+    result = run("check", LENET, "--phase", "TRAIN")
+    assert result.returncode == 0
+    assert "net 'LeNet' (TRAIN, level 0): 9 layers" in result.stdout
+    assert "conv1  Convolution      (64, 20, 24, 24)" in result.stdout
+    assert "learnable parameters: 431,080" in result.stdout
+    assert "outputs: loss" in result.stdout
+
+
+def test_check_reports_every_error_with_location(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("""layers:
+  - {name: data, type: Input, top: data, input_param: {shape: {dim: [1, 3, 8, 8]}}}
+  - {name: conv, type: Convolutoin, bottom: data, top: conv}
+  - {name: pool, type: Pooling, bottom: dta, top: pool, pooling_param: {pool: MAXIMUM, kernel_size: 2}}
+""")
+    result = run("check", bad)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert lines[0] == f"error: {bad}:3: layer 'conv': type: unknown layer type 'Convolutoin'; did you mean " \
+                       "'Convolution'? (netspec layers lists them)"
+    assert lines[1].startswith(f"error: {bad}:4: layer 'pool': pooling_param.pool: 'MAXIMUM' is not one of MAX, AVE")
+    assert lines[-1] == "2 errors"
+    bad.write_text(bad.read_text().replace("Convolutoin", "Convolution, convolution_param: {num_output: 2, "
+                                                          "kernel_size: 3}").replace("MAXIMUM", "MAX"))
+    result = run("check", bad)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (f"error: {bad}:4: layer 'pool': bottom: bottom 'dta' is not produced by any "
+                                     "earlier layer; did you mean 'data'?")
+
+
+def test_check_malformed_and_missing_files(tmp_path):
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("layers: [\n")
+    result = run("check", bad)
+    assert result.returncode == 1 and f"{bad}:2: malformed YAML" in result.stderr
+    result = run("check", tmp_path / "nowhere.yaml")
+    assert result.returncode == 1 and "nowhere.yaml: cannot read the file" in result.stderr
+
+
+def test_check_weights_of_another_shape_or_net(tmp_path):
+    deploy = ROOT / "configs" / "lenet" / "lenet_deploy.yaml"
+    good = tmp_path / "lenet.h5"
+    netspec.load_net(str(deploy)).save_weights(good)
+    result = run("check", LENET, "--weights", good)
+    assert result.returncode == 0 and "weights" in result.stdout and "4 layers load" in result.stdout
+    other = tmp_path / "other.yaml"
+    other.write_text(deploy.read_text().replace("num_output: 500", "num_output: 400"))
+    result = run("check", other, "--weights", good)
+    assert result.returncode == 1
+    assert result.stderr.strip().startswith(f"error: {good}: layer 'ip1' blob 0 has shape (500, 800) in the file "
+                                            "but (400, 800) in the net")
+    foreign = tmp_path / "foreign.h5"
+    netspec.load_net("name: tiny\nlayers:\n  - {name: d, type: Input, top: d, input_param: {shape: {dim: [1, 3]}}}\n"
+                     "  - {name: fc, type: InnerProduct, bottom: d, top: fc, inner_product_param: {num_output: 2}}\n"
+                     ).save_weights(foreign)
+    result = run("check", LENET, "--weights", foreign)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (f"error: {foreign}: the weights are of net 'tiny' and share no layer with net "
+                                     "'LeNet' (file: fc; net: conv1, conv2, ip1, ip2)")
+
+
+def test_layers_lists_and_documents():
+    result = run("layers")
+    assert result.returncode == 0
+    assert len(result.stdout.strip().splitlines()) == len(netspec.registry.layer_types())
+    doc = run("layers", "Pooling").stdout
+    for text in ("ceil", "bottoms: 1   tops: 1   in place: no", "pooling_param:", "round_mode", "CEIL", "Example"):
+        assert text in doc
+    result = run("layers", "Polling")
+    assert result.returncode == 1
+    assert result.stderr.strip() == "error: unknown layer type 'Polling'; did you mean 'Pooling'? " \
+                                    "(netspec layers lists them)"
+
+
+def test_time_prints_table_and_json():
+    result = run("time", LENET, "--iterations", "2", "--warmup", "1", "--json")
+    assert result.returncode == 0
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["batch_size"] == 64 and figures["phase"] == "TRAIN"
+    assert figures["images_per_s"] > 0 and figures["ms_per_iter"] > 0
+    assert [layer["name"] for layer in figures["layers"]][:3] == ["mnist", "conv1", "pool1"]
+    assert "images/s" in result.stdout
+
+
+def test_time_reports_bad_data_files(tmp_path):
+    (tmp_path / "list.txt").write_text("gone.h5\n")
+    net = tmp_path / "net.yaml"
+    net.write_text("layers:\n  - {name: d, type: HDF5Data, top: [data], hdf5_data_param: {source: list.txt, "
+                   "batch_size: 2}}\n")
+    result = run("time", net)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (f"error: {net}:2: layer 'd': hdf5_data_param.source: {tmp_path}/gone.h5: "
+                                     "cannot open HDF5 file: no such file")
+
+
+def test_python_api_matches_design(tmp_path):
+    net = netspec.load_net(str(LENET), phase="TRAIN", device="cpu")
+    loss = net.forward()
+    net.backward()
+    assert loss > 0 and net.blobs["conv1"].diff.shape == (64, 20, 24, 24)
+    assert net.params["conv1"][0].data.shape == (20, 1, 5, 5) and net.params["conv1"][0].diff.any()
+    net.save_weights(tmp_path / "w.h5")
+    again = netspec.load_net(str(LENET), phase="TEST")
+    again.load_weights(tmp_path / "w.h5")
+    np.testing.assert_array_equal(again.params["ip2"][0].data, net.params["ip2"][0].data)
