@@ -266,25 +266,41 @@ class Power(Elementwise):
             self.xp.multiply(top[0].diff, grad, out=bottom[0].diff)
 
 
-def _log_base(base: float, key: str) -> float:
-    if base == -1:
-        return 1.0
-    if base <= 0:
-        raise ParamError(key, f"base must be positive (or -1 for e), got {base}")
-    return math.log(base)
-
-
 @dataclass
-class ExpParams:
-    """Parameters of Exp."""
+class BaseScaleShiftParams:
+    """Parameters of Exp and Log: a base and an affine map of x."""
 
     base: float = doc(-1.0, "base (-1: e)")
     scale: float = doc(1.0, "multiplier on x")
     shift: float = doc(0.0, "offset added to scale * x")
 
 
+class BaseScaleShift(Elementwise):
+    """Base of Exp and Log: checks the base and gives its natural logarithm."""
+
+    block_name = ""
+
+    @property
+    def params(self) -> BaseScaleShiftParams:
+        """The exp_param or log_param block."""
+        return self.block(self.block_name)
+
+    def ln_base(self) -> float:
+        """ln(base), 1 for base -1 (e)."""
+        base = self.params.base
+        if base == -1:
+            return 1.0
+        if base <= 0:
+            raise ParamError(f"{self.block_name}.base", f"base must be positive (or -1 for e), got {base}")
+        return math.log(base)
+
+    def top_shapes(self, bottom_shapes):
+        self.ln_base()
+        return [bottom_shapes[0]]
+
+
 @register_layer
-class Exp(Elementwise):
+class Exp(BaseScaleShift):
     """Exp: ``y = base ^ (shift + scale * x)`` (base -1 means e).
 
     Bottom/top: any shape.  Runs in place.
@@ -295,36 +311,22 @@ class Exp(Elementwise):
     """
 
     type = "Exp"
-    param_blocks = {"exp_param": ExpParams}
+    param_blocks = {"exp_param": BaseScaleShiftParams}
+    block_name = "exp_param"
     inplace_ok = True
 
-    def top_shapes(self, bottom_shapes):
-        _log_base(self.block("exp_param").base, "exp_param.base")
-        return [bottom_shapes[0]]
-
     def forward(self, bottom, top):
-        p = self.block("exp_param")
-        ln_base = _log_base(p.base, "exp_param.base")
-        self.xp.exp(ln_base * (p.shift + p.scale * bottom[0].data), out=top[0].data)
+        p = self.params
+        self.xp.exp(self.ln_base() * (p.shift + p.scale * bottom[0].data), out=top[0].data)
 
     def backward(self, top, propagate_down, bottom):
         if propagate_down[0]:
-            p = self.block("exp_param")
-            factor = _log_base(p.base, "exp_param.base") * p.scale
+            factor = self.ln_base() * self.params.scale
             self.xp.multiply(top[0].diff, top[0].data * factor, out=bottom[0].diff)
 
 
-@dataclass
-class LogParams:
-    """Parameters of Log."""
-
-    base: float = doc(-1.0, "base (-1: e)")
-    scale: float = doc(1.0, "multiplier on x")
-    shift: float = doc(0.0, "offset added to scale * x")
-
-
 @register_layer
-class Log(Elementwise):
+class Log(BaseScaleShift):
     """Log: ``y = log_base(shift + scale * x)`` (base -1 means e).
 
     Bottom/top: any shape.  Not in place.
@@ -335,23 +337,18 @@ class Log(Elementwise):
     """
 
     type = "Log"
-    param_blocks = {"log_param": LogParams}
-
-    def top_shapes(self, bottom_shapes):
-        _log_base(self.block("log_param").base, "log_param.base")
-        return [bottom_shapes[0]]
+    param_blocks = {"log_param": BaseScaleShiftParams}
+    block_name = "log_param"
 
     def forward(self, bottom, top):
-        p = self.block("log_param")
-        ln_base = _log_base(p.base, "log_param.base")
+        p = self.params
         self.xp.log(p.shift + p.scale * bottom[0].data, out=top[0].data)
-        top[0].data /= ln_base
+        top[0].data /= self.ln_base()
 
     def backward(self, top, propagate_down, bottom):
         if propagate_down[0]:
-            p = self.block("log_param")
-            ln_base = _log_base(p.base, "log_param.base")
-            denominator = (p.shift + p.scale * bottom[0].data) * ln_base
+            p = self.params
+            denominator = (p.shift + p.scale * bottom[0].data) * self.ln_base()
             self.xp.multiply(top[0].diff, p.scale / denominator, out=bottom[0].diff)
 
 
