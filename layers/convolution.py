@@ -8,7 +8,7 @@ from netspec.config import doc, required
 from netspec.errors import ParamError, ShapeError
 from netspec.fillers import FillerParams
 from netspec.layer import Layer
-from netspec.layers.spatial import hw, pad_hw, require_4d, window
+from netspec.layers.spatial import hw, require_4d
 from netspec.registry import register_layer
 
 
@@ -70,25 +70,29 @@ def conv_geometry(params: ConvolutionParams, shape: tuple, prefix: str = "convol
     return ConvGeometry(kernel, pad, stride, dilation, tuple(out))
 
 
-def _channels_first(xp, x, pad: tuple[int, int]):
-    """``x`` (N, C, H, W) as a zero-padded (C, N, H + 2ph, W + 2pw) array."""
-    n, c, h, w = x.shape
-    ph, pw = pad
-    out = xp.zeros((c, n, h + 2 * ph, w + 2 * pw), dtype=x.dtype) if ph or pw else \
-        xp.empty((c, n, h, w), dtype=x.dtype)
-    out[:, :, ph:ph + h, pw:pw + w] = x.transpose(1, 0, 2, 3)
-    return out
+def _window(padded, i: int, j: int, geo: ConvGeometry):
+    """The (C, out_h, out_w, N) view of a (C, H, W, N) array seen by kernel offset (i, j)."""
+    (oh, ow), (sh, sw), (dh, dw) = geo.out, geo.stride, geo.dilation
+    return padded[:, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
 
 
 def im2col(xp, x, geo: ConvGeometry):
-    """Columns of shape (C, kh, kw, N, out_h, out_w): every input value each kernel offset sees."""
-    padded = _channels_first(xp, x, geo.pad)
+    """Columns of shape (C, kh, kw, out_h, out_w, N): every input value each kernel offset sees.
+
+    The batch is the innermost axis, so each kernel offset copies runs of
+    ``out_w * N`` contiguous values rather than rows of ``out_w``.
+    """
+    n, c, h, w = x.shape
+    ph, pw = geo.pad
+    padded = xp.zeros((c, h + 2 * ph, w + 2 * pw, n), dtype=x.dtype) if ph or pw else \
+        xp.empty((c, h, w, n), dtype=x.dtype)
+    padded[:, ph:ph + h, pw:pw + w] = x.transpose(1, 2, 3, 0)
     if geo.is_pointwise():
-        return padded.reshape(padded.shape[0], 1, 1, *padded.shape[1:])
-    cols = xp.empty((x.shape[1], *geo.kernel, x.shape[0], *geo.out), dtype=x.dtype)
+        return padded.reshape(c, 1, 1, h, w, n)
+    cols = xp.empty((c, *geo.kernel, *geo.out, n), dtype=x.dtype)
     for i in range(geo.kernel[0]):
         for j in range(geo.kernel[1]):
-            cols[:, i, j] = window(padded, i * geo.dilation[0], j * geo.dilation[1], *geo.out, *geo.stride)
+            cols[:, i, j] = _window(padded, i, j, geo)
     return cols
 
 
@@ -96,13 +100,13 @@ def col2im(xp, cols, x_shape, geo: ConvGeometry):
     """The adjoint of :func:`im2col`: sums column gradients back into an (N, C, H, W) array."""
     n, c, h, w = x_shape
     if geo.is_pointwise():
-        return cols.reshape(c, n, h, w).transpose(1, 0, 2, 3)
+        return cols.reshape(c, h, w, n).transpose(3, 0, 1, 2)
     ph, pw = geo.pad
-    padded = xp.zeros((c, n, h + 2 * ph, w + 2 * pw), dtype=cols.dtype)
+    padded = xp.zeros((c, h + 2 * ph, w + 2 * pw, n), dtype=cols.dtype)
     for i in range(geo.kernel[0]):
         for j in range(geo.kernel[1]):
-            window(padded, i * geo.dilation[0], j * geo.dilation[1], *geo.out, *geo.stride)[...] += cols[:, i, j]
-    return padded[:, :, ph:ph + h, pw:pw + w].transpose(1, 0, 2, 3)
+            _window(padded, i, j, geo)[...] += cols[:, i, j]
+    return padded[:, ph:ph + h, pw:pw + w].transpose(3, 0, 1, 2)
 
 
 @register_layer
@@ -176,16 +180,16 @@ class Convolution(Layer):
         n, o = top[0].shape[:2]
         self.cols = im2col(xp, bottom[0].data, self.geo)
         cols = self.cols.reshape(g, -1, self.cols[0, 0, 0].size)
-        out = xp.matmul(self.grouped_weights(), cols).reshape(o, n, *self.geo.out)
+        out = xp.matmul(self.grouped_weights(), cols).reshape(o, *self.geo.out, n)
         if self.params.bias_term:
             out += self.blobs[1].data.reshape(o, 1, 1, 1)
-        top[0].data[...] = out.transpose(1, 0, 2, 3)
+        top[0].data[...] = out.transpose(3, 0, 1, 2)
 
     def backward(self, top, propagate_down, bottom):
         xp, g = self.xp, self.params.group
         dy = top[0].diff
         o = dy.shape[1]
-        dy_cols = xp.ascontiguousarray(dy.transpose(1, 0, 2, 3)).reshape(g, o // g, -1)
+        dy_cols = xp.ascontiguousarray(dy.transpose(1, 2, 3, 0)).reshape(g, o // g, -1)
         if self.params.bias_term and self.param_propagate_down[1]:
             self.blobs[1].diff += dy.sum(axis=(0, 2, 3))
         cols = self.cols.reshape(g, -1, dy_cols.shape[2])
