@@ -131,11 +131,16 @@ class Pooling(Layer):
             offsets = self.offsets()
             self.argmax = xp.zeros(out.shape, dtype=xp.int8 if len(offsets) < 128 else xp.int32)
             better = xp.empty(out.shape, dtype=bool)
+            step = xp.empty_like(self.argmax)
             out[...] = window(padded, 0, 0, *geo.out, *geo.stride)
             for index, (i, j) in enumerate(offsets[1:], start=1):
                 view = window(padded, i, j, *geo.out, *geo.stride)
                 xp.greater(view, out, out=better)
-                xp.copyto(self.argmax, index, where=better)
+                # argmax = index where better, kept elsewhere; arithmetic, since a masked copy
+                # with an unpredictable mask is several times slower on CPUs
+                xp.subtract(index, self.argmax, out=step)
+                step *= better
+                self.argmax += step
                 xp.maximum(out, view, out=out)
         else:
             padded = self.padded(bottom[0].data, 0.0)
