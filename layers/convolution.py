@@ -35,6 +35,9 @@ class ConvolutionParams:
     bias_filler: FillerParams = field(default_factory=FillerParams, metadata={"doc": "bias init"})
 
 
+BATCH_INNER_MAX_WIDTH = 16
+
+
 @dataclass(frozen=True)
 class ConvGeometry:
     """Everything about a convolution's shapes, computed once from params and the bottom shape."""
@@ -44,6 +47,16 @@ class ConvGeometry:
     stride: tuple[int, int]
     dilation: tuple[int, int]
     out: tuple[int, int]
+    order: tuple[int, int, int, int]
+
+    @property
+    def inverse(self) -> tuple[int, int, int, int]:
+        """The axis order that turns an array in ``order`` back into (N, C, H, W)."""
+        return tuple(self.order.index(axis) for axis in range(4))
+
+    def arranged(self, n: int, c: int, h: int, w: int) -> tuple[int, int, int, int]:
+        """The shape of an (n, c, h, w) array in ``order``."""
+        return tuple((n, c, h, w)[axis] for axis in self.order)
 
     def is_pointwise(self) -> bool:
         """True for a 1x1 kernel with stride 1 and no padding (im2col is then a transpose)."""
@@ -67,29 +80,47 @@ def conv_geometry(params: ConvolutionParams, shape: tuple, prefix: str = "convol
             raise ShapeError(f"the {extent}-wide dilated kernel does not fit the padded input "
                              f"({size} + 2*{p}); bottom shape {shape}", f"{prefix}.kernel_size")
         out.append((size + 2 * p - extent) // s + 1)
-    return ConvGeometry(kernel, pad, stride, dilation, tuple(out))
+    # Column layout: im2col copies runs as long as the innermost axis of the columns.  With the
+    # batch outermost (C, N, H, W) those runs are output rows; with the batch innermost (C, H, W, N)
+    # they are rows times the batch, but moving the batch to the inside costs a slow transpose of
+    # the input and output.  Narrow outputs gain from the batch inside, wide ones do not.
+    order = (1, 2, 3, 0) if out[1] <= BATCH_INNER_MAX_WIDTH else (1, 0, 2, 3)
+    return ConvGeometry(kernel, pad, stride, dilation, tuple(out), order)
 
 
 def _window(padded, i: int, j: int, geo: ConvGeometry):
-    """The (C, out_h, out_w, N) view of a (C, H, W, N) array seen by kernel offset (i, j)."""
+    """The view of a padded input (in ``geo.order``) seen by kernel offset (i, j)."""
     (oh, ow), (sh, sw), (dh, dw) = geo.out, geo.stride, geo.dilation
-    return padded[:, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
+    index = [slice(None)] * 4
+    index[geo.order.index(2)] = slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)
+    index[geo.order.index(3)] = slice(j * dw, j * dw + sw * (ow - 1) + 1, sw)
+    return padded[tuple(index)]
+
+
+def _padded_shape(shape, geo: ConvGeometry) -> tuple[int, ...]:
+    n, c, h, w = shape
+    return geo.arranged(n, c, h + 2 * geo.pad[0], w + 2 * geo.pad[1])
+
+
+def _interior(padded, shape, geo: ConvGeometry):
+    index = [slice(None)] * 4
+    index[geo.order.index(2)] = slice(geo.pad[0], geo.pad[0] + shape[2])
+    index[geo.order.index(3)] = slice(geo.pad[1], geo.pad[1] + shape[3])
+    return padded[tuple(index)]
 
 
 def im2col(xp, x, geo: ConvGeometry):
-    """Columns of shape (C, kh, kw, out_h, out_w, N): every input value each kernel offset sees.
+    """Columns (C, kh, kw, *rest): every input value each kernel offset sees.
 
-    The batch is the innermost axis, so each kernel offset copies runs of
-    ``out_w * N`` contiguous values rather than rows of ``out_w``.
+    ``rest`` is (N, out_h, out_w), or (out_h, out_w, N) when ``geo.order``
+    puts the batch innermost; see :func:`conv_geometry`.
     """
-    n, c, h, w = x.shape
-    ph, pw = geo.pad
-    padded = xp.zeros((c, h + 2 * ph, w + 2 * pw, n), dtype=x.dtype) if ph or pw else \
-        xp.empty((c, h, w, n), dtype=x.dtype)
-    padded[:, ph:ph + h, pw:pw + w] = x.transpose(1, 2, 3, 0)
+    padded = xp.zeros(_padded_shape(x.shape, geo), dtype=x.dtype)
+    _interior(padded, x.shape, geo)[...] = x.transpose(geo.order)
     if geo.is_pointwise():
-        return padded.reshape(c, 1, 1, h, w, n)
-    cols = xp.empty((c, *geo.kernel, *geo.out, n), dtype=x.dtype)
+        return padded.reshape(padded.shape[0], 1, 1, *padded.shape[1:])
+    rest = geo.arranged(x.shape[0], 1, *geo.out)[1:]
+    cols = xp.empty((x.shape[1], *geo.kernel, *rest), dtype=x.dtype)
     for i in range(geo.kernel[0]):
         for j in range(geo.kernel[1]):
             cols[:, i, j] = _window(padded, i, j, geo)
@@ -98,15 +129,13 @@ def im2col(xp, x, geo: ConvGeometry):
 
 def col2im(xp, cols, x_shape, geo: ConvGeometry):
     """The adjoint of :func:`im2col`: sums column gradients back into an (N, C, H, W) array."""
-    n, c, h, w = x_shape
     if geo.is_pointwise():
-        return cols.reshape(c, h, w, n).transpose(3, 0, 1, 2)
-    ph, pw = geo.pad
-    padded = xp.zeros((c, h + 2 * ph, w + 2 * pw, n), dtype=cols.dtype)
+        return cols.reshape(_padded_shape(x_shape, geo)).transpose(geo.inverse)
+    padded = xp.zeros(_padded_shape(x_shape, geo), dtype=cols.dtype)
     for i in range(geo.kernel[0]):
         for j in range(geo.kernel[1]):
             _window(padded, i, j, geo)[...] += cols[:, i, j]
-    return padded[:, ph:ph + h, pw:pw + w].transpose(3, 0, 1, 2)
+    return _interior(padded, x_shape, geo).transpose(geo.inverse)
 
 
 @register_layer
@@ -180,16 +209,16 @@ class Convolution(Layer):
         n, o = top[0].shape[:2]
         self.cols = im2col(xp, bottom[0].data, self.geo)
         cols = self.cols.reshape(g, -1, self.cols[0, 0, 0].size)
-        out = xp.matmul(self.grouped_weights(), cols).reshape(o, *self.geo.out, n)
+        out = xp.matmul(self.grouped_weights(), cols).reshape(o, -1)
         if self.params.bias_term:
-            out += self.blobs[1].data.reshape(o, 1, 1, 1)
-        top[0].data[...] = out.transpose(3, 0, 1, 2)
+            out += self.blobs[1].data.reshape(o, 1)
+        top[0].data[...] = out.reshape(o, *self.cols.shape[3:]).transpose(self.geo.inverse)
 
     def backward(self, top, propagate_down, bottom):
         xp, g = self.xp, self.params.group
         dy = top[0].diff
         o = dy.shape[1]
-        dy_cols = xp.ascontiguousarray(dy.transpose(1, 2, 3, 0)).reshape(g, o // g, -1)
+        dy_cols = xp.ascontiguousarray(dy.transpose(self.geo.order)).reshape(g, o // g, -1)
         if self.params.bias_term and self.param_propagate_down[1]:
             self.blobs[1].diff += dy.sum(axis=(0, 2, 3))
         cols = self.cols.reshape(g, -1, dy_cols.shape[2])
