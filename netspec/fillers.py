@@ -59,15 +59,15 @@ def fill(params: FillerParams, shape, rng: numpy.random.Generator, dtype=numpy.f
     if kind == "constant":
         return numpy.full(shape, params.value, dtype=dtype)
     if kind == "uniform":
-        return rng.uniform(params.min, params.max, size=shape).astype(dtype)
+        return (params.min + (params.max - params.min) * rng.random(shape, dtype=dtype)).astype(dtype, copy=False)
     if kind == "gaussian":
-        values = rng.normal(params.mean, params.std, size=shape)
+        values = params.mean + params.std * rng.standard_normal(shape, dtype=dtype)
         if params.sparse >= 0:
             if len(shape) < 2:
                 raise ParamError(key, "a sparse gaussian filler needs a blob of at least 2 axes")
             keep = rng.random(shape) < params.sparse / shape[0]
             values = values * keep
-        return values.astype(dtype)
+        return values.astype(dtype, copy=False)
     if kind == "xavier":
         scale = math.sqrt(3.0 / _fan(shape, params.variance_norm))
         return rng.uniform(-scale, scale, size=shape).astype(dtype)

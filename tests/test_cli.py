@@ -128,3 +128,15 @@ def test_python_api_matches_design(tmp_path):
     again = netspec.load_net(str(LENET), phase="TEST")
     again.load_weights(tmp_path / "w.h5")
     np.testing.assert_array_equal(again.params["ip2"][0].data, net.params["ip2"][0].data)
+
+
+def test_unknown_or_unavailable_device_is_one_line():
+    result = run("time", LENET, "--device", "tpu")
+    assert result.returncode == 1
+    assert result.stderr.strip() == "error: unknown device 'tpu': use cpu, gpu or gpu:N"
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        result = run("time", LENET, "--device", "gpu")
+        assert result.returncode == 1
+        assert result.stderr.strip() == "error: device 'gpu' needs CuPy: pip install -e '.[gpu]'"
