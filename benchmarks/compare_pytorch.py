@@ -18,6 +18,7 @@ import time
 import numpy
 
 import netspec
+from netspec.layers.pooling import pool_geometry
 from netspec.timing import time_net
 
 DEFAULT_NETS = ["configs/lenet/lenet_train_test.yaml", "configs/cifar10/cifar10_quick_train_test.yaml"]
@@ -28,8 +29,8 @@ def torch_forward(net, torch):
     functional = torch.nn.functional
     params = {name: [torch.tensor(numpy.array(b.data), requires_grad=True) for b in blobs]
               for name, blobs in net.params.items()}
-    inputs = {name: torch.tensor(numpy.array(blob.data)) for node in net.nodes if not node.bottoms
-              for name, blob in zip(node.tops, net.top_blobs[net.nodes.index(node)])}
+    inputs = {name: torch.tensor(numpy.array(blob.data)) for node, tops in zip(net.nodes, net.top_blobs)
+              if not node.bottoms for name, blob in zip(node.tops, tops)}
 
     def run():
         values = dict(inputs)
@@ -45,7 +46,6 @@ def torch_forward(net, torch):
                 y = functional.conv2d(x[0], w[0], w[1] if len(w) > 1 else None, geo.stride, geo.pad, geo.dilation,
                                       layer.params.group)
             elif kind == "Pooling":
-                from netspec.layers.pooling import pool_geometry
                 p = layer.block("pooling_param")
                 geo = pool_geometry(p, node.bottom_shapes[0])
                 pool = functional.max_pool2d if p.pool == "MAX" else functional.avg_pool2d

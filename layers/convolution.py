@@ -115,7 +115,8 @@ def im2col(xp, x, geo: ConvGeometry):
     ``rest`` is (N, out_h, out_w), or (out_h, out_w, N) when ``geo.order``
     puts the batch innermost; see :func:`conv_geometry`.
     """
-    padded = xp.zeros(_padded_shape(x.shape, geo), dtype=x.dtype)
+    allocate = xp.zeros if any(geo.pad) else xp.empty
+    padded = allocate(_padded_shape(x.shape, geo), dtype=x.dtype)
     _interior(padded, x.shape, geo)[...] = x.transpose(geo.order)
     if geo.is_pointwise():
         return padded.reshape(padded.shape[0], 1, 1, *padded.shape[1:])
@@ -206,7 +207,7 @@ class Convolution(Layer):
 
     def forward(self, bottom, top):
         xp, g = self.xp, self.params.group
-        n, o = top[0].shape[:2]
+        o = top[0].shape[1]
         self.cols = im2col(xp, bottom[0].data, self.geo)
         cols = self.cols.reshape(g, -1, self.cols[0, 0, 0].size)
         out = xp.matmul(self.grouped_weights(), cols).reshape(o, -1)

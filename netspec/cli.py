@@ -8,15 +8,10 @@ import sys
 
 import click
 
-from netspec.config import did_you_mean, parse_net
+from netspec.config import parse_net
 from netspec.errors import ConfigError, NetspecError
 from netspec.graph import compile_net
-from netspec.registry import layer_schemas, layer_types
-
-
-def _fail(message: str) -> None:
-    click.echo(f"error: {message}" if "\n" not in message else message, err=True)
-    sys.exit(1)
+from netspec.registry import layer_class, layer_schemas, layer_types
 
 
 def user_errors(command):
@@ -34,7 +29,8 @@ def user_errors(command):
                 click.echo(f"{count} errors", err=True)
             sys.exit(1)
         except NetspecError as exc:
-            _fail(str(exc))
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
 
     return wrapper
 
@@ -87,10 +83,7 @@ def layers(layer_type):
         for name, cls in types.items():
             click.echo(f"{name.ljust(width)}  {first_line(cls).split(':', 1)[-1].strip()}")
         return
-    if layer_type not in types:
-        raise NetspecError(f"unknown layer type '{layer_type}'{did_you_mean(layer_type, types)} "
-                           "(netspec layers lists them)")
-    click.echo(layer_doc(types[layer_type]))
+    click.echo(layer_doc(layer_class(layer_type)))
 
 
 @main.command("time")

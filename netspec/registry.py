@@ -32,7 +32,8 @@ def layer_class(type_name: str) -> type:
     """The class registered as ``type_name``."""
     types = layer_types()
     if type_name not in types:
-        raise NetspecError(f"unknown layer type '{type_name}'{did_you_mean(type_name, types)}")
+        raise NetspecError(f"unknown layer type '{type_name}'{did_you_mean(type_name, types)} "
+                           "(netspec layers lists them)")
     return types[type_name]
 
 

@@ -82,10 +82,11 @@ def _default_text(spec: dataclasses.Field) -> str:
     if spec.default_factory is not dataclasses.MISSING:
         value = spec.default_factory()
         if dataclasses.is_dataclass(value):
-            fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-            changed = {k: v for k, v in fields.items()
-                       if v != next(f for f in dataclasses.fields(value) if f.name == k).default}
-            return "{" + ", ".join(f"{k}: {v}" for k, v in (changed or {"type": fields.get("type", "")}).items()) + "}"
+            plain = type(value)()
+            changed = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)
+                       if getattr(value, f.name) != getattr(plain, f.name)}
+            shown = changed or {"type": getattr(value, "type", "")}
+            return "{" + ", ".join(f"{k}: {v}" for k, v in shown.items()) + "}"
         return str(value)
     return "none" if spec.default is None else str(spec.default)
 
@@ -99,15 +100,16 @@ def params_doc(block_name: str, cls) -> str:
         "  " + line for line in format_table(["name", "type", "default", "meaning"], rows).splitlines())
 
 
+def _count_text(bounds: tuple[int, int | None]) -> str:
+    low, high = bounds
+    return str(low) if low == high else f"{low}+" if high is None else f"{low}-{high}"
+
+
 def layer_doc(cls) -> str:
     """Everything ``netspec layers TYPE`` prints: the docstring, counts, in-place, parameters."""
-    low, high = cls.num_bottoms
-    bottoms = str(low) if low == high else f"{low}+" if high is None else f"{low}-{high}"
-    low, high = cls.num_tops
-    tops = str(low) if low == high else f"{low}+" if high is None else f"{low}-{high}"
     parts = [
         inspect.getdoc(cls) or cls.type,
-        f"bottoms: {bottoms}   tops: {tops}   in place: {'yes' if cls.inplace_ok else 'no'}"
+        f"bottoms: {_count_text(cls.num_bottoms)}   tops: {_count_text(cls.num_tops)}   in place: {'yes' if cls.inplace_ok else 'no'}"
         + ("   loss: yes (loss_weight 1)" if cls.is_loss else ""),
     ]
     parts += [params_doc(name, block) for name, block in cls.param_blocks.items()]
