@@ -9,7 +9,7 @@ from typing import Literal
 from netspec.config import doc
 from netspec.errors import ParamError, ShapeError
 from netspec.layer import Layer
-from netspec.layers.spatial import hw, pad_hw, require_4d, window
+from netspec.layers.spatial import hw, pad_hw, require_4d
 from netspec.registry import register_layer
 
 
@@ -119,53 +119,81 @@ class Pooling(Layer):
         (ph, pw), (fh, fw) = self.geo.pad, self.geo.far_pad
         return pad_hw(self.xp, x, ph, fh, pw, fw, value)
 
-    def offsets(self):
-        """Every (i, j) kernel offset in Caffe's scan order."""
-        return [(i, j) for i in range(self.geo.kernel[0]) for j in range(self.geo.kernel[1])]
-
     def forward(self, bottom, top):
-        xp, geo = self.xp, self.geo
-        out = top[0].data
+        geo = self.geo
         if self.block("pooling_param").pool == "MAX":
-            padded = self.padded(bottom[0].data, -xp.inf)
-            offsets = self.offsets()
-            self.argmax = xp.zeros(out.shape, dtype=xp.int8 if len(offsets) < 128 else xp.int32)
-            better = xp.empty(out.shape, dtype=bool)
-            step = xp.empty_like(self.argmax)
-            out[...] = window(padded, 0, 0, *geo.out, *geo.stride)
-            for index, (i, j) in enumerate(offsets[1:], start=1):
-                view = window(padded, i, j, *geo.out, *geo.stride)
-                xp.greater(view, out, out=better)
-                # argmax = index where better, kept elsewhere; arithmetic, since a masked copy
-                # with an unpredictable mask is several times slower on CPUs
-                xp.subtract(index, self.argmax, out=step)
-                step *= better
-                self.argmax += step
-                xp.maximum(out, view, out=out)
+            # A 2-D window's maximum is the row-wise maximum of column-wise maxima, and taking the
+            # first maximum in each pass gives Caffe's first maximum in row-major scan order.
+            padded = self.padded(bottom[0].data, -self.xp.inf)
+            rows, self.column_choice = self.max_along(padded, 3, geo.kernel[1], geo.stride[1], geo.out[1])
+            top[0].data[...], self.row_choice = self.max_along(rows, 2, geo.kernel[0], geo.stride[0], geo.out[0])
         else:
             padded = self.padded(bottom[0].data, 0.0)
-            out[...] = 0
-            for i, j in self.offsets():
-                out += window(padded, i, j, *geo.out, *geo.stride)
-            out /= self.divisor
+            rows = self.sum_along(padded, 3, geo.kernel[1], geo.stride[1], geo.out[1])
+            top[0].data[...] = self.sum_along(rows, 2, geo.kernel[0], geo.stride[0], geo.out[0])
+            top[0].data[...] /= self.divisor
 
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
-        xp, geo = self.xp, self.geo
+        geo = self.geo
         n, c, h, w = bottom[0].shape
-        grad = xp.zeros((n, c, h + geo.pad[0] + geo.far_pad[0], w + geo.pad[1] + geo.far_pad[1]),
-                        dtype=self.dtype)
-        dy = top[0].diff
+        padded_h, padded_w = h + geo.pad[0] + geo.far_pad[0], w + geo.pad[1] + geo.far_pad[1]
         if self.block("pooling_param").pool == "MAX":
-            chosen = xp.empty(dy.shape, dtype=bool)
-            share = xp.empty_like(dy)
-            for index, (i, j) in enumerate(self.offsets()):
-                xp.equal(self.argmax, index, out=chosen)
-                xp.multiply(dy, chosen, out=share)
-                window(grad, i, j, *geo.out, *geo.stride)[...] += share
+            rows = self.scatter_along(top[0].diff, 2, geo.kernel[0], geo.stride[0], padded_h, self.row_choice)
+            grad = self.scatter_along(rows, 3, geo.kernel[1], geo.stride[1], padded_w, self.column_choice)
         else:
-            share = dy / self.divisor
-            for i, j in self.offsets():
-                window(grad, i, j, *geo.out, *geo.stride)[...] += share
+            rows = self.scatter_along(top[0].diff / self.divisor, 2, geo.kernel[0], geo.stride[0], padded_h)
+            grad = self.scatter_along(rows, 3, geo.kernel[1], geo.stride[1], padded_w)
         bottom[0].diff[...] = grad[:, :, geo.pad[0]:geo.pad[0] + h, geo.pad[1]:geo.pad[1] + w]
+
+    def max_along(self, x, axis: int, kernel: int, stride: int, size: int):
+        """Maximum over 1-D windows along ``axis`` and the offset of each window's first maximum."""
+        xp = self.xp
+        out = strided(x, axis, 0, stride, size).copy()
+        choice = xp.zeros(out.shape, dtype=xp.int8 if kernel < 128 else xp.int32)
+        better = xp.empty(out.shape, dtype=bool)
+        step = xp.empty_like(choice)
+        for offset in range(1, kernel):
+            view = strided(x, axis, offset, stride, size)
+            xp.greater(view, out, out=better)
+            # choice = offset where better, kept elsewhere; arithmetic, since a masked copy
+            # with an unpredictable mask is several times slower on CPUs
+            xp.subtract(offset, choice, out=step)
+            step *= better
+            choice += step
+            xp.maximum(out, view, out=out)
+        return out, choice
+
+    def sum_along(self, x, axis: int, kernel: int, stride: int, size: int):
+        """Sum over 1-D windows along ``axis``."""
+        out = strided(x, axis, 0, stride, size).copy()
+        for offset in range(1, kernel):
+            out += strided(x, axis, offset, stride, size)
+        return out
+
+    def scatter_along(self, dy, axis: int, kernel: int, stride: int, extent: int, choice=None):
+        """Spread ``dy`` back over the ``extent`` input positions of its windows along ``axis``.
+
+        With ``choice`` each window's gradient goes to its chosen offset only; without, to every offset.
+        """
+        xp = self.xp
+        shape = list(dy.shape)
+        shape[axis] = extent
+        grad = xp.zeros(shape, dtype=self.dtype)
+        share = dy
+        if choice is not None:
+            share, chosen = xp.empty_like(dy), xp.empty(dy.shape, dtype=bool)
+        for offset in range(kernel):
+            if choice is not None:
+                xp.equal(choice, offset, out=chosen)
+                xp.multiply(dy, chosen, out=share)
+            strided(grad, axis, offset, stride, dy.shape[axis])[...] += share
+        return grad
+
+
+def strided(x, axis: int, offset: int, stride: int, size: int):
+    """The ``size`` elements of ``x`` along ``axis`` starting at ``offset``, ``stride`` apart."""
+    index = [slice(None)] * x.ndim
+    index[axis] = slice(offset, offset + stride * (size - 1) + 1, stride)
+    return x[tuple(index)]

@@ -531,3 +531,21 @@ def test_silence_consumes_and_zeroes_gradient():
     net.bottom_blobs[-1][0].diff[...] = 5
     net.layers[-1].backward([], [True], net.bottom_blobs[-1])
     assert not net.bottom_blobs[-1][0].diff.any()
+
+
+@pytest.mark.parametrize("pad", [0, 1])
+def test_max_pooling_gradient_goes_to_the_first_maximum_of_each_window(pad):
+    x = np.random.default_rng(5).integers(0, 2, size=(2, 2, 7, 7)).astype(np.float64)
+    net = one_layer_net("Pooling", [x.shape], bottoms=[x],
+                        params={"pooling_param": {"pool": "MAX", "kernel_size": 3, "stride": 2, "pad": pad}})
+    run_forward(net)
+    dy = np.random.default_rng(6).uniform(1, 2, net.top_blobs[-1][0].shape)
+    net.top_blobs[-1][0].diff[...] = dy
+    net.layers[-1].backward(net.top_blobs[-1], [True], net.bottom_blobs[-1])
+    expected = np.zeros_like(x)
+    for b, c, oy, ox in np.ndindex(dy.shape):
+        cells = [(y, z) for y in range(oy * 2 - pad, oy * 2 - pad + 3) for z in range(ox * 2 - pad, ox * 2 - pad + 3)
+                 if 0 <= y < 7 and 0 <= z < 7]
+        y, z = max(cells, key=lambda cell: (x[b, c][cell], -cells.index(cell)))
+        expected[b, c, y, z] += dy[b, c, oy, ox]
+    np.testing.assert_allclose(net.bottom_blobs[-1][0].diff, expected)
