@@ -90,6 +90,23 @@ class HDF5Data(Layer):
                 self.backend.host_rng.shuffle(self.file_order)
         self.load_current()
 
+    def runtime_state(self):
+        state = {"file_order": self.file_order, "file_cursor": self.file_cursor, "row_cursor": self.row_cursor}
+        if self.row_order is not None:
+            state["row_order"] = self.row_order
+        return state
+
+    def restore_runtime_state(self, state):
+        order = [int(i) for i in state["file_order"]]
+        if sorted(order) != list(range(len(self.files))):
+            raise DataError(f"{self.block('hdf5_data_param').source}: the saved position is for "
+                            f"{len(order)} files, the list now names {len(self.files)}")
+        self.file_order, self.file_cursor = order, int(state["file_cursor"])
+        self.load_current()
+        if "row_order" in state:
+            self.row_order = state["row_order"]
+        self.row_cursor = int(state["row_cursor"])
+
     def forward(self, bottom, top):
         batch = self.block("hdf5_data_param").batch_size
         filled = 0

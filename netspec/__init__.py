@@ -7,8 +7,11 @@
 
 __version__ = "0.1.0"
 
-from netspec.errors import ConfigError, DataError, NetspecError, ShapeError, WeightsError  # noqa: E402
+from netspec.errors import (  # noqa: E402
+    ConfigError, DataError, NetspecError, ShapeError, StateError, TrainingError, WeightsError,
+)
 from netspec.net import Net, load_net  # noqa: E402
+from netspec.solver import Solver, load_solver  # noqa: E402
 
-__all__ = ["ConfigError", "DataError", "Net", "NetspecError", "ShapeError", "WeightsError", "load_net",
-           "__version__"]
+__all__ = ["ConfigError", "DataError", "Net", "NetspecError", "ShapeError", "Solver", "StateError",
+           "TrainingError", "WeightsError", "load_net", "load_solver", "__version__"]

@@ -9,6 +9,8 @@ masks, DummyData) uses the device generator.
 
 from __future__ import annotations
 
+import json
+
 import numpy
 
 from netspec.errors import NetspecError
@@ -39,6 +41,18 @@ class Backend:
             self.rng = self.xp.random.default_rng(seed)
         else:
             self.rng = self.host_rng
+
+    def rng_state(self) -> str:
+        """The host generator's state as JSON text, for solver states.
+
+        On a CPU this is every random number netspec draws.  On a GPU the device
+        generator (dropout masks, DummyData) is not included yet.
+        """
+        return json.dumps(self.host_rng.bit_generator.state)
+
+    def set_rng_state(self, text: str) -> None:
+        """Restore a state from :meth:`rng_state`."""
+        self.host_rng.bit_generator.state = json.loads(text)
 
     def asarray(self, array, dtype=None):
         """``array`` on this device (copied from the host when needed)."""

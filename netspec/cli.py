@@ -64,10 +64,7 @@ def check(net_file, phase, stages, level, weights):
     graph = compile_net(spec, phase=phase.upper() if phase else None, stages=stages or None, level=level)
     click.echo(net_summary(graph))
     if weights:
-        report = Net(graph).load_weights(weights)
-        click.echo(f"weights {weights}: {len(report.copied)} layers load"
-                   + (f"; not in the file (keep their fillers): {', '.join(report.missing)}" if report.missing else "")
-                   + (f"; in the file but not the net: {', '.join(report.unused)}" if report.unused else ""))
+        click.echo(Net(graph).load_weights(weights).summary(weights))
 
 
 @main.command()

@@ -431,9 +431,20 @@ def parse_net(source, layer_schemas: dict[str, dict[str, type]]) -> NetSpec:
     tree = load_yaml(text, filename)
     base_dir = os.path.dirname(os.path.abspath(filename)) if filename else os.getcwd()
     ctx = Context(filename, base_dir)
+    spec = read_net(tree, ctx, layer_schemas, 1)
+    if ctx.problems:
+        raise ConfigError(ctx.problems)
+    return spec
+
+
+def read_net(tree, ctx: Context, layer_schemas: dict[str, dict[str, type]], line: int) -> NetSpec | None:
+    """Validate a parsed net mapping (a whole file, or a net written inline in a solver file).
+
+    Problems are recorded in ``ctx``; returns None when ``tree`` is not a mapping.
+    """
     if not isinstance(tree, YamlMap):
-        raise ConfigError(Problem("a net file must be a mapping with a 'layers' list",
-                                  file=filename or "<string>", line=1))
+        ctx.add("a net must be a mapping with a 'layers' list", line)
+        return None
     for key in tree:
         if key not in _NET_KEYS:
             ctx.add(f"unknown key '{key}'{did_you_mean(key, _NET_KEYS)}", tree.line_of(key))
@@ -455,8 +466,6 @@ def parse_net(source, layer_schemas: dict[str, dict[str, type]]) -> NetSpec:
         spec = parse_layer(node, index, layer_schemas, ctx, layer_nodes.line_of(index))
         if spec is not None:
             layers.append(spec)
-    if ctx.problems:
-        raise ConfigError(ctx.problems)
     return NetSpec(name=name, layers=layers, force_backward=force_backward,
                    state=state if state is not _INVALID else NetState(),
-                   file=filename, config_hash=config_hash(tree))
+                   file=ctx.file, config_hash=config_hash(tree))

@@ -69,3 +69,11 @@ class ParamError(NetspecError):
     def __init__(self, key: str | None, message: str):
         self.key = key
         super().__init__(message)
+
+
+class StateError(NetspecError):
+    """A solver state that cannot be resumed: unreadable, or from another net or solver."""
+
+
+class TrainingError(NetspecError):
+    """Training cannot go on, e.g. the loss became NaN or infinite."""

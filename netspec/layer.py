@@ -82,6 +82,13 @@ class Layer:
         for blob, shape in zip(top, self.top_shapes([b.shape for b in bottom])):
             blob.reshape(shape)
 
+    def runtime_state(self) -> dict:
+        """Arrays a resumed run needs to continue exactly (a data layer's position); none by default."""
+        return {}
+
+    def restore_runtime_state(self, state: dict) -> None:
+        """Take back what :meth:`runtime_state` returned."""
+
     def forward(self, bottom: list[Blob], top: list[Blob]) -> None:
         """Compute the tops' data from the bottoms' data."""
         raise NotImplementedError

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import numpy
 
@@ -10,8 +11,19 @@ from netspec import weights
 from netspec.backend import Backend
 from netspec.blob import Blob
 from netspec.config import parse_net
+from netspec.errors import WeightsError
 from netspec.graph import Graph, compile_net
 from netspec.registry import layer_schemas
+
+
+class LearnableParam(NamedTuple):
+    """One blob that trains: where it lives and its multipliers."""
+
+    layer: str
+    index: int
+    blob: Blob
+    lr_mult: float
+    decay_mult: float
 
 
 class Net:
@@ -80,14 +92,81 @@ class Net:
                 owned[layer.name] = mine
         return owned
 
-    def learnable_params(self) -> list[tuple[Blob, float, float]]:
-        """``(blob, lr_mult, decay_mult)`` for each owned blob that trains (lr_mult != 0)."""
+    def learnable_params(self) -> list[LearnableParam]:
+        """Each owned blob that trains (lr_mult != 0), in layer order."""
         result = []
         for node, layer in zip(self.nodes, self.layers):
-            for blob, spec, owner in zip(layer.blobs, node.param_specs, node.param_owners):
+            for index, (blob, spec, owner) in enumerate(zip(layer.blobs, node.param_specs, node.param_owners)):
                 if owner is None and spec.lr_mult != 0:
-                    result.append((blob, spec.lr_mult, spec.decay_mult))
+                    result.append(LearnableParam(layer.name, index, blob, spec.lr_mult, spec.decay_mult))
         return result
+
+    @property
+    def batch_size(self) -> int:
+        """Size of the first axis of the first layer's first top (1 when there is none)."""
+        first_top = next((blobs[0] for blobs in self.top_blobs if blobs), None)
+        return first_top.shape[0] if first_top is not None and first_top.shape else 1
+
+    def has_loss(self) -> bool:
+        """True when some top carries a non-zero loss weight."""
+        return any(any(node.loss_weights) for node in self.nodes)
+
+    def output_loss_weight(self, blob_name: str) -> float:
+        """The loss weight of the output ``blob_name`` (0 for non-losses)."""
+        for node in self.nodes:
+            for name, weight in zip(node.tops, node.loss_weights):
+                if name == blob_name:
+                    return weight
+        return 0.0
+
+    def share_trained_layers(self, source: "Net") -> None:
+        """Make every parameter blob of a layer also in ``source`` (same name) a view of source's blob.
+
+        Test nets use this to follow the train net's weights (Caffe's ShareTrainedLayersWith).
+        """
+        for name, blobs in self.params.items():
+            theirs = source.params.get(name)
+            if theirs is None:
+                continue
+            for index, (mine, other) in enumerate(zip(blobs, theirs)):
+                if mine.shape != other.shape:
+                    raise WeightsError(f"layer '{name}' blob {index} is {mine.shape} in net '{self.name}' "
+                                       f"({self.phase}) but {other.shape} in net '{source.name}' ({source.phase})")
+                mine.share(other)
+
+    def scalar_outputs(self) -> dict[str, float]:
+        """The value of each one-element output blob after the last forward pass."""
+        return {name: float(self.blobs[name].data.reshape(-1)[0]) for name in self.outputs
+                if self.blobs[name].count == 1}
+
+    def score(self, iterations: int) -> dict[str, float]:
+        """Run ``iterations`` forward passes; return each one-element output averaged over them."""
+        totals: dict[str, float] = {}
+        for _ in range(iterations):
+            self.forward()
+            for name, value in self.scalar_outputs().items():
+                totals[name] = totals.get(name, 0.0) + value
+        return {name: total / iterations for name, total in totals.items()}
+
+    def first_non_finite(self) -> tuple[str, str] | None:
+        """``(layer, top)`` of the first layer whose output holds a NaN or an infinity, if any."""
+        xp = self.backend.xp
+        for layer, tops in zip(self.layers, self.top_blobs):
+            for blob in tops:
+                if not bool(xp.isfinite(blob.data).all()):
+                    return layer.name, blob.name
+        return None
+
+    def runtime_state(self) -> dict[str, dict[str, numpy.ndarray]]:
+        """``{layer: state}`` for layers with run-time state (data cursors) that a resumed run needs."""
+        states = {layer.name: layer.runtime_state() for layer in self.layers}
+        return {name: state for name, state in states.items() if state}
+
+    def restore_runtime_state(self, states: dict[str, dict[str, numpy.ndarray]]) -> None:
+        """Give layers back the state saved by :meth:`runtime_state`."""
+        for name, state in states.items():
+            if name in self.layer_by_name:
+                self.layer_by_name[name].restore_runtime_state(state)
 
     # ---- passes ----------------------------------------------------------------------------
     def forward_layer(self, index: int) -> None:
@@ -146,9 +225,13 @@ class Net:
         """Write the weights to an HDF5 file atomically."""
         weights.save_weights(self, path, iteration)
 
-    def load_weights(self, path: str | os.PathLike) -> weights.LoadReport:
-        """Copy weights from an HDF5 file by layer name; returns what was copied and what was not."""
-        return weights.load_weights(self, path)
+    def load_weights(self, path: str | os.PathLike, strict: bool = True) -> weights.LoadReport:
+        """Copy weights from an HDF5 file by layer name; returns what was copied and what was not.
+
+        With ``strict=False`` (fine-tuning) a layer whose shapes differ keeps its fillers instead of
+        raising.
+        """
+        return weights.load_weights(self, path, strict)
 
 
 def load_net(source, phase: str | None = None, device: str = "cpu", stages=None, level: int | None = None,

@@ -37,8 +37,7 @@ def time_net(net: Net, iterations: int = 50, warmup: int = 5) -> dict:
             backward[index] += clock() - begin
     total = clock() - start
     ms_per_iter = 1000 * total / iterations
-    first_top = next((blobs[0] for blobs in net.top_blobs if blobs), None)
-    batch = first_top.shape[0] if first_top is not None and first_top.shape else 1
+    batch = net.batch_size
     layers = [{"name": layer.name, "type": layer.type,
                "forward_ms": 1000 * f / iterations, "backward_ms": 1000 * b / iterations}
               for layer, f, b in zip(net.layers, forward, backward)]

@@ -30,6 +30,18 @@ class LoadReport:
     copied: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     unused: list[str] = field(default_factory=list)
+    reinitialised: list[str] = field(default_factory=list)
+
+    def summary(self, path) -> str:
+        """One line saying which layers were copied, kept their fillers, or were left out."""
+        parts = [f"weights {os.fspath(path)}: copied {len(self.copied)} layer(s)"]
+        if self.reinitialised:
+            parts.append(f"shape differs, initialised by fillers: {', '.join(self.reinitialised)}")
+        if self.missing:
+            parts.append(f"not in the file (keep their fillers): {', '.join(self.missing)}")
+        if self.unused:
+            parts.append(f"in the file but not the net: {', '.join(self.unused)}")
+        return "; ".join(parts)
 
 
 def save_weights(net, path: str | os.PathLike, iteration: int = 0) -> None:
@@ -63,12 +75,14 @@ def read_weights(path: str | os.PathLike) -> tuple[dict[str, dict[int, numpy.nda
         raise WeightsError(f"{path}: cannot read weights file: {open_failure(path, exc)}") from None
 
 
-def load_weights(net, path: str | os.PathLike) -> LoadReport:
+def load_weights(net, path: str | os.PathLike, strict: bool = True) -> LoadReport:
     """Copy blobs into ``net`` by layer name.
 
     Layers absent from the file keep their initial values (reported as
-    ``missing``); a blob whose shape differs, or a file sharing no layer with
-    the net, is a WeightsError naming the file, layer and blob.
+    ``missing``).  A blob whose shape differs is a WeightsError naming the
+    file, layer and blob, unless ``strict`` is False (fine-tuning): then that
+    layer keeps its fillers and is reported as ``reinitialised``.  A file
+    sharing no layer with the net is always an error.
     """
     stored, attrs = read_weights(path)
     report = LoadReport()
@@ -78,13 +92,18 @@ def load_weights(net, path: str | os.PathLike) -> LoadReport:
         if name not in stored:
             report.missing.append(name)
             continue
+        problems = []
         for index, blob in blobs:
             if index not in stored[name]:
-                mismatches.append(f"layer '{name}' blob {index} is missing from the file")
+                problems.append(f"layer '{name}' blob {index} is missing from the file")
             elif tuple(stored[name][index].shape) != blob.shape:
-                mismatches.append(f"layer '{name}' blob {index} has shape {tuple(stored[name][index].shape)} "
-                                  f"in the file but {blob.shape} in the net")
-        report.copied.append(name)
+                problems.append(f"layer '{name}' blob {index} has shape {tuple(stored[name][index].shape)} "
+                                f"in the file but {blob.shape} in the net")
+        if problems and not strict:
+            report.reinitialised.append(name)
+        else:
+            mismatches.extend(problems)
+            report.copied.append(name)
     report.unused = [name for name in stored if name not in owned]
     if mismatches:
         raise WeightsError(f"{os.fspath(path)}: {'; '.join(mismatches)}")

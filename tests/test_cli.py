@@ -67,7 +67,7 @@ def test_check_weights_of_another_shape_or_net(tmp_path):
     good = tmp_path / "lenet.h5"
     netspec.load_net(str(deploy)).save_weights(good)
     result = run("check", LENET, "--weights", good)
-    assert result.returncode == 0 and "weights" in result.stdout and "4 layers load" in result.stdout
+    assert result.returncode == 0 and "weights" in result.stdout and "copied 4 layer(s)" in result.stdout
     other = tmp_path / "other.yaml"
     other.write_text(deploy.read_text().replace("num_output: 500", "num_output: 400"))
     result = run("check", other, "--weights", good)

@@ -7,6 +7,7 @@ import os
 import h5py
 import numpy
 
+from netspec.atomic import atomic_path
 from netspec.config import did_you_mean
 from netspec.errors import DataError
 
@@ -69,3 +70,17 @@ def load_arrays(path: str, names: list[str], dtype) -> list[numpy.ndarray]:
     with _open(path) as handle:
         _check_names(handle, path, names)
         return [numpy.asarray(handle[name][()], dtype=dtype) for name in names]
+
+
+def write_arrays(path: str, arrays: dict[str, numpy.ndarray]) -> None:
+    """Write one dataset per name (rows along the first axis) to an HDF5 file, atomically."""
+    with atomic_path(path) as temporary, h5py.File(temporary, "w") as handle:
+        for name, array in arrays.items():
+            handle.create_dataset(name, data=array)
+
+
+def write_file_list(path: str, files: list[str]) -> None:
+    """Write a list file naming ``files`` relative to the list's folder, atomically."""
+    folder = os.path.dirname(os.path.abspath(path))
+    with atomic_path(path) as temporary, open(temporary, "w", encoding="utf-8") as handle:
+        handle.writelines(os.path.relpath(os.path.abspath(f), folder) + "\n" for f in files)

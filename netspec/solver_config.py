@@ -1,0 +1,189 @@
+"""Reading solver files: Caffe's SolverParameter names, validated like net files (every error at once).
+
+A solver file names its nets as paths (relative to the solver file) or writes
+them inline; either way they are read and validated here, so one run of
+:func:`parse_solver` reports every mistake in the solver and in its nets.
+Which update rules exist is passed in by the caller, so this module knows
+nothing of solvers' code.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Literal
+
+from netspec.config import (
+    Context, FilePath, NetSpec, NetState, YamlList, YamlMap, config_hash, did_you_mean, doc, load_yaml,
+    read_block, read_net, read_source, required,
+)
+from netspec.errors import ConfigError, Problem
+
+LR_POLICIES = ("fixed", "step", "exp", "inv", "multistep", "poly", "sigmoid")
+NET_KEYS = ("net", "train_net", "test_net")
+
+
+@dataclass
+class SolverParams:
+    """The hyper-parameters of a solver file (Caffe's SolverParameter; the nets are read separately)."""
+
+    base_lr: float = required(doc="starting learning rate (> 0)")
+    max_iter: int = required(doc="iterations to train (> 0)")
+    lr_policy: Literal[LR_POLICIES] = doc("fixed", "how the rate changes: " + ", ".join(LR_POLICIES))
+    gamma: float | None = doc(None, "factor of the step, exp, inv, multistep and sigmoid policies")
+    power: float | None = doc(None, "exponent of the inv and poly policies")
+    stepsize: int | None = doc(None, "iterations per step (step) or the midpoint (sigmoid)")
+    stepvalue: list[int] = doc([], "iterations at which multistep multiplies the rate by gamma")
+    momentum: float = doc(0.0, "momentum of the update history")
+    weight_decay: float = doc(0.0, "regularisation strength (times each blob's decay_mult)")
+    regularization_type: Literal["L2", "L1"] = doc("L2", "L2: decay * w; L1: decay * sign(w)")
+    clip_gradients: float = doc(-1.0, "scale gradients down to this global L2 norm (negative: off)")
+    iter_size: int = doc(1, "batches whose gradients are accumulated per update")
+    type: str = doc("SGD", "update rule (netspec solvers lists them)")
+    test_iter: list[int] = doc([], "batches per test pass, one value per test net")
+    test_interval: int = doc(0, "test every this many iterations (0: never)")
+    test_initialization: bool = doc(True, "also test before the first iteration")
+    display: int = doc(0, "log every this many iterations (0: never)")
+    average_loss: int = doc(1, "iterations over which the logged loss is averaged")
+    snapshot: int = doc(0, "write weights and solver state every this many iterations (0: only at the end)")
+    snapshot_prefix: FilePath | None = doc(None, "path prefix of snapshot files (default: the solver file's "
+                                                 "path without its extension)")
+    snapshot_after_train: bool = doc(True, "write a snapshot when training ends")
+    random_seed: int = doc(-1, "seed of fillers, data order and dropout (negative: a random seed)")
+    solver_mode: Literal["CPU", "GPU"] = doc("CPU", "device kind (overridden by --device)")
+    device_id: int = doc(0, "GPU number with solver_mode GPU")
+    train_state: NetState | None = doc(None, "stages and level of the train net (its phase is always TRAIN)")
+    test_state: list[NetState] = doc([], "stages and level of each test net")
+
+
+@dataclass
+class SolverSpec:
+    """A whole solver file, validated: hyper-parameters, the train net and the test nets."""
+
+    params: SolverParams
+    train_net: NetSpec
+    test_nets: list[NetSpec]
+    file: str | None
+    text: str
+    config_hash: str
+    net_files: list[str] = field(default_factory=list)
+    lines: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def snapshot_prefix(self) -> str:
+        """Where snapshots go: ``snapshot_prefix``, else beside the solver file, else ./<net name>."""
+        if self.params.snapshot_prefix:
+            return self.params.snapshot_prefix
+        if self.file:
+            return os.path.splitext(os.path.abspath(self.file))[0]
+        return os.path.abspath(self.train_net.name or "netspec")
+
+    def problem(self, message: str, key: str | None = None) -> Problem:
+        """A Problem located at ``key`` of the solver file."""
+        return Problem(message, file=self.file or "<string>", line=self.lines.get(key, 1), key=key)
+
+
+def _read_net_value(value, ctx: Context, key: str, line: int, layer_schemas, net_files: list[str]) -> NetSpec | None:
+    """A net given as a path (relative to the solver file) or written inline."""
+    if isinstance(value, str):
+        path = os.path.normpath(os.path.join(ctx.base_dir, os.path.expanduser(value)))
+        if not os.path.isfile(path):
+            ctx.add(f"net file '{path}' does not exist", line, key)
+            return None
+        net_files.append(path)
+        text, filename = read_source(path)
+        net_ctx = Context(filename, os.path.dirname(path))
+        spec = read_net(load_yaml(text, filename), net_ctx, layer_schemas, 1)
+        ctx.problems.extend(net_ctx.problems)
+        return spec
+    if isinstance(value, YamlMap):
+        return read_net(value, ctx, layer_schemas, line)
+    ctx.add(f"expected a net file path or an inline net (a mapping), got {type(value).__name__} {value!r}", line, key)
+    return None
+
+
+def _check_values(p: SolverParams, ctx: Context, tree: YamlMap, solver_types) -> None:
+    """Range and consistency checks that a type annotation cannot express."""
+    def bad(key: str, message: str) -> None:
+        ctx.add(message, tree.line_of(key), key)
+
+    if p.base_lr is not None and not (p.base_lr > 0 and math.isfinite(p.base_lr)):
+        bad("base_lr", f"must be a positive number, got {p.base_lr}")
+    if p.max_iter is not None and p.max_iter <= 0:
+        bad("max_iter", f"must be a positive integer, got {p.max_iter}")
+    for key in ("iter_size", "average_loss"):
+        if getattr(p, key) < 1:
+            bad(key, f"must be at least 1, got {getattr(p, key)}")
+    for key in ("display", "snapshot", "test_interval", "momentum", "weight_decay"):
+        if getattr(p, key) < 0:
+            bad(key, f"must not be negative, got {getattr(p, key)}")
+    if any(n <= 0 for n in p.test_iter):
+        bad("test_iter", f"every value must be positive, got {p.test_iter}")
+    if p.type not in solver_types:
+        bad("type", f"unknown solver type '{p.type}'{did_you_mean(p.type, solver_types)} "
+                    f"(known: {', '.join(solver_types)})")
+    needs = {"step": ("gamma", "stepsize"), "exp": ("gamma",), "inv": ("gamma", "power"),
+             "multistep": ("gamma", "stepvalue"), "poly": ("power",), "sigmoid": ("gamma", "stepsize")}
+    for key in needs.get(p.lr_policy, ()):
+        if getattr(p, key) in (None, []):
+            bad(key, f"lr_policy '{p.lr_policy}' needs {key}")
+    if p.lr_policy == "step" and p.stepsize is not None and p.stepsize <= 0:
+        bad("stepsize", f"must be a positive integer, got {p.stepsize}")
+    if any(b <= a for a, b in zip(p.stepvalue, p.stepvalue[1:])):
+        bad("stepvalue", f"values must increase, got {p.stepvalue}")
+
+
+def parse_solver(source, layer_schemas: dict[str, dict[str, type]], solver_types) -> SolverSpec:
+    """Read and validate a solver from a path or YAML text, with its nets.
+
+    ``solver_types`` names the registered update rules.  Raises ConfigError
+    listing every problem in the solver and its nets.
+    """
+    text, filename = read_source(source)
+    tree = load_yaml(text, filename)
+    base_dir = os.path.dirname(os.path.abspath(filename)) if filename else os.getcwd()
+    ctx = Context(filename, base_dir)
+    if not isinstance(tree, YamlMap):
+        raise ConfigError(Problem("a solver file must be a mapping (base_lr, max_iter, net, ...)",
+                                  file=filename or "<string>", line=1))
+    hyper = YamlMap({k: v for k, v in tree.items() if k not in NET_KEYS})
+    hyper.line, hyper.key_lines = tree.line, dict(tree.key_lines)
+    params = read_block(SolverParams, hyper, ctx, "", 1)
+    net_files: list[str] = []
+
+    def net_at(key: str, value, line: int) -> NetSpec | None:
+        return _read_net_value(value, ctx, key, line, layer_schemas, net_files)
+
+    train_net, test_nets = None, []
+    if ("net" in tree) == ("train_net" in tree):
+        ctx.add("give the net to train as 'net' (train and test phases of one file) or 'train_net'",
+                tree.line_of("train_net" if "train_net" in tree else "net"), "net")
+    elif "net" in tree:
+        train_net = net_at("net", tree["net"], tree.line_of("net"))
+        if "test_net" in tree:
+            ctx.add("with 'net', the test nets are its TEST phase; use train_net with test_net",
+                    tree.line_of("test_net"), "test_net")
+        test_nets = [train_net] * len(params.test_iter)
+    else:
+        train_net = net_at("train_net", tree["train_net"], tree.line_of("train_net"))
+        given = tree.get("test_net", [])
+        given = given if isinstance(given, list) else [given]
+        for index, value in enumerate(given):
+            line = given.line_of(index) if isinstance(given, YamlList) else tree.line_of("test_net")
+            test_nets.append(net_at(f"test_net[{index}]", value, line))
+        if len(params.test_iter) != len(test_nets):
+            ctx.add(f"test_iter needs one value per test net: {len(test_nets)} test net(s), "
+                    f"{len(params.test_iter)} value(s)" + ("; add test_net" if not test_nets else ""),
+                    tree.line_of("test_iter"), "test_iter")
+    if params.test_interval and not params.test_iter:
+        ctx.add("test_interval needs test_iter (batches per test pass)", tree.line_of("test_interval"),
+                "test_interval")
+    if params.test_state and len(params.test_state) != len(params.test_iter):
+        ctx.add(f"give one test_state per test net ({len(params.test_iter)})", tree.line_of("test_state"),
+                "test_state")
+    _check_values(params, ctx, tree, solver_types)
+    if ctx.problems:
+        raise ConfigError(ctx.problems)
+    return SolverSpec(params=params, train_net=train_net, test_nets=test_nets, file=filename, text=text,
+                      config_hash=config_hash(tree), net_files=net_files, lines=dict(tree.key_lines))

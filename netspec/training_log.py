@@ -1,0 +1,115 @@
+"""Where a training run reports: console lines, a live progress bar on a terminal, and metrics.jsonl."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+
+
+def format_value(value: float) -> str:
+    """A metric as the log shows it: 4 significant digits."""
+    return f"{value:.4g}"
+
+
+def format_outputs(results: dict[str, float], loss_weights: dict[str, float]) -> str:
+    """``name = value`` pairs; a loss also shows its weighted contribution, as Caffe does."""
+    parts = []
+    for name, value in results.items():
+        weight = loss_weights.get(name, 0.0)
+        text = f"{name} = {format_value(value)}"
+        if weight:
+            text += f" (* {format_value(weight)} = {format_value(weight * value)} loss)"
+        parts.append(text)
+    return ", ".join(parts)
+
+
+class TrainingLog:
+    """Reports events of a run.
+
+    Lines go to ``stream``; when it is a terminal, a live progress bar with
+    the ETA (rich) sits under them.  With ``run_dir`` every display and test
+    event is also appended to ``run_dir/metrics.jsonl`` as one JSON object:
+    ``{"iter", "phase", "lr", <output>: value, ...}``.
+    """
+
+    def __init__(self, run_dir: str | None = None, stream=None, progress: bool | None = None,
+                 quiet: bool = False):
+        self.stream = stream or sys.stdout
+        self.run_dir = run_dir
+        self.quiet = quiet
+        self.show_progress = self.stream.isatty() if progress is None else progress
+        self.progress = None
+        self.metrics = None
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def start(self, first_iter: int, max_iter: int, resumed: bool) -> None:
+        """Open metrics.jsonl (a fresh run keeps an older file under a dated name) and the progress bar."""
+        if self.run_dir:
+            os.makedirs(self.run_dir, exist_ok=True)
+            path = os.path.join(self.run_dir, "metrics.jsonl")
+            if not resumed and os.path.exists(path) and os.path.getsize(path):
+                stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(os.path.getmtime(path)))
+                os.replace(path, os.path.join(self.run_dir, f"metrics.{stamp}.jsonl"))
+            self.metrics = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        if self.show_progress and not self.quiet:
+            from rich.console import Console  # noqa: PLC0415 - only on a terminal
+            from rich.progress import (  # noqa: PLC0415
+                BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
+            )
+
+            self.progress = Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(),
+                                     TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                     console=Console(file=self.stream), transient=True)
+            self.task = self.progress.add_task("train", total=max_iter, completed=first_iter)
+            self.progress.start()
+
+    def close(self) -> None:
+        """Stop the progress bar and close metrics.jsonl."""
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+        if self.metrics is not None:
+            self.metrics.close()
+            self.metrics = None
+
+    # ---- events --------------------------------------------------------------------------
+    def message(self, text: str) -> None:
+        """A line of text (above the progress bar on a terminal)."""
+        if self.quiet:
+            return
+        if self.progress is not None:
+            self.progress.console.print(text, markup=False, highlight=False)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def advance(self, iteration: int) -> None:
+        """Move the progress bar to ``iteration``."""
+        if self.progress is not None:
+            self.progress.update(self.task, completed=iteration)
+
+    def record(self, event: dict) -> None:
+        """Append one event to metrics.jsonl."""
+        if self.metrics is not None:
+            clean = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in event.items()}
+            self.metrics.write(json.dumps(clean) + "\n")
+            self.metrics.flush()
+
+    def train(self, iteration: int, lr: float, smoothed_loss: float, outputs: dict[str, float],
+              loss_weights: dict[str, float], images_per_s: float) -> None:
+        """A display event: smoothed loss, rate, speed and the train net's outputs."""
+        speed = f", {images_per_s:.0f} img/s" if images_per_s else ""
+        self.message(f"iter {iteration}: loss = {format_value(smoothed_loss)}, lr = {lr:.6g}{speed}"
+                     + (f" | {format_outputs(outputs, loss_weights)}" if outputs else ""))
+        self.record({"iter": iteration, "phase": "TRAIN", "lr": lr, "smoothed_loss": smoothed_loss,
+                     "images_per_s": images_per_s, **outputs})
+
+    def test(self, iteration: int, net_index: int, lr: float, results: dict[str, float],
+             loss_weights: dict[str, float]) -> None:
+        """A test event: each output of test net ``net_index`` averaged over its batches."""
+        label = "test" if net_index == 0 else f"test net {net_index}"
+        self.message(f"iter {iteration}: {label}: {format_outputs(results, loss_weights) or 'no scalar outputs'}")
+        self.record({"iter": iteration, "phase": "TEST", "lr": lr,
+                     **({"test_net": net_index} if net_index else {}), **results})

@@ -1,0 +1,38 @@
+"""The contract of an update rule (SGD and its relatives), shared by the training loop.
+
+The loop in :mod:`netspec.solver` does everything that is common to every
+rule, in Caffe's order: learning rate from the policy, global-norm clipping,
+division by ``iter_size``, weight decay, then the rule, then ``w -= diff``.
+A rule only turns each parameter's regularised gradient into the step to
+subtract, using the history buffers it declares; the buffers are saved in the
+solver state so that a resumed run continues bit-identically.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class UpdateRule:
+    """Base class of every update rule; subclasses are registered with ``register_solver``."""
+
+    type: ClassVar[str] = ""
+    history_names: ClassVar[tuple[str, ...]] = ("history",)
+
+    def __init__(self, params, shapes, xp, dtype):
+        """``params``: the SolverParams; ``shapes``: one per learnable blob, in the net's order."""
+        self.params = params
+        self.history = [[xp.zeros(shape, dtype=dtype) for _ in self.history_names] for shape in shapes]
+
+    @classmethod
+    def check(cls, params) -> list[tuple[str, str]]:
+        """``(key, message)`` for each hyper-parameter this rule cannot accept (none by default)."""
+        return []
+
+    def compute_update(self, index: int, diff, rate: float, iteration: int) -> None:
+        """Overwrite ``diff`` (blob ``index``'s regularised gradient) with the step to subtract.
+
+        ``rate`` is the learning rate times the blob's ``lr_mult``; ``iteration``
+        counts from 0.
+        """
+        raise NotImplementedError
