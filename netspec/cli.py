@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import shutil
 import sys
 
 import click
@@ -112,3 +114,106 @@ def time_command(net_file, iterations, warmup, phase, stages, level, device, see
     click.echo(f"{result['ms_per_iter']:.3f} ms per iteration, {result['images_per_s']:.1f} images/s")
     if as_json:
         click.echo(json.dumps(result))
+
+
+@main.command()
+@click.argument("solver_file", type=click.Path(dir_okay=False))
+@click.option("--device", default=None, help="cpu, gpu or gpu:N (default: the file's solver_mode)")
+@click.option("--weights", type=click.Path(dir_okay=False), default=None,
+              help="fine-tune: start from these weights, copied by layer name")
+@click.option("--resume", type=click.Path(dir_okay=False), default=None, help="continue from a .solverstate.h5")
+@click.option("--force", is_flag=True, help="resume even if the net or solver file changed")
+@click.option("--max-iter", type=click.IntRange(min=1), default=None, help="override max_iter")
+@click.option("--seed", type=int, default=None, help="override random_seed")
+@stage_option
+@level_option
+@click.option("--out", "run_dir", type=click.Path(file_okay=False), default=None,
+              help="run folder for snapshots, metrics.jsonl and config copies (default: snapshot_prefix's folder)")
+@click.option("--sigint-effect", type=click.Choice(["stop", "snapshot", "none"]), default="stop", show_default=True,
+              help="what Ctrl-C does, at the next iteration boundary")
+@click.option("--sighup-effect", type=click.Choice(["snapshot", "stop", "none"]), default="snapshot",
+              show_default=True, help="what SIGHUP does")
+@user_errors
+def train(solver_file, device, weights, resume, force, max_iter, seed, stages, level, run_dir, sigint_effect,
+          sighup_effect):
+    """Train the net of SOLVER_FILE, testing, logging and snapshotting as it says."""
+    from netspec.signals import signal_effects  # noqa: PLC0415
+    from netspec.solver import Solver  # noqa: PLC0415
+    from netspec.solver_config import parse_solver  # noqa: PLC0415
+    from netspec.registry import solver_types  # noqa: PLC0415
+    from netspec.training_log import TrainingLog  # noqa: PLC0415
+
+    if weights and resume:
+        raise click.UsageError("give --weights (fine-tune) or --resume (continue), not both")
+    spec = parse_solver(solver_file, layer_schemas(), list(solver_types()))
+    if max_iter is not None:
+        spec.params.max_iter = max_iter
+    if run_dir:
+        spec.params.snapshot_prefix = os.path.join(os.path.abspath(run_dir), os.path.basename(spec.snapshot_prefix))
+    run_dir = os.path.dirname(os.path.abspath(spec.snapshot_prefix))
+    solver = Solver(spec, device=device, seed=seed, stages=stages or None, level=level,
+                    log=TrainingLog(run_dir=run_dir))
+    if resume:
+        solver.restore(resume, force=force)
+    if weights:
+        click.echo(solver.net.load_weights(weights, strict=False).summary(weights))
+    copy_configs(spec, os.path.join(run_dir, "config"))
+    click.echo(f"training net '{solver.net.name}' on {solver.backend.device}: {solver.params.type}, "
+               f"{solver.params.max_iter} iterations; run folder {run_dir}")
+    with signal_effects(solver, sigint_effect, sighup_effect):
+        solver.solve()
+
+
+def copy_configs(spec, folder: str) -> None:
+    """Save the exact solver text and every net file it names into ``folder``."""
+    os.makedirs(folder, exist_ok=True)
+    name = os.path.basename(spec.file) if spec.file else "solver.yaml"
+    with open(os.path.join(folder, name), "w", encoding="utf-8") as handle:
+        handle.write(spec.text)
+    for path in spec.net_files:
+        shutil.copyfile(path, os.path.join(folder, os.path.basename(path)))
+
+
+@main.command("test")
+@click.argument("net_file", type=click.Path(dir_okay=False))
+@click.option("--weights", type=click.Path(dir_okay=False), required=True, help="trained weights (.weights.h5)")
+@click.option("--iterations", "-n", type=click.IntRange(min=1), default=50, show_default=True,
+              help="batches to average over")
+@click.option("--phase", type=click.Choice(["TRAIN", "TEST"], case_sensitive=False), default="TEST",
+              show_default=True, help="phase to build")
+@stage_option
+@level_option
+@click.option("--device", default="cpu", show_default=True, help="cpu, gpu or gpu:N")
+@click.option("--json", "as_json", is_flag=True, help="end with one JSON line holding every figure")
+@user_errors
+def test_command(net_file, weights, iterations, phase, stages, level, device, as_json):
+    """Score trained WEIGHTS on NET_FILE: each output averaged over N batches."""
+    from netspec.net import load_net  # noqa: PLC0415
+    from netspec.training_log import format_outputs  # noqa: PLC0415
+
+    net = load_net(net_file, phase=phase.upper(), device=device, stages=stages or None, level=level)
+    net.load_weights(weights)
+    scores = net.score(iterations)
+    click.echo(f"net '{net.name}' ({net.phase}), weights {weights}, {iterations} batches of {net.batch_size}")
+    click.echo(format_outputs(scores, {name: net.output_loss_weight(name) for name in scores})
+               or "the net has no one-element outputs to average")
+    if as_json:
+        click.echo(json.dumps({"net": net.name, "weights": weights, "iterations": iterations,
+                               "batch_size": net.batch_size, "outputs": scores}))
+
+
+@main.group()
+def convert():
+    """Turn datasets into files the data layers read."""
+
+
+@convert.command("digits")
+@click.argument("out_dir", type=click.Path(file_okay=False))
+@user_errors
+def convert_digits_command(out_dir):
+    """Write scikit-learn's 8x8 digits to OUT_DIR as HDF5 (train.h5/test.h5 and list files)."""
+    from netspec.tools.digits import convert_digits  # noqa: PLC0415
+
+    counts = convert_digits(out_dir)
+    click.echo(f"wrote {counts['train']} training and {counts['test']} test digits to {out_dir} "
+               f"(train.txt, test.txt list the HDF5 files)")

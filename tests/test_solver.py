@@ -1,0 +1,198 @@
+"""The training loop against closed-form SGD, lr policies, iter_size, sharing with test nets, and resume."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+
+import numpy as np
+import pytest
+import yaml
+
+import netspec
+from netspec.errors import TrainingError
+from netspec.io.hdf5 import write_arrays, write_file_list
+from netspec.signals import signal_effects
+from netspec.solver_config import SolverParams
+from netspec.solvers.lr_policies import learning_rate
+from netspec.training_log import TrainingLog
+
+QUIET = TrainingLog(quiet=True)
+N, IN, OUT = 4, 3, 2
+
+
+def tiny_solver(tmp_path, **hyper):
+    """A float64 solver for ``p = W x + b`` under EuclideanLoss, fed by an Input layer."""
+    net = {"name": "tiny", "layers": [
+        {"name": "data", "type": "Input", "top": ["x", "y"],
+         "input_param": {"shape": [{"dim": [N, IN]}, {"dim": [N, OUT]}]}},
+        {"name": "ip", "type": "InnerProduct", "bottom": "x", "top": "p",
+         "param": [{"lr_mult": 1, "decay_mult": 1}, {"lr_mult": 2, "decay_mult": 0}],
+         "inner_product_param": {"num_output": OUT, "weight_filler": {"type": "gaussian", "std": 0.5},
+                                 "bias_filler": {"type": "uniform", "min": -1, "max": 1}}},
+        {"name": "loss", "type": "EuclideanLoss", "bottom": ["p", "y"], "top": "loss"}]}
+    text = yaml.safe_dump({"net": net, "max_iter": 100, "snapshot_prefix": str(tmp_path / "tiny"),
+                           "random_seed": 3, **hyper})
+    solver = netspec.load_solver(text, dtype=np.float64, log=QUIET)
+    rng = np.random.default_rng(0)
+    solver.net.blobs["x"].data[...] = rng.standard_normal((N, IN))
+    solver.net.blobs["y"].data[...] = rng.standard_normal((N, OUT))
+    return solver
+
+
+def reference_sgd(solver, iterations):
+    """Caffe's update, written out: clip the accumulated gradient, average, decay, momentum with lr inside."""
+    p = solver.params
+    x, y = solver.net.blobs["x"].data.copy(), solver.net.blobs["y"].data.copy()
+    weights = [solver.net.params["ip"][0].data.copy(), solver.net.params["ip"][1].data.copy()]
+    lr_mults, decay_mults = (1.0, 2.0), (1.0, 0.0)
+    history = [np.zeros_like(w) for w in weights]
+    for it in range(iterations):
+        dp = (x @ weights[0].T + weights[1] - y) / N
+        grads = [p.iter_size * dp.T @ x, p.iter_size * dp.sum(0)]
+        if p.clip_gradients >= 0:
+            norm = math.sqrt(sum((g ** 2).sum() for g in grads))
+            if norm > p.clip_gradients:
+                grads = [g * p.clip_gradients / norm for g in grads]
+        rate = learning_rate(p, it)
+        for i in range(2):
+            g = grads[i] / p.iter_size
+            decay = p.weight_decay * decay_mults[i]
+            g = g + decay * (weights[i] if p.regularization_type == "L2" else np.sign(weights[i]))
+            history[i] = p.momentum * history[i] + rate * lr_mults[i] * g
+            weights[i] = weights[i] - history[i]
+    return weights
+
+
+@pytest.mark.parametrize("hyper", [
+    {"base_lr": 0.1},
+    {"base_lr": 0.1, "momentum": 0.9, "weight_decay": 0.05},
+    {"base_lr": 0.05, "momentum": 0.5, "weight_decay": 0.1, "regularization_type": "L1"},
+    {"base_lr": 0.2, "momentum": 0.9, "clip_gradients": 0.1, "lr_policy": "step", "gamma": 0.5, "stepsize": 2},
+    {"base_lr": 0.1, "momentum": 0.9, "weight_decay": 0.01, "iter_size": 3, "clip_gradients": 0.5},
+], ids=["plain", "momentum_l2", "l1", "clip_step", "iter_size"])
+def test_sgd_matches_the_closed_form(tmp_path, hyper):
+    solver = tiny_solver(tmp_path, **hyper)
+    expected = reference_sgd(solver, 6)
+    solver.step(6)
+    assert solver.iter == 6
+    for blob, want in zip(solver.net.params["ip"], expected):
+        np.testing.assert_allclose(blob.data, want, rtol=1e-12, atol=1e-14)
+
+
+def test_lr_policies_match_caffe_formulas():
+    def rate(policy, iteration, **kw):
+        return learning_rate(SolverParams(base_lr=0.1, max_iter=10, lr_policy=policy, **kw), iteration)
+
+    assert rate("fixed", 7) == 0.1
+    assert [rate("step", i, gamma=0.5, stepsize=3) for i in (0, 2, 3, 7)] == pytest.approx([0.1, 0.1, 0.05, 0.025])
+    assert rate("exp", 2, gamma=0.9) == pytest.approx(0.081)
+    assert rate("inv", 10, gamma=0.1, power=1.0) == pytest.approx(0.05)
+    assert [rate("multistep", i, gamma=0.1, stepvalue=[2, 5]) for i in (1, 2, 4, 5, 9)] == pytest.approx(
+        [0.1, 0.01, 0.01, 0.001, 0.001])
+    assert rate("poly", 5, power=2.0) == pytest.approx(0.025)
+    assert rate("sigmoid", 5, gamma=1.0, stepsize=5) == pytest.approx(0.05)
+    assert rate("sigmoid", 7, gamma=1.0, stepsize=5) == pytest.approx(0.1 / (1 + math.exp(-2)))
+
+
+def hdf5_source(folder, rows=24, shuffle=False):
+    """Two HDF5 files of random (x, y) rows and their list file; returns the list's path."""
+    rng = np.random.default_rng(1)
+    files = []
+    for index in range(2):
+        path = os.path.join(folder, f"part{index}.h5")
+        write_arrays(path, {"x": rng.standard_normal((rows // 2, IN)), "y": rng.standard_normal((rows // 2, OUT))})
+        files.append(path)
+    write_file_list(os.path.join(folder, "list.txt"), files)
+    return os.path.join(folder, "list.txt")
+
+
+def data_solver(tmp_path, batch, iter_size=1, shuffle=False, dropout=False, **hyper):
+    layers = [
+        {"name": "data", "type": "HDF5Data", "top": ["x", "y"],
+         "hdf5_data_param": {"source": hdf5_source(str(tmp_path)), "batch_size": batch, "shuffle": shuffle}},
+        {"name": "ip1", "type": "InnerProduct", "bottom": "x", "top": "h",
+         "inner_product_param": {"num_output": 5, "weight_filler": {"type": "xavier"}}},
+        {"name": "ip2", "type": "InnerProduct", "bottom": "h", "top": "p",
+         "inner_product_param": {"num_output": OUT, "weight_filler": {"type": "xavier"}}},
+        {"name": "loss", "type": "EuclideanLoss", "bottom": ["p", "y"], "top": "loss"}]
+    if dropout:
+        layers.insert(2, {"name": "drop", "type": "Dropout", "bottom": "h", "top": "h",
+                          "include": {"phase": "TRAIN"}})
+    text = yaml.safe_dump({"net": {"name": "data_net", "layers": layers}, "max_iter": 100, "base_lr": 0.05,
+                           "momentum": 0.9, "iter_size": iter_size, "random_seed": 5,
+                           "snapshot_prefix": str(tmp_path / "snap" / "run"), **hyper})
+    return netspec.load_solver(text, dtype=np.float64, log=QUIET)
+
+
+def param_arrays(solver):
+    return [b.data.copy() for blobs in solver.net.params.values() for b in blobs]
+
+
+def test_iter_size_equals_a_larger_batch(tmp_path):
+    small = data_solver(tmp_path, batch=4, iter_size=3)
+    large = data_solver(tmp_path, batch=12)
+    small.step(5)
+    large.step(5)
+    for a, b in zip(param_arrays(small), param_arrays(large)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_resume_continues_bit_identically(tmp_path):
+    hyper = {"weight_decay": 0.01, "lr_policy": "multistep", "gamma": 0.5, "stepvalue": [4, 9],
+             "test_iter": [2], "test_interval": 4}
+    straight = data_solver(tmp_path, batch=5, shuffle=True, dropout=True, **hyper)
+    straight.step(14)
+    interrupted = data_solver(tmp_path, batch=5, shuffle=True, dropout=True, **hyper)
+    interrupted.step(6)
+    state = interrupted.snapshot()
+    assert state.endswith("run_iter_6.solverstate.h5")
+    resumed = data_solver(tmp_path, batch=5, shuffle=True, dropout=True, **hyper)
+    resumed.restore(state)
+    assert resumed.iter == 6
+    resumed.step(8)
+    for a, b in zip(param_arrays(straight), param_arrays(resumed)):
+        assert np.array_equal(a, b)
+    assert list(straight.losses) == list(resumed.losses)
+
+
+def test_test_nets_share_the_train_nets_weights(tmp_path):
+    solver = data_solver(tmp_path, batch=4, test_iter=[1], test_interval=1)
+    solver.step(2)
+    test_net = solver.test_nets[0]
+    assert test_net.phase == "TEST"
+    for name, blobs in solver.net.params.items():
+        for mine, theirs in zip(blobs, test_net.params[name]):
+            assert np.shares_memory(mine.data, theirs.data)
+
+
+def test_signals_request_a_snapshot_or_a_stop_between_iterations(tmp_path):
+    solver = tiny_solver(tmp_path, base_lr=0.01)
+    with signal_effects(solver, sigint="snapshot", sighup="stop"):
+        os.kill(os.getpid(), signal.SIGINT)
+        solver.step(3)
+        assert solver.iter == 3 and os.path.exists(tmp_path / "tiny_iter_1.solverstate.h5")
+        os.kill(os.getpid(), signal.SIGHUP)
+        solver.solve()
+    assert solver.stopped_early and solver.iter == 4
+    assert os.path.exists(tmp_path / "tiny_iter_4.weights.h5")
+    with signal_effects(solver, sigint="none"):
+        os.kill(os.getpid(), signal.SIGINT)
+        solver.step(1)
+    assert solver.iter == 5
+
+
+def test_a_non_finite_loss_stops_with_the_iteration_and_layer(tmp_path):
+    solver = tiny_solver(tmp_path, base_lr=1e30, snapshot=1)
+    with pytest.raises(TrainingError) as error, np.errstate(over="ignore", invalid="ignore"):
+        solver.step(20)
+    stopped_at = solver.iter
+    assert str(error.value).startswith(
+        f"iteration {stopped_at}: the loss is inf; the first non-finite output is layer 'loss' top 'loss'. "
+        f"Training stopped; the last snapshot is {tmp_path}/tiny_iter_{stopped_at}.solverstate.h5")
+    fresh = tiny_solver(tmp_path, base_lr=0.1)
+    fresh.net.params["ip"][1].data[0] = np.nan
+    with pytest.raises(TrainingError, match="iteration 0: the loss is nan; the first non-finite output is layer 'ip' "
+                                            "top 'p'.*no snapshot was written"):
+        fresh.step(1)
