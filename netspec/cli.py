@@ -137,10 +137,10 @@ def time_command(net_file, iterations, warmup, phase, stages, level, device, see
 def train(solver_file, device, weights, resume, force, max_iter, seed, stages, level, run_dir, sigint_effect,
           sighup_effect):
     """Train the net of SOLVER_FILE, testing, logging and snapshotting as it says."""
+    from netspec.registry import solver_types  # noqa: PLC0415
     from netspec.signals import signal_effects  # noqa: PLC0415
     from netspec.solver import Solver  # noqa: PLC0415
     from netspec.solver_config import parse_solver  # noqa: PLC0415
-    from netspec.registry import solver_types  # noqa: PLC0415
     from netspec.training_log import TrainingLog  # noqa: PLC0415
 
     if weights and resume:

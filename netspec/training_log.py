@@ -57,7 +57,12 @@ class TrainingLog:
         if self.show_progress and not self.quiet:
             from rich.console import Console  # noqa: PLC0415 - only on a terminal
             from rich.progress import (  # noqa: PLC0415
-                BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
             )
 
             self.progress = Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(),

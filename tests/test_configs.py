@@ -10,9 +10,13 @@ import pytest
 import netspec
 from netspec.config import parse_net
 from netspec.graph import compile_net
-from netspec.registry import layer_schemas
+from netspec.registry import layer_schemas, solver_types
+from netspec.solver_config import parse_solver
 
-CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*/*.yaml"))
+ALL_CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*/*.yaml"))
+SOLVERS = [p for p in ALL_CONFIGS if p.stem.endswith("solver")]
+# the digits net reads converted data; the quickstart test (test_train_cli.py) builds and trains it
+CONFIGS = [p for p in ALL_CONFIGS if p.parent.name != "digits" and p not in SOLVERS]
 
 PUBLISHED = {
     "lenet": 431_080,
@@ -45,6 +49,8 @@ def test_reference_net_builds(path, phase):
 
 def test_every_config_is_listed():
     assert {p.parent.name for p in CONFIGS} == {"lenet", "cifar10", "alexnet", "vgg16", "googlenet", "resnet50"}
+    assert {p.relative_to(p.parent.parent).as_posix() for p in ALL_CONFIGS if p not in CONFIGS} == {
+        "digits/digits_net.yaml", "digits/solver.yaml"}
     assert all(any(p.stem.endswith(kind) for p in CONFIGS if p.parent == folder)
                for folder in {p.parent for p in CONFIGS} for kind in ("train_test", "deploy"))
 
@@ -67,3 +73,9 @@ def test_small_nets_run_forward_and_backward(name):
     loss = net.forward_backward()
     assert np.isfinite(loss) and loss > 0
     assert all(np.isfinite(b.diff).all() for blobs in net.params.values() for b in blobs)
+
+
+@pytest.mark.parametrize("path", SOLVERS, ids=lambda p: p.parent.name)
+def test_solver_files_parse(path):
+    spec = parse_solver(str(path), layer_schemas(), list(solver_types()))
+    assert spec.train_net.layers and len(spec.test_nets) == len(spec.params.test_iter)

@@ -9,13 +9,13 @@ import signal
 import numpy as np
 import pytest
 import yaml
+from netspec.solvers.lr_policies import learning_rate
 
 import netspec
 from netspec.errors import TrainingError
 from netspec.io.hdf5 import write_arrays, write_file_list
 from netspec.signals import signal_effects
 from netspec.solver_config import SolverParams
-from netspec.solvers.lr_policies import learning_rate
 from netspec.training_log import TrainingLog
 
 QUIET = TrainingLog(quiet=True)

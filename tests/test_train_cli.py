@@ -1,0 +1,171 @@
+"""`netspec convert digits`, `netspec train` and `netspec test` as a user runs them, and their bad-input errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from test_cli import run
+
+ROOT = Path(__file__).parent.parent
+DIGITS = ROOT / "configs" / "digits"
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    """The quickstart's configs copied to a fresh folder, with the digits converted beside them."""
+    folder = tmp_path_factory.mktemp("digits")
+    for name in ("solver.yaml", "digits_net.yaml"):
+        shutil.copy(DIGITS / name, folder / name)
+    result = run("convert", "digits", folder / "data")
+    assert result.returncode == 0, result.stderr
+    assert "wrote 1437 training and 360 test digits" in result.stdout
+    return folder
+
+
+def events(run_dir: Path, phase: str) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e["phase"] == phase]
+
+
+def test_quickstart_trains_digits_to_high_accuracy(digits):
+    result = run("train", digits / "solver.yaml", "--max-iter", "400")
+    assert result.returncode == 0, result.stderr
+    run_dir = digits / "runs"
+    tests = events(run_dir, "TEST")
+    assert [e["iter"] for e in tests] == [0, 200, 400]
+    assert tests[-1]["accuracy"] >= 0.95
+    assert f"iter 400: test: accuracy = {tests[-1]['accuracy']:.4g}" in result.stdout
+    train = events(run_dir, "TRAIN")
+    assert [e["iter"] for e in train] == list(range(0, 400, 50))
+    assert all(set(e) >= {"iter", "phase", "lr", "loss"} for e in train)
+    assert (run_dir / "config" / "solver.yaml").read_text() == (digits / "solver.yaml").read_text()
+    assert (run_dir / "config" / "digits_net.yaml").exists()
+    weights = run_dir / "digits_iter_400.weights.h5"
+    assert weights.exists() and (run_dir / "digits_iter_400.solverstate.h5").exists()
+    scored = run("test", digits / "digits_net.yaml", "--weights", weights, "--iterations", "3", "--json")
+    assert scored.returncode == 0, scored.stderr
+    assert json.loads(scored.stdout.splitlines()[-1])["outputs"]["accuracy"] == pytest.approx(tests[-1]["accuracy"])
+
+
+def test_resume_through_the_cli_matches_an_uninterrupted_run(digits, tmp_path):
+    straight = run("train", digits / "solver.yaml", "--max-iter", "60", "--out", tmp_path / "straight")
+    first = run("train", digits / "solver.yaml", "--max-iter", "30", "--out", tmp_path / "resumed")
+    assert straight.returncode == 0 and first.returncode == 0
+    second = run("train", digits / "solver.yaml", "--max-iter", "60", "--out", tmp_path / "resumed",
+                 "--resume", tmp_path / "resumed" / "digits_iter_30.solverstate.h5")
+    assert second.returncode == 0, second.stderr
+    assert "resumed from" in second.stdout
+    with h5py.File(tmp_path / "straight" / "digits_iter_60.weights.h5") as a, \
+            h5py.File(tmp_path / "resumed" / "digits_iter_60.weights.h5") as b:
+        for layer in a:
+            for blob in a[layer]:
+                assert np.array_equal(a[layer][blob][()], b[layer][blob][()])
+
+
+def test_fine_tuning_reports_copied_and_reinitialised_layers(digits, tmp_path):
+    run("train", digits / "solver.yaml", "--max-iter", "1", "--out", tmp_path / "base")
+    wider = tmp_path / "wider"
+    shutil.copytree(digits, wider, ignore=shutil.ignore_patterns("runs"))
+    net = wider / "digits_net.yaml"
+    net.write_text(net.read_text().replace("num_output: 10,", "num_output: 12,"))
+    result = run("train", wider / "solver.yaml", "--max-iter", "1", "--weights", tmp_path / "base" /
+                 "digits_iter_1.weights.h5")
+    assert result.returncode == 0, result.stderr
+    assert "copied 3 layer(s); shape differs, initialised by fillers: ip2" in result.stdout
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+def fails(*args) -> str:
+    result = run(*args)
+    assert result.returncode == 1, result.stdout
+    assert result.stderr.startswith("error: ")
+    return result.stderr
+
+
+def test_bad_solver_files_get_one_located_message_each(tmp_path, digits):
+    net = str(digits / "digits_net.yaml")
+    cases = {
+        "missing_net": ("net: nowhere.yaml\nbase_lr: 0.1\nmax_iter: 10\n",
+                        f"missing_net.yaml:1: net: net file '{tmp_path}/nowhere.yaml' does not exist"),
+        "no_test_net": (f"train_net: {net}\ntest_iter: [3]\nbase_lr: 0.1\nmax_iter: 10\n",
+                        "no_test_net.yaml:2: test_iter: test_iter needs one value per test net: 0 test net(s), "
+                        "1 value(s); add test_net"),
+        "zero_iter": (f"net: {net}\nbase_lr: 0.1\nmax_iter: 0\n",
+                      "zero_iter.yaml:3: max_iter: must be a positive integer, got 0"),
+        "negative_lr": (f"net: {net}\nbase_lr: -0.1\nmax_iter: 10\n",
+                        "negative_lr.yaml:2: base_lr: must be a positive number, got -0.1"),
+        "policy": (f"net: {net}\nbase_lr: 0.1\nmax_iter: 10\nlr_policy: stpe\n",
+                   "policy.yaml:4: lr_policy: 'stpe' is not one of fixed, step, exp, inv, multistep, poly, sigmoid; "
+                   "did you mean 'step'?"),
+        "type": (f"net: {net}\nbase_lr: 0.1\nmax_iter: 10\ntype: SDG\n",
+                 "type.yaml:4: type: unknown solver type 'SDG'; did you mean 'SGD'? (known: SGD)"),
+        "stepvalue": (f"net: {net}\nbase_lr: 0.1\nmax_iter: 10\nlr_policy: multistep\ngamma: 0.1\n"
+                      "stepvalue: [5, 3]\n", "stepvalue.yaml:6: stepvalue: values must increase, got [5, 3]"),
+        "typo": (f"net: {net}\nbase_lr: 0.1\nmax_iter: 10\nmomentun: 0.9\n",
+                 "typo.yaml:4: unknown parameter 'momentun'; did you mean 'momentum'?"),
+    }
+    for name, (text, message) in cases.items():
+        stderr = fails("train", write(tmp_path, f"{name}.yaml", text))
+        assert stderr.strip().splitlines()[0].endswith(message), (name, stderr)
+
+
+def test_every_solver_error_is_reported_at_once(tmp_path):
+    solver = write(tmp_path, "many.yaml", "net: {name: n, layers: [{name: d, type: Inptu, top: d}]}\n"
+                                          "base_lr: 0\nmax_iter: -1\n")
+    lines = fails("train", solver).strip().splitlines()
+    assert lines[-1] == "3 errors"
+    assert "unknown layer type 'Inptu'; did you mean 'Input'?" in lines[0]
+
+
+def test_a_net_without_a_loss_is_refused(tmp_path):
+    net = write(tmp_path, "noloss.yaml", "layers:\n  - {name: d, type: Input, top: d, "
+                                         "input_param: {shape: {dim: [2, 3]}}}\n"
+                                         "  - {name: ip, type: InnerProduct, bottom: d, top: p, "
+                                         "inner_product_param: {num_output: 2}}\n")
+    solver = write(tmp_path, "solver.yaml", "net: noloss.yaml\nbase_lr: 0.1\nmax_iter: 10\n")
+    assert "has no loss in the TRAIN phase" in fails("train", solver)
+    assert f"{net}" in fails("train", solver)
+
+
+def test_bad_resume_states_and_weights_leave_snapshots_untouched(digits, tmp_path):
+    out = tmp_path / "run"
+    assert run("train", digits / "solver.yaml", "--max-iter", "2", "--out", out).returncode == 0
+    state = out / "digits_iter_2.solverstate.h5"
+    before = {p.name: p.read_bytes() for p in out.glob("*.h5")}
+
+    truncated = tmp_path / "truncated.solverstate.h5"
+    truncated.write_bytes(state.read_bytes()[:500])
+    assert f"{truncated}: cannot read solver state: not a readable HDF5 file" in fails(
+        "train", digits / "solver.yaml", "--resume", truncated, "--out", out)
+
+    changed = tmp_path / "changed"
+    shutil.copytree(digits, changed, ignore=shutil.ignore_patterns("runs"))
+    (changed / "digits_net.yaml").write_text((changed / "digits_net.yaml").read_text().replace(
+        "num_output: 128", "num_output: 64"))
+    stderr = fails("train", changed / "solver.yaml", "--resume", state, "--out", out)
+    assert "the net changed since this state was written; resume with --force" in stderr
+    assert "-    inner_product_param: {num_output: 128" in stderr and "+    inner_product_param: {num_output: 64" in stderr
+    stderr = fails("train", changed / "solver.yaml", "--resume", state, "--out", out, "--force")
+    assert "layer 'ip1' blob 0 has shape (128, 256) in the state but (64, 256) in the net" in stderr
+
+    foreign = write(tmp_path, "foreign.yaml", "layers:\n  - {name: other, type: Input, top: d, "
+                                              "input_param: {shape: {dim: [2, 3]}}}\n"
+                                              "  - {name: fc, type: InnerProduct, bottom: d, top: p, "
+                                              "inner_product_param: {num_output: 2}}\n")
+    foreign_weights = tmp_path / "foreign.h5"
+    import netspec  # noqa: PLC0415
+
+    netspec.load_net(str(foreign)).save_weights(foreign_weights)
+    stderr = fails("train", digits / "solver.yaml", "--weights", foreign_weights, "--out", out)
+    assert "share no layer with net 'DigitsNet'" in stderr
+    assert {p.name: p.read_bytes() for p in out.glob("*.h5")} == before
