@@ -103,6 +103,10 @@ class HDF5Data(Layer):
                             f"{len(order)} files, the list now names {len(self.files)}")
         self.file_order, self.file_cursor = order, int(state["file_cursor"])
         self.load_current()
+        rows = len(state["row_order"]) if "row_order" in state else self.row_count
+        if rows != self.row_count or not 0 <= int(state["row_cursor"]) <= self.row_count:
+            raise DataError(f"{self.files[self.file_order[self.file_cursor]]}: the saved position is for a file of "
+                            f"{rows} rows, the file now has {self.row_count}")
         if "row_order" in state:
             self.row_order = state["row_order"]
         self.row_cursor = int(state["row_cursor"])

@@ -11,6 +11,12 @@ def multistep_count(p, iteration: int) -> int:
     return bisect.bisect_right(p.stepvalue, iteration)
 
 
+def sigmoid(p, iteration: int) -> float:
+    """Caffe's sigmoid policy; far below the midpoint the rate is 0 rather than an overflow."""
+    exponent = -p.gamma * (iteration - p.stepsize)
+    return 0.0 if exponent > 700 else p.base_lr / (1.0 + math.exp(exponent))
+
+
 POLICIES = {
     "fixed": lambda p, it: p.base_lr,
     "step": lambda p, it: p.base_lr * p.gamma ** (it // p.stepsize),
@@ -18,7 +24,7 @@ POLICIES = {
     "inv": lambda p, it: p.base_lr * (1.0 + p.gamma * it) ** (-p.power),
     "multistep": lambda p, it: p.base_lr * p.gamma ** multistep_count(p, it),
     "poly": lambda p, it: p.base_lr * (1.0 - it / p.max_iter) ** p.power,
-    "sigmoid": lambda p, it: p.base_lr / (1.0 + math.exp(-p.gamma * (it - p.stepsize))),
+    "sigmoid": sigmoid,
 }
 
 FORMULAS = {

@@ -86,3 +86,21 @@ def test_a_later_file_with_other_row_shapes_is_a_data_error(tmp_path):
     net.forward()
     with pytest.raises(DataError, match=r"b.h5: dataset 'data' has rows of shape \(3,\)"):
         net.forward()
+
+
+def test_saved_position_continues_the_same_batches_and_checks_the_files(two_files):
+    net_file = two_files / "net.yaml"
+    net_file.write_text(net_text("list.txt", batch=2, shuffle=True))
+    net = netspec.load_net(str(net_file), seed=4)
+    labels_seen(net, 2)
+    state = net.runtime_state()
+    rng_state = net.backend.rng_state()
+    expected = labels_seen(net, 4)
+    other = netspec.load_net(str(net_file), seed=9)
+    other.restore_runtime_state(state)
+    other.backend.set_rng_state(rng_state)
+    assert labels_seen(other, 4) == expected
+    current = "a.h5" if len(state["d"]["row_order"]) == 3 else "b.h5"
+    write(two_files / current, 7)
+    with pytest.raises(DataError, match="the saved position is for a file of"):
+        netspec.load_net(str(net_file), seed=4).restore_runtime_state(state)

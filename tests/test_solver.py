@@ -94,6 +94,7 @@ def test_lr_policies_match_caffe_formulas():
     assert rate("poly", 5, power=2.0) == pytest.approx(0.025)
     assert rate("sigmoid", 5, gamma=1.0, stepsize=5) == pytest.approx(0.05)
     assert rate("sigmoid", 7, gamma=1.0, stepsize=5) == pytest.approx(0.1 / (1 + math.exp(-2)))
+    assert rate("sigmoid", 0, gamma=1.0, stepsize=5000) == 0.0
 
 
 def hdf5_source(folder, rows=24, shuffle=False):
