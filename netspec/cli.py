@@ -13,7 +13,7 @@ import click
 from netspec.config import parse_net
 from netspec.errors import ConfigError, NetspecError
 from netspec.graph import compile_net
-from netspec.registry import layer_class, layer_schemas, layer_types
+from netspec.registry import layer_class, layer_schemas, layer_types, solver_class, solver_types
 
 
 def user_errors(command):
@@ -85,6 +85,22 @@ def layers(layer_type):
     click.echo(layer_doc(layer_class(layer_type)))
 
 
+@main.command()
+@click.argument("solver_type", required=False)
+@user_errors
+def solvers(solver_type):
+    """List every solver type (update rule), or print the formulas of SOLVER_TYPE."""
+    from netspec.report import first_line, solver_doc  # noqa: PLC0415
+
+    if solver_type is None:
+        types = solver_types()
+        width = max(len(name) for name in types)
+        for name, cls in types.items():
+            click.echo(f"{name.ljust(width)}  {first_line(cls).split(':', 1)[-1].strip()}")
+        return
+    click.echo(solver_doc(solver_class(solver_type)))
+
+
 @main.command("time")
 @click.argument("net_file", type=click.Path(dir_okay=False))
 @click.option("--iterations", "-n", type=click.IntRange(min=1), default=50, show_default=True,
@@ -137,7 +153,6 @@ def time_command(net_file, iterations, warmup, phase, stages, level, device, see
 def train(solver_file, device, weights, resume, force, max_iter, seed, stages, level, run_dir, sigint_effect,
           sighup_effect):
     """Train the net of SOLVER_FILE, testing, logging and snapshotting as it says."""
-    from netspec.registry import solver_types  # noqa: PLC0415
     from netspec.signals import signal_effects  # noqa: PLC0415
     from netspec.solver import Solver  # noqa: PLC0415
     from netspec.solver_config import parse_solver  # noqa: PLC0415

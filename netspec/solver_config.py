@@ -35,7 +35,10 @@ class SolverParams:
     power: float | None = doc(None, "exponent of the inv and poly policies")
     stepsize: int | None = doc(None, "iterations per step (step) or the midpoint (sigmoid)")
     stepvalue: list[int] = doc([], "iterations at which multistep multiplies the rate by gamma")
-    momentum: float = doc(0.0, "momentum of the update history")
+    momentum: float = doc(0.0, "momentum of the update history (AdaDelta: its decay; Adam: beta1)")
+    momentum2: float = doc(0.999, "Adam's second-moment decay (beta2)")
+    rms_decay: float = doc(0.99, "RMSProp's decay of the mean square")
+    delta: float = doc(1e-8, "AdaGrad/RMSProp/AdaDelta/Adam's small constant against division by zero")
     weight_decay: float = doc(0.0, "regularisation strength (times each blob's decay_mult)")
     regularization_type: Literal["L2", "L1"] = doc("L2", "L2: decay * w; L1: decay * sign(w)")
     clip_gradients: float = doc(-1.0, "scale gradients down to this global L2 norm (negative: off)")
@@ -122,7 +125,7 @@ def _check_values(p: SolverParams, ctx: Context, tree: YamlMap, solver_types) ->
         bad("test_iter", f"every value must be positive, got {p.test_iter}")
     if p.type not in solver_types:
         bad("type", f"unknown solver type '{p.type}'{did_you_mean(p.type, solver_types)} "
-                    f"(known: {', '.join(solver_types)})")
+                    "(netspec solvers lists them)")
     needs = {"step": ("gamma", "stepsize"), "exp": ("gamma",), "inv": ("gamma", "power"),
              "multistep": ("gamma", "stepvalue"), "poly": ("power",), "sigmoid": ("gamma", "stepsize")}
     for key in needs.get(p.lr_policy, ()):

@@ -18,6 +18,7 @@ class UpdateRule:
 
     type: ClassVar[str] = ""
     history_names: ClassVar[tuple[str, ...]] = ("history",)
+    takes_momentum: ClassVar[bool] = True
 
     def __init__(self, params, shapes, xp, dtype):
         """``params``: the SolverParams; ``shapes``: one per learnable blob, in the net's order."""
@@ -26,7 +27,9 @@ class UpdateRule:
 
     @classmethod
     def check(cls, params) -> list[tuple[str, str]]:
-        """``(key, message)`` for each hyper-parameter this rule cannot accept (none by default)."""
+        """``(key, message)`` for each hyper-parameter this rule cannot accept."""
+        if params.momentum and not cls.takes_momentum:
+            return [("momentum", f"{cls.type} takes no momentum; remove it or set it to 0")]
         return []
 
     def compute_update(self, index: int, diff, rate: float, iteration: int) -> None:

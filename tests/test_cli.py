@@ -140,3 +140,14 @@ def test_unknown_or_unavailable_device_is_one_line():
         result = run("time", LENET, "--device", "gpu")
         assert result.returncode == 1
         assert result.stderr.strip() == "error: device 'gpu' needs CuPy: pip install -e '.[gpu]'"
+
+
+def test_solvers_lists_rules_and_prints_their_formulas():
+    listing = run("solvers")
+    assert listing.returncode == 0
+    assert {line.split()[0] for line in listing.stdout.splitlines()} == {
+        "SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam"}
+    adam = run("solvers", "Adam")
+    assert adam.returncode == 0 and "sqrt(1 - b2^t) / (1 - b1^t)" in adam.stdout and "poly" in adam.stdout
+    wrong = run("solvers", "Adma")
+    assert wrong.returncode == 1 and wrong.stderr.strip() == "error: unknown solver type 'Adma'; did you mean 'Adam'?"

@@ -12,8 +12,9 @@ import yaml
 from netspec.solvers.lr_policies import learning_rate
 
 import netspec
-from netspec.errors import TrainingError
+from netspec.errors import ConfigError, TrainingError
 from netspec.io.hdf5 import write_arrays, write_file_list
+from netspec.registry import solver_types
 from netspec.signals import signal_effects
 from netspec.solver_config import SolverParams
 from netspec.training_log import TrainingLog
@@ -41,13 +42,53 @@ def tiny_solver(tmp_path, **hyper):
     return solver
 
 
-def reference_sgd(solver, iterations):
-    """Caffe's update, written out: clip the accumulated gradient, average, decay, momentum with lr inside."""
+def sgd_step(p, h, g, rate, t):
+    h[0] = p.momentum * h[0] + rate * g
+    return h[0]
+
+
+def nesterov_step(p, h, g, rate, t):
+    previous = h[0]
+    h[0] = p.momentum * h[0] + rate * g
+    return (1 + p.momentum) * h[0] - p.momentum * previous
+
+
+def adagrad_step(p, h, g, rate, t):
+    h[0] = h[0] + g ** 2
+    return rate * g / (np.sqrt(h[0]) + p.delta)
+
+
+def rmsprop_step(p, h, g, rate, t):
+    h[0] = p.rms_decay * h[0] + (1 - p.rms_decay) * g ** 2
+    return rate * g / (np.sqrt(h[0]) + p.delta)
+
+
+def adadelta_step(p, h, g, rate, t):
+    h[0] = p.momentum * h[0] + (1 - p.momentum) * g ** 2
+    update = g * np.sqrt((h[1] + p.delta) / (h[0] + p.delta))
+    h[1] = p.momentum * h[1] + (1 - p.momentum) * update ** 2
+    return rate * update
+
+
+def adam_step(p, h, g, rate, t):
+    h[0] = p.momentum * h[0] + (1 - p.momentum) * g
+    h[1] = p.momentum2 * h[1] + (1 - p.momentum2) * g ** 2
+    return rate * np.sqrt(1 - p.momentum2 ** (t + 1)) / (1 - p.momentum ** (t + 1)) * h[0] / (np.sqrt(h[1]) + p.delta)
+
+
+# Caffe's update rules written out independently of solvers/, one per registered type
+REFERENCE_RULES = {"SGD": sgd_step, "Nesterov": nesterov_step, "AdaGrad": adagrad_step, "RMSProp": rmsprop_step,
+                   "AdaDelta": adadelta_step, "Adam": adam_step}
+
+
+def reference_run(solver, iterations):
+    """Caffe's loop, written out: clip the accumulated gradient, average, decay, then the rule."""
     p = solver.params
+    rule = REFERENCE_RULES[p.type]
     x, y = solver.net.blobs["x"].data.copy(), solver.net.blobs["y"].data.copy()
     weights = [solver.net.params["ip"][0].data.copy(), solver.net.params["ip"][1].data.copy()]
     lr_mults, decay_mults = (1.0, 2.0), (1.0, 0.0)
-    history = [np.zeros_like(w) for w in weights]
+    history = [[np.zeros_like(w), np.zeros_like(w)] for w in weights]
     for it in range(iterations):
         dp = (x @ weights[0].T + weights[1] - y) / N
         grads = [p.iter_size * dp.T @ x, p.iter_size * dp.sum(0)]
@@ -60,25 +101,53 @@ def reference_sgd(solver, iterations):
             g = grads[i] / p.iter_size
             decay = p.weight_decay * decay_mults[i]
             g = g + decay * (weights[i] if p.regularization_type == "L2" else np.sign(weights[i]))
-            history[i] = p.momentum * history[i] + rate * lr_mults[i] * g
-            weights[i] = weights[i] - history[i]
+            weights[i] = weights[i] - rule(p, history[i], g, rate * lr_mults[i], it)
     return weights
 
 
-@pytest.mark.parametrize("hyper", [
-    {"base_lr": 0.1},
-    {"base_lr": 0.1, "momentum": 0.9, "weight_decay": 0.05},
-    {"base_lr": 0.05, "momentum": 0.5, "weight_decay": 0.1, "regularization_type": "L1"},
-    {"base_lr": 0.2, "momentum": 0.9, "clip_gradients": 0.1, "lr_policy": "step", "gamma": 0.5, "stepsize": 2},
-    {"base_lr": 0.1, "momentum": 0.9, "weight_decay": 0.01, "iter_size": 3, "clip_gradients": 0.5},
-], ids=["plain", "momentum_l2", "l1", "clip_step", "iter_size"])
-def test_sgd_matches_the_closed_form(tmp_path, hyper):
-    solver = tiny_solver(tmp_path, **hyper)
-    expected = reference_sgd(solver, 6)
+MOMENTUM = {"SGD": 0.9, "Nesterov": 0.9, "AdaGrad": 0.0, "RMSProp": 0.0, "AdaDelta": 0.95, "Adam": 0.9}
+MATRIX = [
+    {},
+    {"weight_decay": 0.05},
+    {"weight_decay": 0.1, "regularization_type": "L1", "lr_policy": "step", "gamma": 0.5, "stepsize": 2},
+    {"clip_gradients": 0.1, "delta": 1e-6, "rms_decay": 0.9, "momentum2": 0.99},
+    {"weight_decay": 0.01, "iter_size": 3, "clip_gradients": 0.5},
+]
+
+
+@pytest.mark.parametrize("hyper", MATRIX, ids=["plain", "l2", "l1_step", "clip", "iter_size"])
+@pytest.mark.parametrize("rule", sorted(REFERENCE_RULES))
+def test_every_rule_matches_its_closed_form(tmp_path, rule, hyper):
+    solver = tiny_solver(tmp_path, type=rule, base_lr=0.1, momentum=MOMENTUM[rule], **hyper)
+    expected = reference_run(solver, 6)
     solver.step(6)
     assert solver.iter == 6
     for blob, want in zip(solver.net.params["ip"], expected):
         np.testing.assert_allclose(blob.data, want, rtol=1e-12, atol=1e-14)
+
+
+def test_every_registered_rule_is_in_the_matrix():
+    assert set(REFERENCE_RULES) == set(solver_types())
+
+
+@pytest.mark.parametrize("rule", ["AdaGrad", "RMSProp"])
+def test_rules_without_momentum_refuse_it(tmp_path, rule):
+    with pytest.raises(ConfigError, match=f"momentum: {rule} takes no momentum"):
+        tiny_solver(tmp_path, type=rule, base_lr=0.1, momentum=0.9)
+
+
+@pytest.mark.parametrize("rule", sorted(REFERENCE_RULES))
+def test_every_rule_resumes_bit_identically(tmp_path, rule):
+    hyper = {"type": rule, "momentum": MOMENTUM[rule], "weight_decay": 0.01}
+    straight = data_solver(tmp_path, batch=5, shuffle=True, **hyper)
+    straight.step(8)
+    interrupted = data_solver(tmp_path, batch=5, shuffle=True, **hyper)
+    interrupted.step(3)
+    resumed = data_solver(tmp_path, batch=5, shuffle=True, **hyper)
+    resumed.restore(interrupted.snapshot())
+    resumed.step(5)
+    for a, b in zip(param_arrays(straight), param_arrays(resumed)):
+        assert np.array_equal(a, b)
 
 
 def test_lr_policies_match_caffe_formulas():

@@ -108,7 +108,7 @@ def test_bad_solver_files_get_one_located_message_each(tmp_path, digits):
                    "policy.yaml:4: lr_policy: 'stpe' is not one of fixed, step, exp, inv, multistep, poly, sigmoid; "
                    "did you mean 'step'?"),
         "type": (f"net: {net}\nbase_lr: 0.1\nmax_iter: 10\ntype: SDG\n",
-                 "type.yaml:4: type: unknown solver type 'SDG'; did you mean 'SGD'? (known: SGD)"),
+                 "type.yaml:4: type: unknown solver type 'SDG'; did you mean 'SGD'? (netspec solvers lists them)"),
         "stepvalue": (f"net: {net}\nbase_lr: 0.1\nmax_iter: 10\nlr_policy: multistep\ngamma: 0.1\n"
                       "stepvalue: [5, 3]\n", "stepvalue.yaml:6: stepvalue: values must increase, got [5, 3]"),
         "typo": (f"net: {net}\nbase_lr: 0.1\nmax_iter: 10\nmomentun: 0.9\n",

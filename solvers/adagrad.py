@@ -1,0 +1,23 @@
+"""AdaGrad (Duchi et al.), in Caffe's formulation."""
+
+from __future__ import annotations
+
+from netspec.registry import register_solver
+from netspec.update_rule import UpdateRule
+
+
+@register_solver
+class AdaGrad(UpdateRule):
+    """AdaGrad: each weight's rate shrinks with its accumulated squared gradient.
+
+    ``h = h + g^2``, then ``w = w - rate * g / (sqrt(h) + delta)``.
+    Hyper-parameters: ``base_lr``, ``delta``; ``momentum`` must be 0.
+    """
+
+    type = "AdaGrad"
+    takes_momentum = False
+
+    def compute_update(self, index, diff, rate, iteration):
+        (history,) = self.history[index]
+        history += diff * diff
+        diff *= rate / (history ** 0.5 + self.params.delta)

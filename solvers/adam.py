@@ -1,0 +1,34 @@
+"""Adam (Kingma and Ba), in Caffe's formulation."""
+
+from __future__ import annotations
+
+import math
+
+from netspec.registry import register_solver
+from netspec.update_rule import UpdateRule
+
+
+@register_solver
+class Adam(UpdateRule):
+    """Adam: steps from running means of the gradient and of its square.
+
+    With ``b1 = momentum``, ``b2 = momentum2`` and ``t = iteration + 1``:
+    ``m = b1 * m + (1 - b1) * g``; ``v = b2 * v + (1 - b2) * g^2``;
+    ``w = w - rate * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + delta)``.
+    As in Caffe the bias correction is applied to the rate and ``delta`` is not
+    corrected.  Hyper-parameters: ``base_lr``, ``momentum`` (0.9 usual),
+    ``momentum2`` (0.999), ``delta`` (1e-8).
+    """
+
+    type = "Adam"
+    history_names = ("mean", "mean_square")
+
+    def compute_update(self, index, diff, rate, iteration):
+        mean, square = self.history[index]
+        b1, b2, t = self.params.momentum, self.params.momentum2, iteration + 1
+        mean *= b1
+        mean += (1.0 - b1) * diff
+        square *= b2
+        square += (1.0 - b2) * diff * diff
+        corrected = rate * math.sqrt(1.0 - b2 ** t) / (1.0 - b1 ** t)
+        diff[...] = corrected * mean / (square ** 0.5 + self.params.delta)
