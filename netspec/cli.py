@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import sys
 
 import click
@@ -180,13 +179,13 @@ def train(solver_file, device, weights, resume, force, max_iter, seed, stages, l
 
 
 def copy_configs(spec, folder: str) -> None:
-    """Save the exact solver text and every net file it names into ``folder``."""
+    """Save the exact solver text and the text of every net file it names, as read, into ``folder``."""
     os.makedirs(folder, exist_ok=True)
-    name = os.path.basename(spec.file) if spec.file else "solver.yaml"
-    with open(os.path.join(folder, name), "w", encoding="utf-8") as handle:
-        handle.write(spec.text)
-    for path in spec.net_files:
-        shutil.copyfile(path, os.path.join(folder, os.path.basename(path)))
+    texts = {os.path.basename(spec.file) if spec.file else "solver.yaml": spec.text}
+    texts.update({os.path.basename(path): text for path, text in spec.net_texts.items()})
+    for name, text in texts.items():
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as handle:
+            handle.write(text)
 
 
 @main.command("test")
@@ -210,7 +209,7 @@ def test_command(net_file, weights, iterations, phase, stages, level, device, as
     net.load_weights(weights)
     scores = net.score(iterations)
     click.echo(f"net '{net.name}' ({net.phase}), weights {weights}, {iterations} batches of {net.batch_size}")
-    click.echo(format_outputs(scores, {name: net.output_loss_weight(name) for name in scores})
+    click.echo(format_outputs(scores, net.output_loss_weights)
                or "the net has no one-element outputs to average")
     if as_json:
         click.echo(json.dumps({"net": net.name, "weights": weights, "iterations": iterations,

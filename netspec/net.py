@@ -111,13 +111,12 @@ class Net:
         """True when some top carries a non-zero loss weight."""
         return any(any(node.loss_weights) for node in self.nodes)
 
-    def output_loss_weight(self, blob_name: str) -> float:
-        """The loss weight of the output ``blob_name`` (0 for non-losses)."""
-        for node in self.nodes:
-            for name, weight in zip(node.tops, node.loss_weights):
-                if name == blob_name:
-                    return weight
-        return 0.0
+    @property
+    def output_loss_weights(self) -> dict[str, float]:
+        """``{output blob: loss weight}`` for the outputs that are losses."""
+        outputs = set(self.outputs)
+        return {name: weight for node in self.nodes for name, weight in zip(node.tops, node.loss_weights)
+                if weight and name in outputs}
 
     def share_trained_layers(self, source: "Net") -> None:
         """Make every parameter blob of a layer also in ``source`` (same name) a view of source's blob.

@@ -21,7 +21,6 @@ import numpy
 
 from netspec import solver_state
 from netspec.backend import Backend
-from netspec.config import read_source
 from netspec.errors import ConfigError, Problem, StateError, TrainingError
 from netspec.graph import compile_net
 from netspec.net import Net
@@ -48,6 +47,7 @@ class Solver:
             seed = p.random_seed
         self.backend = Backend(device, seed)
         self.net = self._build(spec.train_net, "TRAIN", p.train_state, stages, level, dtype)
+        self.loss_weights = self.net.output_loss_weights
         if not self.net.has_loss():
             raise ConfigError(Problem(f"net '{self.net.name}' has no loss in the TRAIN phase, so there is nothing "
                                       "to minimise (add e.g. a SoftmaxWithLoss layer, or a loss_weight)",
@@ -107,8 +107,7 @@ class Solver:
                 elapsed = time.perf_counter() - window_start
                 images = self.net.batch_size * p.iter_size * (self.iter + 1 - window_iter)
                 outputs = self.net.scalar_outputs()
-                self.log.train(self.iter, rate, self.smoothed_loss, outputs,
-                               {name: self.net.output_loss_weight(name) for name in outputs},
+                self.log.train(self.iter, rate, self.smoothed_loss, outputs, self.loss_weights,
                                images / elapsed if elapsed > 0 else 0.0)
                 window_start, window_iter = time.perf_counter(), self.iter + 1
             self.apply_update(rate)
@@ -187,8 +186,7 @@ class Solver:
         results = {}
         for index, net in enumerate(self.test_nets):
             scores = net.score(self.params.test_iter[index])
-            self.log.test(self.iter, index, self.learning_rate, scores,
-                          {name: net.output_loss_weight(name) for name in scores})
+            self.log.test(self.iter, index, self.learning_rate, scores, net.output_loss_weights)
             results[index] = scores
         return results
 
@@ -207,17 +205,13 @@ class Solver:
         solver_state.write_state(state, solver_state.SolverState(
             iteration=self.iter, solver_type=self.params.type, rng_state=self.backend.rng_state(),
             net_name=self.net.name, net_config_hash=self.net.graph.config_hash,
-            solver_config_hash=self.spec.config_hash, solver_yaml=self.spec.text, net_yaml=self.net_text(),
+            solver_config_hash=self.spec.config_hash, solver_yaml=self.spec.text, net_yaml=self.spec.train_net_text,
             weights_file=os.path.basename(weights), weights_sha256=solver_state.file_sha256(weights),
             lr_step=multistep_count(self.params, self.iter), history=history, runtime=runtime,
             loss_window=list(self.losses)))
         self.last_snapshot, self.last_snapshot_iter = state, self.iter
         self.log.message(f"snapshot at iteration {self.iter}: {weights}")
         return state
-
-    def net_text(self) -> str:
-        """The train net's file text ('' when it is written inline in the solver file)."""
-        return read_source(self.spec.train_net.file)[0] if self.spec.train_net.file else ""
 
     def restore(self, path: str | os.PathLike, force: bool = False) -> None:
         """Continue from a solver state: weights, history, data positions, generators and iteration.
@@ -234,7 +228,7 @@ class Solver:
         weights = solver_state.weights_path(path, state)
         if not os.path.isfile(weights):
             raise StateError(f"{path}: its weights file {weights} is missing")
-        if state.weights_sha256 and solver_state.file_sha256(weights) != state.weights_sha256:
+        if solver_state.file_sha256(weights) != state.weights_sha256:
             raise StateError(f"{path}: its weights file {weights} has changed since the state was written")
         self._restore_history(path, state)
         self.net.load_weights(weights)
@@ -252,10 +246,9 @@ class Solver:
         changes = []
         if state.solver_config_hash != self.spec.config_hash:
             changes.append(("solver", state.solver_yaml, self.spec.text))
-        if state.net_config_hash != self.net.graph.config_hash and state.net_yaml:
-            changes.append(("net", state.net_yaml, self.net_text()))
-        elif state.net_config_hash != self.net.graph.config_hash:
-            changes.append(("net", state.solver_yaml, self.spec.text))
+        if state.net_config_hash != self.net.graph.config_hash:
+            # an inline net's text is the solver file's
+            changes.append(("net", state.net_yaml or state.solver_yaml, self.spec.train_net_text or self.spec.text))
         if not changes:
             return
         lines = []

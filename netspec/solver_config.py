@@ -70,8 +70,13 @@ class SolverSpec:
     file: str | None
     text: str
     config_hash: str
-    net_files: list[str] = field(default_factory=list)
+    net_texts: dict[str, str] = field(default_factory=dict)
     lines: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def train_net_text(self) -> str:
+        """The train net file's text as read ('' when the net is written inline in the solver file)."""
+        return self.net_texts.get(self.train_net.file, "")
 
     @property
     def snapshot_prefix(self) -> str:
@@ -87,15 +92,16 @@ class SolverSpec:
         return Problem(message, file=self.file or "<string>", line=self.lines.get(key, 1), key=key)
 
 
-def _read_net_value(value, ctx: Context, key: str, line: int, layer_schemas, net_files: list[str]) -> NetSpec | None:
-    """A net given as a path (relative to the solver file) or written inline."""
+def _read_net_value(value, ctx: Context, key: str, line: int, layer_schemas,
+                    net_texts: dict[str, str]) -> NetSpec | None:
+    """A net given as a path (relative to the solver file; its text kept in ``net_texts``) or written inline."""
     if isinstance(value, str):
         path = os.path.normpath(os.path.join(ctx.base_dir, os.path.expanduser(value)))
         if not os.path.isfile(path):
             ctx.add(f"net file '{path}' does not exist", line, key)
             return None
-        net_files.append(path)
         text, filename = read_source(path)
+        net_texts[path] = text
         net_ctx = Context(filename, os.path.dirname(path))
         spec = read_net(load_yaml(text, filename), net_ctx, layer_schemas, 1)
         ctx.problems.extend(net_ctx.problems)
@@ -153,10 +159,10 @@ def parse_solver(source, layer_schemas: dict[str, dict[str, type]], solver_types
     hyper = YamlMap({k: v for k, v in tree.items() if k not in NET_KEYS})
     hyper.line, hyper.key_lines = tree.line, dict(tree.key_lines)
     params = read_block(SolverParams, hyper, ctx, "", 1)
-    net_files: list[str] = []
+    net_texts: dict[str, str] = {}
 
     def net_at(key: str, value, line: int) -> NetSpec | None:
-        return _read_net_value(value, ctx, key, line, layer_schemas, net_files)
+        return _read_net_value(value, ctx, key, line, layer_schemas, net_texts)
 
     train_net, test_nets = None, []
     if ("net" in tree) == ("train_net" in tree):
@@ -189,4 +195,4 @@ def parse_solver(source, layer_schemas: dict[str, dict[str, type]], solver_types
     if ctx.problems:
         raise ConfigError(ctx.problems)
     return SolverSpec(params=params, train_net=train_net, test_nets=test_nets, file=filename, text=text,
-                      config_hash=config_hash(tree), net_files=net_files, lines=dict(tree.key_lines))
+                      config_hash=config_hash(tree), net_texts=net_texts, lines=dict(tree.key_lines))

@@ -48,7 +48,7 @@ class SolverState:
     solver_yaml: str
     net_yaml: str
     weights_file: str
-    weights_sha256: str = ""
+    weights_sha256: str
     lr_step: int = 0
     history: dict[str, dict[int, dict[str, numpy.ndarray]]] = field(default_factory=dict)
     runtime: dict[str, dict[str, dict[str, numpy.ndarray]]] = field(default_factory=dict)

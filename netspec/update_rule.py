@@ -10,10 +10,11 @@ solver state so that a resumed run continues bit-identically.
 
 from __future__ import annotations
 
+import abc
 from typing import ClassVar
 
 
-class UpdateRule:
+class UpdateRule(abc.ABC):
     """Base class of every update rule; subclasses are registered with ``register_solver``."""
 
     type: ClassVar[str] = ""
@@ -32,10 +33,10 @@ class UpdateRule:
             return [("momentum", f"{cls.type} takes no momentum; remove it or set it to 0")]
         return []
 
+    @abc.abstractmethod
     def compute_update(self, index: int, diff, rate: float, iteration: int) -> None:
         """Overwrite ``diff`` (blob ``index``'s regularised gradient) with the step to subtract.
 
         ``rate`` is the learning rate times the blob's ``lr_mult``; ``iteration``
-        counts from 0.
+        counts from 0.  Every rule must implement it.
         """
-        raise NotImplementedError

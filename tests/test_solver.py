@@ -166,7 +166,7 @@ def test_lr_policies_match_caffe_formulas():
     assert rate("sigmoid", 0, gamma=1.0, stepsize=5000) == 0.0
 
 
-def hdf5_source(folder, rows=24, shuffle=False):
+def hdf5_source(folder, rows=24):
     """Two HDF5 files of random (x, y) rows and their list file; returns the list's path."""
     rng = np.random.default_rng(1)
     files = []
