@@ -90,6 +90,9 @@ class HDF5Data(Layer):
                 self.backend.host_rng.shuffle(self.file_order)
         self.load_current()
 
+    def record_count(self):
+        return sum(hdf5.row_count(path, self.spec.tops[0]) for path in self.files)
+
     def runtime_state(self):
         state = {"file_order": self.file_order, "file_cursor": self.file_cursor, "row_cursor": self.row_cursor}
         if self.row_order is not None:

@@ -148,9 +148,11 @@ def time_command(net_file, iterations, warmup, phase, stages, level, device, see
               help="what Ctrl-C does, at the next iteration boundary")
 @click.option("--sighup-effect", type=click.Choice(["snapshot", "stop", "none"]), default="snapshot",
               show_default=True, help="what SIGHUP does")
+@click.option("--debug-info", is_flag=True,
+              help="at every display, log each blob's mean |data| and |diff| and each parameter's update ratio")
 @user_errors
 def train(solver_file, device, weights, resume, force, max_iter, seed, stages, level, run_dir, sigint_effect,
-          sighup_effect):
+          sighup_effect, debug_info):
     """Train the net of SOLVER_FILE, testing, logging and snapshotting as it says."""
     from netspec.signals import signal_effects  # noqa: PLC0415
     from netspec.solver import Solver  # noqa: PLC0415
@@ -161,19 +163,21 @@ def train(solver_file, device, weights, resume, force, max_iter, seed, stages, l
         raise click.UsageError("give --weights (fine-tune) or --resume (continue), not both")
     spec = parse_solver(solver_file, layer_schemas(), list(solver_types()))
     if max_iter is not None:
-        spec.params.max_iter = max_iter
+        spec.params.max_iter, spec.params.max_epoch = max_iter, None
     if run_dir:
         spec.params.snapshot_prefix = os.path.join(os.path.abspath(run_dir), os.path.basename(spec.snapshot_prefix))
     run_dir = os.path.dirname(os.path.abspath(spec.snapshot_prefix))
     solver = Solver(spec, device=device, seed=seed, stages=stages or None, level=level,
-                    log=TrainingLog(run_dir=run_dir))
+                    log=TrainingLog(run_dir=run_dir), debug_info=debug_info)
     if resume:
         solver.restore(resume, force=force)
     if weights:
         click.echo(solver.net.load_weights(weights, strict=False).summary(weights))
     copy_configs(spec, os.path.join(run_dir, "config"))
+    epochs = solver.log.epoch(solver.params.max_iter)
     click.echo(f"training net '{solver.net.name}' on {solver.backend.device}: {solver.params.type}, "
-               f"{solver.params.max_iter} iterations; run folder {run_dir}")
+               f"{solver.params.max_iter} iterations" + (f" ({epochs:.2f} epochs)" if epochs else "")
+               + f"; run folder {run_dir}")
     with signal_effects(solver, sigint_effect, sighup_effect):
         solver.solve()
 

@@ -82,6 +82,10 @@ class Layer:
         for blob, shape in zip(top, self.top_shapes([b.shape for b in bottom])):
             blob.reshape(shape)
 
+    def record_count(self) -> int | None:
+        """Records in one full pass over a data layer's dataset; None when the layer cannot tell (the default)."""
+        return None
+
     def runtime_state(self) -> dict:
         """Arrays a resumed run needs to continue exactly (a data layer's position); none by default."""
         return {}

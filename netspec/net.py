@@ -107,6 +107,16 @@ class Net:
         first_top = next((blobs[0] for blobs in self.top_blobs if blobs), None)
         return first_top.shape[0] if first_top is not None and first_top.shape else 1
 
+    def data_layer(self):
+        """The first layer that takes no bottoms (the one that feeds the net), or None."""
+        return next((layer for layer, node in zip(self.layers, self.nodes) if not node.bottoms), None)
+
+    def blob_magnitudes(self) -> list[tuple[str, float, float]]:
+        """``(name, mean |data|, mean |diff|)`` of every blob, for debugging divergence."""
+        xp = self.backend.xp
+        return [(name, float(xp.abs(blob.data).mean()), float(xp.abs(blob.diff).mean()))
+                for name, blob in self.blobs.items()]
+
     def has_loss(self) -> bool:
         """True when some top carries a non-zero loss weight."""
         return any(any(node.loss_weights) for node in self.nodes)

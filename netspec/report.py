@@ -120,9 +120,11 @@ def layer_doc(cls) -> str:
 
 def solver_doc(cls) -> str:
     """Everything ``netspec solvers TYPE`` prints: the rule's docstring and the learning-rate policies."""
-    from netspec.solvers.lr_policies import FORMULAS  # noqa: PLC0415 - keeps report import-light
+    from netspec.solvers.lr_policies import FORMULAS, WARMUP_FORMULA  # noqa: PLC0415 - keeps report import-light
 
     policies = "\n".join(f"  {name:<10} {formula}" for name, formula in FORMULAS.items())
-    return (f"{inspect.getdoc(cls)}\n\nEvery rule first clips the gradient to clip_gradients (global L2 norm), "
-            f"divides it by iter_size and adds weight decay; rate = lr_policy(iter) * lr_mult.\n\n"
-            f"lr_policy:\n{policies}")
+    decay = ("adds weight decay to the step, times the rate (decoupled)" if cls.decoupled_decay
+             else "adds weight decay to the gradient")
+    return (f"{inspect.getdoc(cls)}\n\nThe loop first clips the gradient to clip_gradients (global L2 norm), "
+            f"divides it by iter_size and {decay}; rate = lr(iter) * lr_mult.\n\n"
+            f"lr(iter), by lr_policy:\n{policies}\n{WARMUP_FORMULA}")

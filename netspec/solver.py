@@ -21,13 +21,15 @@ import numpy
 
 from netspec import solver_state
 from netspec.backend import Backend
+from netspec.config import did_you_mean
 from netspec.errors import ConfigError, Problem, StateError, TrainingError
 from netspec.graph import compile_net
 from netspec.net import Net
 from netspec.registry import layer_schemas, solver_class, solver_types
-from netspec.solver_config import SolverSpec, parse_solver
+from netspec.solver_config import EPOCH_KEYS, SolverSpec, parse_solver, with_epochs_resolved
 from netspec.solvers.lr_policies import learning_rate, multistep_count
-from netspec.training_log import TrainingLog
+from netspec.training_log import TrainingLog, format_value
+from netspec.watch import OutputWatch
 
 
 class Solver:
@@ -38,8 +40,9 @@ class Solver:
     """
 
     def __init__(self, spec: SolverSpec, device: str | None = None, seed: int | None = None, stages=None,
-                 level: int | None = None, dtype=numpy.float32, log: TrainingLog | None = None):
-        p = self.params = spec.params
+                 level: int | None = None, dtype=numpy.float32, log: TrainingLog | None = None,
+                 debug_info: bool = False):
+        p = spec.params
         self.spec = spec
         if device is None:
             device = "cpu" if p.solver_mode == "CPU" else f"gpu:{p.device_id}"
@@ -58,8 +61,11 @@ class Solver:
             net = self._build(net_spec, "TEST", state, stages, level, dtype)
             net.share_trained_layers(self.net)
             self.test_nets.append(net)
+        self.iterations_per_epoch = self._iterations_per_epoch()
+        self.params = p = self._in_iterations(p)
         rule_cls = solver_class(p.type)
         problems = [spec.problem(message, key) for key, message in rule_cls.check(p)]
+        problems += self._check_watched_outputs()
         if problems:
             raise ConfigError(problems)
         self.learnable = self.net.learnable_params()
@@ -67,11 +73,58 @@ class Solver:
         self.iter = 0
         self.losses: collections.deque[float] = collections.deque(maxlen=p.average_loss)
         self.log = log or TrainingLog()
+        self.log.iterations_per_epoch = self.iterations_per_epoch
+        self.debug_info = debug_info
         self.requested: str | None = None
-        self.stopped_early = False
+        self.stop_reason: str | None = None
         self.last_test_iter: int | None = None
         self.last_snapshot: str | None = None
         self.last_snapshot_iter: int | None = None
+        self.snapshots: list[int] = []
+        self.best = self.plateau = None
+        if p.snapshot_best:
+            self.best = OutputWatch(p.snapshot_best.output, p.snapshot_best.mode, p.snapshot_best.test_net)
+        if p.early_stop:
+            e = p.early_stop
+            self.plateau = OutputWatch(e.output, e.mode, e.test_net, e.min_delta)
+
+    def _iterations_per_epoch(self) -> float | None:
+        """Iterations per pass over the train data, when its data layer knows its record count."""
+        layer = self.net.data_layer()
+        records = layer.record_count() if layer is not None else None
+        return records / (self.net.batch_size * self.spec.params.iter_size) if records else None
+
+    def _in_iterations(self, p):
+        """``p`` with epoch counts turned into iterations; refused when the data's size is unknown."""
+        used = [key for key in EPOCH_KEYS if getattr(p, key) is not None]
+        if not used:
+            return p
+        if self.iterations_per_epoch is None:
+            layer = self.net.data_layer()
+            source = f"its data layer '{layer.name}' ({layer.type})" if layer is not None else "it has no data layer"
+            raise ConfigError([self.spec.problem(
+                f"counts epochs, but the train net cannot tell how many records an epoch has: {source} does not "
+                "know its size; give iteration counts instead, or read the data with HDF5Data", key) for key in used])
+        resolved = with_epochs_resolved(p, self.iterations_per_epoch)
+        if resolved.warmup_iter >= resolved.max_iter:
+            raise ConfigError(self.spec.problem(
+                f"must be less than max_iter ({resolved.max_iter} from max_epoch), got {p.warmup_iter}", "warmup_iter"))
+        return resolved
+
+    def _check_watched_outputs(self) -> list[Problem]:
+        """``snapshot_best`` and ``early_stop`` must name a one-value output of their test net."""
+        problems = []
+        for key in ("snapshot_best", "early_stop"):
+            watch = getattr(self.params, key)
+            if watch is None:
+                continue
+            net = self.test_nets[watch.test_net]
+            scalars = [name for name in net.outputs if net.blobs[name].count == 1]
+            if watch.output not in scalars:
+                problems.append(self.spec.problem(
+                    f"test net {watch.test_net} has no one-value output '{watch.output}'"
+                    f"{did_you_mean(watch.output, scalars)} (it has: {', '.join(scalars) or 'none'})", key))
+        return problems
 
     def _build(self, net_spec, phase, state, stages, level, dtype) -> Net:
         if stages is None and state is not None:
@@ -92,8 +145,13 @@ class Solver:
         if action == "stop" or self.requested is None:
             self.requested = action
 
+    @property
+    def stopped_early(self) -> bool:
+        """True when training stopped before ``max_iter`` (a requested stop or early stopping)."""
+        return self.stop_reason is not None
+
     def step(self, iterations: int) -> None:
-        """Run ``iterations`` iterations (fewer if a stop is requested)."""
+        """Run ``iterations`` iterations (fewer if a stop is requested or early stopping triggers)."""
         p = self.params
         stop_at = self.iter + iterations
         window_start, window_iter = time.perf_counter(), self.iter
@@ -101,28 +159,35 @@ class Solver:
             if (p.test_interval and self.iter % p.test_interval == 0 and (self.iter > 0 or p.test_initialization)
                     and self.last_test_iter != self.iter):
                 self.test_all()
+                if self.stop_reason:
+                    break
             self.losses.append(self.forward_backward())
             rate = self.learning_rate
-            if p.display and self.iter % p.display == 0:
+            shown = bool(p.display) and self.iter % p.display == 0
+            if shown:
                 elapsed = time.perf_counter() - window_start
                 images = self.net.batch_size * p.iter_size * (self.iter + 1 - window_iter)
                 outputs = self.net.scalar_outputs()
                 self.log.train(self.iter, rate, self.smoothed_loss, outputs, self.loss_weights,
                                images / elapsed if elapsed > 0 else 0.0)
                 window_start, window_iter = time.perf_counter(), self.iter + 1
-            self.apply_update(rate)
+            if shown and self.debug_info:
+                self.log.blob_magnitudes(self.iter, self.net.blob_magnitudes())
+            update_ratios = self.apply_update(rate, measure=shown and self.debug_info)
+            if update_ratios:
+                self.log.update_ratios(self.iter, update_ratios)
             self.iter += 1
             self.log.advance(self.iter)
             if self.requested == "snapshot" or (p.snapshot and self.iter % p.snapshot == 0):
                 self.snapshot()
             if self.requested == "stop":
-                self.stopped_early = True
-                self.log.message(f"stop requested: stopping at iteration {self.iter}")
+                self.stop_reason = f"stop requested: stopping at iteration {self.iter}"
+                self.log.message(self.stop_reason)
                 break
             self.requested = None
 
     def solve(self) -> None:
-        """Train up to ``max_iter``, snapshot at the end, and test the final weights."""
+        """Train up to ``max_iter`` (or an early stop), snapshot at the end, and test the final weights."""
         p = self.params
         self.log.start(self.iter, p.max_iter, resumed=self.iter > 0)
         try:
@@ -161,8 +226,11 @@ class Solver:
         raise TrainingError(f"iteration {self.iter}: the loss is {loss}{where}. Training stopped; {kept} "
                             "(try a lower base_lr or clip_gradients)")
 
-    def apply_update(self, rate: float) -> None:
-        """Clip, normalise, regularise and apply the rule's step to every learnable blob."""
+    def apply_update(self, rate: float, measure: bool = False) -> list[tuple[str, float, float]]:
+        """Clip, normalise, regularise and apply the rule's step to every learnable blob.
+
+        With ``measure``, return ``(layer[index], mean |w|, ||step|| / ||w||)`` for each blob.
+        """
         p, xp = self.params, self.backend.xp
         if p.clip_gradients >= 0:
             norm = math.sqrt(sum(float(xp.vdot(lp.blob.diff, lp.blob.diff)) for lp in self.learnable))
@@ -170,31 +238,63 @@ class Solver:
                 scale = p.clip_gradients / norm
                 for lp in self.learnable:
                     lp.blob.diff *= scale
+        decoupled = self.rule.decoupled_decay
+        ratios = []
         for index, lp in enumerate(self.learnable):
-            diff = lp.blob.diff
+            diff, data = lp.blob.diff, lp.blob.data
             if p.iter_size > 1:
                 diff *= 1.0 / p.iter_size
             decay = p.weight_decay * lp.decay_mult
-            if decay:
-                diff += decay * (lp.blob.data if p.regularization_type == "L2" else xp.sign(lp.blob.data))
+            if decay and not decoupled:
+                diff += decay * self._regularizer(data)
             self.rule.compute_update(index, diff, rate * lp.lr_mult, self.iter)
-            lp.blob.data -= diff
+            if decay and decoupled:
+                diff += (rate * lp.lr_mult * decay) * self._regularizer(data)
+            if measure:
+                weight_norm = float(xp.linalg.norm(data))
+                ratio = float(xp.linalg.norm(diff)) / weight_norm if weight_norm else math.inf
+                ratios.append((f"{lp.layer}[{lp.index}]", float(xp.abs(data).mean()), ratio))
+            data -= diff
+        return ratios
+
+    def _regularizer(self, data):
+        """The decay's direction: ``w`` for L2, ``sign(w)`` for L1."""
+        return data if self.params.regularization_type == "L2" else self.backend.xp.sign(data)
 
     def test_all(self) -> dict[int, dict[str, float]]:
-        """Score every test net over its ``test_iter`` batches and log the averages."""
+        """Score every test net over its ``test_iter`` batches, log the averages, and follow watched outputs."""
         self.last_test_iter = self.iter
         results = {}
         for index, net in enumerate(self.test_nets):
             scores = net.score(self.params.test_iter[index])
             self.log.test(self.iter, index, self.learning_rate, scores, net.output_loss_weights)
             results[index] = scores
+        if self.best is not None and self.best.update(self.iter, results):
+            path = f"{self.spec.snapshot_prefix}_best.weights.h5"
+            self.net.save_weights(path, self.iter)
+            self.log.message(f"best {self.best.output} so far ({format_value(self.best.best)}): {path}")
+        if self.plateau is not None and not self.plateau.update(self.iter, results):
+            watch = self.plateau
+            if watch.stale >= self.params.early_stop.patience:
+                self.stop_reason = (
+                    f"early stop at iteration {self.iter}: test {watch.output} has not improved by more than "
+                    f"{format_value(watch.min_delta)} in {watch.stale} test passes (best "
+                    f"{format_value(watch.best) if watch.best is not None else 'none'}"
+                    f"{f' at iteration {watch.best_iter}' if watch.best_iter is not None else ''})")
+                self.log.message(self.stop_reason)
         return results
 
     # ---- snapshots ------------------------------------------------------------------------------
     def snapshot(self) -> str:
-        """Write ``<prefix>_iter_<N>.weights.h5`` and ``.solverstate.h5``; return the state's path."""
-        prefix = f"{self.spec.snapshot_prefix}_iter_{self.iter}"
-        weights, state = f"{prefix}.weights.h5", f"{prefix}.solverstate.h5"
+        """Write ``<prefix>_iter_<N>.weights.h5`` and ``.solverstate.h5``; return the state's path.
+
+        With ``keep_last: K`` the periodic snapshots before the newest K are
+        then deleted (the best weights are a separate file and stay).
+        """
+        weights, state = self._snapshot_paths(self.iter)
+        kept = [it for it in self.snapshots if it != self.iter] + [self.iter]
+        dropped = kept[:-self.params.keep_last] if self.params.keep_last else []
+        kept = kept[len(dropped):]
         self.net.save_weights(weights, self.iter)
         history = {}
         for lp, buffers in zip(self.learnable, self.rule.history):
@@ -208,10 +308,28 @@ class Solver:
             solver_config_hash=self.spec.config_hash, solver_yaml=self.spec.text, net_yaml=self.spec.train_net_text,
             weights_file=os.path.basename(weights), weights_sha256=solver_state.file_sha256(weights),
             lr_step=multistep_count(self.params, self.iter), history=history, runtime=runtime,
-            loss_window=list(self.losses)))
+            loss_window=list(self.losses), progress=self._progress(kept)))
         self.last_snapshot, self.last_snapshot_iter = state, self.iter
+        self.snapshots = kept
         self.log.message(f"snapshot at iteration {self.iter}: {weights}")
+        for iteration in dropped:
+            for path in self._snapshot_paths(iteration):
+                if os.path.exists(path):
+                    os.remove(path)
         return state
+
+    def _snapshot_paths(self, iteration: int) -> tuple[str, str]:
+        prefix = f"{self.spec.snapshot_prefix}_iter_{iteration}"
+        return f"{prefix}.weights.h5", f"{prefix}.solverstate.h5"
+
+    def _progress(self, snapshots: list[int]) -> dict:
+        """The periodic snapshots kept and the watched outputs' state, for the solver state."""
+        progress = {"snapshots": snapshots}
+        if self.best is not None:
+            progress["best"] = self.best.state()
+        if self.plateau is not None:
+            progress["early_stop"] = self.plateau.state()
+        return progress
 
     def restore(self, path: str | os.PathLike, force: bool = False) -> None:
         """Continue from a solver state: weights, history, data positions, generators and iteration.
@@ -239,6 +357,10 @@ class Solver:
         for index, net in enumerate(self.test_nets):
             net.restore_runtime_state(state.runtime.get(f"test{index}", {}))
         self.backend.set_rng_state(state.rng_state)
+        self.snapshots = [int(it) for it in state.progress.get("snapshots", [state.iteration])]
+        for key, watch in (("best", self.best), ("early_stop", self.plateau)):
+            if watch is not None and key in state.progress:
+                watch.restore(state.progress[key])
         self.last_snapshot, self.last_snapshot_iter = path, state.iteration
         self.log.message(f"resumed from {path} at iteration {self.iter}")
 
@@ -272,7 +394,8 @@ class Solver:
 
 
 def load_solver(source, device: str | None = None, seed: int | None = None, stages=None, level: int | None = None,
-                dtype=numpy.float32, log: TrainingLog | None = None) -> Solver:
+                dtype=numpy.float32, log: TrainingLog | None = None, debug_info: bool = False) -> Solver:
     """Read and validate a solver file (path or YAML text) with its nets, and build it on a device."""
     spec = parse_solver(source, layer_schemas(), list(solver_types()))
-    return Solver(spec, device=device, seed=seed, stages=stages, level=level, dtype=dtype, log=log)
+    return Solver(spec, device=device, seed=seed, stages=stages, level=level, dtype=dtype, log=log,
+                  debug_info=debug_info)

@@ -9,6 +9,7 @@ nothing of solvers' code.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
@@ -20,8 +21,26 @@ from netspec.config import (
 )
 from netspec.errors import ConfigError, Problem
 
-LR_POLICIES = ("fixed", "step", "exp", "inv", "multistep", "poly", "sigmoid")
+LR_POLICIES = ("fixed", "step", "exp", "inv", "multistep", "poly", "sigmoid", "cosine")
+EPOCH_KEYS = {"max_epoch": "max_iter", "test_interval_epochs": "test_interval", "snapshot_epochs": "snapshot"}
 NET_KEYS = ("net", "train_net", "test_net")
+
+
+@dataclass
+class WatchedOutput:
+    """A scalar output of a test net followed across test passes (``snapshot_best``)."""
+
+    output: str = required(doc="name of a scalar output of the test net (e.g. accuracy, loss)")
+    mode: Literal["max", "min"] = required(doc="max: larger is better; min: smaller is better")
+    test_net: int = doc(0, "which test net's results to follow")
+
+
+@dataclass
+class EarlyStop(WatchedOutput):
+    """Stop training when a test output has stopped improving (``early_stop``)."""
+
+    patience: int = required(doc="test passes without improvement before stopping (>= 1)")
+    min_delta: float = doc(0.0, "smallest change that counts as an improvement")
 
 
 @dataclass
@@ -29,12 +48,16 @@ class SolverParams:
     """The hyper-parameters of a solver file (Caffe's SolverParameter; the nets are read separately)."""
 
     base_lr: float = required(doc="starting learning rate (> 0)")
-    max_iter: int = required(doc="iterations to train (> 0)")
+    max_iter: int | None = doc(None, "iterations to train (> 0); or give max_epoch")
+    max_epoch: float | None = doc(None, "passes over the train data to train (needs a data layer that knows its size)")
     lr_policy: Literal[LR_POLICIES] = doc("fixed", "how the rate changes: " + ", ".join(LR_POLICIES))
     gamma: float | None = doc(None, "factor of the step, exp, inv, multistep and sigmoid policies")
     power: float | None = doc(None, "exponent of the inv and poly policies")
     stepsize: int | None = doc(None, "iterations per step (step) or the midpoint (sigmoid)")
     stepvalue: list[int] = doc([], "iterations at which multistep multiplies the rate by gamma")
+    min_lr: float = doc(0.0, "the cosine policy's rate at max_iter")
+    warmup_iter: int = doc(0, "iterations of linear warm-up before the policy takes over (0: none)")
+    warmup_start_lr: float = doc(0.0, "the rate at iteration 0 when warming up")
     momentum: float = doc(0.0, "momentum of the update history (AdaDelta: its decay; Adam: beta1)")
     momentum2: float = doc(0.999, "Adam's second-moment decay (beta2)")
     rms_decay: float = doc(0.99, "RMSProp's decay of the mean square")
@@ -46,10 +69,17 @@ class SolverParams:
     type: str = doc("SGD", "update rule (netspec solvers lists them)")
     test_iter: list[int] = doc([], "batches per test pass, one value per test net")
     test_interval: int = doc(0, "test every this many iterations (0: never)")
+    test_interval_epochs: float | None = doc(None, "test every this many epochs (instead of test_interval)")
     test_initialization: bool = doc(True, "also test before the first iteration")
     display: int = doc(0, "log every this many iterations (0: never)")
     average_loss: int = doc(1, "iterations over which the logged loss is averaged")
     snapshot: int = doc(0, "write weights and solver state every this many iterations (0: only at the end)")
+    snapshot_epochs: float | None = doc(None, "snapshot every this many epochs (instead of snapshot)")
+    keep_last: int | None = doc(None, "keep only the newest K periodic snapshots (never the best, never the last)")
+    snapshot_best: WatchedOutput | None = doc(None, "keep <prefix>_best.weights.h5 for the best test value of an "
+                                                    "output: {output, mode: max|min}")
+    early_stop: EarlyStop | None = doc(None, "stop when a test output stops improving: "
+                                             "{output, mode, patience, min_delta}")
     snapshot_prefix: FilePath | None = doc(None, "path prefix of snapshot files (default: the solver file's "
                                                  "path without its extension)")
     snapshot_after_train: bool = doc(True, "write a snapshot when training ends")
@@ -119,8 +149,30 @@ def _check_values(p: SolverParams, ctx: Context, tree: YamlMap, solver_types) ->
 
     if p.base_lr is not None and not (p.base_lr > 0 and math.isfinite(p.base_lr)):
         bad("base_lr", f"must be a positive number, got {p.base_lr}")
+    if (p.max_iter is None) == (p.max_epoch is None):
+        bad("max_epoch" if "max_epoch" in tree else "max_iter",
+            "give the length of training as max_iter or max_epoch" + (", not both" if p.max_iter is not None else ""))
     if p.max_iter is not None and p.max_iter <= 0:
         bad("max_iter", f"must be a positive integer, got {p.max_iter}")
+    for key, iterations_key in EPOCH_KEYS.items():
+        value = getattr(p, key)
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            bad(key, f"must be a positive number, got {value}")
+        if value is not None and key != "max_epoch" and getattr(p, iterations_key):
+            bad(key, f"give {iterations_key} or {key}, not both")
+    for key in ("warmup_iter", "warmup_start_lr", "min_lr"):
+        if getattr(p, key) < 0:
+            bad(key, f"must not be negative, got {getattr(p, key)}")
+    if p.max_iter is not None and 0 < p.max_iter <= p.warmup_iter:
+        bad("warmup_iter", f"must be less than max_iter ({p.max_iter}), got {p.warmup_iter}")
+    if "min_lr" in tree and p.lr_policy != "cosine":
+        bad("min_lr", f"only the cosine policy uses min_lr (lr_policy is '{p.lr_policy}')")
+    if p.base_lr is not None and p.min_lr > p.base_lr:
+        bad("min_lr", f"must not exceed base_lr ({p.base_lr}), got {p.min_lr}")
+    if p.keep_last is not None and p.keep_last < 1:
+        bad("keep_last", f"must be at least 1 (the newest snapshot is always kept), got {p.keep_last}")
+    for key in ("snapshot_best", "early_stop"):
+        _check_watch(key, getattr(p, key), p, bad)
     for key in ("iter_size", "average_loss"):
         if getattr(p, key) < 1:
             bad(key, f"must be at least 1, got {getattr(p, key)}")
@@ -141,6 +193,37 @@ def _check_values(p: SolverParams, ctx: Context, tree: YamlMap, solver_types) ->
         bad("stepsize", f"must be a positive integer, got {p.stepsize}")
     if any(b <= a for a, b in zip(p.stepvalue, p.stepvalue[1:])):
         bad("stepvalue", f"values must increase, got {p.stepvalue}")
+
+
+def _check_watch(key: str, watch: WatchedOutput | None, p: SolverParams, bad) -> None:
+    """``snapshot_best`` and ``early_stop`` follow a test net's results, so they need one that is tested."""
+    if watch is None:
+        return
+    if not p.test_iter or not (p.test_interval or p.test_interval_epochs):
+        bad(key, "follows test results, so it needs test_iter and test_interval (or test_interval_epochs)")
+    elif not 0 <= watch.test_net < len(p.test_iter):
+        bad(key, f"test_net {watch.test_net} does not exist (the solver has {len(p.test_iter)} test net(s), "
+                 "numbered from 0)")
+    if isinstance(watch, EarlyStop):
+        if watch.patience is not None and watch.patience < 1:
+            bad(key, f"patience must be at least 1, got {watch.patience}")
+        if watch.min_delta < 0:
+            bad(key, f"min_delta must not be negative, got {watch.min_delta}")
+
+
+def with_epochs_resolved(params: SolverParams, iterations_per_epoch: float) -> SolverParams:
+    """A copy of ``params`` with every ``*_epoch(s)`` value turned into its iteration count.
+
+    Training lengths round up (at least the asked epochs are seen); intervals
+    round to the nearest iteration, at least 1.
+    """
+    values = {}
+    for key, iterations_key in EPOCH_KEYS.items():
+        epochs = getattr(params, key)
+        if epochs is not None:
+            iterations = epochs * iterations_per_epoch
+            values[iterations_key] = max(1, math.ceil(iterations - 1e-9) if key == "max_epoch" else round(iterations))
+    return dataclasses.replace(params, **values)
 
 
 def parse_solver(source, layer_schemas: dict[str, dict[str, type]], solver_types) -> SolverSpec:
@@ -185,9 +268,9 @@ def parse_solver(source, layer_schemas: dict[str, dict[str, type]], solver_types
             ctx.add(f"test_iter needs one value per test net: {len(test_nets)} test net(s), "
                     f"{len(params.test_iter)} value(s)" + ("; add test_net" if not test_nets else ""),
                     tree.line_of("test_iter"), "test_iter")
-    if params.test_interval and not params.test_iter:
-        ctx.add("test_interval needs test_iter (batches per test pass)", tree.line_of("test_interval"),
-                "test_interval")
+    for key in ("test_interval", "test_interval_epochs"):
+        if getattr(params, key) and not params.test_iter:
+            ctx.add(f"{key} needs test_iter (batches per test pass)", tree.line_of(key), key)
     if params.test_state and len(params.test_state) != len(params.test_iter):
         ctx.add(f"give one test_state per test net ({len(params.test_iter)})", tree.line_of("test_state"),
                 "test_state")

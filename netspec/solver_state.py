@@ -4,7 +4,8 @@ Layout (HDF5, written atomically beside its weights file)::
 
     /                                  attrs: format, netspec_version, iteration, solver_type, lr_step,
                                               rng_state, net_name, net_config_hash, solver_config_hash,
-                                              solver_yaml, net_yaml, weights_file, weights_sha256
+                                              solver_yaml, net_yaml, weights_file, weights_sha256,
+                                              progress (JSON: periodic snapshots kept, watched outputs)
     /history/<layer>/<blob>/<name>     the update rule's buffers, per learnable blob
     /runtime/<net>/<layer>/<key>       layer run-time state (data positions); <net> is train, test0, ...
     /loss_window                       the recent losses averaged in the log
@@ -13,6 +14,7 @@ Layout (HDF5, written atomically beside its weights file)::
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from dataclasses import dataclass, field
 
@@ -53,6 +55,7 @@ class SolverState:
     history: dict[str, dict[int, dict[str, numpy.ndarray]]] = field(default_factory=dict)
     runtime: dict[str, dict[str, dict[str, numpy.ndarray]]] = field(default_factory=dict)
     loss_window: list[float] = field(default_factory=list)
+    progress: dict = field(default_factory=dict)
 
 
 _ATTRS = ("iteration", "solver_type", "lr_step", "rng_state", "net_name", "net_config_hash", "solver_config_hash",
@@ -68,6 +71,7 @@ def write_state(path: str | os.PathLike, state: SolverState) -> None:
         handle.attrs["netspec_version"] = __version__
         for name in _ATTRS:
             handle.attrs[name] = getattr(state, name)
+        handle.attrs["progress"] = json.dumps(state.progress)
         for layer, blobs in state.history.items():
             for index, buffers in blobs.items():
                 for name, array in buffers.items():
@@ -92,7 +96,7 @@ def read_state(path: str | os.PathLike) -> SolverState:
             values = {name: handle.attrs[name] for name in _ATTRS}
             values["iteration"] = int(values["iteration"])
             values["lr_step"] = int(values["lr_step"])
-            state = SolverState(**values)
+            state = SolverState(**values, progress=json.loads(handle.attrs.get("progress", "{}")))
             for layer, blobs in handle.get("history", {}).items():
                 state.history[layer] = {int(index): {name: buf[()] for name, buf in buffers.items()}
                                         for index, buffers in blobs.items()}

@@ -32,7 +32,9 @@ class TrainingLog:
     Lines go to ``stream``; when it is a terminal, a live progress bar with
     the ETA (rich) sits under them.  With ``run_dir`` every display and test
     event is also appended to ``run_dir/metrics.jsonl`` as one JSON object:
-    ``{"iter", "phase", "lr", <output>: value, ...}``.
+    ``{"iter", "epoch", "phase", "lr", <output>: value, ...}``.  Set
+    ``iterations_per_epoch`` when the train data's size is known, and lines
+    show the epoch beside the iteration.
     """
 
     def __init__(self, run_dir: str | None = None, stream=None, progress: bool | None = None,
@@ -43,6 +45,7 @@ class TrainingLog:
         self.show_progress = self.stream.isatty() if progress is None else progress
         self.progress = None
         self.metrics = None
+        self.iterations_per_epoch: float | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------
     def start(self, first_iter: int, max_iter: int, resumed: bool) -> None:
@@ -102,19 +105,47 @@ class TrainingLog:
             self.metrics.write(json.dumps(clean) + "\n")
             self.metrics.flush()
 
+    def where(self, iteration: int) -> str:
+        """``iter N``, with the epoch when it is known."""
+        epoch = self.epoch(iteration)
+        return f"iter {iteration}" + (f" (epoch {epoch:.2f})" if epoch is not None else "")
+
+    def epoch(self, iteration: int) -> float | None:
+        """Passes over the train data completed after ``iteration`` iterations, when known."""
+        return iteration / self.iterations_per_epoch if self.iterations_per_epoch else None
+
+    def _event(self, iteration: int, phase: str, lr: float) -> dict:
+        event = {"iter": iteration, "phase": phase, "lr": lr}
+        if self.iterations_per_epoch:
+            event["epoch"] = self.epoch(iteration)
+        return event
+
     def train(self, iteration: int, lr: float, smoothed_loss: float, outputs: dict[str, float],
               loss_weights: dict[str, float], images_per_s: float) -> None:
         """A display event: smoothed loss, rate, speed and the train net's outputs."""
         speed = f", {images_per_s:.0f} img/s" if images_per_s else ""
-        self.message(f"iter {iteration}: loss = {format_value(smoothed_loss)}, lr = {lr:.6g}{speed}"
+        self.message(f"{self.where(iteration)}: loss = {format_value(smoothed_loss)}, lr = {lr:.6g}{speed}"
                      + (f" | {format_outputs(outputs, loss_weights)}" if outputs else ""))
-        self.record({"iter": iteration, "phase": "TRAIN", "lr": lr, "smoothed_loss": smoothed_loss,
+        self.record({**self._event(iteration, "TRAIN", lr), "smoothed_loss": smoothed_loss,
                      "images_per_s": images_per_s, **outputs})
 
     def test(self, iteration: int, net_index: int, lr: float, results: dict[str, float],
              loss_weights: dict[str, float]) -> None:
         """A test event: each output of test net ``net_index`` averaged over its batches."""
         label = "test" if net_index == 0 else f"test net {net_index}"
-        self.message(f"iter {iteration}: {label}: {format_outputs(results, loss_weights) or 'no scalar outputs'}")
-        self.record({"iter": iteration, "phase": "TEST", "lr": lr,
-                     **({"test_net": net_index} if net_index else {}), **results})
+        self.message(f"{self.where(iteration)}: {label}: "
+                     f"{format_outputs(results, loss_weights) or 'no scalar outputs'}")
+        self.record({**self._event(iteration, "TEST", lr), **({"test_net": net_index} if net_index else {}),
+                     **results})
+
+    def blob_magnitudes(self, iteration: int, magnitudes: list[tuple[str, float, float]]) -> None:
+        """``--debug-info``: mean |data| and |diff| of every blob after forward and backward."""
+        for name, data, diff in magnitudes:
+            self.message(f"{self.where(iteration)} debug: blob {name}: mean |data| = {format_value(data)}, "
+                         f"mean |diff| = {format_value(diff)}")
+
+    def update_ratios(self, iteration: int, ratios: list[tuple[str, float, float]]) -> None:
+        """``--debug-info``: each learnable blob's mean |w| and ||update|| / ||w||."""
+        for name, weight, ratio in ratios:
+            self.message(f"{self.where(iteration)} debug: param {name}: mean |w| = {format_value(weight)}, "
+                         f"update/weight = {format_value(ratio)}")

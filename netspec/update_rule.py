@@ -2,7 +2,9 @@
 
 The loop in :mod:`netspec.solver` does everything that is common to every
 rule, in Caffe's order: learning rate from the policy, global-norm clipping,
-division by ``iter_size``, weight decay, then the rule, then ``w -= diff``.
+division by ``iter_size``, weight decay (added to the gradient, or for rules
+with ``decoupled_decay`` to the rule's step, times the rate), then the rule,
+then ``w -= diff``.
 A rule only turns each parameter's regularised gradient into the step to
 subtract, using the history buffers it declares; the buffers are saved in the
 solver state so that a resumed run continues bit-identically.
@@ -20,6 +22,7 @@ class UpdateRule(abc.ABC):
     type: ClassVar[str] = ""
     history_names: ClassVar[tuple[str, ...]] = ("history",)
     takes_momentum: ClassVar[bool] = True
+    decoupled_decay: ClassVar[bool] = False
 
     def __init__(self, params, shapes, xp, dtype):
         """``params``: the SolverParams; ``shapes``: one per learnable blob, in the net's order."""

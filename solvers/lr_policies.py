@@ -1,4 +1,9 @@
-"""Learning-rate policies: Caffe's seven formulas, as pure functions of the iteration."""
+"""Learning-rate policies: Caffe's seven formulas plus cosine, and linear warm-up, as pure functions of the iteration.
+
+Warm-up composes with every policy: for ``iter < warmup_iter`` the rate rises
+linearly from ``warmup_start_lr`` to the policy's rate at ``warmup_iter``;
+from there on the policy alone sets it.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ POLICIES = {
     "multistep": lambda p, it: p.base_lr * p.gamma ** multistep_count(p, it),
     "poly": lambda p, it: p.base_lr * (1.0 - it / p.max_iter) ** p.power,
     "sigmoid": sigmoid,
+    "cosine": lambda p, it: p.min_lr + (p.base_lr - p.min_lr) * 0.5 * (1.0 + math.cos(math.pi * it / p.max_iter)),
 }
 
 FORMULAS = {
@@ -35,9 +41,18 @@ FORMULAS = {
     "multistep": "base_lr * gamma ^ (number of stepvalue entries <= iter)",
     "poly": "base_lr * (1 - iter / max_iter) ^ power",
     "sigmoid": "base_lr / (1 + exp(-gamma * (iter - stepsize)))",
+    "cosine": "min_lr + (base_lr - min_lr) * (1 + cos(pi * iter / max_iter)) / 2",
 }
+
+WARMUP_FORMULA = ("with warmup_iter W > 0, for iter < W: "
+                  "warmup_start_lr + (lr_policy(W) - warmup_start_lr) * iter / W")
 
 
 def learning_rate(params, iteration: int) -> float:
-    """The learning rate at ``iteration`` (counted from 0) under ``params.lr_policy``."""
-    return float(POLICIES[params.lr_policy](params, iteration))
+    """The learning rate at ``iteration`` (counted from 0) under ``params.lr_policy`` and warm-up."""
+    policy = POLICIES[params.lr_policy]
+    warmup = params.warmup_iter
+    if iteration < warmup:
+        start = params.warmup_start_lr
+        return float(start + (policy(params, warmup) - start) * iteration / warmup)
+    return float(policy(params, iteration))

@@ -146,8 +146,11 @@ def test_solvers_lists_rules_and_prints_their_formulas():
     listing = run("solvers")
     assert listing.returncode == 0
     assert {line.split()[0] for line in listing.stdout.splitlines()} == {
-        "SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam"}
+        "SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam", "AdamW"}
     adam = run("solvers", "Adam")
     assert adam.returncode == 0 and "sqrt(1 - b2^t) / (1 - b1^t)" in adam.stdout and "poly" in adam.stdout
+    assert "decay to the gradient" in adam.stdout and "warmup_start_lr + " in adam.stdout
+    adamw = run("solvers", "AdamW")
+    assert "+ d * w)" in adamw.stdout and "(decoupled)" in adamw.stdout and "cos(pi * iter / max_iter)" in adamw.stdout
     wrong = run("solvers", "Adma")
     assert wrong.returncode == 1 and wrong.stderr.strip() == "error: unknown solver type 'Adma'; did you mean 'Adam'?"

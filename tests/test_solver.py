@@ -76,9 +76,10 @@ def adam_step(p, h, g, rate, t):
     return rate * np.sqrt(1 - p.momentum2 ** (t + 1)) / (1 - p.momentum ** (t + 1)) * h[0] / (np.sqrt(h[1]) + p.delta)
 
 
-# Caffe's update rules written out independently of solvers/, one per registered type
+# The update rules written out independently of solvers/, one per registered type
 REFERENCE_RULES = {"SGD": sgd_step, "Nesterov": nesterov_step, "AdaGrad": adagrad_step, "RMSProp": rmsprop_step,
-                   "AdaDelta": adadelta_step, "Adam": adam_step}
+                   "AdaDelta": adadelta_step, "Adam": adam_step, "AdamW": adam_step}
+DECOUPLED_DECAY = {"AdamW"}  # decay added to the rule's step times the rate, not to the gradient
 
 
 def reference_run(solver, iterations):
@@ -100,22 +101,27 @@ def reference_run(solver, iterations):
         for i in range(2):
             g = grads[i] / p.iter_size
             decay = p.weight_decay * decay_mults[i]
-            g = g + decay * (weights[i] if p.regularization_type == "L2" else np.sign(weights[i]))
-            weights[i] = weights[i] - rule(p, history[i], g, rate * lr_mults[i], it)
+            regularizer = decay * (weights[i] if p.regularization_type == "L2" else np.sign(weights[i]))
+            if p.type in DECOUPLED_DECAY:
+                step = rule(p, history[i], g, rate * lr_mults[i], it) + rate * lr_mults[i] * regularizer
+            else:
+                step = rule(p, history[i], g + regularizer, rate * lr_mults[i], it)
+            weights[i] = weights[i] - step
     return weights
 
 
-MOMENTUM = {"SGD": 0.9, "Nesterov": 0.9, "AdaGrad": 0.0, "RMSProp": 0.0, "AdaDelta": 0.95, "Adam": 0.9}
+MOMENTUM = {"SGD": 0.9, "Nesterov": 0.9, "AdaGrad": 0.0, "RMSProp": 0.0, "AdaDelta": 0.95, "Adam": 0.9, "AdamW": 0.9}
 MATRIX = [
     {},
     {"weight_decay": 0.05},
+    {"weight_decay": 0.05, "lr_policy": "cosine", "min_lr": 0.01, "warmup_iter": 2, "warmup_start_lr": 0.02},
     {"weight_decay": 0.1, "regularization_type": "L1", "lr_policy": "step", "gamma": 0.5, "stepsize": 2},
     {"clip_gradients": 0.1, "delta": 1e-6, "rms_decay": 0.9, "momentum2": 0.99},
     {"weight_decay": 0.01, "iter_size": 3, "clip_gradients": 0.5},
 ]
 
 
-@pytest.mark.parametrize("hyper", MATRIX, ids=["plain", "l2", "l1_step", "clip", "iter_size"])
+@pytest.mark.parametrize("hyper", MATRIX, ids=["plain", "l2", "l2_cosine_warmup", "l1_step", "clip", "iter_size"])
 @pytest.mark.parametrize("rule", sorted(REFERENCE_RULES))
 def test_every_rule_matches_its_closed_form(tmp_path, rule, hyper):
     solver = tiny_solver(tmp_path, type=rule, base_lr=0.1, momentum=MOMENTUM[rule], **hyper)
@@ -164,6 +170,16 @@ def test_lr_policies_match_caffe_formulas():
     assert rate("sigmoid", 5, gamma=1.0, stepsize=5) == pytest.approx(0.05)
     assert rate("sigmoid", 7, gamma=1.0, stepsize=5) == pytest.approx(0.1 / (1 + math.exp(-2)))
     assert rate("sigmoid", 0, gamma=1.0, stepsize=5000) == 0.0
+    assert [rate("cosine", i, min_lr=0.02) for i in (0, 5, 10)] == pytest.approx([0.1, 0.06, 0.02])
+
+
+def test_warmup_rises_linearly_to_the_policys_rate_and_then_hands_over():
+    p = SolverParams(base_lr=0.1, max_iter=10, lr_policy="step", gamma=0.5, stepsize=4, warmup_iter=4,
+                     warmup_start_lr=0.01)
+    assert [learning_rate(p, i) for i in range(7)] == pytest.approx([0.01, 0.02, 0.03, 0.04, 0.05, 0.05, 0.05])
+    from_zero = SolverParams(base_lr=0.1, max_iter=10, lr_policy="cosine", warmup_iter=5)
+    target = 0.05 * (1 + math.cos(math.pi / 2))
+    assert [learning_rate(from_zero, i) for i in (0, 1, 5, 10)] == pytest.approx([0.0, target / 5, target, 0.0])
 
 
 def hdf5_source(folder, rows=24):
@@ -178,7 +194,8 @@ def hdf5_source(folder, rows=24):
     return os.path.join(folder, "list.txt")
 
 
-def data_solver(tmp_path, batch, iter_size=1, shuffle=False, dropout=False, **hyper):
+def data_solver(tmp_path, batch, iter_size=1, shuffle=False, dropout=False, log=QUIET, **hyper):
+    """A float64 solver of a two-layer net fed by HDF5Data (24 rows), snapshotting under ``tmp_path/snap``."""
     layers = [
         {"name": "data", "type": "HDF5Data", "top": ["x", "y"],
          "hdf5_data_param": {"source": hdf5_source(str(tmp_path)), "batch_size": batch, "shuffle": shuffle}},
@@ -193,7 +210,7 @@ def data_solver(tmp_path, batch, iter_size=1, shuffle=False, dropout=False, **hy
     text = yaml.safe_dump({"net": {"name": "data_net", "layers": layers}, "max_iter": 100, "base_lr": 0.05,
                            "momentum": 0.9, "iter_size": iter_size, "random_seed": 5,
                            "snapshot_prefix": str(tmp_path / "snap" / "run"), **hyper})
-    return netspec.load_solver(text, dtype=np.float64, log=QUIET)
+    return netspec.load_solver(text, dtype=np.float64, log=log)
 
 
 def param_arrays(solver):

@@ -39,7 +39,8 @@ def test_quickstart_trains_digits_to_high_accuracy(digits):
     tests = events(run_dir, "TEST")
     assert [e["iter"] for e in tests] == [0, 200, 400]
     assert tests[-1]["accuracy"] >= 0.95
-    assert f"iter 400: test: accuracy = {tests[-1]['accuracy']:.4g}" in result.stdout
+    assert f"iter 400 (epoch 17.81): test: accuracy = {tests[-1]['accuracy']:.4g}" in result.stdout
+    assert tests[-1]["epoch"] == pytest.approx(400 * 64 / 1437)
     train = events(run_dir, "TRAIN")
     assert [e["iter"] for e in train] == list(range(0, 400, 50))
     assert all(set(e) >= {"iter", "phase", "lr", "loss"} for e in train)
@@ -105,7 +106,7 @@ def test_bad_solver_files_get_one_located_message_each(tmp_path, digits):
         "negative_lr": (f"net: {net}\nbase_lr: -0.1\nmax_iter: 10\n",
                         "negative_lr.yaml:2: base_lr: must be a positive number, got -0.1"),
         "policy": (f"net: {net}\nbase_lr: 0.1\nmax_iter: 10\nlr_policy: stpe\n",
-                   "policy.yaml:4: lr_policy: 'stpe' is not one of fixed, step, exp, inv, multistep, poly, sigmoid; "
+                   "policy.yaml:4: lr_policy: 'stpe' is not one of fixed, step, exp, inv, multistep, poly, sigmoid, cosine; "
                    "did you mean 'step'?"),
         "type": (f"net: {net}\nbase_lr: 0.1\nmax_iter: 10\ntype: SDG\n",
                  "type.yaml:4: type: unknown solver type 'SDG'; did you mean 'SGD'? (netspec solvers lists them)"),

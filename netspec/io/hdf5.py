@@ -65,6 +65,13 @@ def record_shapes(path: str, names: list[str]) -> list[tuple[int, ...]]:
         return [tuple(handle[name].shape[1:]) for name in names]
 
 
+def row_count(path: str, name: str) -> int:
+    """Rows of dataset ``name``, read from metadata only."""
+    with _open(path) as handle:
+        _check_names(handle, path, [name])
+        return handle[name].shape[0]
+
+
 def load_arrays(path: str, names: list[str], dtype) -> list[numpy.ndarray]:
     """Every row of each named dataset, as ``dtype`` arrays."""
     with _open(path) as handle:
