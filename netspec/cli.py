@@ -182,6 +182,44 @@ def train(solver_file, device, weights, resume, force, max_iter, seed, stages, l
         solver.solve()
 
 
+@main.command()
+@click.argument("metrics_files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--out", default="curves.png", show_default=True, type=click.Path(dir_okay=False),
+              help="the PNG to write")
+@user_errors
+def plot(metrics_files, out):
+    """Draw train loss, test outputs and learning rate of one or more runs (their metrics.jsonl) into a PNG."""
+    from netspec.plots import plot_metrics  # noqa: PLC0415
+
+    plot_metrics(list(metrics_files), out)
+    click.echo(f"wrote {out}")
+
+
+@main.command("lr-plot")
+@click.argument("solver_file", type=click.Path(dir_okay=False))
+@click.option("-o", "--out", default="lr.png", show_default=True, type=click.Path(dir_okay=False),
+              help="the PNG to write")
+@click.option("--max-iter", type=click.IntRange(min=1), default=None, help="override max_iter")
+@user_errors
+def lr_plot(solver_file, out, max_iter):
+    """Draw the learning rate SOLVER_FILE gives at every iteration, before training."""
+    from netspec.plots import plot_learning_rate  # noqa: PLC0415
+    from netspec.solver import Solver  # noqa: PLC0415
+    from netspec.solver_config import EPOCH_KEYS, parse_solver  # noqa: PLC0415
+
+    spec = parse_solver(solver_file, layer_schemas(), list(solver_types()))
+    params = spec.params
+    if max_iter is not None:
+        params.max_iter, params.max_epoch = max_iter, None
+    if any(getattr(params, key) is not None for key in EPOCH_KEYS):
+        params = Solver(spec).params  # the data's size turns epochs into iterations
+    title = f"{os.path.basename(solver_file)}: {params.lr_policy}" + (
+        f", {params.warmup_iter} warm-up iterations" if params.warmup_iter else "")
+    iterations, rates = plot_learning_rate(params, out, title)
+    click.echo(f"wrote {out}: lr {rates[0]:.6g} at iteration 0, {max(rates):.6g} at most, "
+               f"{rates[-1]:.6g} at iteration {iterations[-1]}")
+
+
 def copy_configs(spec, folder: str) -> None:
     """Save the exact solver text and the text of every net file it names, as read, into ``folder``."""
     os.makedirs(folder, exist_ok=True)

@@ -8,7 +8,7 @@ import json
 import h5py
 import numpy as np
 import pytest
-from test_solver import QUIET, data_solver, tiny_solver
+from test_solver import data_solver, tiny_solver
 
 from netspec.errors import ConfigError
 from netspec.training_log import TrainingLog

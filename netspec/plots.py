@@ -1,0 +1,125 @@
+"""Pictures of training: curves from metrics.jsonl files, and a solver's learning-rate schedule.
+
+matplotlib is an optional dependency (the ``plot`` extra); it is imported
+only when a picture is drawn.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+
+from netspec.errors import NetspecError
+from netspec.solvers.lr_policies import learning_rate
+
+# keys of a metrics event that are not outputs of a net
+EVENT_KEYS = {"iter", "epoch", "phase", "lr", "test_net", "smoothed_loss", "images_per_s"}
+MAX_POINTS = 20001
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
+def _figure(rows: int):
+    """A matplotlib Figure with ``rows`` stacked axes sharing the x axis (no pyplot, no display needed)."""
+    try:
+        from matplotlib.figure import Figure  # noqa: PLC0415 - optional dependency
+    except ImportError:
+        raise NetspecError("plotting needs matplotlib: python3 -m pip install 'netspec[plot]'") from None
+    figure = Figure(figsize=(8, 3 * rows), layout="constrained")
+    return figure, figure.subplots(rows, 1, sharex=True, squeeze=False)[:, 0]
+
+
+def _number(value) -> float:
+    """A metric value as a float (metrics.jsonl writes non-finite values as strings)."""
+    return float(value) if isinstance(value, (int, float, str)) and not isinstance(value, bool) else math.nan
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict]:
+    """The events of a metrics.jsonl, one per (phase, test net, iteration), sorted by iteration.
+
+    A resumed run appends to the file; where it repeats an iteration, its
+    later event wins.  A line that is not a JSON event is a NetspecError
+    naming the file and line.
+    """
+    path = os.fspath(path)
+    latest: dict[tuple, dict] = {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    event = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise NetspecError(f"{path}:{number}: not a JSON line ({exc.msg})") from None
+                if not isinstance(event, dict) or not isinstance(event.get("iter"), int) or "phase" not in event:
+                    raise NetspecError(f"{path}:{number}: not a training event (needs 'iter' and 'phase')")
+                latest[(event["phase"], event.get("test_net", 0), event["iter"])] = event
+    except OSError as exc:
+        raise NetspecError(f"{path}: cannot read metrics: {exc.strerror}") from None
+    if not latest:
+        raise NetspecError(f"{path}: no training events in the file")
+    return sorted(latest.values(), key=lambda e: e["iter"])
+
+
+def _run_labels(paths: list[str]) -> list[str]:
+    """Each file's run folder name, or its whole path where two runs share a name."""
+    names = [os.path.basename(os.path.dirname(os.path.abspath(p))) or p for p in paths]
+    return [name if names.count(name) == 1 else p for name, p in zip(names, paths)]
+
+
+def plot_metrics(paths: list[str], out: str | os.PathLike):
+    """Draw train loss, test outputs and learning rate against iterations, one colour per run, into ``out``.
+
+    Returns the matplotlib Figure.
+    """
+    runs = [read_metrics(path) for path in paths]
+    figure, (loss_axes, test_axes, lr_axes) = _figure(3)
+    for label, events, colour in zip(_run_labels(paths), runs, _colours(len(runs))):
+        train = [e for e in events if e["phase"] == "TRAIN"]
+        loss_axes.plot([e["iter"] for e in train], [_number(e.get("smoothed_loss")) for e in train],
+                       color=colour, label=label)
+        tests = [e for e in events if e["phase"] == "TEST"]
+        series = sorted({(e.get("test_net", 0), key) for e in tests for key in e if key not in EVENT_KEYS})
+        for style, (net, key) in zip(itertools.cycle(LINE_STYLES), series):
+            points = [(e["iter"], _number(e[key])) for e in tests if e.get("test_net", 0) == net and key in e]
+            name = key if net == 0 else f"{key} (test net {net})"
+            test_axes.plot(*zip(*points), linestyle=style, marker=".", color=colour, label=f"{label}: {name}")
+        lr_axes.plot([e["iter"] for e in events], [_number(e.get("lr")) for e in events], color=colour, label=label)
+    for axes, title in ((loss_axes, "train loss (smoothed)"), (test_axes, "test outputs"), (lr_axes, "learning rate")):
+        axes.set_title(title, loc="left")
+        axes.grid(alpha=0.3)
+        if axes.has_data():
+            axes.legend(fontsize="small")
+    lr_axes.set_xlabel("iteration")
+    figure.savefig(out, dpi=100)
+    return figure
+
+
+def _colours(count: int) -> list:
+    from matplotlib import colormaps  # noqa: PLC0415 - optional dependency
+
+    palette = colormaps["tab10"]
+    return [palette(i % 10) for i in range(count)]
+
+
+def schedule(params) -> tuple[list[int], list[float]]:
+    """Iterations from 0 to ``max_iter`` (at most MAX_POINTS, evenly spread) and the rate at each."""
+    last = params.max_iter
+    count = min(last + 1, MAX_POINTS)
+    iterations = sorted({round(i * last / (count - 1)) for i in range(count)} | {params.warmup_iter})
+    return iterations, [learning_rate(params, it) for it in iterations]
+
+
+def plot_learning_rate(params, out: str | os.PathLike, title: str) -> tuple[list[int], list[float]]:
+    """Draw the rate ``params`` gives at every iteration into ``out``; return the points drawn."""
+    iterations, rates = schedule(params)
+    figure, (axes,) = _figure(1)
+    axes.plot(iterations, rates)
+    axes.set_title(title, loc="left")
+    axes.set_xlabel("iteration")
+    axes.set_ylabel("learning rate")
+    axes.grid(alpha=0.3)
+    figure.savefig(out, dpi=100)
+    return iterations, rates
