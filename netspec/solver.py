@@ -194,11 +194,13 @@ class Solver:
             self.step(p.max_iter - self.iter)
             if p.snapshot_after_train and self.last_snapshot_iter != self.iter:
                 self.snapshot()
-            if self.stopped_early:
-                return
-            if p.test_interval and self.test_nets and self.last_test_iter != self.iter:
-                self.test_all()
-            self.log.message(f"optimization done at iteration {self.iter}")
+            if not self.stopped_early:
+                if p.test_interval and self.test_nets and self.last_test_iter != self.iter:
+                    self.test_all()
+                self.log.message(f"optimization done at iteration {self.iter}")
+            if self.best is not None and self.best.best is not None:
+                self.log.message(f"best test {self.best.output} = {format_value(self.best.best)} at iteration "
+                                 f"{self.best.best_iter}: {self.best_weights_path}")
         finally:
             self.log.close()
 
@@ -270,9 +272,9 @@ class Solver:
             self.log.test(self.iter, index, self.learning_rate, scores, net.output_loss_weights)
             results[index] = scores
         if self.best is not None and self.best.update(self.iter, results):
-            path = f"{self.spec.snapshot_prefix}_best.weights.h5"
-            self.net.save_weights(path, self.iter)
-            self.log.message(f"best {self.best.output} so far ({format_value(self.best.best)}): {path}")
+            self.net.save_weights(self.best_weights_path, self.iter)
+            self.log.message(f"best {self.best.output} so far ({format_value(self.best.best)}): "
+                             f"{self.best_weights_path}")
         if self.plateau is not None and not self.plateau.update(self.iter, results):
             watch = self.plateau
             if watch.stale >= self.params.early_stop.patience:
@@ -317,6 +319,11 @@ class Solver:
                 if os.path.exists(path):
                     os.remove(path)
         return state
+
+    @property
+    def best_weights_path(self) -> str:
+        """Where ``snapshot_best`` keeps the best weights: ``<prefix>_best.weights.h5``."""
+        return f"{self.spec.snapshot_prefix}_best.weights.h5"
 
     def _snapshot_paths(self, iteration: int) -> tuple[str, str]:
         prefix = f"{self.spec.snapshot_prefix}_iter_{iteration}"

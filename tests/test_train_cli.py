@@ -19,7 +19,7 @@ DIGITS = ROOT / "configs" / "digits"
 def digits(tmp_path_factory):
     """The quickstart's configs copied to a fresh folder, with the digits converted beside them."""
     folder = tmp_path_factory.mktemp("digits")
-    for name in ("solver.yaml", "digits_net.yaml"):
+    for name in ("solver.yaml", "adamw_solver.yaml", "digits_net.yaml"):
         shutil.copy(DIGITS / name, folder / name)
     result = run("convert", "digits", folder / "data")
     assert result.returncode == 0, result.stderr
@@ -80,6 +80,32 @@ def test_fine_tuning_reports_copied_and_reinitialised_layers(digits, tmp_path):
     assert "copied 3 layer(s); shape differs, initialised by fillers: ip2" in result.stdout
 
 
+def test_the_adamw_example_counts_epochs_keeps_the_best_and_stops_early(digits):
+    result = run("train", digits / "adamw_solver.yaml")
+    assert result.returncode == 0, result.stderr
+    assert "AdamW, 899 iterations (40.04 epochs)" in result.stdout
+    assert "early stop at iteration 720: test loss has not improved by more than 0.001 in 3 test passes" in result.stdout
+    run_dir = digits / "runs"
+    tests = events(run_dir, "TEST")
+    assert [e["iter"] for e in tests] == list(range(0, 721, 90))
+    best = max(tests, key=lambda e: e["accuracy"])
+    assert best["accuracy"] >= 0.97
+    assert f"best test accuracy = {best['accuracy']:.4g} at iteration {best['iter']}" in result.stdout
+    assert sorted(p.name for p in run_dir.glob("digits_adamw_*")) == [
+        "digits_adamw_best.weights.h5", "digits_adamw_iter_675.solverstate.h5", "digits_adamw_iter_675.weights.h5",
+        "digits_adamw_iter_720.solverstate.h5", "digits_adamw_iter_720.weights.h5"]
+    scored = run("test", digits / "digits_net.yaml", "--weights", run_dir / "digits_adamw_best.weights.h5",
+                 "--iterations", "3", "--json")
+    assert json.loads(scored.stdout.splitlines()[-1])["outputs"]["accuracy"] == pytest.approx(best["accuracy"])
+
+
+def test_debug_info_through_the_cli(digits, tmp_path):
+    result = run("train", digits / "solver.yaml", "--max-iter", "1", "--debug-info", "--out", tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "iter 0 (epoch 0.00) debug: blob conv1: mean |data| = " in result.stdout
+    assert "iter 0 (epoch 0.00) debug: param conv1[0]: mean |w| = " in result.stdout
+
+
 def write(folder: Path, name: str, text: str) -> Path:
     path = folder / name
     path.write_text(text)
@@ -114,6 +140,14 @@ def test_bad_solver_files_get_one_located_message_each(tmp_path, digits):
                       "stepvalue: [5, 3]\n", "stepvalue.yaml:6: stepvalue: values must increase, got [5, 3]"),
         "typo": (f"net: {net}\nbase_lr: 0.1\nmax_iter: 10\nmomentun: 0.9\n",
                  "typo.yaml:4: unknown parameter 'momentun'; did you mean 'momentum'?"),
+        "adagrad_momentum": (f"net: {net}\nbase_lr: 0.1\nmax_iter: 10\ntype: AdaGrad\nmomentum: 0.9\n",
+                             "adagrad_momentum.yaml:5: momentum: AdaGrad takes no momentum; remove it or set it to 0"),
+        "keep_last": (f"net: {net}\nbase_lr: 0.1\nmax_iter: 10\nkeep_last: 0\n",
+                      "keep_last.yaml:4: keep_last: must be at least 1 (the newest snapshot is always kept), got 0"),
+        "early_stop": (f"net: {net}\nbase_lr: 0.1\nmax_iter: 10\ntest_iter: [1]\ntest_interval: 5\n"
+                       "early_stop: {output: acuracy, mode: max, patience: 2}\n",
+                       "early_stop.yaml:6: early_stop: test net 0 has no one-value output 'acuracy'; did you mean "
+                       "'accuracy'? (it has: accuracy, loss)"),
     }
     for name, (text, message) in cases.items():
         stderr = fails("train", write(tmp_path, f"{name}.yaml", text))
@@ -126,6 +160,19 @@ def test_every_solver_error_is_reported_at_once(tmp_path):
     lines = fails("train", solver).strip().splitlines()
     assert lines[-1] == "3 errors"
     assert "unknown layer type 'Inptu'; did you mean 'Input'?" in lines[0]
+
+
+def test_epochs_with_data_of_unknown_size_are_refused(tmp_path):
+    write(tmp_path, "input.yaml", "layers:\n  - {name: d, type: Input, top: [d, y], "
+                                  "input_param: {shape: [{dim: [2, 3]}, {dim: [2, 2]}]}}\n"
+                                  "  - {name: ip, type: InnerProduct, bottom: d, top: p, "
+                                  "inner_product_param: {num_output: 2}}\n"
+                                  "  - {name: loss, type: EuclideanLoss, bottom: [p, y], top: loss}\n")
+    solver = write(tmp_path, "solver.yaml", "net: input.yaml\nbase_lr: 0.1\nmax_epoch: 3\n")
+    assert fails("train", solver).strip() == (
+        f"error: {solver}:3: max_epoch: counts epochs, but the train net cannot tell how many records an epoch has: "
+        "its data layer 'd' (Input) does not know its size; give iteration counts instead, or read the data with "
+        "HDF5Data")
 
 
 def test_a_net_without_a_loss_is_refused(tmp_path):
