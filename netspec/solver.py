@@ -159,7 +159,8 @@ class Solver:
             if (p.test_interval and self.iter % p.test_interval == 0 and (self.iter > 0 or p.test_initialization)
                     and self.last_test_iter != self.iter):
                 self.test_all()
-                if self.stop_reason:
+                if self.plateau is not None and self.plateau.stale >= p.early_stop.patience:
+                    self.stop_early()
                     break
             self.losses.append(self.forward_backward())
             rate = self.learning_rate
@@ -185,6 +186,14 @@ class Solver:
                 self.log.message(self.stop_reason)
                 break
             self.requested = None
+
+    def stop_early(self) -> None:
+        """End training because the ``early_stop`` output has not improved for ``patience`` test passes."""
+        watch = self.plateau
+        best = f"{format_value(watch.best)} at iteration {watch.best_iter}" if watch.best is not None else "none"
+        self.stop_reason = (f"early stop at iteration {self.iter}: test {watch.output} has not improved by more "
+                            f"than {format_value(watch.min_delta)} in {watch.stale} test passes (best {best})")
+        self.log.message(self.stop_reason)
 
     def solve(self) -> None:
         """Train up to ``max_iter`` (or an early stop), snapshot at the end, and test the final weights."""
@@ -275,15 +284,8 @@ class Solver:
             self.net.save_weights(self.best_weights_path, self.iter)
             self.log.message(f"best {self.best.output} so far ({format_value(self.best.best)}): "
                              f"{self.best_weights_path}")
-        if self.plateau is not None and not self.plateau.update(self.iter, results):
-            watch = self.plateau
-            if watch.stale >= self.params.early_stop.patience:
-                self.stop_reason = (
-                    f"early stop at iteration {self.iter}: test {watch.output} has not improved by more than "
-                    f"{format_value(watch.min_delta)} in {watch.stale} test passes (best "
-                    f"{format_value(watch.best) if watch.best is not None else 'none'}"
-                    f"{f' at iteration {watch.best_iter}' if watch.best_iter is not None else ''})")
-                self.log.message(self.stop_reason)
+        if self.plateau is not None:
+            self.plateau.update(self.iter, results)
         return results
 
     # ---- snapshots ------------------------------------------------------------------------------
