@@ -24,6 +24,7 @@ from netspec.layers import (  # noqa: E402, F401 - imported to register the laye
     lrn,
     mvn,
     pooling,
+    record_data,
     reduction,
     reshaping,
     scale_bias,

@@ -178,8 +178,11 @@ def train(solver_file, device, weights, resume, force, max_iter, seed, stages, l
     click.echo(f"training net '{solver.net.name}' on {solver.backend.device}: {solver.params.type}, "
                f"{solver.params.max_iter} iterations" + (f" ({epochs:.2f} epochs)" if epochs else "")
                + f"; run folder {run_dir}")
-    with signal_effects(solver, sigint_effect, sighup_effect):
-        solver.solve()
+    try:
+        with signal_effects(solver, sigint_effect, sighup_effect):
+            solver.solve()
+    finally:
+        solver.close()
 
 
 @main.command()
@@ -273,3 +276,59 @@ def convert_digits_command(out_dir):
     counts = convert_digits(out_dir)
     click.echo(f"wrote {counts['train']} training and {counts['test']} test digits to {out_dir} "
                f"(train.txt, test.txt list the HDF5 files)")
+
+
+def parse_size(value: str | None) -> tuple[int, int] | None:
+    """``HxW`` (e.g. 32x32) as ``(H, W)``."""
+    if value is None:
+        return None
+    height, sep, width = value.lower().partition("x")
+    if not sep or not height.isdigit() or not width.isdigit() or int(height) < 1 or int(width) < 1:
+        raise click.BadParameter(f"expected HxW such as 32x32, got '{value}'", param_hint="--resize")
+    return int(height), int(width)
+
+
+@convert.command("imageset")
+@click.argument("paths", nargs=-1, required=True, metavar="ROOT [LISTFILE] OUT")
+@click.option("--backend", type=click.Choice(["lmdb", "hdf5"]), default="lmdb", show_default=True)
+@click.option("--resize", metavar="HxW", default=None, help="resize every image to H x W (bilinear)")
+@click.option("--gray", is_flag=True, help="one grey channel instead of RGB")
+@click.option("--shuffle", is_flag=True, help="write the records in a random order (see --seed)")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed of --shuffle and --val-fraction")
+@click.option("--encoded", type=click.Choice(["none", "png", "jpg"]), default="none", show_default=True,
+              help="store records as raw pixels or as PNG/JPEG files (LMDB only)")
+@click.option("--workers", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default="all cores",
+              help="decoding processes")
+@click.option("--val-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.0,
+              help="also write a validation set with this fraction of each class: OUT/train and OUT/val")
+@click.option("--labels", "labels_file", type=click.Path(dir_okay=False), default=None,
+              help="class names, one a line (line k names label k); with class folders it fixes their labels")
+@click.option("--strict", is_flag=True, help="stop at the first image that cannot be read instead of skipping it")
+@click.option("--overwrite", is_flag=True, help="replace OUT if it exists (once the new dataset is complete)")
+@user_errors
+def convert_imageset_command(paths, backend, resize, gray, shuffle, seed, encoded, workers, val_fraction,
+                             labels_file, strict, overwrite):
+    """Convert the images under ROOT into a dataset folder OUT that the Data layer reads.
+
+    With LISTFILE, its lines are Caffe's 'relative/path label'; without it,
+    each subfolder of ROOT is a class, labelled in sorted order (written to labels.txt).
+    """
+    from netspec.progress import progress_bar  # noqa: PLC0415
+    from netspec.tools.imageset import ImagesetOptions, convert_imageset  # noqa: PLC0415
+
+    if len(paths) not in (2, 3):
+        raise click.UsageError(f"expected ROOT [LISTFILE] OUT, got {len(paths)} path(s)")
+    root, list_file, out = (paths[0], None, paths[1]) if len(paths) == 2 else paths
+    if encoded != "none" and backend == "hdf5":
+        raise click.UsageError("--encoded stores image files in LMDB records; HDF5 datasets hold raw pixels")
+    options = ImagesetOptions(backend=backend, resize=parse_size(resize), gray=gray, shuffle=shuffle, seed=seed,
+                              encoding="raw" if encoded == "none" else encoded, workers=workers,
+                              val_fraction=val_fraction, strict=strict, overwrite=overwrite)
+    report = convert_imageset(root, out, list_file, labels_file, options,
+                              progress_factory=lambda total: progress_bar(total, "converting"))
+    for problem in report.skipped:
+        click.echo(f"skipped {problem}", err=True)
+    for path, count in report.written.items():
+        click.echo(f"wrote {count} records to {path}")
+    if report.skipped:
+        click.echo(f"skipped {len(report.skipped)} image(s) that could not be read (--strict stops instead)")

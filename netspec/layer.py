@@ -86,6 +86,9 @@ class Layer:
         """Records in one full pass over a data layer's dataset; None when the layer cannot tell (the default)."""
         return None
 
+    def close(self) -> None:
+        """Release threads and files (data layers); nothing by default."""
+
     def runtime_state(self) -> dict:
         """Arrays a resumed run needs to continue exactly (a data layer's position); none by default."""
         return {}

@@ -166,6 +166,11 @@ class Net:
                     return layer.name, blob.name
         return None
 
+    def close(self) -> None:
+        """Stop the data layers' background threads and close their files."""
+        for layer in self.layers:
+            layer.close()
+
     def runtime_state(self) -> dict[str, dict[str, numpy.ndarray]]:
         """``{layer: state}`` for layers with run-time state (data cursors) that a resumed run needs."""
         states = {layer.name: layer.runtime_state() for layer in self.layers}

@@ -213,6 +213,11 @@ class Solver:
         finally:
             self.log.close()
 
+    def close(self) -> None:
+        """Stop the data layers' threads and close their files, in the train and test nets."""
+        for net in (self.net, *self.test_nets):
+            net.close()
+
     @property
     def smoothed_loss(self) -> float:
         """Mean of the last ``average_loss`` losses."""

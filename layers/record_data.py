@@ -1,0 +1,179 @@
+"""Data: batches of (image, label) records from a dataset folder (LMDB or HDF5), transformed and prefetched."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy
+
+from netspec.batches import Prefetcher, RecordOrder
+from netspec.config import FilePath, doc, required
+from netspec.errors import DataError, ParamError
+from netspec.io.dataset import Dataset, read_manifest
+from netspec.layer import Layer
+from netspec.registry import register_layer
+from netspec.transform import Transformer, TransformParams
+
+
+class RecordBatches(Layer):
+    """Base of the layers that deliver transformed records in batches: tops ``data`` and optionally ``label``.
+
+    A subclass says where records come from (:meth:`open_source`, returning an
+    object with ``count``, ``record(i)`` and ``where(i)``), their shape
+    (:meth:`record_shape`), the batch size and the order's shuffle mode.
+    Batches are made ahead by a :class:`Prefetcher` thread; batch ``k`` is a
+    pure function of the layer's seed and ``k``, which is the whole of the
+    run-time state.
+    """
+
+    num_bottoms = (0, 0)
+    num_tops = (1, 2)
+    prefetch_depth = 0
+
+    def batch_size(self) -> int:
+        raise NotImplementedError
+
+    def record_shape(self) -> tuple[int, int, int]:
+        raise NotImplementedError
+
+    def shuffle_mode(self) -> str | int:
+        raise NotImplementedError
+
+    def open_source(self):
+        raise NotImplementedError
+
+    def check_params(self) -> None:
+        """Refuse parameter values the block's types cannot (called at shape inference)."""
+
+    def transformer(self) -> Transformer:
+        """The transform of this layer's records (checked against their shape)."""
+        return Transformer(self.block("transform_param"), self.phase, self.record_shape())
+
+    def top_shapes(self, bottom_shapes):
+        self.check_params()
+        batch = self.batch_size()
+        if batch is None or batch <= 0:
+            raise ParamError(f"{self.batch_key}.batch_size", "must be a positive integer")
+        shapes = [(batch, *self.transformer().out_shape), (batch,)]
+        return shapes[:len(self.spec.tops)]
+
+    def setup(self, bottom, top, backend, dtype):
+        super().setup(bottom, top, backend, dtype)
+        self.source = self.open_source()
+        self.transform = self.transformer()
+        self.seed = int(backend.host_rng.integers(2 ** 62))
+        self.order = RecordOrder(self.source.count, self.seed, self.shuffle_mode())
+        self.prefetcher = Prefetcher(self.make_batch, self.prefetch_depth)
+
+    def make_batch(self, k: int) -> tuple[numpy.ndarray, numpy.ndarray]:
+        """Batch ``k``: its records transformed, and their labels."""
+        batch = self.batch_size()
+        indices = self.order.indices(k * batch, batch)
+        choices = self.transform.draw(numpy.random.default_rng([self.seed, k, 1]), batch)
+        data = numpy.empty((batch, *self.transform.out_shape), dtype=self.dtype)
+        labels = numpy.empty(batch, dtype=self.dtype)
+        for row, (index, choice) in enumerate(zip(indices, choices)):
+            image, labels[row] = self.source.record(int(index))
+            self.transform.apply(image, choice, data[row], self.source.where(int(index)))
+        return data, labels
+
+    def record_count(self):
+        return self.order.size
+
+    def runtime_state(self):
+        return {"seed": numpy.int64(self.seed), "next_batch": numpy.int64(self.prefetcher.next_batch)}
+
+    def restore_runtime_state(self, state):
+        self.seed = int(state["seed"])
+        self.order = RecordOrder(self.source.count, self.seed, self.shuffle_mode())
+        self.prefetcher.restart(int(state["next_batch"]))
+
+    def forward(self, bottom, top):
+        data, labels = self.prefetcher.next()
+        top[0].data[...] = self.backend.asarray(data)
+        if len(top) > 1:
+            top[1].data[...] = self.backend.asarray(labels)
+
+    def close(self):
+        self.prefetcher.close()
+        self.source.close()
+
+
+@dataclass
+class DataParams:
+    """Parameters of Data."""
+
+    source: FilePath = required(doc="dataset folder written by netspec convert (holds manifest.json)")
+    batch_size: int = required(doc="records per batch")
+    backend: Literal["LMDB", "HDF5"] = doc("LMDB", "how the dataset stores its records")
+    prefetch: int = doc(4, "batches made ahead in a background thread (0: none)")
+    shuffle_buffer: int = doc(0, "shuffle each epoch within blocks of this many consecutive records, visiting "
+                                 "the blocks in a random order (0: key order)")
+
+
+@register_layer
+class Data(RecordBatches):
+    """Data: batches of records from a dataset folder, in key order, wrapping around at the end.
+
+    ``source`` is a folder written by ``netspec convert imageset`` (or any
+    writer of the record format in the README's "Data formats").  Each record
+    passes through ``transform_param`` (crop, mirror, mean, scale).  With
+    ``shuffle_buffer: S`` each epoch reads blocks of S consecutive records in a
+    random order, shuffled within each block.  A background thread makes
+    ``prefetch`` batches ahead; the order and the random crops are the same
+    for a given seed whatever the threads do.
+
+    Tops: ``data`` (batch_size, C, H, W) and optionally ``label`` (batch_size).
+
+    Example::
+
+        - name: data
+          type: Data
+          top: [data, label]
+          include: {phase: TRAIN}
+          transform_param: {scale: 0.00390625, mirror: true, crop_size: 28}
+          data_param: {source: train_lmdb, batch_size: 64}
+    """
+
+    type = "Data"
+    param_blocks = {"data_param": DataParams, "transform_param": TransformParams}
+    batch_key = "data_param"
+
+    @property
+    def prefetch_depth(self) -> int:
+        return self.block("data_param").prefetch
+
+    def manifest(self) -> dict:
+        params = self.block("data_param")
+        try:
+            manifest = read_manifest(params.source)
+        except DataError as exc:
+            raise ParamError("data_param.source", str(exc)) from None
+        if manifest["backend"] != params.backend.lower():
+            raise ParamError("data_param.backend", f"{params.source} is a {manifest['backend'].upper()} dataset; "
+                                                   f"set backend: {manifest['backend'].upper()}")
+        return manifest
+
+    def batch_size(self):
+        return self.block("data_param").batch_size
+
+    def check_params(self):
+        params = self.block("data_param")
+        for key in ("prefetch", "shuffle_buffer"):
+            if getattr(params, key) < 0:
+                raise ParamError(f"data_param.{key}", f"must not be negative, got {getattr(params, key)}")
+
+    def record_shape(self):
+        shapes = self.manifest()["shapes"]
+        if len(shapes) > 1:
+            raise ParamError("data_param.source", f"{self.block('data_param').source} holds records of "
+                                                  f"{len(shapes)} shapes ({', '.join(map(str, shapes[:3]))}...); "
+                                                  "convert with --resize so that they share one")
+        return tuple(shapes[0])
+
+    def shuffle_mode(self):
+        return self.block("data_param").shuffle_buffer or "none"
+
+    def open_source(self):
+        return Dataset(self.block("data_param").source)

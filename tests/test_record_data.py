@@ -1,0 +1,181 @@
+"""transform_param and the Data layer: forward against a naive reference, order, prefetch, resume, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+from test_records import images, write_dataset
+
+import netspec
+from netspec.errors import ConfigError, DataError, ParamError
+from netspec.transform import Transformer, TransformParams
+
+
+def naive_transform(image, top, left, mirror, crop, mean, scale):
+    """Caffe's DataTransformer loop, written out pixel by pixel."""
+    channels, height, width = image.shape
+    size_h, size_w = (crop, crop) if crop else (height, width)
+    out = np.zeros((channels, size_h, size_w))
+    for c in range(channels):
+        for h in range(size_h):
+            for w in range(size_w):
+                target = size_w - 1 - w if mirror else w
+                value = float(image[c, top + h, left + w])
+                if mean is not None:
+                    value -= mean[c, top + h, left + w] if mean.ndim == 3 and mean.shape[1] > 1 else mean[c, 0, 0]
+                out[c, h, target] = value * scale
+    return out
+
+
+@pytest.mark.parametrize("phase", ["TRAIN", "TEST"])
+@pytest.mark.parametrize("mean_kind", ["none", "file", "value", "one_value"])
+def test_transform_matches_the_naive_loop(tmp_path, phase, mean_kind):
+    record = images(1, (3, 7, 6))[0]
+    mean, params = None, {"scale": 0.5, "crop_size": 4, "mirror": True}
+    if mean_kind == "file":
+        mean = np.random.default_rng(1).uniform(0, 255, (3, 7, 6))
+        np.save(tmp_path / "mean.npy", mean)
+        params["mean_file"] = str(tmp_path / "mean.npy")
+    elif mean_kind == "value":
+        params["mean_value"] = [10.0, 20.0, 30.0]
+        mean = np.array([10.0, 20.0, 30.0]).reshape(3, 1, 1)
+    elif mean_kind == "one_value":
+        params["mean_value"] = [100.0]
+        mean = np.full((3, 1, 1), 100.0)
+    transformer = Transformer(TransformParams(**params), phase, (3, 7, 6))
+    choices = transformer.draw(np.random.default_rng(5), 40)
+    if phase == "TEST":
+        assert (choices[:, :2] == [1, 1]).all()
+    else:
+        assert set(choices[:, 0]) == {0, 1, 2, 3} and set(choices[:, 1]) == {0, 1, 2}
+    assert set(choices[:, 2]) == {0, 1}
+    for choice in choices[:6]:
+        out = np.empty((3, 4, 4))
+        transformer.apply(record, choice, out, "r")
+        np.testing.assert_allclose(out, naive_transform(record, *choice, 4, mean, 0.5), rtol=1e-12)
+
+
+def test_force_gray_and_force_color():
+    rgb = images(1, (3, 2, 2))[0]
+    gray = Transformer(TransformParams(force_gray=True), "TEST", (3, 2, 2))
+    out = np.empty((1, 2, 2))
+    gray.apply(rgb, (0, 0, 0), out, "r")
+    np.testing.assert_allclose(out[0], 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2])
+    colour = Transformer(TransformParams(force_color=True), "TEST", (1, 2, 2))
+    out = np.empty((3, 2, 2))
+    colour.apply(rgb[:1], (0, 0, 0), out, "r")
+    assert all(np.array_equal(out[c], rgb[0]) for c in range(3))
+
+
+def test_bad_transforms_are_refused(tmp_path):
+    def refused(key, message, shape=(3, 8, 8), **params):
+        with pytest.raises(ParamError) as error:
+            Transformer(TransformParams(**params), "TRAIN", shape)
+        assert (error.value.key, str(error.value)) == (key, message)
+
+    np.save(tmp_path / "mean.npy", np.zeros((3, 6, 6)))
+    refused("transform_param.crop_size", "9 is larger than the records (8x8)", crop_size=9)
+    refused("transform_param.mean_file", f"{tmp_path}/mean.npy has shape [3, 6, 6], the records are [3, 8, 8]",
+            mean_file=str(tmp_path / "mean.npy"))
+    refused("transform_param.mean_value", "give 1 value or 3 (one per channel), got 2", mean_value=[1.0, 2.0])
+    refused("transform_param.mean_value", "give mean_file or mean_value, not both",
+            mean_file=str(tmp_path / "mean.npy"), mean_value=[1.0])
+    transformer = Transformer(TransformParams(), "TRAIN", (3, 8, 8))
+    with pytest.raises(DataError, match=r"^db record 00000004 has shape \[3, 8, 7\], but the first record's is "):
+        transformer.apply(images(1, (3, 8, 7))[0], (0, 0, 0), np.empty((3, 8, 8)), "db record 00000004")
+
+
+def data_net(source, batch=4, phase="TRAIN", transform=None, **data_param):
+    layers = [{"name": "data", "type": "Data", "top": ["data", "label"],
+               "transform_param": transform or {},
+               "data_param": {"source": str(source), "batch_size": batch, **data_param}},
+              {"name": "silence", "type": "Silence", "bottom": ["data", "label"]}]
+    return netspec.load_net(yaml.safe_dump({"name": "d", "layers": layers}), phase=phase, seed=4,
+                            dtype=np.float64)
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    pictures, labels = images(10, (3, 6, 6)), [i % 3 for i in range(10)]
+    write_dataset(tmp_path / "ds", "lmdb", pictures, labels)
+    return tmp_path / "ds", pictures, labels
+
+
+def batches(net, count):
+    result = []
+    for _ in range(count):
+        net.forward()
+        result.append((net.blobs["data"].data.copy(), net.blobs["label"].data.copy()))
+    return result
+
+
+def test_data_reads_records_in_key_order_and_wraps_around(dataset):
+    source, pictures, labels = dataset
+    net = data_net(source, transform={"scale": 0.5, "mean_value": [1, 2, 3]})
+    assert net.blobs["data"].shape == (4, 3, 6, 6) and net.blobs["label"].shape == (4,)
+    got = batches(net, 3)
+    order = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1]
+    for k, (data, label) in enumerate(got):
+        rows = order[4 * k:4 * k + 4]
+        expected = (pictures[rows] - np.array([1, 2, 3]).reshape(1, 3, 1, 1)) * 0.5
+        np.testing.assert_allclose(data, expected)
+        assert list(label) == [labels[r] for r in rows]
+    assert net.layers[0].record_count() == 10
+    net.close()
+
+
+def test_data_with_crops_and_mirrors_matches_the_naive_loop(dataset):
+    source, pictures, _ = dataset
+    net = data_net(source, transform={"crop_size": 4, "mirror": True}, shuffle_buffer=5)
+    layer = net.layers[0]
+    for k, (data, _) in enumerate(batches(net, 4)):
+        indices = layer.order.indices(4 * k, 4)
+        choices = layer.transform.draw(np.random.default_rng([layer.seed, k, 1]), 4)
+        for row, (index, choice) in enumerate(zip(indices, choices)):
+            np.testing.assert_allclose(data[row], naive_transform(pictures[index], *choice, 4, None, 1.0))
+    net.close()
+
+
+def test_prefetching_changes_nothing_and_a_restored_position_continues_exactly(dataset):
+    source, _, _ = dataset
+    transform = {"crop_size": 3, "mirror": True}
+    ahead = data_net(source, transform=transform, shuffle_buffer=3, prefetch=3)
+    inline = data_net(source, transform=transform, shuffle_buffer=3, prefetch=0)
+    straight = batches(ahead, 7)
+    assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+               for a, b in zip(straight, batches(inline, 7)))
+    first = data_net(source, transform=transform, shuffle_buffer=3)
+    batches(first, 3)
+    state = first.runtime_state()
+    resumed = data_net(source, transform=transform, shuffle_buffer=3)
+    resumed.restore_runtime_state(state)
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(straight[3:], batches(resumed, 4)))
+    for net in (ahead, inline, first, resumed):
+        net.close()
+    assert ahead.layers[0].prefetcher.thread is None
+
+
+def test_an_hdf5_dataset_reads_like_lmdb(tmp_path):
+    pictures, labels = images(6, (1, 4, 4)), [0, 1, 2, 0, 1, 2]
+    write_dataset(tmp_path / "h5", "hdf5", pictures, labels)
+    net = data_net(tmp_path / "h5", batch=4, backend="HDF5")
+    (data, label), = batches(net, 1)
+    assert np.array_equal(data, pictures[:4]) and list(label) == labels[:4]
+    net.close()
+
+
+def test_bad_data_layers_are_refused_at_shape_inference(dataset, tmp_path):
+    source, _, _ = dataset
+
+    def refused(**kwargs):
+        with pytest.raises(ConfigError) as error:
+            data_net(**kwargs)
+        return str(error.value)
+
+    assert "data_param.backend: " in refused(source=source, backend="HDF5")
+    assert f"{source} is a LMDB dataset; set backend: LMDB" in refused(source=source, backend="HDF5")
+    assert f"no such dataset folder" in refused(source=tmp_path / "nowhere")
+    assert "transform_param.crop_size: 7 is larger than the records (6x6)" in refused(
+        source=source, transform={"crop_size": 7})
+    assert "data_param.prefetch: must not be negative, got -1" in refused(source=source, prefetch=-1)

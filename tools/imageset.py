@@ -1,0 +1,271 @@
+"""``netspec convert imageset``: a folder of images (or Caffe's list file) as an LMDB or HDF5 dataset.
+
+Sources come from a list file of ``relative/path label`` lines, or, without
+one, from ROOT's subfolders: each is a class, labelled by the sorted order of
+the names (or by ``--labels``).  Images are decoded and prepared in worker
+processes (Pillow) and written in order by :class:`netspec.io.dataset.DatasetWriter`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import hashlib
+import io
+import os
+from dataclasses import dataclass, field
+
+import numpy
+
+from netspec.errors import DataError
+from netspec.io.dataset import DatasetWriter
+from netspec.io.records import decode_image, encode_record, pack_record
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+PIL_FORMATS = {"png": "PNG", "jpg": "JPEG"}
+
+
+@dataclass
+class ImagesetOptions:
+    """How images become records."""
+
+    backend: str = "lmdb"
+    resize: tuple[int, int] | None = None
+    gray: bool = False
+    shuffle: bool = False
+    seed: int = 0
+    encoding: str = "raw"
+    workers: int = 1
+    val_fraction: float = 0.0
+    strict: bool = False
+    overwrite: bool = False
+
+
+@dataclass
+class ConversionReport:
+    """What a conversion wrote and skipped."""
+
+    written: dict[str, int] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    label_names: list[str] = field(default_factory=list)
+
+
+def read_label_names(path: str) -> list[str]:
+    """Class names, one a line (blank lines ignored); line k names label k."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            names = [line.strip() for line in handle if line.strip()]
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read the label names: {exc.strerror}") from None
+    if len(set(names)) != len(names):
+        raise DataError(f"{path}: a label name appears twice")
+    return names
+
+
+def inside_root(root: str, relative: str, where: str) -> str:
+    """``root/relative``, refusing a path that leaves ``root``."""
+    path = os.path.normpath(os.path.join(root, relative))
+    if os.path.isabs(relative) or os.path.commonpath([os.path.abspath(root), os.path.abspath(path)]) != \
+            os.path.abspath(root):
+        raise DataError(f"{where}: '{relative}' is outside the root folder {root}")
+    return path
+
+
+def read_list_file(root: str, list_file: str) -> list[tuple[str, int]]:
+    """``(path, label)`` from Caffe's list file of ``relative/path label`` lines."""
+    try:
+        with open(list_file, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError as exc:
+        raise DataError(f"{list_file}: cannot read the list file: {exc.strerror}") from None
+    items = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        where = f"{list_file}:{number}"
+        relative, _, label = line.strip().rpartition(" ")
+        if not relative:
+            raise DataError(f"{where}: expected 'relative/path label', got '{line.strip()}' (no label)")
+        try:
+            value = int(label)
+        except ValueError:
+            raise DataError(f"{where}: the label '{label}' is not an integer") from None
+        if value < 0:
+            raise DataError(f"{where}: the label {value} is negative")
+        items.append((inside_root(root, relative.strip(), where), value))
+    if not items:
+        raise DataError(f"{list_file}: the list names no image")
+    return items
+
+
+def scan_class_folders(root: str, label_names: list[str] | None) -> tuple[list[tuple[str, int]], list[str]]:
+    """``(path, label)`` for every image in ROOT's class subfolders, and the class names by label."""
+    try:
+        folders = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+    except OSError as exc:
+        raise DataError(f"{root}: cannot list the folder: {exc.strerror}") from None
+    if not folders:
+        raise DataError(f"{root}: no class subfolders (give a list file, or put each class's images in a folder)")
+    names = label_names or folders
+    unknown = [f for f in folders if f not in names]
+    if unknown:
+        raise DataError(f"{root}: class folder(s) {', '.join(unknown)} are not in the label names")
+    items = []
+    for folder in folders:
+        files = sorted(e.name for e in os.scandir(os.path.join(root, folder))
+                       if e.is_file() and e.name.lower().endswith(IMAGE_EXTENSIONS))
+        if not files:
+            raise DataError(f"{os.path.join(root, folder)}: the class folder holds no images "
+                            f"({', '.join(IMAGE_EXTENSIONS)})")
+        items.extend((os.path.join(root, folder, name), names.index(folder)) for name in files)
+    return items, names
+
+
+def prepare(path: str, label: int, options: ImagesetOptions) -> tuple[numpy.ndarray | None, bytes | None, str]:
+    """``(image, record, '')`` for one source image, or ``(None, None, why)`` when it cannot be read.
+
+    Runs in worker processes.  An encoded record keeps the file's own bytes
+    when they already are what was asked (same format and colour, no resize).
+    """
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+        if not data:
+            return None, None, f"{path}: empty file"
+        image = decode_image(data, path, channels=1 if options.gray else 3)
+    except (OSError, DataError) as exc:
+        return None, None, str(exc) if isinstance(exc, DataError) else f"{path}: {exc.strerror}"
+    if options.resize:
+        image = resized(image, options.resize)
+    if options.backend != "lmdb":
+        return image, None, ""
+    if options.encoding != "raw" and not options.resize and keeps_bytes(data, options):
+        return image, pack_record(image.shape, image.dtype, label, options.encoding, data), ""
+    return image, encode_record(image, label, options.encoding), ""
+
+
+def resized(image: numpy.ndarray, size: tuple[int, int]) -> numpy.ndarray:
+    """``image`` (C x H x W) resized to ``size`` (H, W) with bilinear filtering."""
+    from PIL import Image  # noqa: PLC0415
+
+    height, width = size
+    channels = [numpy.asarray(Image.fromarray(plane).resize((width, height), Image.BILINEAR)) for plane in image]
+    return numpy.stack(channels)
+
+
+def keeps_bytes(data: bytes, options: ImagesetOptions) -> bool:
+    """True when the file already is a ``options.encoding`` image in the asked colour mode."""
+    from PIL import Image  # noqa: PLC0415
+
+    with Image.open(io.BytesIO(data)) as image:
+        return image.format == PIL_FORMATS[options.encoding] and image.mode == ("L" if options.gray else "RGB")
+
+
+def split_validation(items: list[tuple[str, int]], fraction: float, seed: int):
+    """Stratified split: about ``fraction`` of each label's items (at least one when it has two) go to val."""
+    rng = numpy.random.default_rng(seed)
+    train, val = [], []
+    for label in sorted({label for _, label in items}):
+        mine = [item for item in items if item[1] == label]
+        order = rng.permutation(len(mine))
+        take = min(len(mine) - 1, max(1 if len(mine) > 1 else 0, round(fraction * len(mine))))
+        val.extend(mine[i] for i in sorted(order[:take]))
+        train.extend(mine[i] for i in sorted(order[take:]))
+    return train, val
+
+
+def source_hash(items: list[tuple[str, int]], root: str) -> str:
+    """sha256 of the ``relative/path label`` lines in the order written."""
+    text = "\n".join(f"{os.path.relpath(path, root)} {label}" for path, label in items)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@contextlib.contextmanager
+def _no_progress(total: int):
+    yield lambda: None
+
+
+def write_dataset(items, out: str, options: ImagesetOptions, label_names: list[str], root: str, report,
+                  advance) -> None:
+    """Prepare ``items`` (in parallel) and write them, in order, as the dataset ``out``."""
+    writer = DatasetWriter(out, options.backend, options.encoding, options.overwrite)
+    written = []
+    try:
+        with _pool(options.workers) as pool:
+            results = pool.map(prepare, [p for p, _ in items], [label for _, label in items],
+                               [options] * len(items), chunksize=32)
+            for (path, label), (image, record, problem) in zip(items, results):
+                if problem:
+                    if options.strict:
+                        raise DataError(f"{problem} (stopped: --strict)")
+                    report.skipped.append(problem)
+                else:
+                    writer.add(image, label, record)
+                    written.append((path, label))
+                advance()
+        if not written:
+            raise DataError(f"{out}: no image could be read, so nothing was written")
+        settings = {"root": os.path.abspath(root), "resize": list(options.resize) if options.resize else None,
+                    "gray": options.gray, "shuffle": options.shuffle, "seed": options.seed,
+                    "skipped": len(items) - len(written)}
+        writer.finish(label_names, source_hash(written, root), settings)
+    except BaseException:
+        writer.abandon()
+        raise
+    report.written[out] = len(written)
+
+
+class _InlinePool:
+    """The map of an executor, run in this process (one worker needs no pool)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    @staticmethod
+    def map(function, *iterables, chunksize=1):
+        return map(function, *iterables)
+
+
+def _pool(workers: int):
+    return _InlinePool() if workers <= 1 else concurrent.futures.ProcessPoolExecutor(workers)
+
+
+def convert_imageset(root: str, out: str, list_file: str | None = None, labels_file: str | None = None,
+                     options: ImagesetOptions | None = None, progress_factory=None) -> ConversionReport:
+    """Convert ROOT's images into the dataset ``out`` (or ``out/train`` and ``out/val`` with a val fraction).
+
+    ``progress_factory(total)``, a context manager, yields a callable advanced once per image.
+    """
+    options = options or ImagesetOptions()
+    if not os.path.isdir(root):
+        raise DataError(f"{root}: no such folder")
+    names = read_label_names(labels_file) if labels_file else None
+    if list_file:
+        items = read_list_file(root, list_file)
+        names = names or []
+        if names and max(label for _, label in items) >= len(names):
+            raise DataError(f"{labels_file}: names {len(names)} labels, but {list_file} uses label "
+                            f"{max(label for _, label in items)}")
+    else:
+        items, names = scan_class_folders(root, names)
+    parts = {out: items}
+    if options.val_fraction:
+        train, val = split_validation(items, options.val_fraction, options.seed)
+        parts = {os.path.join(out, "train"): train, os.path.join(out, "val"): val}
+    for path in parts:
+        if os.path.exists(path) and not options.overwrite:
+            raise DataError(f"{path}: already exists; choose another output or pass --overwrite")
+    if options.shuffle:
+        rng = numpy.random.default_rng(options.seed)
+        parts = {path: [part[i] for i in rng.permutation(len(part))] for path, part in parts.items()}
+    report = ConversionReport(label_names=names)
+    with (progress_factory or _no_progress)(len(items)) as advance:
+        for path, part in parts.items():
+            write_dataset(part, path, options, names, root, report, advance)
+    if names:
+        with open(os.path.join(out, "labels.txt"), "w", encoding="utf-8") as handle:
+            handle.write("".join(f"{name}\n" for name in names))
+    return report
