@@ -15,7 +15,7 @@ from netspec.registry import register_layer
 class HDF5DataParams:
     """Parameters of HDF5Data."""
 
-    source: FilePath = required(doc="text file listing .h5 files, one a line (relative to itself)")
+    source: FilePath = required(doc="text file listing .h5 files, one a line (relative to itself), or one .h5 file")
     batch_size: int = required(doc="rows per batch")
     shuffle: bool = doc(False, "shuffle file order each pass and rows within each file")
 
@@ -24,11 +24,13 @@ class HDF5DataParams:
 class HDF5Data(Layer):
     """HDF5Data: reads batches from HDF5 files, one dataset per top.
 
-    ``source`` is a text file listing .h5 files; each file holds a dataset
-    named after each top with the same number of rows.  Batches take
-    ``batch_size`` consecutive rows, crossing into the next file and cycling
-    back to the first file at the end.  With ``shuffle`` the file order and the
-    rows within each file are permuted every pass (reproducibly for a seed).
+    ``source`` is a text file listing .h5 files (or a single .h5 file); each
+    file holds a dataset named after each top with the same number of rows.
+    Batches take ``batch_size`` consecutive rows, crossing into the next file
+    and cycling back to the first file at the end.  With ``shuffle`` the file
+    order and the rows within each file are permuted every pass (reproducibly
+    for a seed).  Rows are read as batches need them, so files of any size
+    keep memory flat.
 
     Tops: one per dataset, shape ``(batch_size, *row shape)``.
 
@@ -67,15 +69,15 @@ class HDF5Data(Layer):
         self.load_current()
 
     def load_current(self) -> None:
-        """Read the file at the cursor into host memory, checking its row shapes."""
+        """Open the file at the cursor for reading, checking its row shapes."""
         path = self.files[self.file_order[self.file_cursor]]
-        self.arrays = hdf5.load_arrays(path, self.spec.tops, self.dtype)
+        self.close()
+        self.reader = hdf5.RowReader(path, self.spec.tops)
         expected = [shape[1:] for shape in self.top_shapes([])]
-        for name, array, shape in zip(self.spec.tops, self.arrays, expected):
-            if array.shape[1:] != shape:
-                raise DataError(f"{path}: dataset '{name}' has rows of shape {array.shape[1:]}, "
-                                f"but the first file's are {shape}")
-        self.row_count = len(self.arrays[0])
+        for name, shape, first in zip(self.spec.tops, self.reader.row_shapes, expected):
+            if shape != first:
+                raise DataError(f"{path}: dataset '{name}' has rows of shape {shape}, but the first file's are {first}")
+        self.row_count = self.reader.row_count
         self.row_order = None
         if self.block("hdf5_data_param").shuffle:
             self.row_order = self.backend.host_rng.permutation(self.row_count)
@@ -89,6 +91,11 @@ class HDF5Data(Layer):
             if self.block("hdf5_data_param").shuffle:
                 self.backend.host_rng.shuffle(self.file_order)
         self.load_current()
+
+    def close(self):
+        if getattr(self, "reader", None) is not None:
+            self.reader.close()
+            self.reader = None
 
     def record_count(self):
         return sum(hdf5.row_count(path, self.spec.tops[0]) for path in self.files)
@@ -124,7 +131,7 @@ class HDF5Data(Layer):
             rows = slice(self.row_cursor, self.row_cursor + take)
             if self.row_order is not None:
                 rows = self.row_order[rows]
-            for blob, array in zip(top, self.arrays):
-                blob.data[filled:filled + take] = self.backend.asarray(array[rows])
+            for blob, array in zip(top, self.reader.read(rows)):
+                blob.data[filled:filled + take] = self.backend.asarray(array.astype(self.dtype, copy=False))
             filled += take
             self.row_cursor += take

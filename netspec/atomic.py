@@ -6,13 +6,18 @@ import contextlib
 import os
 
 
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike):
-    """Yield a temporary path beside ``path``; rename it into place only if the block succeeds."""
+def temporary_path(path: str | os.PathLike) -> str:
+    """A hidden name beside ``path`` to write to before renaming (its folder is created)."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    temporary = os.path.join(folder, f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    return os.path.join(folder, f".{os.path.basename(path)}.tmp-{os.getpid()}")
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike):
+    """Yield a temporary path beside ``path``; rename it into place only if the block succeeds."""
+    temporary = temporary_path(path)
     try:
         yield temporary
         os.replace(temporary, path)

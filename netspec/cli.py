@@ -332,3 +332,71 @@ def convert_imageset_command(paths, backend, resize, gray, shuffle, seed, encode
         click.echo(f"wrote {count} records to {path}")
     if report.skipped:
         click.echo(f"skipped {len(report.skipped)} image(s) that could not be read (--strict stops instead)")
+
+
+@convert.command("arrays")
+@click.argument("source", type=click.Path(dir_okay=False))
+@click.argument("out", type=click.Path(dir_okay=False))
+@click.option("--data-key", default="data", show_default=True, help="the .npz array holding the rows")
+@click.option("--label-key", default=None, help="the .npz array or .csv column holding labels [default: label, "
+                                                 "when present]")
+@click.option("--chunk", type=click.IntRange(min=1), default=4096, show_default=True, help="rows copied at a time")
+@click.option("--overwrite", is_flag=True, help="replace OUT if it exists")
+@user_errors
+def convert_arrays_command(source, out, data_key, label_key, chunk, overwrite):
+    """Convert numeric rows (.npz, .npy, or .csv with a header) into the HDF5 file OUT (datasets data, label)."""
+    from netspec.tools.arrays import convert_arrays  # noqa: PLC0415
+
+    shapes = convert_arrays(source, out, data_key, label_key, chunk, overwrite)
+    click.echo(f"wrote {out}: " + ", ".join(f"{name} {list(shape)}" for name, shape in shapes.items())
+               + " (HDF5Data reads it as source)")
+
+
+@main.command("compute-mean")
+@click.argument("dataset", type=click.Path(file_okay=False))
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False), help="the .npy to write (C x H x W)")
+@user_errors
+def compute_mean_command(dataset, out):
+    """Write the per-pixel mean of DATASET's records (for transform_param.mean_file)."""
+    import numpy  # noqa: PLC0415
+
+    from netspec.atomic import atomic_path  # noqa: PLC0415
+    from netspec.io.dataset import read_manifest  # noqa: PLC0415
+    from netspec.progress import progress_bar  # noqa: PLC0415
+    from netspec.tools.mean import compute_mean  # noqa: PLC0415
+
+    count = read_manifest(dataset)["count"]
+    with progress_bar(count, "averaging") as advance:
+        mean = compute_mean(dataset, advance)
+    with atomic_path(out) as temporary, open(temporary, "wb") as handle:
+        numpy.save(handle, mean)
+    channels = ", ".join(f"{value:.4g}" for value in mean.mean(axis=(1, 2)))
+    click.echo(f"wrote the mean of {count} records to {out} (shape {list(mean.shape)}); per-channel means: "
+               f"mean_value: [{channels}]")
+
+
+@main.group()
+def data():
+    """Look into datasets."""
+
+
+@data.command("inspect")
+@click.argument("dataset", type=click.Path(file_okay=False))
+@click.option("--grid", type=click.IntRange(min=1), default=4, show_default=True, help="samples per side of the grid")
+@click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
+              help="draw a grid of samples with their labels into this PNG")
+@user_errors
+def data_inspect_command(dataset, grid, out):
+    """Show DATASET's record count, shapes, dtype and label histogram; with -o, a grid of samples."""
+    from netspec.io.dataset import Dataset  # noqa: PLC0415
+    from netspec.tools.dataset_info import describe, sample_grid  # noqa: PLC0415
+
+    opened = Dataset(dataset)
+    try:
+        for line in describe(opened):
+            click.echo(line)
+        if out:
+            shown = sample_grid(opened, grid, out)
+            click.echo(f"wrote {len(shown)} samples to {out}")
+    finally:
+        opened.close()

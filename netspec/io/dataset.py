@@ -223,6 +223,21 @@ class Dataset:
         with self.h5_lock:
             return self.h5["data"][index], int(self.h5["label"][index])
 
+    def records(self):
+        """Every ``(image, label)`` in index order, read sequentially (an LMDB cursor, HDF5 chunks)."""
+        if self.backend == "lmdb":
+            with self.env.begin(buffers=False) as txn:
+                for index, (key, value) in enumerate(txn.cursor()):
+                    if key != record_key(index):
+                        raise DataError(f"{self.where(index)}: missing (found key {key.decode(errors='replace')})")
+                    yield decode_record(value, self.where(index))
+            return
+        for start in range(0, self.count, HDF5_CHUNK_ROWS * 16):
+            with self.h5_lock:
+                images = self.h5["data"][start:start + HDF5_CHUNK_ROWS * 16]
+                labels = self.h5["label"][start:start + HDF5_CHUNK_ROWS * 16]
+            yield from zip(images, (int(label) for label in labels))
+
     def label(self, index: int) -> int:
         """Record ``index``'s label, without decoding its image."""
         if self.backend == "lmdb":

@@ -7,13 +7,21 @@ import os
 import h5py
 import numpy
 
-from netspec.atomic import atomic_path
+from netspec.atomic import atomic_path, temporary_path
 from netspec.config import did_you_mean
 from netspec.errors import DataError
 
 
+HDF5_EXTENSIONS = (".h5", ".hdf5")
+
+
 def read_file_list(source: str) -> list[str]:
-    """The .h5 paths listed in ``source`` (one a line, '#' comments), relative ones resolved beside it."""
+    """The .h5 paths listed in ``source`` (one a line, '#' comments), relative ones resolved beside it.
+
+    A ``source`` that is itself an .h5/.hdf5 file stands for a list of that one file.
+    """
+    if source.lower().endswith(HDF5_EXTENSIONS):
+        return [source]
     try:
         with open(source, encoding="utf-8") as handle:
             lines = [line.split("#", 1)[0].strip() for line in handle]
@@ -72,18 +80,68 @@ def row_count(path: str, name: str) -> int:
         return handle[name].shape[0]
 
 
-def load_arrays(path: str, names: list[str], dtype) -> list[numpy.ndarray]:
-    """Every row of each named dataset, as ``dtype`` arrays."""
-    with _open(path) as handle:
-        _check_names(handle, path, names)
-        return [numpy.asarray(handle[name][()], dtype=dtype) for name in names]
+class RowReader:
+    """Rows of the named datasets of one HDF5 file, read on demand (the file is never loaded whole)."""
+
+    def __init__(self, path: str, names: list[str]):
+        self.path = path
+        self.handle = _open(path)
+        _check_names(self.handle, path, names)
+        self.datasets = [self.handle[name] for name in names]
+        self.row_count = self.datasets[0].shape[0]
+        self.row_shapes = [tuple(d.shape[1:]) for d in self.datasets]
+
+    def read(self, rows: slice | numpy.ndarray) -> list[numpy.ndarray]:
+        """The rows ``rows`` (a slice, or indices in any order) of every dataset."""
+        if isinstance(rows, slice):
+            return [d[rows] for d in self.datasets]
+        order = numpy.argsort(rows)  # h5py reads increasing indices; put them back in the asked order
+        inverse = numpy.empty_like(order)
+        inverse[order] = numpy.arange(len(order))
+        return [d[numpy.asarray(rows)[order]][inverse] for d in self.datasets]
+
+    def close(self) -> None:
+        """Close the file."""
+        self.handle.close()
+
+
+class ArrayWriter:
+    """Appends rows to named datasets of a new HDF5 file, chunk by chunk; renamed into place by :meth:`finish`."""
+
+    def __init__(self, path: str, chunk_rows: int = 1024):
+        self.path, self.chunk_rows = path, chunk_rows
+        self.temporary = temporary_path(path)
+        self.handle = h5py.File(self.temporary, "w")
+
+    def append(self, arrays: dict[str, numpy.ndarray]) -> None:
+        """Add the rows of each array to its dataset (created, resizable, at the first call)."""
+        for name, array in arrays.items():
+            array = numpy.asarray(array)
+            if name not in self.handle:
+                self.handle.create_dataset(name, shape=(0, *array.shape[1:]), maxshape=(None, *array.shape[1:]),
+                                           dtype=array.dtype, chunks=(min(self.chunk_rows, max(len(array), 1)),
+                                                                      *array.shape[1:]))
+            dataset = self.handle[name]
+            start = dataset.shape[0]
+            dataset.resize(start + len(array), axis=0)
+            dataset[start:] = array
+
+    def finish(self) -> None:
+        """Close the file and move it into place."""
+        self.handle.close()
+        os.replace(self.temporary, self.path)
+
+    def abandon(self) -> None:
+        """Close the file and delete it."""
+        self.handle.close()
+        os.remove(self.temporary)
 
 
 def write_arrays(path: str, arrays: dict[str, numpy.ndarray]) -> None:
     """Write one dataset per name (rows along the first axis) to an HDF5 file, atomically."""
-    with atomic_path(path) as temporary, h5py.File(temporary, "w") as handle:
-        for name, array in arrays.items():
-            handle.create_dataset(name, data=array)
+    writer = ArrayWriter(path)
+    writer.append(arrays)
+    writer.finish()
 
 
 def write_file_list(path: str, files: list[str]) -> None:
