@@ -19,6 +19,8 @@ from netspec.layers import (  # noqa: E402, F401 - imported to register the laye
     dropout,
     eltwise,
     hdf5_data,
+    hdf5_output,
+    image_data,
     inner_product,
     losses,
     lrn,

@@ -252,7 +252,10 @@ def test_command(net_file, weights, iterations, phase, stages, level, device, as
 
     net = load_net(net_file, phase=phase.upper(), device=device, stages=stages or None, level=level)
     net.load_weights(weights)
-    scores = net.score(iterations)
+    try:
+        scores = net.score(iterations)
+    finally:
+        net.close()
     click.echo(f"net '{net.name}' ({net.phase}), weights {weights}, {iterations} batches of {net.batch_size}")
     click.echo(format_outputs(scores, net.output_loss_weights)
                or "the net has no one-element outputs to average")

@@ -375,8 +375,9 @@ def build(case: Case, inplace=None, bottoms=None):
 
 
 def test_every_registered_layer_is_covered():
-    # the data layers read files; test_hdf5_data.py and test_record_data.py check them
-    covered = {case.type for case in CASES} | {"Input", "DummyData", "HDF5Data", "Silence", "Data"}
+    # the data layers read files; test_hdf5_data.py and test_record_data.py check them (and HDF5Output)
+    covered = {case.type for case in CASES} | {"Input", "DummyData", "HDF5Data", "Silence", "Data", "ImageData",
+                                                "HDF5Output"}
     assert set(layer_types()) == covered
 
 

@@ -179,3 +179,84 @@ def test_bad_data_layers_are_refused_at_shape_inference(dataset, tmp_path):
     assert "transform_param.crop_size: 7 is larger than the records (6x6)" in refused(
         source=source, transform={"crop_size": 7})
     assert "data_param.prefetch: must not be negative, got -1" in refused(source=source, prefetch=-1)
+
+
+def image_list(tmp_path, count=6, shape=(5, 4, 3)):
+    """``count`` PNG files under tmp_path/img and a list file naming them with labels i % 2."""
+    from PIL import Image  # noqa: PLC0415
+
+    pictures = images(count, (shape[2], shape[0], shape[1]), seed=2)
+    (tmp_path / "img").mkdir()
+    for i, picture in enumerate(pictures):
+        Image.fromarray(picture.transpose(1, 2, 0)).save(tmp_path / "img" / f"{i}.png")
+    (tmp_path / "list.txt").write_text("".join(f"img/{i}.png {i % 2}\n" for i in range(count)))
+    return tmp_path / "list.txt", pictures
+
+
+def image_net(list_file, batch=4, transform=None, **params):
+    layers = [{"name": "data", "type": "ImageData", "top": ["data", "label"], "transform_param": transform or {},
+               "image_data_param": {"source": str(list_file), "batch_size": batch, **params}},
+              {"name": "silence", "type": "Silence", "bottom": ["data", "label"]}]
+    return netspec.load_net(yaml.safe_dump({"name": "i", "layers": layers}), phase="TRAIN", seed=1,
+                            dtype=np.float64)
+
+
+def test_image_data_decodes_the_listed_files(tmp_path):
+    list_file, pictures = image_list(tmp_path)
+    net = image_net(list_file, transform={"scale": 2.0})
+    assert net.blobs["data"].shape == (4, 3, 5, 4)
+    (first, labels), (second, _) = batches(net, 2)
+    np.testing.assert_array_equal(first, pictures[:4] * 2.0)
+    np.testing.assert_array_equal(second, pictures[[4, 5, 0, 1]] * 2.0)
+    assert list(labels) == [0, 1, 0, 1]
+    net.close()
+
+
+def test_image_data_resizes_greys_and_shuffles_each_epoch(tmp_path):
+    from netspec.io.images import resized  # noqa: PLC0415
+
+    list_file, pictures = image_list(tmp_path)
+    net = image_net(list_file, batch=6, new_height=3, new_width=2, is_color=False, shuffle=True)
+    assert net.blobs["data"].shape == (6, 1, 3, 2)
+    (epoch0, labels0), (epoch1, _) = batches(net, 2)
+    order = net.layers[0].order.indices(0, 6)
+    assert sorted(order) == list(range(6)) and list(order) != list(net.layers[0].order.indices(6, 6))
+    from PIL import Image  # noqa: PLC0415
+
+    grey = np.asarray(Image.fromarray(pictures[order[0]].transpose(1, 2, 0)).convert("L"))[None]
+    np.testing.assert_array_equal(epoch0[0], resized(grey, (3, 2)))
+    assert list(labels0) == [int(i) % 2 for i in order]
+    net.close()
+
+
+def test_bad_image_lists_are_refused(tmp_path):
+    list_file, _ = image_list(tmp_path)
+
+    def refused(**params):
+        with pytest.raises(ConfigError) as error:
+            image_net(list_file, **params)
+        return str(error.value)
+
+    assert "give new_height and new_width together" in refused(new_height=3)
+    (tmp_path / "img" / "0.png").write_bytes(b"junk")
+    assert f"image_data_param.source: {tmp_path}/img/0.png: not an image" in refused()
+
+
+def test_hdf5_output_saves_what_reaches_it(tmp_path):
+    layers = [{"name": "data", "type": "DummyData", "top": ["x", "y"],
+               "dummy_data_param": {"shape": [{"dim": [3, 2]}, {"dim": [3]}],
+                                    "data_filler": [{"type": "gaussian"}]}},
+              {"name": "save", "type": "HDF5Output", "bottom": ["x", "y"],
+               "hdf5_output_param": {"file_name": str(tmp_path / "out.h5")}}]
+    net = netspec.load_net(yaml.safe_dump({"name": "o", "layers": layers}), seed=0)
+    seen = []
+    for _ in range(2):
+        net.forward()
+        seen.append(net.blobs["x"].data.copy())
+    assert not (tmp_path / "out.h5").exists()  # written under a temporary name until closed
+    net.close()
+    import h5py  # noqa: PLC0415
+
+    with h5py.File(tmp_path / "out.h5") as handle:
+        assert handle["data"].shape == (6, 2) and handle["label"].shape == (6,)
+        np.testing.assert_array_equal(handle["data"][()], np.concatenate(seen))

@@ -114,8 +114,8 @@ def convert_arrays(source: str, out: str, data_key: str = "data", label_key: str
         chunks = _csv_chunks(source, label_key, label_given, chunk)
     writer = ArrayWriter(out, chunk_rows=chunk)
     try:
-        for rows, labels in chunks:
-            writer.append({"data": rows, **({"label": labels} if labels is not None else {})})
+        for rows, row_labels in chunks:
+            writer.append({"data": rows, **({"label": row_labels} if row_labels is not None else {})})
         if "data" not in writer.handle:
             raise DataError(f"{source}: no rows to convert")
         shapes = {name: writer.handle[name].shape for name in writer.handle}

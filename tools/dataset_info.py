@@ -24,9 +24,10 @@ def describe(dataset: Dataset) -> list[str]:
         lines.append(f"  labels ({len(counts)}):")
         largest = max(counts.values())
         width = max(len(label_name(dataset, label)) for label in counts)
+        count_width = len(str(largest))
         for label, count in sorted(counts.items()):
             bar = "#" * max(1, round(BAR_WIDTH * count / largest))
-            lines.append(f"    {label_name(dataset, label).ljust(width)}  {count:>8}  {bar}")
+            lines.append(f"    {label_name(dataset, label).ljust(width)}  {count:>{count_width}}  {bar}")
     return lines
 
 

@@ -16,19 +16,17 @@ import os
 from dataclasses import dataclass, field
 
 import numpy
+from PIL import Image
 
 from netspec.errors import DataError
 from netspec.io.dataset import DatasetWriter
-from netspec.io.records import decode_image, encode_record, pack_record
-
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
-PIL_FORMATS = {"png": "PNG", "jpg": "JPEG"}
+from netspec.io.images import IMAGE_EXTENSIONS, PIL_FORMATS, decode_image, read_list_file, resized
+from netspec.io.records import encode_record, pack_record
 
 
 @dataclass
 class ImagesetOptions:
     """How images become records."""
-
     backend: str = "lmdb"
     resize: tuple[int, int] | None = None
     gray: bool = False
@@ -44,7 +42,6 @@ class ImagesetOptions:
 @dataclass
 class ConversionReport:
     """What a conversion wrote and skipped."""
-
     written: dict[str, int] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
     label_names: list[str] = field(default_factory=list)
@@ -60,42 +57,6 @@ def read_label_names(path: str) -> list[str]:
     if len(set(names)) != len(names):
         raise DataError(f"{path}: a label name appears twice")
     return names
-
-
-def inside_root(root: str, relative: str, where: str) -> str:
-    """``root/relative``, refusing a path that leaves ``root``."""
-    path = os.path.normpath(os.path.join(root, relative))
-    if os.path.isabs(relative) or os.path.commonpath([os.path.abspath(root), os.path.abspath(path)]) != \
-            os.path.abspath(root):
-        raise DataError(f"{where}: '{relative}' is outside the root folder {root}")
-    return path
-
-
-def read_list_file(root: str, list_file: str) -> list[tuple[str, int]]:
-    """``(path, label)`` from Caffe's list file of ``relative/path label`` lines."""
-    try:
-        with open(list_file, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except OSError as exc:
-        raise DataError(f"{list_file}: cannot read the list file: {exc.strerror}") from None
-    items = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        where = f"{list_file}:{number}"
-        relative, _, label = line.strip().rpartition(" ")
-        if not relative:
-            raise DataError(f"{where}: expected 'relative/path label', got '{line.strip()}' (no label)")
-        try:
-            value = int(label)
-        except ValueError:
-            raise DataError(f"{where}: the label '{label}' is not an integer") from None
-        if value < 0:
-            raise DataError(f"{where}: the label {value} is negative")
-        items.append((inside_root(root, relative.strip(), where), value))
-    if not items:
-        raise DataError(f"{list_file}: the list names no image")
-    return items
 
 
 def scan_class_folders(root: str, label_names: list[str] | None) -> tuple[list[tuple[str, int]], list[str]]:
@@ -144,19 +105,8 @@ def prepare(path: str, label: int, options: ImagesetOptions) -> tuple[numpy.ndar
     return image, encode_record(image, label, options.encoding), ""
 
 
-def resized(image: numpy.ndarray, size: tuple[int, int]) -> numpy.ndarray:
-    """``image`` (C x H x W) resized to ``size`` (H, W) with bilinear filtering."""
-    from PIL import Image  # noqa: PLC0415
-
-    height, width = size
-    channels = [numpy.asarray(Image.fromarray(plane).resize((width, height), Image.BILINEAR)) for plane in image]
-    return numpy.stack(channels)
-
-
 def keeps_bytes(data: bytes, options: ImagesetOptions) -> bool:
     """True when the file already is a ``options.encoding`` image in the asked colour mode."""
-    from PIL import Image  # noqa: PLC0415
-
     with Image.open(io.BytesIO(data)) as image:
         return image.format == PIL_FORMATS[options.encoding] and image.mode == ("L" if options.gray else "RGB")
 
@@ -217,7 +167,6 @@ def write_dataset(items, out: str, options: ImagesetOptions, label_names: list[s
 
 class _InlinePool:
     """The map of an executor, run in this process (one worker needs no pool)."""
-
     def __enter__(self):
         return self
 

@@ -13,18 +13,17 @@ decoder can read and write the format.
 
 from __future__ import annotations
 
-import io
 import json
 import struct
 
 import numpy
 
 from netspec.errors import DataError
+from netspec.io.images import decode_image, encode_image
 
 ENCODINGS = ("raw", "png", "jpg")
 KEY_DIGITS = 8
 _LENGTH = struct.Struct("<I")
-_PIL_FORMATS = {"png": "PNG", "jpg": "JPEG"}
 
 
 def record_key(index: int) -> bytes:
@@ -46,17 +45,6 @@ def pack_record(shape, dtype, label: int, encoding: str, payload: bytes) -> byte
     header = json.dumps({"shape": [int(d) for d in shape], "dtype": numpy.dtype(dtype).name,
                          "label": int(label), "encoding": encoding}, separators=(",", ":")).encode("utf-8")
     return _LENGTH.pack(len(header)) + header + payload
-
-
-def encode_image(image: numpy.ndarray, encoding: str, jpeg_quality: int = 95) -> bytes:
-    """``image`` (uint8, C x H x W) as PNG or JPEG file bytes."""
-    from PIL import Image  # noqa: PLC0415 - only encoded records need Pillow
-
-    pixels = image[0] if image.shape[0] == 1 else image.transpose(1, 2, 0)
-    buffer = io.BytesIO()
-    options = {"quality": jpeg_quality} if encoding == "jpg" else {}
-    Image.fromarray(numpy.ascontiguousarray(pixels)).save(buffer, format=_PIL_FORMATS[encoding], **options)
-    return buffer.getvalue()
 
 
 def read_header(data: bytes, where: str) -> tuple[dict, memoryview]:
@@ -93,18 +81,3 @@ def decode_record(data: bytes, where: str) -> tuple[numpy.ndarray, int]:
         raise DataError(f"{where}: bad record: the image decodes to {list(image.shape)}, the header says "
                         f"{list(shape)}")
     return image, header["label"]
-
-
-def decode_image(data: bytes, where: str, channels: int | None = None) -> numpy.ndarray:
-    """Image file bytes as uint8 C x H x W (``channels`` 1: grey, 3: RGB, None: grey stays grey)."""
-    from PIL import Image, UnidentifiedImageError  # noqa: PLC0415 - only images need Pillow
-
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            if channels is None:
-                channels = 1 if image.mode in ("1", "L", "I;16", "I", "F") else 3
-            pixels = numpy.asarray(image.convert("L" if channels == 1 else "RGB"))
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
-        reason = "not an image" if isinstance(exc, UnidentifiedImageError) else f"cannot decode: {exc}"
-        raise DataError(f"{where}: {reason}") from None
-    return pixels[None] if channels == 1 else pixels.transpose(2, 0, 1)
