@@ -68,14 +68,18 @@ class RecordBatches(Layer):
 
     def make_batch(self, k: int) -> tuple[numpy.ndarray, numpy.ndarray]:
         """Batch ``k``: its records transformed, and their labels."""
-        batch = self.batch_size()
+        batch, transform = self.batch_size(), self.transform
         indices = self.order.indices(k * batch, batch)
-        choices = self.transform.draw(numpy.random.default_rng([self.seed, k, 1]), batch)
-        data = numpy.empty((batch, *self.transform.out_shape), dtype=self.dtype)
+        images = numpy.empty((batch, *transform.in_shape), dtype=self.dtype)
         labels = numpy.empty(batch, dtype=self.dtype)
-        for row, (index, choice) in enumerate(zip(indices, choices)):
-            image, labels[row] = self.source.record(int(index))
-            self.transform.apply(image, choice, data[row], self.source.where(int(index)))
+        for row, index in enumerate(indices.tolist()):
+            image, labels[row] = self.source.record(index)
+            image = transform.prepare(image)
+            if image.shape != transform.in_shape:
+                raise transform.shape_error(image, self.source.where(index))
+            images[row] = image
+        data = numpy.empty((batch, *transform.out_shape), dtype=self.dtype)
+        transform.apply(images, transform.draw(numpy.random.default_rng([self.seed, k, 1]), batch), data)
         return data, labels
 
     def record_count(self):

@@ -81,13 +81,18 @@ class Transformer:
             return numpy.array(p.mean_value, dtype=numpy.float64).reshape(-1, 1, 1) * numpy.ones((channels, 1, 1))
         return 0.0
 
-    def colour(self, image: numpy.ndarray) -> numpy.ndarray:
+    def prepare(self, image: numpy.ndarray) -> numpy.ndarray:
         """The record with the channels force_color/force_gray ask for."""
         if self.params.force_color and image.shape[0] == 1:
             return numpy.repeat(image, 3, axis=0)
         if self.params.force_gray and image.shape[0] == 3:
             return numpy.tensordot(LUMA, image, axes=1)[None]
         return image
+
+    def shape_error(self, image: numpy.ndarray, where: str) -> DataError:
+        """The error for a prepared record (named by ``where``) whose shape is not ``in_shape``."""
+        return DataError(f"{where} has shape {list(image.shape)}, but the first record's is {list(self.in_shape)}; "
+                         "records must share a shape (convert with --resize)")
 
     def draw(self, rng: numpy.random.Generator, count: int) -> numpy.ndarray:
         """Random choices for ``count`` records: rows of (crop top, crop left, mirror)."""
@@ -103,14 +108,22 @@ class Transformer:
             choices[:, 2] = rng.integers(0, 2, count)
         return choices
 
-    def apply(self, image: numpy.ndarray, choice, out: numpy.ndarray, where: str) -> None:
-        """Write the transformed ``image`` into ``out`` (shape ``out_shape``); ``where`` names the record."""
-        image = self.colour(image)
-        if image.shape != self.in_shape:
-            raise DataError(f"{where} has shape {list(image.shape)}, but the first record's is {list(self.in_shape)}; "
-                            "records must share a shape (convert with --resize)")
-        top, left, mirror = (int(c) for c in choice)
-        rows, cols = slice(top, top + self.out_shape[1]), slice(left, left + self.out_shape[2])
-        mean = self.pixel_mean[:, rows, cols] if self.pixel_mean is not None else self.channel_mean
-        values = (image[:, rows, cols] - mean) * self.params.scale
-        out[...] = values[:, :, ::-1] if mirror else values
+    def apply(self, images: numpy.ndarray, choices: numpy.ndarray, out: numpy.ndarray) -> None:
+        """Write the transformed batch ``images`` (N x ``in_shape``, prepared) into ``out`` (N x ``out_shape``).
+
+        ``choices`` come from :meth:`draw`.  Subtracting the mean before
+        cropping equals Caffe's cropped mean, and lets the whole batch go at once.
+        """
+        mean = self.pixel_mean if self.pixel_mean is not None else self.channel_mean
+        centred = images - numpy.asarray(mean, dtype=images.dtype)
+        height, width = self.out_shape[1:]
+        if self.params.crop_size and self.phase == "TRAIN":
+            for row, (top, left) in enumerate(choices[:, :2]):
+                out[row] = centred[row, :, top:top + height, left:left + width]
+        else:
+            top, left = (int(c) for c in choices[0, :2]) if len(choices) else (0, 0)
+            out[...] = centred[:, :, top:top + height, left:left + width]
+        out *= self.params.scale
+        flipped = choices[:, 2].astype(bool)
+        if flipped.any():
+            out[flipped] = out[flipped][..., ::-1]

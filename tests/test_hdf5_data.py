@@ -16,6 +16,12 @@ def write(path, rows, start=0, names=("data", "label")):
         handle[names[1]] = np.arange(start, start + rows, dtype=np.float32)
 
 
+def write_uneven(path):
+    with h5py.File(path, "w") as handle:
+        handle["data"] = np.zeros((3, 2), dtype=np.float32)
+        handle["label"] = np.zeros(2, dtype=np.float32)
+
+
 def net_text(source, batch=4, shuffle=False):
     return (f"layers:\n  - {{name: d, type: HDF5Data, top: [data, label], hdf5_data_param: "
             f"{{source: {source}, batch_size: {batch}, shuffle: {str(shuffle).lower()}}}}}\n")
@@ -63,6 +69,8 @@ def test_shuffle_is_a_reproducible_permutation(two_files):
     (lambda d: ((d / "list.txt").write_text("a.h5\n"), (d / "a.h5").write_bytes(b"garbage")),
      "a.h5: cannot open HDF5 file"),
     (lambda d: (d / "list.txt").write_text(""), "names no file"),
+    (lambda d: ((d / "list.txt").write_text("a.h5\n"), write_uneven(d / "a.h5")),
+     "a.h5: datasets have different numbers of rows (data: 3, label: 2)"),
 ])
 def test_bad_sources_are_config_errors_at_the_layer(tmp_path, setup, message):
     setup(tmp_path)

@@ -31,7 +31,6 @@ def naive_transform(image, top, left, mirror, crop, mean, scale):
 @pytest.mark.parametrize("phase", ["TRAIN", "TEST"])
 @pytest.mark.parametrize("mean_kind", ["none", "file", "value", "one_value"])
 def test_transform_matches_the_naive_loop(tmp_path, phase, mean_kind):
-    record = images(1, (3, 7, 6))[0]
     mean, params = None, {"scale": 0.5, "crop_size": 4, "mirror": True}
     if mean_kind == "file":
         mean = np.random.default_rng(1).uniform(0, 255, (3, 7, 6))
@@ -50,22 +49,19 @@ def test_transform_matches_the_naive_loop(tmp_path, phase, mean_kind):
     else:
         assert set(choices[:, 0]) == {0, 1, 2, 3} and set(choices[:, 1]) == {0, 1, 2}
     assert set(choices[:, 2]) == {0, 1}
-    for choice in choices[:6]:
-        out = np.empty((3, 4, 4))
-        transformer.apply(record, choice, out, "r")
-        np.testing.assert_allclose(out, naive_transform(record, *choice, 4, mean, 0.5), rtol=1e-12)
+    records = images(40, (3, 7, 6), seed=3)
+    out = np.empty((40, 3, 4, 4))
+    transformer.apply(records.astype(np.float64), choices, out)
+    for record, choice, got in zip(records, choices, out):
+        np.testing.assert_allclose(got, naive_transform(record, *choice, 4, mean, 0.5), rtol=1e-12)
 
 
 def test_force_gray_and_force_color():
     rgb = images(1, (3, 2, 2))[0]
     gray = Transformer(TransformParams(force_gray=True), "TEST", (3, 2, 2))
-    out = np.empty((1, 2, 2))
-    gray.apply(rgb, (0, 0, 0), out, "r")
-    np.testing.assert_allclose(out[0], 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2])
+    np.testing.assert_allclose(gray.prepare(rgb)[0], 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2])
     colour = Transformer(TransformParams(force_color=True), "TEST", (1, 2, 2))
-    out = np.empty((3, 2, 2))
-    colour.apply(rgb[:1], (0, 0, 0), out, "r")
-    assert all(np.array_equal(out[c], rgb[0]) for c in range(3))
+    assert all(np.array_equal(channel, rgb[0]) for channel in colour.prepare(rgb[:1]))
 
 
 def test_bad_transforms_are_refused(tmp_path):
@@ -82,8 +78,8 @@ def test_bad_transforms_are_refused(tmp_path):
     refused("transform_param.mean_value", "give mean_file or mean_value, not both",
             mean_file=str(tmp_path / "mean.npy"), mean_value=[1.0])
     transformer = Transformer(TransformParams(), "TRAIN", (3, 8, 8))
-    with pytest.raises(DataError, match=r"^db record 00000004 has shape \[3, 8, 7\], but the first record's is "):
-        transformer.apply(images(1, (3, 8, 7))[0], (0, 0, 0), np.empty((3, 8, 8)), "db record 00000004")
+    message = str(transformer.shape_error(images(1, (3, 8, 7))[0], "db record 00000004"))
+    assert message.startswith("db record 00000004 has shape [3, 8, 7], but the first record's is [3, 8, 8]")
 
 
 def data_net(source, batch=4, phase="TRAIN", transform=None, **data_param):
@@ -260,3 +256,15 @@ def test_hdf5_output_saves_what_reaches_it(tmp_path):
     with h5py.File(tmp_path / "out.h5") as handle:
         assert handle["data"].shape == (6, 2) and handle["label"].shape == (6,)
         np.testing.assert_array_equal(handle["data"][()], np.concatenate(seen))
+
+
+def test_an_image_of_another_shape_stops_with_its_name(tmp_path):
+    from PIL import Image  # noqa: PLC0415
+
+    list_file, _ = image_list(tmp_path, count=4)
+    Image.fromarray(np.zeros((7, 7, 3), dtype=np.uint8)).save(tmp_path / "img" / "2.png")
+    net = image_net(list_file, batch=4, prefetch=2)
+    with pytest.raises(DataError, match=rf"^{tmp_path}/img/2.png has shape \[3, 7, 7\], but the first record's "
+                                        r"is \[3, 5, 4\]; records must share a shape"):
+        net.forward()
+    net.close()

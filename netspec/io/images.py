@@ -26,13 +26,18 @@ def encode_image(image: numpy.ndarray, encoding: str, jpeg_quality: int = 95) ->
     return buffer.getvalue()
 
 
-def decode_image(data: bytes, where: str, channels: int | None = None) -> numpy.ndarray:
-    """Image file bytes as uint8 C x H x W (``channels`` 1: grey, 3: RGB, None: grey stays grey)."""
+def decode_image(data: bytes, where: str, channels: int | None = None, encoding: str | None = None) -> numpy.ndarray:
+    """Image file bytes as uint8 C x H x W (``channels`` 1: grey, 3: RGB, None: grey stays grey).
+
+    ``encoding`` ("png" or "jpg"), when known, spares Pillow trying other formats.
+    """
+    formats = (PIL_FORMATS[encoding],) if encoding else None
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with Image.open(io.BytesIO(data), formats=formats) as image:
             if channels is None:
                 channels = 1 if image.mode in ("1", "L", "I;16", "I", "F") else 3
-            pixels = numpy.asarray(image.convert("L" if channels == 1 else "RGB"))
+            mode = "L" if channels == 1 else "RGB"
+            pixels = numpy.asarray(image if image.mode == mode else image.convert(mode))
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
         reason = "not an image" if isinstance(exc, UnidentifiedImageError) else f"cannot decode: {exc}"
         raise DataError(f"{where}: {reason}") from None

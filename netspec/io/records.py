@@ -76,7 +76,7 @@ def decode_record(data: bytes, where: str) -> tuple[numpy.ndarray, int]:
             raise DataError(f"{where}: bad record: {len(payload)} payload bytes, the header's shape {list(shape)} "
                             f"of {dtype.name} needs {expected}")
         return numpy.frombuffer(payload, dtype=dtype).reshape(shape), header["label"]
-    image = decode_image(bytes(payload), where, channels=shape[0])
+    image = decode_image(bytes(payload), where, channels=shape[0], encoding=header["encoding"])
     if image.shape != shape:
         raise DataError(f"{where}: bad record: the image decodes to {list(image.shape)}, the header says "
                         f"{list(shape)}")
