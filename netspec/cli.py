@@ -120,7 +120,10 @@ def time_command(net_file, iterations, warmup, phase, stages, level, device, see
 
     net = load_net(net_file, phase=phase.upper() if phase else "TRAIN", device=device, stages=stages or None,
                    level=level, seed=seed)
-    result = time_net(net, iterations=iterations, warmup=warmup)
+    try:
+        result = time_net(net, iterations=iterations, warmup=warmup)
+    finally:
+        net.close()
     rows = [[x["name"], x["type"], f"{x['forward_ms']:.3f}", f"{x['backward_ms']:.3f}"] for x in result["layers"]]
     rows.append(["total", "", f"{result['forward_ms']:.3f}", f"{result['backward_ms']:.3f}"])
     click.echo(f"net '{result['net']}' ({result['phase']}) on {result['device']}, batch {result['batch_size']}, "

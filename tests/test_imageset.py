@@ -129,6 +129,23 @@ def test_bad_sources_and_outputs_get_one_clear_message(class_folders, tmp_path):
                                                          "--resize", "32").stderr
 
 
+def test_a_damaged_record_stops_training_with_its_key(class_folders, tmp_path):
+    import lmdb  # noqa: PLC0415
+
+    converted(class_folders, tmp_path / "ds", "--resize", "4x4")
+    with lmdb.open(str(tmp_path / "ds")) as env, env.begin(write=True) as txn:
+        txn.put(b"00000005", b"\x02\x00\x00\x00{}x")
+    (tmp_path / "solver.yaml").write_text(
+        "base_lr: 0.1\nmax_iter: 10\nsnapshot_prefix: run/s\nnet:\n  layers:\n"
+        "    - {name: d, type: Data, top: [data, label], data_param: {source: ds, batch_size: 4}}\n"
+        "    - {name: ip, type: InnerProduct, bottom: data, top: ip, inner_product_param: {num_output: 3}}\n"
+        "    - {name: loss, type: SoftmaxWithLoss, bottom: [ip, label], top: loss}\n")
+    result = run("train", tmp_path / "solver.yaml")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == (f"error: {tmp_path}/ds record 00000005: bad record header "
+                                     "(KeyError: 'shape')")
+
+
 def test_digits_from_png_files_train_with_a_data_layer(tmp_path):
     """The issue's end-to-end check: PNG class folders -> convert imageset -> Data -> at least 95%."""
     images, labels = load_digits()
