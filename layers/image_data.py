@@ -76,22 +76,14 @@ class ImageData(RecordBatches):
 
     type = "ImageData"
     param_blocks = {"image_data_param": ImageDataParams, "transform_param": TransformParams}
-    batch_key = "image_data_param"
-
-    @property
-    def prefetch_depth(self) -> int:
-        return self.block("image_data_param").prefetch
+    data_block = "image_data_param"
 
     def check_params(self):
+        super().check_params()
         p = self.block("image_data_param")
         if bool(p.new_height) != bool(p.new_width) or p.new_height < 0 or p.new_width < 0:
             raise ParamError("image_data_param.new_height", "give new_height and new_width together, both positive "
                                                             f"(got {p.new_height} x {p.new_width})")
-        if p.prefetch < 0:
-            raise ParamError("image_data_param.prefetch", f"must not be negative, got {p.prefetch}")
-
-    def batch_size(self):
-        return self.block("image_data_param").batch_size
 
     def open_source(self):
         p = self.block("image_data_param")

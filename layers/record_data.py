@@ -19,9 +19,11 @@ from netspec.transform import Transformer, TransformParams
 class RecordBatches(Layer):
     """Base of the layers that deliver transformed records in batches: tops ``data`` and optionally ``label``.
 
-    A subclass says where records come from (:meth:`open_source`, returning an
-    object with ``count``, ``record(i)`` and ``where(i)``), their shape
-    (:meth:`record_shape`), the batch size and the order's shuffle mode.
+    A subclass names its parameter block (``data_block``, which holds
+    ``batch_size`` and ``prefetch``), says where records come from
+    (:meth:`open_source`, returning an object with ``count``, ``record(i)``,
+    ``where(i)`` and ``close()``), their shape (:meth:`record_shape`) and the
+    order's shuffle mode.
     Batches are made ahead by a :class:`Prefetcher` thread; batch ``k`` is a
     pure function of the layer's seed and ``k``, which is the whole of the
     run-time state.
@@ -29,10 +31,11 @@ class RecordBatches(Layer):
 
     num_bottoms = (0, 0)
     num_tops = (1, 2)
-    prefetch_depth = 0
+    data_block = ""
 
     def batch_size(self) -> int:
-        raise NotImplementedError
+        """Records per batch."""
+        return self.block(self.data_block).batch_size
 
     def record_shape(self) -> tuple[int, int, int]:
         raise NotImplementedError
@@ -45,6 +48,9 @@ class RecordBatches(Layer):
 
     def check_params(self) -> None:
         """Refuse parameter values the block's types cannot (called at shape inference)."""
+        prefetch = self.block(self.data_block).prefetch
+        if prefetch < 0:
+            raise ParamError(f"{self.data_block}.prefetch", f"must not be negative, got {prefetch}")
 
     def transformer(self) -> Transformer:
         """The transform of this layer's records (checked against their shape)."""
@@ -54,7 +60,7 @@ class RecordBatches(Layer):
         self.check_params()
         batch = self.batch_size()
         if batch is None or batch <= 0:
-            raise ParamError(f"{self.batch_key}.batch_size", "must be a positive integer")
+            raise ParamError(f"{self.data_block}.batch_size", "must be a positive integer")
         shapes = [(batch, *self.transformer().out_shape), (batch,)]
         return shapes[:len(self.spec.tops)]
 
@@ -64,7 +70,7 @@ class RecordBatches(Layer):
         self.transform = self.transformer()
         self.seed = int(backend.host_rng.integers(2 ** 62))
         self.order = RecordOrder(self.source.count, self.seed, self.shuffle_mode())
-        self.prefetcher = Prefetcher(self.make_batch, self.prefetch_depth)
+        self.prefetcher = Prefetcher(self.make_batch, self.block(self.data_block).prefetch)
 
     def make_batch(self, k: int) -> tuple[numpy.ndarray, numpy.ndarray]:
         """Batch ``k``: its records transformed, and their labels."""
@@ -142,11 +148,7 @@ class Data(RecordBatches):
 
     type = "Data"
     param_blocks = {"data_param": DataParams, "transform_param": TransformParams}
-    batch_key = "data_param"
-
-    @property
-    def prefetch_depth(self) -> int:
-        return self.block("data_param").prefetch
+    data_block = "data_param"
 
     def manifest(self) -> dict:
         params = self.block("data_param")
@@ -159,14 +161,11 @@ class Data(RecordBatches):
                                                    f"set backend: {manifest['backend'].upper()}")
         return manifest
 
-    def batch_size(self):
-        return self.block("data_param").batch_size
-
     def check_params(self):
-        params = self.block("data_param")
-        for key in ("prefetch", "shuffle_buffer"):
-            if getattr(params, key) < 0:
-                raise ParamError(f"data_param.{key}", f"must not be negative, got {getattr(params, key)}")
+        super().check_params()
+        buffer = self.block("data_param").shuffle_buffer
+        if buffer < 0:
+            raise ParamError("data_param.shuffle_buffer", f"must not be negative, got {buffer}")
 
     def record_shape(self):
         shapes = self.manifest()["shapes"]

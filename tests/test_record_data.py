@@ -175,6 +175,7 @@ def test_bad_data_layers_are_refused_at_shape_inference(dataset, tmp_path):
     assert "transform_param.crop_size: 7 is larger than the records (6x6)" in refused(
         source=source, transform={"crop_size": 7})
     assert "data_param.prefetch: must not be negative, got -1" in refused(source=source, prefetch=-1)
+    assert "data_param.shuffle_buffer: must not be negative, got -2" in refused(source=source, shuffle_buffer=-2)
 
 
 def image_list(tmp_path, count=6, shape=(5, 4, 3)):
