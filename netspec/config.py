@@ -152,8 +152,8 @@ def required(**kwargs):
 
 def doc(default, text: str, **kwargs):
     """A dataclass field with a default and a one-line description."""
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"doc": text, **kwargs})
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"doc": text, **kwargs})
     return field(default=default, metadata={"doc": text, **kwargs})
 
 
@@ -165,6 +165,8 @@ def _type_name(tp) -> str:
         return " | ".join(_type_name(a) for a in typing.get_args(tp) if a is not type(None))
     if origin is list:
         return f"{_type_name(typing.get_args(tp)[0])} or a list of them"
+    if origin is dict:
+        return f"a mapping of {_type_name(typing.get_args(tp)[1])}"
     if dataclasses.is_dataclass(tp):
         return "a mapping"
     if tp is FilePath:
@@ -199,6 +201,19 @@ def convert_value(tp, value, ctx: Context, key: str, line: int):
             if converted is _INVALID:
                 return _INVALID
             out.append(converted)
+        return out
+    if origin is dict:
+        key_tp, value_tp = typing.get_args(tp)
+        if not isinstance(value, dict):
+            ctx.add(f"expected a mapping, got {type(value).__name__} {value!r}", line, key)
+            return _INVALID
+        out = {}
+        for name, item in value.items():
+            item_line = value.line_of(name) if isinstance(value, YamlMap) else line
+            converted = convert_value(value_tp, item, ctx, f"{key}.{name}", item_line)
+            if converted is _INVALID or convert_value(key_tp, name, ctx, key, item_line) is _INVALID:
+                return _INVALID
+            out[name] = converted
         return out
     if dataclasses.is_dataclass(tp):
         return read_block(tp, value, ctx, key, line)

@@ -7,20 +7,25 @@ import sys
 
 
 @contextlib.contextmanager
-def progress_bar(total: int, label: str, stream=None):
-    """Yield a callable that advances the bar by one; nothing is drawn when ``stream`` is not a terminal."""
+def progress_bar(total: int, label: str, stream=None, in_bytes: bool = False):
+    """Yield ``advance(count=1)``; nothing is drawn when ``stream`` is not a terminal.
+
+    With ``in_bytes`` the bar shows sizes and transfer speed instead of counts and a rate.
+    """
     stream = stream or sys.stderr
     if not stream.isatty():
-        yield lambda: None
+        yield lambda count=1: None
         return
     from rich.console import Console  # noqa: PLC0415 - only on a terminal
     from rich.progress import (  # noqa: PLC0415
         BarColumn,
+        DownloadColumn,
         MofNCompleteColumn,
         Progress,
         ProgressColumn,
         TextColumn,
         TimeRemainingColumn,
+        TransferSpeedColumn,
     )
     from rich.text import Text  # noqa: PLC0415
 
@@ -30,8 +35,8 @@ def progress_bar(total: int, label: str, stream=None):
         def render(self, task):
             return Text(f"{task.speed:.0f}/s" if task.speed else "")
 
-    columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), RateColumn(), TextColumn("ETA"),
-               TimeRemainingColumn())
+    counts = (DownloadColumn(), TransferSpeedColumn()) if in_bytes else (MofNCompleteColumn(), RateColumn())
+    columns = (TextColumn(label), BarColumn(), *counts, TextColumn("ETA"), TimeRemainingColumn())
     with Progress(*columns, console=Console(file=stream), transient=True) as progress:
         task = progress.add_task(label, total=total)
-        yield lambda: progress.advance(task)
+        yield lambda count=1: progress.advance(task, count)

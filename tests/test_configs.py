@@ -50,7 +50,7 @@ def test_reference_net_builds(path, phase):
 def test_every_config_is_listed():
     assert {p.parent.name for p in CONFIGS} == {"lenet", "cifar10", "alexnet", "vgg16", "googlenet", "resnet50"}
     assert {p.relative_to(p.parent.parent).as_posix() for p in ALL_CONFIGS if p not in CONFIGS} == {
-        "digits/digits_net.yaml", "digits/solver.yaml", "digits/adamw_solver.yaml"}
+        "digits/digits_net.yaml", "digits/digits_deploy.yaml", "digits/solver.yaml", "digits/adamw_solver.yaml"}
     assert all(any(p.stem.endswith(kind) for p in CONFIGS if p.parent == folder)
                for folder in {p.parent for p in CONFIGS} for kind in ("train_test", "deploy"))
 

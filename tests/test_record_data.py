@@ -171,7 +171,7 @@ def test_bad_data_layers_are_refused_at_shape_inference(dataset, tmp_path):
 
     assert "data_param.backend: " in refused(source=source, backend="HDF5")
     assert f"{source} is a LMDB dataset; set backend: LMDB" in refused(source=source, backend="HDF5")
-    assert f"no such dataset folder" in refused(source=tmp_path / "nowhere")
+    assert "no such dataset folder" in refused(source=tmp_path / "nowhere")
     assert "transform_param.crop_size: 7 is larger than the records (6x6)" in refused(
         source=source, transform={"crop_size": 7})
     assert "data_param.prefetch: must not be negative, got -1" in refused(source=source, prefetch=-1)

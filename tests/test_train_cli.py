@@ -84,7 +84,8 @@ def test_the_adamw_example_counts_epochs_keeps_the_best_and_stops_early(digits):
     result = run("train", digits / "adamw_solver.yaml")
     assert result.returncode == 0, result.stderr
     assert "AdamW, 899 iterations (40.04 epochs)" in result.stdout
-    assert "early stop at iteration 720: test loss has not improved by more than 0.001 in 3 test passes" in result.stdout
+    assert ("early stop at iteration 720: test loss has not improved by more than 0.001 in 3 test passes"
+            in result.stdout)
     run_dir = digits / "runs"
     tests = events(run_dir, "TEST")
     assert [e["iter"] for e in tests] == list(range(0, 721, 90))
@@ -132,7 +133,8 @@ def test_bad_solver_files_get_one_located_message_each(tmp_path, digits):
         "negative_lr": (f"net: {net}\nbase_lr: -0.1\nmax_iter: 10\n",
                         "negative_lr.yaml:2: base_lr: must be a positive number, got -0.1"),
         "policy": (f"net: {net}\nbase_lr: 0.1\nmax_iter: 10\nlr_policy: stpe\n",
-                   "policy.yaml:4: lr_policy: 'stpe' is not one of fixed, step, exp, inv, multistep, poly, sigmoid, cosine; "
+                   "policy.yaml:4: lr_policy: 'stpe' is not one of fixed, step, exp, inv, multistep, poly, sigmoid, "
+                   "cosine; "
                    "did you mean 'step'?"),
         "type": (f"net: {net}\nbase_lr: 0.1\nmax_iter: 10\ntype: SDG\n",
                  "type.yaml:4: type: unknown solver type 'SDG'; did you mean 'SGD'? (netspec solvers lists them)"),
@@ -202,7 +204,8 @@ def test_bad_resume_states_and_weights_leave_snapshots_untouched(digits, tmp_pat
         "num_output: 128", "num_output: 64"))
     stderr = fails("train", changed / "solver.yaml", "--resume", state, "--out", out)
     assert "the net changed since this state was written; resume with --force" in stderr
-    assert "-    inner_product_param: {num_output: 128" in stderr and "+    inner_product_param: {num_output: 64" in stderr
+    assert "-    inner_product_param: {num_output: 128" in stderr
+    assert "+    inner_product_param: {num_output: 64" in stderr
     stderr = fails("train", changed / "solver.yaml", "--resume", state, "--out", out, "--force")
     assert "layer 'ip1' blob 0 has shape (128, 256) in the state but (64, 256) in the net" in stderr
 

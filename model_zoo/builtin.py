@@ -1,0 +1,43 @@
+"""Cards of the reference architectures in ``configs/`` (nets only, no weights): ``netspec zoo list --builtin``."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from netspec.config import Context, YamlList, doc, load_yaml, read_block, read_source, required
+from netspec.errors import ConfigError, Problem
+from netspec.model_zoo.card import InputSpec
+
+BUILTIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "builtin.yaml")
+# configs/ sits beside the package folders in a source checkout (and an editable install)
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclass
+class BuiltinCard:
+    """A reference architecture: its deploy net in configs/ and what it takes."""
+
+    name: str = required(doc="model name")
+    summary: str = required(doc="one line for people")
+    net: str = required(doc="deploy net, relative to the repository root")
+    input: InputSpec = required(doc="what the net takes")
+    task: str = doc("image-classification", "what the model does")
+
+    @property
+    def net_path(self) -> str:
+        """The deploy net's path in this checkout."""
+        return os.path.join(REPOSITORY, self.net)
+
+
+def builtin_cards() -> list[BuiltinCard]:
+    """Every built-in card, validated."""
+    text, filename = read_source(BUILTIN)
+    tree = load_yaml(text, filename)
+    ctx = Context(filename, os.path.dirname(filename))
+    if not isinstance(tree, YamlList):
+        raise ConfigError(Problem("the built-in cards must be a list", file=filename, line=1))
+    cards = [read_block(BuiltinCard, item, ctx, "", tree.line_of(i)) for i, item in enumerate(tree)]
+    if ctx.problems:
+        raise ConfigError(ctx.problems)
+    return cards

@@ -1,0 +1,194 @@
+"""Model cards: ``model.yaml``, what a published model is, and the README generated from it.
+
+A model is a folder holding its card and the files the card lists (each with
+size and sha256).  Names, versions and file names are restricted to plain
+characters, so nothing a card says can point outside its folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+import yaml
+
+from netspec.config import Context, YamlMap, doc, load_yaml, read_block, required
+from netspec.errors import ConfigError, Problem
+
+CARD = "model.yaml"
+README = "README.md"
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+VERSION_PATTERN = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+_-]{0,31}$")
+FILE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass
+class InputSpec:
+    """What the deploy net takes, and how to prepare an image for it (as transform_param did in training)."""
+
+    shape: list[int] = required(doc="one input as [C, H, W]")
+    channels: Literal["RGB", "GRAY"] = required(doc="channel order of the input")
+    scale: float = doc(1.0, "multiply after subtracting the mean")
+    mean_value: list[float] = doc([], "per-channel mean to subtract")
+    mean_file: str | None = doc(None, "file of the model holding a per-pixel mean (.npy, C x H x W)")
+    label_names: list[str] = doc([], "the name of each output class, by index")
+
+
+@dataclass
+class ModelFile:
+    """One file of a model, as published."""
+
+    path: str = required(doc="file name inside the model folder")
+    size: int = required(doc="bytes")
+    sha256: str = required(doc="hex digest")
+
+
+@dataclass
+class Provenance:
+    """Where a model came from."""
+
+    netspec_version: str = doc("", "the netspec that published it")
+    config_hash: str = doc("", "hash of the net that trained the weights")
+    dataset_sha256: str | None = doc(None, "sha256 of the training data's manifest (or list file)")
+    iterations: int | None = doc(None, "training iterations of the weights")
+    date: str = doc("", "publication date, ISO 8601")
+
+
+@dataclass
+class ModelCard:
+    """Everything known about a published model."""
+
+    name: str = required(doc="lower-case name: letters, digits, '.', '_', '-'")
+    version: str = required(doc="version, e.g. 1 or 1.2.0")
+    input: InputSpec = required(doc="what the deploy net takes")
+    summary: str = doc("", "one line for people")
+    license: str = doc("unspecified", "licence of the weights")
+    authors: list[str] = doc([], "who made it")
+    task: str = doc("image-classification", "what the model does")
+    deploy_net: str = doc("deploy.yaml", "the net for inference (a file of the model)")
+    weights: str | None = doc("weights.h5", "trained weights (a file of the model; none for a config-only card)")
+    train_net: str | None = doc(None, "the net it was trained with (a file of the model)")
+    solver: str | None = doc(None, "the solver it was trained with (a file of the model)")
+    metrics: dict[str, float] = doc({}, "results of the last test pass of training")
+    provenance: Provenance = field(default_factory=Provenance)
+    files: list[ModelFile] = doc([], "every file of the model except the card, with size and sha256")
+
+    @property
+    def ref(self) -> str:
+        """``name@version``."""
+        return f"{self.name}@{self.version}"
+
+    def referenced_files(self) -> list[str]:
+        """The files the card points to (all must be in ``files``)."""
+        names = [self.deploy_net, self.weights, self.train_net, self.solver, self.input.mean_file]
+        return [n for n in names if n]
+
+
+def file_sha256(path: str) -> str:
+    """sha256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def check_name(name: str, what: str = "model name") -> str:
+    """``name`` if it is a safe model name; ConfigError otherwise."""
+    if not NAME_PATTERN.match(name or ""):
+        raise ConfigError(f"invalid {what} '{name}': use 1-64 lower-case letters, digits, '.', '_' or '-', "
+                          "starting with a letter or digit")
+    return name
+
+
+def check_version(version: str) -> str:
+    """``version`` if it is a safe version string; ConfigError otherwise."""
+    if not VERSION_PATTERN.match(version or ""):
+        raise ConfigError(f"invalid version '{version}': use 1-32 letters, digits, '.', '+', '_' or '-', "
+                          "starting with a letter or digit")
+    return version
+
+
+def parse_card(text: str, where: str) -> ModelCard:
+    """A card from YAML text (safe loading), validated; ConfigError with ``where``:line otherwise."""
+    tree = load_yaml(text, where)
+    ctx = Context(where, ".")
+    if not isinstance(tree, YamlMap):
+        raise ConfigError(Problem("a model card must be a mapping (name, version, input, files, ...)", file=where,
+                                  line=1))
+    card = read_block(ModelCard, tree, ctx, "", 1)
+    if ctx.problems:
+        raise ConfigError(ctx.problems)
+    problems = []
+
+    def bad(key: str, message: str) -> None:
+        problems.append(Problem(message, file=where, line=tree.line_of(key.split(".")[0]), key=key))
+
+    if not NAME_PATTERN.match(card.name):
+        bad("name", f"'{card.name}' is not a valid model name (lower-case letters, digits, '.', '_', '-')")
+    if not VERSION_PATTERN.match(card.version):
+        bad("version", f"'{card.version}' is not a valid version (letters, digits, '.', '+', '_', '-')")
+    listed = [f.path for f in card.files]
+    for entry in card.files:
+        if not FILE_PATTERN.match(entry.path) or entry.path == CARD:
+            bad("files", f"'{entry.path}' is not a plain file name inside the model folder")
+        if entry.size < 0 or not SHA256_PATTERN.match(entry.sha256):
+            bad("files", f"'{entry.path}' needs a size >= 0 and a 64-digit hex sha256")
+    if len(set(listed)) != len(listed):
+        bad("files", "a file is listed twice")
+    for name in card.referenced_files():
+        if name not in listed:
+            bad("files", f"'{name}' is named by the card but not listed in files")
+    if len(card.input.shape) != 3 or any(d <= 0 for d in card.input.shape):
+        bad("input.shape", f"must be [C, H, W] with positive sizes, got {card.input.shape}")
+    if problems:
+        raise ConfigError(problems)
+    return card
+
+
+def read_card(folder: str) -> ModelCard:
+    """The card of the model folder ``folder``."""
+    path = os.path.join(folder, CARD)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as exc:
+        raise ConfigError(Problem(f"cannot read the model card: {exc.strerror}", file=path)) from None
+    return parse_card(text, path)
+
+
+def card_yaml(card: ModelCard) -> str:
+    """The card as YAML text, fields in their documented order."""
+    return yaml.safe_dump(dataclasses.asdict(card), sort_keys=False, allow_unicode=True)
+
+
+def readme(card: ModelCard) -> str:
+    """A README.md for people, generated from the card."""
+    lines = [f"# {card.name} {card.version}", "", card.summary or "(no summary)", "",
+             f"- task: {card.task}", f"- license: {card.license}"]
+    if card.authors:
+        lines.append(f"- authors: {', '.join(card.authors)}")
+    shape = "x".join(map(str, card.input.shape))
+    lines += [f"- input: {shape} ({card.input.channels}), scale {card.input.scale:g}"
+              + (f", mean {card.input.mean_value}" if card.input.mean_value else "")
+              + (f", mean file {card.input.mean_file}" if card.input.mean_file else "")]
+    if card.input.label_names:
+        lines.append(f"- classes ({len(card.input.label_names)}): {', '.join(card.input.label_names)}")
+    if card.metrics:
+        lines += ["", "## Metrics", ""] + [f"- {name}: {value:.4g}" for name, value in card.metrics.items()]
+    p = card.provenance
+    lines += ["", "## Provenance", "", f"- published {p.date} with netspec {p.netspec_version}"]
+    if p.iterations is not None:
+        lines.append(f"- trained for {p.iterations} iterations (net config {p.config_hash[:12]})")
+    if p.dataset_sha256:
+        lines.append(f"- training data sha256 {p.dataset_sha256[:16]}...")
+    lines += ["", "## Use", "", "```bash", f"netspec zoo download {card.ref}",
+              f"netspec predict {card.name} image.png", "```", "", "## Files", "",
+              "| file | bytes | sha256 |", "|---|---|---|"]
+    lines += [f"| {f.path} | {f.size} | {f.sha256} |" for f in card.files]
+    return "\n".join(lines) + "\n"

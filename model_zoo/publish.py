@@ -1,0 +1,196 @@
+"""``netspec zoo publish``: a deploy net and trained weights (and their run folder) become a model in a zoo."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+
+import h5py
+
+from netspec.config import NetState
+from netspec.errors import NetspecError
+from netspec.model_zoo.card import (
+    CARD,
+    InputSpec,
+    ModelCard,
+    ModelFile,
+    Provenance,
+    card_yaml,
+    check_name,
+    check_version,
+    file_sha256,
+)
+from netspec.model_zoo.zoo import Zoo, ZooError, write_readme
+from netspec.net import load_net
+from netspec.plots import EVENT_KEYS, read_metrics
+
+RUN_SOURCES = "sources.json"  # written by netspec train into RUN_DIR/config: the files it read
+
+
+@dataclass
+class PublishRequest:
+    """What ``netspec zoo publish`` was asked."""
+
+    name: str
+    net: str
+    weights: str
+    version: str = "1"
+    run_dir: str | None = None
+    labels_file: str | None = None
+    license: str = "unspecified"
+    summary: str = ""
+    authors: list[str] = field(default_factory=list)
+    scale: float | None = None
+    mean_value: list[float] | None = None
+    channels: str | None = None
+    force: bool = False
+
+
+def deploy_input(net) -> tuple[str, tuple[int, ...]]:
+    """The deploy net's input blob and the shape of one input (C, H, W)."""
+    layer = net.data_layer()
+    if layer is None or layer.type != "Input":
+        raise ZooError(f"the deploy net '{net.name}' must start with an Input layer (no data layers)")
+    name = layer.spec.tops[0]
+    shape = net.blobs[name].shape[1:]
+    if len(shape) != 3:
+        raise ZooError(f"the deploy net's input '{name}' has shape {list(net.blobs[name].shape)}; "
+                       "a published model takes N x C x H x W images")
+    return name, shape
+
+
+def train_data_layer(run_dir: str):
+    """The TRAIN data layer spec of the run's solver (re-read from where training found it), or None."""
+    from netspec.registry import layer_schemas, solver_types  # noqa: PLC0415
+    from netspec.solver_config import parse_solver  # noqa: PLC0415
+
+    path = os.path.join(run_dir, "config", RUN_SOURCES)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as handle:
+        solver_file = json.load(handle).get("solver")
+    if not solver_file or not os.path.isfile(solver_file):
+        return None
+    spec = parse_solver(solver_file, layer_schemas(), list(solver_types()))
+    state = NetState(phase="TRAIN")
+    for layer in spec.train_net.layers:
+        included = all(rule.matches(state) for rule in layer.include) if layer.include else True
+        if included and not layer.bottoms and not any(rule.matches(state) for rule in layer.exclude):
+            return layer
+    return None
+
+
+def dataset_sha256(layer) -> str | None:
+    """sha256 of what names the layer's data: a dataset's manifest.json, or a list file."""
+    for block, key in (("data_param", "source"), ("hdf5_data_param", "source"), ("image_data_param", "source")):
+        source = getattr(layer.blocks.get(block), key, None) if block in layer.blocks else None
+        if source:
+            manifest = os.path.join(source, "manifest.json")
+            path = manifest if os.path.isdir(source) else source
+            return file_sha256(path) if os.path.isfile(path) else None
+    return None
+
+
+def last_test_metrics(run_dir: str) -> dict[str, float]:
+    """The outputs of the run's last test pass of test net 0."""
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.isfile(path):
+        raise ZooError(f"{run_dir}: no metrics.jsonl (is it a run folder of netspec train?)")
+    tests = [e for e in read_metrics(path) if e["phase"] == "TEST" and not e.get("test_net")]
+    if not tests:
+        return {}
+    return {k: float(v) for k, v in tests[-1].items() if k not in EVENT_KEYS and isinstance(v, (int, float))}
+
+
+def publish(request: PublishRequest, zoo: Zoo) -> ModelCard:
+    """Build the model folder, check the weights load into the deploy net, and install it into ``zoo``."""
+    check_name(request.name)
+    check_version(request.version)
+    if not request.force and os.path.exists(zoo.folder(request.name, request.version)):
+        raise ZooError(f"{request.name}@{request.version} is already in the zoo {zoo.root}; pass --force to "
+                       "replace it")
+    net = load_net(request.net, phase="TEST")
+    report = net.load_weights(request.weights)
+    missing = [name for name in report.missing if net.params.get(name)]
+    if missing:
+        raise ZooError(f"{request.weights} does not hold the weights of layer(s) {', '.join(missing)} of the deploy "
+                       f"net {request.net}")
+    _, shape = deploy_input(net)
+    staged = zoo.staging_folder(request.name)
+    try:
+        card = _build_card(request, net, shape, staged)
+        with open(os.path.join(staged, CARD), "w", encoding="utf-8") as handle:
+            handle.write(card_yaml(card))
+        write_readme(staged, card)
+        zoo.install(staged, force=request.force)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    return card
+
+
+def _build_card(request: PublishRequest, net, shape, staged: str) -> ModelCard:
+    shutil.copyfile(request.net, os.path.join(staged, "deploy.yaml"))
+    shutil.copyfile(request.weights, os.path.join(staged, "weights.h5"))
+    preprocessing, provenance, metrics, extra = {}, Provenance(), {}, {}
+    if request.run_dir:
+        metrics = last_test_metrics(request.run_dir)
+        layer = train_data_layer(request.run_dir)
+        transform = layer.blocks.get("transform_param") if layer is not None else None
+        if transform is not None:
+            preprocessing = {"scale": transform.scale, "mean_value": list(transform.mean_value)}
+            if transform.mean_file:
+                shutil.copyfile(transform.mean_file, os.path.join(staged, "mean.npy"))
+                preprocessing["mean_file"] = "mean.npy"
+        provenance.dataset_sha256 = dataset_sha256(layer) if layer is not None else None
+        extra = _copy_training_configs(request.run_dir, staged)
+    if request.scale is not None:
+        preprocessing["scale"] = request.scale
+    if request.mean_value is not None:
+        preprocessing["mean_value"] = request.mean_value
+    labels = _label_names(request.labels_file)
+    with h5py.File(request.weights, "r") as handle:
+        provenance.iterations = int(handle.attrs.get("iteration", 0))
+        provenance.config_hash = str(handle.attrs.get("config_hash", ""))
+    from netspec import __version__  # noqa: PLC0415
+
+    provenance.netspec_version = __version__
+    provenance.date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    channels = request.channels or ("GRAY" if shape[0] == 1 else "RGB")
+    card = ModelCard(name=request.name, version=request.version, summary=request.summary, license=request.license,
+                     authors=list(request.authors), deploy_net="deploy.yaml", weights="weights.h5",
+                     input=InputSpec(shape=list(shape), channels=channels, label_names=labels, **preprocessing),
+                     metrics=metrics, provenance=provenance, **extra)
+    card.files = [ModelFile(path=name, size=os.path.getsize(os.path.join(staged, name)),
+                            sha256=file_sha256(os.path.join(staged, name))) for name in sorted(os.listdir(staged))]
+    return card
+
+
+def _copy_training_configs(run_dir: str, staged: str) -> dict[str, str]:
+    """Copy the run's solver and train net (from RUN_DIR/config) as solver.yaml and train_net.yaml."""
+    sources_path = os.path.join(run_dir, "config", RUN_SOURCES)
+    if not os.path.isfile(sources_path):
+        return {}
+    with open(sources_path, encoding="utf-8") as handle:
+        sources = json.load(handle)
+    copied = {}
+    for key, target in (("solver", "solver.yaml"), ("train_net", "train_net.yaml")):
+        copy = os.path.join(run_dir, "config", os.path.basename(sources.get(key) or ""))
+        if sources.get(key) and os.path.isfile(copy):
+            shutil.copyfile(copy, os.path.join(staged, target))
+            copied[key] = target
+    return copied
+
+
+def _label_names(path: str | None) -> list[str]:
+    if not path:
+        return []
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return [line.strip() for line in handle if line.strip()]
+    except OSError as exc:
+        raise NetspecError(f"{path}: cannot read the label names: {exc.strerror}") from None
+

@@ -1,0 +1,205 @@
+"""A zoo: a folder of published models, ``models/<name>/<version>/``, with ``index.json`` at its root.
+
+The index is rebuilt from the model folders after every change, so it always
+matches them.  Models are installed by renaming a complete folder into place
+and removed by renaming it away first, so a failure never leaves half a model.
+``index.json``::
+
+    {"format": "netspec-zoo-1",
+     "models": {"<name>": {"versions": ["1", "2"], "latest": "2", "summary": "...", "task": "..."}}}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+
+from netspec.atomic import atomic_path
+from netspec.errors import ConfigError, NetspecError
+from netspec.model_zoo.card import CARD, README, ModelCard, check_name, check_version, file_sha256, read_card, readme
+
+INDEX = "index.json"
+INDEX_FORMAT = "netspec-zoo-1"
+MODELS = "models"
+
+
+class ZooError(NetspecError):
+    """A zoo operation that cannot be done (missing model, failed verification, bad download)."""
+
+
+def default_zoo() -> str:
+    """``$NETSPEC_ZOO``, else ``$XDG_DATA_HOME/netspec/zoo`` (``~/.local/share/netspec/zoo``)."""
+    if os.environ.get("NETSPEC_ZOO"):
+        return os.environ["NETSPEC_ZOO"]
+    data_home = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(data_home, "netspec", "zoo")
+
+
+def split_ref(ref: str) -> tuple[str, str | None]:
+    """``name[@version]`` as ``(name, version or None)``, both checked."""
+    name, _, version = ref.partition("@")
+    check_name(name)
+    return name, check_version(version) if version else None
+
+
+def version_key(version: str) -> tuple:
+    """Sort key that orders 2 < 10 and 1.2 < 1.10."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"[.+_-]", version))
+
+
+def check_index(index, where: str) -> dict:
+    """``index`` if it is a valid zoo index (names and versions checked); ZooError naming ``where`` otherwise."""
+    if not isinstance(index, dict) or index.get("format") != INDEX_FORMAT or not isinstance(index.get("models"), dict):
+        raise ZooError(f"{where}: not a netspec zoo index (no '{INDEX_FORMAT}' format)")
+    for name, entry in index["models"].items():
+        versions = entry.get("versions") if isinstance(entry, dict) else None
+        try:
+            check_name(name)
+            if not isinstance(versions, list) or not versions:
+                raise ConfigError(f"model '{name}' lists no versions")
+            for version in versions:
+                check_version(version)
+        except ConfigError as exc:
+            raise ZooError(f"{where}: invalid index: {exc}") from None
+    return index
+
+
+class Zoo:
+    """The zoo in folder ``root`` (created when a model is installed)."""
+
+    def __init__(self, root: str | None = None):
+        self.root = os.path.abspath(root or default_zoo())
+
+    # ---- reading ------------------------------------------------------------------------------
+    def index(self) -> dict:
+        """The index (empty when the zoo does not exist yet)."""
+        path = os.path.join(self.root, INDEX)
+        if not os.path.exists(path):
+            return {"format": INDEX_FORMAT, "models": {}}
+        try:
+            with open(path, encoding="utf-8") as handle:
+                index = json.load(handle)
+        except (OSError, ValueError) as exc:
+            raise ZooError(f"{path}: cannot read the index: {exc}") from None
+        return check_index(index, path)
+
+    def resolve(self, ref: str) -> tuple[str, str]:
+        """``(name, version)`` of ``name[@version]`` (latest version when none is given) in this zoo."""
+        name, version = split_ref(ref)
+        entry = self.index()["models"].get(name)
+        if entry is None:
+            raise ZooError(f"no model '{name}' in the zoo {self.root} (netspec zoo list shows what it has)")
+        if version is None:
+            return name, entry["latest"]
+        if version not in entry["versions"]:
+            raise ZooError(f"model '{name}' has no version {version} in {self.root} "
+                           f"(it has {', '.join(entry['versions'])})")
+        return name, version
+
+    def folder(self, name: str, version: str) -> str:
+        """Where ``name@version`` lives (names are checked, so the path stays inside the zoo)."""
+        return os.path.join(self.root, MODELS, check_name(name), check_version(version))
+
+    def card(self, ref: str) -> ModelCard:
+        """The card of ``name[@version]``."""
+        return read_card(self.folder(*self.resolve(ref)))
+
+    def verify(self, ref: str | None = None) -> list[str]:
+        """Re-hash every file of one model (or of all); returns one line per problem."""
+        refs = [ref] if ref else [f"{n}@{v}" for n, e in self.index()["models"].items() for v in e["versions"]]
+        problems = []
+        for each in refs:
+            folder = self.folder(*self.resolve(each))
+            problems += [f"{each}: {p}" for p in verify_folder(folder)]
+        return problems
+
+    # ---- changing -----------------------------------------------------------------------------
+    def install(self, staged: str, force: bool = False) -> str:
+        """Move the complete model folder ``staged`` into place (after verifying it) and update the index."""
+        card = read_card(staged)
+        problems = verify_folder(staged)
+        if problems:
+            raise ZooError(f"{card.ref} was not installed: " + "; ".join(problems))
+        target = self.folder(card.name, card.version)
+        old = None
+        if os.path.exists(target):
+            if not force:
+                raise ZooError(f"{card.ref} is already in the zoo {self.root}; pass --force to replace it")
+            old = self._set_aside(target)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.replace(staged, target)
+        if old:
+            shutil.rmtree(old)
+        self.write_index()
+        return target
+
+    def remove(self, ref: str) -> list[str]:
+        """Delete one version, or every version of a name; returns the refs removed."""
+        name, version = split_ref(ref)
+        entry = self.index()["models"].get(name)
+        if entry is None or (version and version not in entry["versions"]):
+            raise ZooError(f"no model {ref} in the zoo {self.root}")
+        versions = [version] if version else list(entry["versions"])
+        for each in versions:
+            shutil.rmtree(self._set_aside(self.folder(name, each)))
+        model_dir = os.path.join(self.root, MODELS, name)
+        if os.path.isdir(model_dir) and not os.listdir(model_dir):
+            os.rmdir(model_dir)
+        self.write_index()
+        return [f"{name}@{v}" for v in versions]
+
+    def staging_folder(self, label: str) -> str:
+        """A fresh folder inside the zoo (same file system, so installing is a rename)."""
+        parent = os.path.join(self.root, ".staging")
+        os.makedirs(parent, exist_ok=True)
+        return tempfile.mkdtemp(prefix=f"{label}-", dir=parent)
+
+    def _set_aside(self, folder: str) -> str:
+        aside = self.staging_folder("removed")
+        os.rmdir(aside)
+        os.replace(folder, aside)
+        return aside
+
+    def write_index(self) -> dict:
+        """Rebuild index.json from the model folders (atomically)."""
+        models = {}
+        base = os.path.join(self.root, MODELS)
+        for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+            versions = sorted((v for v in os.listdir(os.path.join(base, name))
+                               if os.path.isfile(os.path.join(base, name, v, CARD))), key=version_key)
+            if versions:
+                latest = read_card(os.path.join(base, name, versions[-1]))
+                models[name] = {"versions": versions, "latest": versions[-1], "summary": latest.summary,
+                                "task": latest.task}
+        index = {"format": INDEX_FORMAT, "models": models}
+        with atomic_path(os.path.join(self.root, INDEX)) as temporary, open(temporary, "w", encoding="utf-8") as out:
+            json.dump(index, out, indent=1)
+        return index
+
+
+def verify_folder(folder: str) -> list[str]:
+    """Problems with a model folder: files missing, changed, linked, or not listed; [] when it is intact."""
+    card = read_card(folder)
+    problems = []
+    for entry in card.files:
+        path = os.path.join(folder, entry.path)
+        if os.path.islink(path) or (os.path.exists(path) and not os.path.isfile(path)):
+            problems.append(f"{entry.path} is not a regular file")
+        elif not os.path.exists(path):
+            problems.append(f"{entry.path} is missing")
+        elif os.path.getsize(path) != entry.size:
+            problems.append(f"{entry.path} has {os.path.getsize(path)} bytes, the card says {entry.size}")
+        elif file_sha256(path) != entry.sha256:
+            problems.append(f"{entry.path} does not match its sha256 in the card")
+    listed = {entry.path for entry in card.files} | {CARD, README}
+    problems += [f"{name} is not listed in the card" for name in sorted(os.listdir(folder)) if name not in listed]
+    return problems
+
+
+def write_readme(folder: str, card: ModelCard) -> None:
+    """Generate README.md beside the card."""
+    with open(os.path.join(folder, README), "w", encoding="utf-8") as handle:
+        handle.write(readme(card))
