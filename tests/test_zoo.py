@@ -240,6 +240,11 @@ def test_download_refuses_bad_sources_and_leaves_the_zoo_as_it_was(zoo_a, tmp_pa
     index["models"]["../evil"] = {"versions": ["1"], "latest": "1"}
     (source / "index.json").write_text(json.dumps(index))
     assert "invalid index: invalid model name '../evil'" in attempt()
+    (source / "index.json").write_text(json.dumps({k: v for k, v in index.items()} | {
+        "models": {"digits": index["models"]["digits"]}}))
+    card = source / "models" / "digits" / "2" / "model.yaml"
+    card.write_text(card.read_text().replace("channels: GRAY", "channels: BGR"))
+    assert attempt().startswith(f"error: {source}/models/digits/2/model.yaml:8: input.channels: 'BGR' is not one of")
     (source / "index.json").write_text("{not json")
     assert "no source has digits@2" in attempt()
     assert fails("zoo", "download", "digits@9", "--from", server, "--zoo", zoo_b) == (
@@ -286,7 +291,19 @@ def test_a_server_that_stops_answering_times_out_and_can_be_resumed(zoo_a, tmp_p
     stalling.shutdown()
 
 
+def test_sources_can_come_from_the_config_file(zoo_a, tmp_path, monkeypatch):
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "zoo.yaml").write_text(f"sources: [{tmp_path / 'empty'}, {zoo_a}]\n")
+    monkeypatch.setenv("NETSPEC_CONFIG_DIR", str(config))
+    assert "installed digits@2" in ok("zoo", "download", "digits", "--zoo", tmp_path / "zooB")
+    (config / "zoo.yaml").write_text("sources: nowhere\n")
+    assert fails("zoo", "download", "digits", "--zoo", tmp_path / "zooC") == (
+        f"error: {config}/zoo.yaml: 'sources' must be a list of folders or URLs")
+
+
 def test_the_server_answers_ranges_and_refuses_paths_outside_the_zoo(zoo_a, server):
+    assert ok("zoo", "list", "--from", server).splitlines()[2].startswith("digits  1, 2")
     host, port = server.split("//")[1].rstrip("/").split(":")
     (zoo_a / "models" / "link.yaml").symlink_to(ROOT / "README.md")
     weights = (zoo_a / "models" / "digits" / "1" / "weights.h5").read_bytes()
