@@ -26,6 +26,8 @@ def model_folder(name_or_path: str, zoo: str | None = None) -> str:
     """A model folder given directly, or ``name[@version]`` found in the zoo."""
     if os.path.isfile(os.path.join(name_or_path, CARD)):
         return name_or_path
+    if os.path.exists(name_or_path) or os.sep in name_or_path:
+        raise ZooError(f"{name_or_path}: not a model folder (no {CARD})")
     zoo_ = Zoo(zoo)
     return zoo_.folder(*zoo_.resolve(name_or_path))
 

@@ -28,7 +28,7 @@ class ZooRequestHandler(http.server.BaseHTTPRequestHandler):
     def _file(self) -> str | None:
         path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
         parts = [p for p in path.split("/") if p]
-        if not parts or any(p in (".", "..") or p.startswith(".") or "\\" in p for p in parts):
+        if not parts or any(p.startswith(".") or "\\" in p or "\0" in p for p in parts):
             return None
         current = self.server.zoo_root
         for part in parts:

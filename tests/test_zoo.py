@@ -318,7 +318,8 @@ def test_the_server_answers_ranges_and_refuses_paths_outside_the_zoo(zoo_a, serv
     assert (status, headers["Content-Range"], body) == (206, f"bytes 5-9/{len(weights)}", weights[5:10])
     assert get("/models/digits/1/weights.h5", {"Range": "bytes=-4"})[2] == weights[-4:]
     assert get("/models/digits/1/weights.h5", {"Range": f"bytes={len(weights)}-"})[0] == 416
-    for path in ("/../README.md", "/models/%2e%2e/index.json", "/models/link.yaml", "/.partial/x", "/models"):
+    for path in ("/../README.md", "/models/%2e%2e/index.json", "/models/link.yaml", "/.partial/x", "/models",
+                 "/models/%00x", "/models%2F..%2Findex.json"):
         assert get(path)[0] == 404, path
 
 
@@ -338,6 +339,7 @@ def test_predict_matches_the_original_net(zoo_a, weights, tmp_path):
     np.save(tmp_path / "wrong.npy", np.zeros((3, 8, 8)))
     assert fails("predict", "digits", tmp_path / "wrong.npy", "--zoo", zoo_a) == (
         f"error: {tmp_path}/wrong.npy: holds an array of shape [3, 8, 8]; the model takes [1, 8, 8] (or N x [1, 8, 8])")
+    assert fails("predict", tmp_path, png) == f"error: {tmp_path}: not a model folder (no model.yaml)"
     net, card = netspec.model_zoo.load("digits@1", zoo=str(zoo_a))
     assert card.ref == "digits@1" and net.outputs == ["prob"]
 
