@@ -624,3 +624,15 @@ def predict(model, inputs, top_k, as_json, device, zoo_dir):
     for result in results:
         best = ", ".join(f"{p['name']} {p['probability']:.4f}" for p in result["predictions"])
         click.echo(f"{result['input']}: {best}")
+
+
+@main.command()
+@click.argument("net_file", type=click.Path(dir_okay=False))
+@user_errors
+def render(net_file):
+    """Print NET_FILE with its modules, repeats and includes expanded: a plain net file."""
+    import yaml  # noqa: PLC0415
+
+    from netspec.modules import render_net  # noqa: PLC0415
+
+    click.echo(yaml.safe_dump(render_net(net_file), sort_keys=False, default_flow_style=None, width=120), nl=False)

@@ -138,11 +138,16 @@ class Context:
     base_dir: str
     problems: list[Problem] = field(default_factory=list)
     layer: str | None = None
+    origin: tuple[str | None, str | None] | None = None  # (file, via) of a layer expanded from a module
 
     def add(self, message: str, line: int | None = None, key: str | None = None) -> None:
-        """Record one problem at ``line``."""
-        self.problems.append(Problem(message, file=self.file or "<string>", line=line,
-                                     layer=self.layer, key=key))
+        """Record one problem at ``line`` (of the module's file, for a layer expanded from a module)."""
+        file, via = self.origin or (self.file, None)
+        self.problems.append(Problem(message, file=file or "<string>", line=line, layer=self.layer, key=key, via=via))
+
+    def add_at(self, file: str | None, line: int | None, message: str, via: str | None = None) -> None:
+        """Record one problem in another file (an included one) or from a module use."""
+        self.problems.append(Problem(message, file=file or "<string>", line=line, via=via))
 
 
 def required(**kwargs):
@@ -327,6 +332,7 @@ class LayerSpec:
     file: str | None
     line: int
     key_lines: dict[str, int]
+    via: str | None = None
 
     def line_of(self, key: str) -> int:
         """Line of a key of this layer, or of the layer itself."""
@@ -336,7 +342,7 @@ class LayerSpec:
         """A Problem located at this layer (and key)."""
         top_key = key.split(".")[0] if key else None
         return Problem(message, file=self.file or "<string>", line=self.line_of(top_key),
-                       layer=self.name, key=key)
+                       layer=self.name, key=key, via=self.via)
 
 
 @dataclass
@@ -372,6 +378,8 @@ def parse_layer(node, index: int, layer_schemas: dict[str, dict[str, type]], ctx
         return None
     name = node.get("name")
     ctx.layer = name if isinstance(name, str) else f"#{index + 1}"
+    if getattr(node, "file", None) or getattr(node, "via", None):
+        ctx.origin = (getattr(node, "file", None) or ctx.file, getattr(node, "via", None))
     if not isinstance(name, str) or not name:
         ctx.add("every layer needs a 'name' (a non-empty string)", node.line, "name")
     type_name = node.get("type")
@@ -412,13 +420,14 @@ def parse_layer(node, index: int, layer_schemas: dict[str, dict[str, type]], ctx
         exclude=_read_list(node, "exclude", NetStateRule, ctx, node.line),
         loss_weight=loss_weight,
         propagate_down=propagate_down,
-        file=ctx.file,
+        file=ctx.origin[0] if ctx.origin else ctx.file,
         line=node.line,
         key_lines=dict(node.key_lines),
+        via=ctx.origin[1] if ctx.origin else None,
     )
     if spec.include and spec.exclude:
         ctx.add("give 'include' or 'exclude', not both", node.line_of("exclude"), "exclude")
-    ctx.layer = None
+    ctx.layer, ctx.origin = None, None
     return spec if isinstance(name, str) and name and type_name in layer_schemas else None
 
 
@@ -460,6 +469,10 @@ def read_net(tree, ctx: Context, layer_schemas: dict[str, dict[str, type]], line
     if not isinstance(tree, YamlMap):
         ctx.add("a net must be a mapping with a 'layers' list", line)
         return None
+    from netspec.modules import expand_net, uses_modules  # noqa: PLC0415 - modules builds on this module
+
+    if uses_modules(tree):
+        tree = expand_net(tree, ctx)
     for key in tree:
         if key not in _NET_KEYS:
             ctx.add(f"unknown key '{key}'{did_you_mean(key, _NET_KEYS)}", tree.line_of(key))

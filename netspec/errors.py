@@ -19,6 +19,7 @@ class Problem:
     line: int | None = None
     layer: str | None = None
     key: str | None = None
+    via: str | None = None  # for a layer expanded from a module: where the module was used
 
     def __str__(self) -> str:
         where = ""
@@ -28,7 +29,8 @@ class Problem:
             where = f"line {self.line}: "
         layer = f"layer '{self.layer}': " if self.layer else ""
         key = f"{self.key}: " if self.key else ""
-        return f"{where}{layer}{key}{self.message}"
+        via = f" (in {self.via})" if self.via else ""
+        return f"{where}{layer}{key}{self.message}{via}"
 
 
 class NetspecError(Exception):

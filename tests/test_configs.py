@@ -15,8 +15,9 @@ from netspec.solver_config import parse_solver
 
 ALL_CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*/*.yaml"))
 SOLVERS = [p for p in ALL_CONFIGS if p.stem.endswith("solver")]
+MODULE_FILES = [p for p in ALL_CONFIGS if p.stem.endswith("_blocks")]  # modules that nets include
 # the digits net reads converted data; the quickstart test (test_train_cli.py) builds and trains it
-CONFIGS = [p for p in ALL_CONFIGS if p.parent.name != "digits" and p not in SOLVERS]
+CONFIGS = [p for p in ALL_CONFIGS if p.parent.name != "digits" and p not in SOLVERS and p not in MODULE_FILES]
 
 PUBLISHED = {
     "lenet": 431_080,
@@ -26,6 +27,8 @@ PUBLISHED = {
     "vgg16": 138_357_544,
     "googlenet": 6_998_552,
     "resnet50": 25_557_032,
+    "resnet101": 44_549_160,
+    "resnet152": 60_192_808,
 }
 
 
@@ -48,9 +51,11 @@ def test_reference_net_builds(path, phase):
 
 
 def test_every_config_is_listed():
-    assert {p.parent.name for p in CONFIGS} == {"lenet", "cifar10", "alexnet", "vgg16", "googlenet", "resnet50"}
+    assert {p.parent.name for p in CONFIGS} == {"lenet", "cifar10", "alexnet", "vgg16", "googlenet", "resnet50",
+                                                "resnet101", "resnet152"}
     assert {p.relative_to(p.parent.parent).as_posix() for p in ALL_CONFIGS if p not in CONFIGS} == {
-        "digits/digits_net.yaml", "digits/digits_deploy.yaml", "digits/solver.yaml", "digits/adamw_solver.yaml"}
+        "digits/digits_net.yaml", "digits/digits_deploy.yaml", "digits/solver.yaml", "digits/adamw_solver.yaml",
+        "resnet50/resnet_blocks.yaml", "googlenet/inception_blocks.yaml"}
     assert all(any(p.stem.endswith(kind) for p in CONFIGS if p.parent == folder)
                for folder in {p.parent for p in CONFIGS} for kind in ("train_test", "deploy"))
 
