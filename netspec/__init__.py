@@ -10,8 +10,9 @@ __version__ = "0.1.0"
 from netspec.errors import (  # noqa: E402
     ConfigError, DataError, NetspecError, ShapeError, StateError, TrainingError, WeightsError,
 )
+from netspec.builder import L, NetSpec  # noqa: E402
 from netspec.net import Net, load_net  # noqa: E402
 from netspec.solver import Solver, load_solver  # noqa: E402
 
-__all__ = ["ConfigError", "DataError", "Net", "NetspecError", "ShapeError", "Solver", "StateError",
+__all__ = ["ConfigError", "DataError", "L", "Net", "NetSpec", "NetspecError", "ShapeError", "Solver", "StateError",
            "TrainingError", "WeightsError", "load_net", "load_solver", "__version__"]
