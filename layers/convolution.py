@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from netspec.config import doc, required
 from netspec.errors import ParamError, ShapeError
 from netspec.fillers import FillerParams
-from netspec.layer import Layer
+from netspec.layer import Layer, weighted_flops
 from netspec.layers.spatial import hw, require_4d
 from netspec.registry import register_layer
 
@@ -185,6 +185,9 @@ class Convolution(Layer):
     def top_shapes(self, bottom_shapes):
         shape = bottom_shapes[0]
         return [(shape[0], self.params.num_output, *self.geometry(shape).out)]
+
+    def flops(self, bottom_shapes, top_shapes, param_shapes):
+        return weighted_flops(top_shapes[0], param_shapes)
 
     def param_shapes(self, bottom_shapes):
         p = self.params

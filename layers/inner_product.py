@@ -62,6 +62,10 @@ class InnerProduct(Layer):
         axis = self.split(bottom_shapes[0])[0]
         return [(*bottom_shapes[0][:axis], self.params.num_output)]
 
+    def flops(self, bottom_shapes, top_shapes, param_shapes):
+        outputs = math.prod(top_shapes[0])
+        return 2 * outputs * self.split(bottom_shapes[0])[2] + (outputs if self.params.bias_term else 0)
+
     def param_shapes(self, bottom_shapes):
         k = self.split(bottom_shapes[0])[2]
         n = self.params.num_output

@@ -95,6 +95,10 @@ class Pooling(Layer):
     type = "Pooling"
     param_blocks = {"pooling_param": PoolingParams}
 
+    def flops(self, bottom_shapes, top_shapes, param_shapes):
+        kernel = pool_geometry(self.block("pooling_param"), bottom_shapes[0]).kernel
+        return math.prod(top_shapes[0]) * kernel[0] * kernel[1]
+
     def top_shapes(self, bottom_shapes):
         shape = bottom_shapes[0]
         require_4d(shape, self.type)

@@ -636,3 +636,22 @@ def render(net_file):
     from netspec.modules import render_net  # noqa: PLC0415
 
     click.echo(yaml.safe_dump(render_net(net_file), sort_keys=False, default_flow_style=None, width=120), nl=False)
+
+
+@main.command()
+@click.argument("net_file", type=click.Path(dir_okay=False))
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False), help="net.dot, net.svg or net.png")
+@phase_option
+@stage_option
+@level_option
+@click.option("--rankdir", type=click.Choice(["TB", "LR"]), default="TB", show_default=True,
+              help="top to bottom or left to right")
+@user_errors
+def draw(net_file, out, phase, stages, level, rankdir):
+    """Draw NET_FILE's layer graph with blob shapes on the edges (.svg/.png need Graphviz's dot)."""
+    from netspec.drawing import draw as draw_graph  # noqa: PLC0415
+
+    graph = compile_net(parse_net(net_file, layer_schemas()), phase=phase.upper() if phase else None,
+                        stages=stages or None, level=level)
+    draw_graph(graph, out, rankdir)
+    click.echo(f"wrote {out} ({len(graph.nodes)} layers)")

@@ -14,12 +14,21 @@ same Blob as bottom and top, so its backward must work from the top's data.
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 from netspec.blob import Blob
 from netspec.config import LayerSpec
 from netspec.errors import ShapeError
 from netspec.fillers import FillerParams, constant, fill
+
+
+def weighted_flops(top_shape, param_shapes) -> int:
+    """FLOPs of a layer whose every output value is a dot product with one row of ``param_shapes[0]``
+    (``num_output`` first), plus a bias when there is a second blob."""
+    outputs = math.prod(top_shape)
+    weights = param_shapes[0]
+    return 2 * outputs * (math.prod(weights) // weights[0]) + (outputs if len(param_shapes) > 1 else 0)
 
 
 class Layer:
@@ -56,6 +65,14 @@ class Layer:
     def param_shapes(self, bottom_shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
         """Shapes of the learnable blobs (none by default)."""
         return []
+
+    def flops(self, bottom_shapes, top_shapes, param_shapes) -> int:
+        """Floating-point operations of one forward pass (a multiply-add counts 2).
+
+        By default one per output value, and none for layers without bottoms
+        (data layers); layers that multiply by weights or pool windows say more.
+        """
+        return sum(math.prod(s) for s in top_shapes) if bottom_shapes else 0
 
     def param_fillers(self) -> list[FillerParams]:
         """How each learnable blob starts (constant 0 by default)."""

@@ -30,6 +30,7 @@ def summary_rows(graph: Graph, itemsize: int = 4) -> list[dict]:
             "type": node.layer.type,
             "tops": node.top_shapes,
             "params": node.learnable_count(),
+            "flops": node.layer.flops(node.bottom_shapes, node.top_shapes, node.param_shapes),
             "activation_bytes": sum(math.prod(s) for s in new_tops) * itemsize,
         })
     return rows
@@ -49,10 +50,10 @@ def net_summary(graph: Graph, itemsize: int = 4) -> str:
     """The ``netspec check`` report."""
     rows = summary_rows(graph, itemsize)
     table = format_table(
-        ["layer", "type", "top shapes", "params", "activations"],
+        ["layer", "type", "top shapes", "params", "FLOPs", "activations"],
         [[r["name"], r["type"], " ".join(_shape(s) for s in r["tops"]) or "-", f"{r['params']:,}",
-          human_bytes(r["activation_bytes"])] for r in rows],
-        right={3, 4})
+          human_count(r["flops"]), human_bytes(r["activation_bytes"])] for r in rows],
+        right={3, 4, 5})
     activations = sum(r["activation_bytes"] for r in rows)
     state = graph.state
     stages = f", stages {','.join(state.stage)}" if state.stage else ""
@@ -60,11 +61,26 @@ def net_summary(graph: Graph, itemsize: int = 4) -> str:
         f"net '{graph.name}' ({state.phase}, level {state.level}{stages}): {len(graph.nodes)} layers",
         table,
         f"learnable parameters: {graph.learnable_count():,} ({human_bytes(graph.learnable_count() * itemsize)})",
+        f"forward FLOPs: {human_count(sum(r['flops'] for r in rows))} per batch of {graph_batch(graph)}",
         f"activations: {human_bytes(activations)} of data"
         + (f", {human_bytes(2 * activations)} with gradients" if state.phase == "TRAIN" else ""),
         f"outputs: {', '.join(graph.outputs) or 'none'}",
     ]
     return "\n".join(lines)
+
+
+def human_count(count: int) -> str:
+    """A count with a metric prefix: 1.234 G."""
+    for unit, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if count >= size:
+            return f"{count / size:.4g} {unit}"
+    return str(count)
+
+
+def graph_batch(graph: Graph) -> int:
+    """The first axis of the first layer's first top."""
+    first = next((node.top_shapes[0] for node in graph.nodes if node.top_shapes), ())
+    return first[0] if first else 1
 
 
 def _shape(shape) -> str:

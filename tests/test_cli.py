@@ -29,6 +29,11 @@ def test_check_prints_layers_and_totals():
     assert "conv1  Convolution      (64, 20, 24, 24)" in result.stdout
     assert "learnable parameters: 431,080" in result.stdout
     assert "outputs: loss" in result.stdout
+    # LeNet: conv1 2*20*24*24*25 + 20*24*24, pool1 20*12*12*4, conv2 2*50*8*8*500 + 50*8*8, pool2 50*4*4*4,
+    # ip1 2*500*800 + 500, relu1 500, ip2 2*10*500 + 10, loss 1; per image, times the batch of 64
+    per_image = (576_000 + 11_520) + 11_520 + (3_200_000 + 3_200) + 3_200 + (800_000 + 500) + 500 + (10_000 + 10)
+    flops = [line for line in result.stdout.splitlines() if line.startswith("forward FLOPs")][0]
+    assert flops == f"forward FLOPs: {(64 * per_image + 1) / 1e6:.4g} M per batch of 64"
 
 
 def test_check_reports_every_error_with_location(tmp_path):

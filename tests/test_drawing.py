@@ -1,0 +1,40 @@
+"""`netspec draw`: DOT text always, SVG/PNG through Graphviz's dot."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+from test_cli import run
+
+ROOT = Path(__file__).parent.parent
+GOOGLENET = ROOT / "configs" / "googlenet" / "googlenet_deploy.yaml"
+
+
+def test_dot_output_has_layers_shapes_and_splits(tmp_path):
+    out = tmp_path / "net.dot"
+    result = run("draw", GOOGLENET, "-o", out, "--rankdir", "LR")
+    assert result.returncode == 0 and result.stdout.strip().startswith(f"wrote {out} (")
+    text = out.read_text()
+    assert text.startswith('digraph "GoogleNet" {\n  rankdir=LR;')
+    assert '[label="inception_3a/1x1\\nConvolution\\n12.35 k params"]' in text
+    assert '[label="inception_3a/output 10x256x28x28"]' in text
+    assert "[shape=point" in text  # the split feeding the four branches
+    assert text.count(" -> ") >= 150 and text.rstrip().endswith("}")
+
+
+def test_svg_goes_through_dot_or_says_it_is_missing(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    missing = run("draw", GOOGLENET, "-o", tmp_path / "net.svg")
+    assert missing.returncode == 1 and missing.stderr.strip() == (
+        f"error: {tmp_path}/net.svg: drawing svg needs Graphviz's dot program (install graphviz), or write a .dot file")
+    fake = tmp_path / "dot"  # stands in for Graphviz: copies its input to the -o file
+    fake.write_text(f"#!{sys.executable}\nimport sys\nopen(sys.argv[3], 'w').write(sys.stdin.read())\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    result = run("draw", GOOGLENET, "-o", tmp_path / "net.svg")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "net.svg").read_text().startswith('digraph "GoogleNet"')
+    assert "choose a .dot, .svg or .png file" in run("draw", GOOGLENET, "-o", tmp_path / "net.pdf").stderr
+    assert os.path.exists(fake)
