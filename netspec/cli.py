@@ -655,3 +655,30 @@ def draw(net_file, out, phase, stages, level, rankdir):
                         stages=stages or None, level=level)
     draw_graph(graph, out, rankdir)
     click.echo(f"wrote {out} ({len(graph.nodes)} layers)")
+
+
+@main.group()
+def export():
+    """Write nets in other formats."""
+
+
+@export.command("onnx")
+@click.argument("net_file", type=click.Path(dir_okay=False))
+@click.option("--weights", required=True, type=click.Path(dir_okay=False), help="trained weights (.weights.h5)")
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False), help="the .onnx file to write")
+@click.option("--opset", type=click.IntRange(13, 21), default=17, show_default=True, help="ONNX opset version")
+@stage_option
+@level_option
+@user_errors
+def export_onnx_command(net_file, weights, out, opset, stages, level):
+    """Export NET_FILE's inference (TEST) graph with its weights as an ONNX model."""
+    from netspec.atomic import atomic_path  # noqa: PLC0415
+    from netspec.net import load_net  # noqa: PLC0415
+    from netspec.onnx_export import export_onnx  # noqa: PLC0415
+
+    net = load_net(net_file, phase="TEST", stages=stages or None, level=level)
+    net.load_weights(weights)
+    with atomic_path(out) as temporary:
+        export_onnx(net, temporary, opset)
+    click.echo(f"wrote {out} (opset {opset}, {len(net.nodes)} layers, inputs "
+               f"{', '.join(f'{n} {list(net.blobs[n].shape)}' for n in net.data_layer().spec.tops)})")

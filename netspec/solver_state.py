@@ -6,7 +6,8 @@ Layout (HDF5, written atomically beside its weights file)::
                                               rng_state, net_name, net_config_hash, solver_config_hash,
                                               solver_yaml, net_yaml, weights_file, weights_sha256,
                                               progress (JSON: periodic snapshots kept, watched outputs)
-    /history/<layer>/<blob>/<name>     the update rule's buffers, per learnable blob
+    /history/<layer>/<blob>/<name>     the update rule's buffers, per learnable blob (layer names escaped as
+                                       in weights files: % and / percent-escaped)
     /runtime/<net>/<layer>/<key>       layer run-time state (data positions); <net> is train, test0, ...
     /loss_window                       the recent losses averaged in the log
 """
@@ -23,7 +24,7 @@ import numpy
 
 from netspec.atomic import atomic_path
 from netspec.errors import StateError
-from netspec.io.hdf5 import open_failure
+from netspec.io.hdf5 import escape_name, open_failure, unescape_name
 
 FORMAT = "netspec-solverstate-1"
 
@@ -75,11 +76,11 @@ def write_state(path: str | os.PathLike, state: SolverState) -> None:
         for layer, blobs in state.history.items():
             for index, buffers in blobs.items():
                 for name, array in buffers.items():
-                    handle.create_dataset(f"history/{layer}/{index}/{name}", data=array)
+                    handle.create_dataset(f"history/{escape_name(layer)}/{index}/{name}", data=array)
         for net, layers in state.runtime.items():
             for layer, values in layers.items():
                 for key, value in values.items():
-                    handle.create_dataset(f"runtime/{net}/{layer}/{key}", data=numpy.asarray(value))
+                    handle.create_dataset(f"runtime/{net}/{escape_name(layer)}/{key}", data=numpy.asarray(value))
         handle.create_dataset("loss_window", data=numpy.asarray(state.loss_window, dtype=numpy.float64))
 
 
@@ -98,10 +99,10 @@ def read_state(path: str | os.PathLike) -> SolverState:
             values["lr_step"] = int(values["lr_step"])
             state = SolverState(**values, progress=json.loads(handle.attrs.get("progress", "{}")))
             for layer, blobs in handle.get("history", {}).items():
-                state.history[layer] = {int(index): {name: buf[()] for name, buf in buffers.items()}
+                state.history[unescape_name(layer)] = {int(index): {name: buf[()] for name, buf in buffers.items()}
                                         for index, buffers in blobs.items()}
             for net, layers in handle.get("runtime", {}).items():
-                state.runtime[net] = {layer: {key: data[()] for key, data in values.items()}
+                state.runtime[net] = {unescape_name(layer): {key: data[()] for key, data in values.items()}
                                       for layer, values in layers.items()}
             state.loss_window = [float(v) for v in handle["loss_window"][()]]
             return state

@@ -3,7 +3,10 @@
 Layout::
 
     /                      attrs: format, netspec_version, net_name, config_hash, iteration
-    /<layer name>/0, 1...  float arrays, attrs on the group: type
+    /<layer>/0, 1...       float arrays, attrs on the group: type
+
+A group is named after its layer with ``%`` and ``/`` percent-escaped (HDF5
+reads ``/`` as a path), e.g. ``inception_3a%2F1x1``.
 
 Shared blobs are stored once, under the layer that owns them.
 """
@@ -18,7 +21,7 @@ import numpy
 
 from netspec.atomic import atomic_path
 from netspec.errors import WeightsError
-from netspec.io.hdf5 import open_failure
+from netspec.io.hdf5 import escape_name, open_failure, unescape_name
 
 FORMAT = "netspec-weights-1"
 
@@ -55,7 +58,7 @@ def save_weights(net, path: str | os.PathLike, iteration: int = 0) -> None:
         handle.attrs["config_hash"] = net.graph.config_hash
         handle.attrs["iteration"] = int(iteration)
         for name, blobs in net.owned_params().items():
-            group = handle.create_group(name)
+            group = handle.create_group(escape_name(name))
             group.attrs["type"] = net.layer_by_name[name].type
             for index, blob in blobs:
                 group.create_dataset(str(index), data=net.backend.to_host(blob.data))
@@ -68,7 +71,7 @@ def read_weights(path: str | os.PathLike) -> tuple[dict[str, dict[int, numpy.nda
         with h5py.File(path, "r") as handle:
             if handle.attrs.get("format") != FORMAT:
                 raise WeightsError(f"{path}: not a netspec weights file (no '{FORMAT}' format mark)")
-            layers = {name: {int(key): group[key][()] for key in group}
+            layers = {unescape_name(name): {int(key): group[key][()] for key in group}
                       for name, group in handle.items() if isinstance(group, h5py.Group)}
             return layers, dict(handle.attrs)
     except OSError as exc:

@@ -283,3 +283,19 @@ def test_a_non_finite_loss_stops_with_the_iteration_and_layer(tmp_path):
     with pytest.raises(TrainingError, match="iteration 0: the loss is nan; the first non-finite output is layer 'ip' "
                                             "top 'p'.*no snapshot was written"):
         fresh.step(1)
+
+
+def test_layer_names_with_slashes_snapshot_and_resume(tmp_path):
+    text = yaml.safe_dump({"net": {"name": "slashes", "layers": [
+        {"name": "data", "type": "Input", "top": ["x", "y"],
+         "input_param": {"shape": [{"dim": [N, IN]}, {"dim": [N, OUT]}]}},
+        {"name": "block/fc", "type": "InnerProduct", "bottom": "x", "top": "p",
+         "inner_product_param": {"num_output": OUT, "weight_filler": {"type": "gaussian"}}},
+        {"name": "loss", "type": "EuclideanLoss", "bottom": ["p", "y"], "top": "loss"}]},
+        "max_iter": 10, "base_lr": 0.1, "momentum": 0.9, "snapshot_prefix": str(tmp_path / "s"), "random_seed": 1})
+    first = netspec.load_solver(text, dtype=np.float64, log=QUIET)
+    first.step(2)
+    resumed = netspec.load_solver(text, dtype=np.float64, log=QUIET)
+    resumed.restore(first.snapshot())
+    assert np.array_equal(resumed.rule.history[0][0], first.rule.history[0][0])
+    assert np.array_equal(resumed.net.params["block/fc"][0].data, first.net.params["block/fc"][0].data)

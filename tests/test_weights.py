@@ -41,6 +41,18 @@ def test_round_trip_restores_every_blob(tmp_path):
         assert sorted(handle["conv"]) == ["0", "1"]
 
 
+def test_layer_names_with_slashes_and_percents_round_trip(tmp_path):
+    text = NET.replace("NUM", "3").replace("name: conv,", "name: inception_3a/1x1,").replace(
+        "name: ip,", "name: 50%/ip,")
+    source = netspec.load_net(text, phase="TEST", seed=1)
+    source.save_weights(tmp_path / "w.h5")
+    with h5py.File(tmp_path / "w.h5") as handle:
+        assert sorted(handle) == ["50%25%2Fip", "bn", "inception_3a%2F1x1"]
+    target = netspec.load_net(text, phase="TEST", seed=2)
+    assert target.load_weights(tmp_path / "w.h5").copied == ["inception_3a/1x1", "bn", "50%/ip"]
+    np.testing.assert_array_equal(target.params["50%/ip"][0].data, source.params["50%/ip"][0].data)
+
+
 def test_shape_mismatch_names_file_layer_and_blob(tmp_path):
     path = tmp_path / "w.h5"
     small(num=3).save_weights(path)

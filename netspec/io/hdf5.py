@@ -34,6 +34,16 @@ def read_file_list(source: str) -> list[str]:
     return files
 
 
+def escape_name(name: str) -> str:
+    """A layer name as an HDF5 group name: ``%`` and ``/`` percent-escaped (HDF5 reads ``/`` as a path)."""
+    return name.replace("%", "%25").replace("/", "%2F")
+
+
+def unescape_name(key: str) -> str:
+    """The layer name an :func:`escape_name` group name stands for."""
+    return key.replace("%2F", "/").replace("%25", "%")
+
+
 def open_failure(path: str, exc: OSError) -> str:
     """Why h5py could not open ``path``, in a few words."""
     if not os.path.exists(path):

@@ -1,0 +1,258 @@
+"""``netspec export onnx``: a net's inference graph, with its weights, as an ONNX model (the ``onnx`` package).
+
+Each layer becomes the ONNX operators that compute the same values:
+in-place layers get fresh tensor names (ONNX tensors are written once),
+BatchNorm's stored sums are divided by its scale factor, Dropout is the
+identity, and Caffe's pooling (output size rounded up, the last window
+starting inside the padded input, average windows clipped at the padded
+edge) becomes explicit end padding.  A layer with no ONNX equivalent is
+refused by name.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy
+
+from netspec.errors import NetspecError
+from netspec.layers.pooling import pool_geometry
+
+DEFAULT_OPSET = 17
+IR_VERSION = 8  # ONNX 1.10 (opsets up to 15 in the spec; readers accept newer opsets at this IR) - widely readable
+
+
+class ExportError(NetspecError):
+    """A net that cannot be written as ONNX."""
+
+
+def _onnx():
+    try:
+        import onnx  # noqa: PLC0415 - optional dependency
+    except ImportError:
+        raise ExportError("ONNX export needs the onnx package: python3 -m pip install 'netspec[onnx]'") from None
+    return onnx
+
+
+class _Builder:
+    """Collects ONNX nodes and initializers while walking the net."""
+
+    def __init__(self, onnx, net):
+        self.onnx, self.helper, self.net = onnx, onnx.helper, net
+        self.nodes, self.initializers = [], []
+        self.current: dict[str, str] = {}  # blob name -> the ONNX tensor holding its latest value
+        self.writes = Counter(name for node in net.nodes for name in node.tops)
+        self.seen: Counter = Counter()
+        self.counter = 0
+
+    def tensor_for_top(self, blob: str) -> str:
+        """A fresh ONNX name for a write of ``blob``; its last write keeps the blob's own name."""
+        self.seen[blob] += 1
+        name = blob if self.seen[blob] == self.writes[blob] else f"{blob}/{self.seen[blob]}"
+        self.current[blob] = name
+        return name
+
+    def constant(self, stem: str, value) -> str:
+        """An initializer holding ``value`` (float32 unless it is an integer array)."""
+        self.counter += 1
+        name = f"{stem}/{self.counter}"
+        array = numpy.asarray(value)
+        array = array.astype(numpy.int64 if array.dtype.kind in "iu" else numpy.float32)
+        self.initializers.append(self.onnx.numpy_helper.from_array(array, name))
+        return name
+
+    def temporary(self, stem: str) -> str:
+        self.counter += 1
+        return f"{stem}/tmp{self.counter}"
+
+    def add(self, op: str, inputs: list[str], outputs: list[str], name: str, **attributes) -> None:
+        self.nodes.append(self.helper.make_node(op, inputs, outputs, name=f"{name}/{op}/{len(self.nodes)}",
+                                                **attributes))
+
+
+def _param(layer, index: int) -> numpy.ndarray:
+    return numpy.asarray(layer.backend.to_host(layer.blobs[index].data), dtype=numpy.float32)
+
+
+def _convolution(b: _Builder, node, layer, x: str, y: str) -> None:
+    geo = layer.geometry(node.bottom_shapes[0])
+    inputs = [x, b.constant(f"{node.name}/weight", _param(layer, 0))]
+    if layer.params.bias_term:
+        inputs.append(b.constant(f"{node.name}/bias", _param(layer, 1)))
+    b.add("Conv", inputs, [y], node.name, kernel_shape=list(geo.kernel), strides=list(geo.stride),
+          pads=[*geo.pad, *geo.pad], dilations=list(geo.dilation), group=layer.params.group)
+
+
+def _inner_product(b: _Builder, node, layer, x: str, y: str) -> None:
+    p = layer.params
+    if layer.split(node.bottom_shapes[0])[0] != 1:
+        raise ExportError(f"layer '{node.name}' (InnerProduct): only axis 1 is exported")
+    flat = b.temporary(node.name)
+    b.add("Flatten", [x], [flat], node.name, axis=1)
+    inputs = [flat, b.constant(f"{node.name}/weight", _param(layer, 0))]
+    inputs.append(b.constant(f"{node.name}/bias", _param(layer, 1) if p.bias_term else numpy.zeros(p.num_output)))
+    b.add("Gemm", inputs, [y], node.name, transB=0 if p.transpose else 1)
+
+
+def _pooling(b: _Builder, node, layer, x: str, y: str) -> None:
+    p = layer.block("pooling_param")
+    geo = pool_geometry(p, node.bottom_shapes[0])
+    window = {"kernel_shape": list(geo.kernel), "strides": list(geo.stride)}
+    if p.pool == "MAX":  # far_pad is the whole padding past the far edge that the last window needs
+        b.add("MaxPool", [x], [y], node.name, pads=[*geo.pad, *geo.far_pad], **window)
+        return
+    if p.pool != "AVE":
+        raise ExportError(f"layer '{node.name}' (Pooling): {p.pool} pooling has no ONNX equivalent")
+    # Caffe's average counts the declared padding but not what rounding up adds past it: pad the declared
+    # part with real zeros, and let AveragePool leave the rest out of its count
+    declared_end = [min(pad, far) for pad, far in zip(geo.pad, geo.far_pad)]
+    if any(geo.pad):
+        padded = b.temporary(node.name)
+        pads = b.constant(f"{node.name}/pads", [0, 0, *geo.pad, 0, 0, *declared_end])
+        b.add("Pad", [x, pads], [padded], node.name)
+        x = padded
+    extra = [max(0, far - pad) for pad, far in zip(geo.pad, geo.far_pad)]
+    b.add("AveragePool", [x], [y], node.name, pads=[0, 0, *extra], count_include_pad=0, **window)
+
+
+def _batch_norm(b: _Builder, node, layer, x: str, y: str) -> None:
+    if not layer.global_stats:
+        raise ExportError(f"layer '{node.name}' (BatchNorm): only stored statistics (use_global_stats) export")
+    factor = float(_param(layer, 2)[0])
+    scale = 0.0 if factor == 0 else 1.0 / factor
+    channels = node.bottom_shapes[0][1]
+    b.add("BatchNormalization", [x, b.constant(f"{node.name}/gamma", numpy.ones(channels)),
+                                 b.constant(f"{node.name}/beta", numpy.zeros(channels)),
+                                 b.constant(f"{node.name}/mean", _param(layer, 0) * scale),
+                                 b.constant(f"{node.name}/var", _param(layer, 1) * scale)],
+          [y], node.name, epsilon=float(layer.block("batch_norm_param").eps))
+
+
+def _broadcast(node, layer, array: numpy.ndarray, block: str) -> numpy.ndarray:
+    """A Scale/Bias parameter shaped to broadcast against the bottom (numpy rules)."""
+    p = layer.block(block)
+    ndim = len(node.bottom_shapes[0])
+    axis = p.axis % ndim
+    span = ndim - axis if p.num_axes == -1 else p.num_axes
+    return array.reshape(*array.shape, *([1] * (ndim - axis - span)))
+
+
+def _scale(b: _Builder, node, layer, x: str, y: str) -> None:
+    if len(node.bottoms) > 1:
+        raise ExportError(f"layer '{node.name}' (Scale): a scale given as a second bottom is not exported")
+    scale = b.constant(f"{node.name}/scale", _broadcast(node, layer, _param(layer, 0), "scale_param"))
+    if not layer.block("scale_param").bias_term:
+        b.add("Mul", [x, scale], [y], node.name)
+        return
+    scaled = b.temporary(node.name)
+    b.add("Mul", [x, scale], [scaled], node.name)
+    bias = b.constant(f"{node.name}/bias", _broadcast(node, layer, _param(layer, 1), "scale_param"))
+    b.add("Add", [scaled, bias], [y], node.name)
+
+
+def _eltwise(b: _Builder, node, layer, inputs: list[str], y: str) -> None:
+    p = layer.block("eltwise_param")
+    if p.operation == "MAX":
+        b.add("Max", inputs, [y], node.name)
+        return
+    if p.operation == "SUM":
+        if p.coeff and any(c != 1 for c in p.coeff):
+            weighted = []
+            for value, coeff in zip(inputs, p.coeff):
+                weighted.append(b.temporary(node.name))
+                b.add("Mul", [value, b.constant(f"{node.name}/coeff", numpy.float32(coeff))], [weighted[-1]],
+                      node.name)
+            inputs = weighted
+        b.add("Sum", inputs, [y], node.name)
+        return
+    product = inputs[0]
+    for index, value in enumerate(inputs[1:], 2):
+        out = y if index == len(inputs) else b.temporary(node.name)
+        b.add("Mul", [product, value], [out], node.name)
+        product = out
+
+
+def _lrn(b: _Builder, node, layer, x: str, y: str) -> None:
+    p = layer.block("lrn_param")
+    if p.norm_region == "ACROSS_CHANNELS":
+        b.add("LRN", [x], [y], node.name, size=p.local_size, alpha=p.alpha, beta=p.beta, bias=p.k)
+        return
+    # WITHIN_CHANNEL: s = 1 + alpha * (mean of x^2 over the n x n window, zero padded); y = x / s^beta
+    n, pad = p.local_size, (p.local_size - 1) // 2
+    squares, mean, scaled, s, powered = (b.temporary(node.name) for _ in range(5))
+    b.add("Mul", [x, x], [squares], node.name)
+    b.add("AveragePool", [squares], [mean], node.name, kernel_shape=[n, n], strides=[1, 1], pads=[pad] * 4,
+          count_include_pad=1)
+    b.add("Mul", [mean, b.constant(f"{node.name}/alpha", numpy.float32(p.alpha))], [scaled], node.name)
+    b.add("Add", [scaled, b.constant(f"{node.name}/one", numpy.float32(1.0))], [s], node.name)
+    b.add("Pow", [s, b.constant(f"{node.name}/beta", numpy.float32(p.beta))], [powered], node.name)
+    b.add("Div", [x, powered], [y], node.name)
+
+
+def _simple(op: str, **attributes):
+    def export(b: _Builder, node, layer, x: str, y: str) -> None:
+        b.add(op, [x], [y], node.name, **attributes)
+    return export
+
+
+def _relu(b: _Builder, node, layer, x: str, y: str) -> None:
+    slope = layer.block("relu_param").negative_slope
+    b.add("LeakyRelu" if slope else "Relu", [x], [y], node.name, **({"alpha": slope} if slope else {}))
+
+
+def _softmax(b: _Builder, node, layer, x: str, y: str) -> None:
+    b.add("Softmax", [x], [y], node.name, axis=layer.block("softmax_param").axis)
+
+
+def _reshape(b: _Builder, node, layer, x: str, y: str) -> None:
+    b.add("Reshape", [x, b.constant(f"{node.name}/shape", list(node.top_shapes[0]))], [y], node.name)
+
+
+ONE_INPUT = {"Convolution": _convolution, "InnerProduct": _inner_product, "Pooling": _pooling,
+             "BatchNorm": _batch_norm, "Scale": _scale, "LRN": _lrn, "ReLU": _relu, "Softmax": _softmax,
+             "Sigmoid": _simple("Sigmoid"), "TanH": _simple("Tanh"), "AbsVal": _simple("Abs"),
+             "Dropout": _simple("Identity"), "Flatten": _reshape, "Reshape": _reshape}
+SKIPPED = {"Silence"}
+
+
+def export_onnx(net, out: str, opset: int = DEFAULT_OPSET) -> None:
+    """Write ``net`` (an inference net with its weights loaded) as an ONNX model to ``out``."""
+    onnx = _onnx()
+    b = _Builder(onnx, net)
+    inputs = []
+    unsupported = [f"'{node.name}' ({node.layer.type})" for node in net.nodes
+                   if node.layer.type not in ONE_INPUT and node.layer.type not in SKIPPED
+                   and node.layer.type not in ("Input", "Split", "Eltwise", "Concat")]
+    if unsupported:
+        raise ExportError(f"no ONNX equivalent for layer(s) {', '.join(unsupported)}; export the deploy net "
+                          "(Input layers, no losses or data layers)")
+    for node, layer in zip(net.nodes, net.layers):
+        kind = node.layer.type
+        if kind == "Input":
+            for name, shape in zip(node.tops, node.top_shapes):
+                tensor = b.tensor_for_top(name)
+                inputs.append(b.helper.make_tensor_value_info(tensor, onnx.TensorProto.FLOAT, list(shape)))
+            continue
+        sources = [b.current[name] for name in node.bottoms]
+        if kind == "Split":
+            for name in node.tops:
+                b.current[name] = sources[0]
+                b.seen[name] += 1
+            continue
+        if kind in SKIPPED:
+            continue
+        target = b.tensor_for_top(node.tops[0])
+        if kind == "Eltwise":
+            _eltwise(b, node, layer, sources, target)
+        elif kind == "Concat":
+            axis = layer.block("concat_param").axis
+            b.add("Concat", sources, [target], node.name, axis=axis % len(node.top_shapes[0]))
+        else:
+            ONE_INPUT[kind](b, node, layer, sources[0], target)
+    outputs = [b.helper.make_tensor_value_info(b.current[name], onnx.TensorProto.FLOAT,
+                                               list(net.blobs[name].shape)) for name in net.outputs]
+    graph = b.helper.make_graph(b.nodes, net.name or "netspec", inputs, outputs, b.initializers)
+    model = b.helper.make_model(graph, opset_imports=[b.helper.make_opsetid("", opset)],
+                                producer_name="netspec", ir_version=IR_VERSION)
+    onnx.checker.check_model(model)
+    onnx.save(model, out)

@@ -1,0 +1,84 @@
+"""`netspec export onnx`: outputs match netspec's through onnxruntime; layers without an equivalent are named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime
+import pytest
+from test_cli import run
+
+import netspec
+
+ROOT = Path(__file__).parent.parent
+RESNET_BLOCK = f"""name: block
+include: {ROOT}/configs/resnet50/resnet_blocks.yaml
+layers:
+  - {{name: data, type: Input, top: data, input_param: {{shape: {{dim: [2, 16, 9, 9]}}}}}}
+  - {{use: projection, bottom: data, top: res2a, with: {{block: 2a, mid: 8, out: 32, stride: 2}}}}
+  - {{use: identity, bottom: res2a, top: res2b, with: {{block: 2b, mid: 8, out: 32}}}}
+"""
+INCEPTION_BLOCK = f"""name: inception
+include: {ROOT}/configs/googlenet/inception_blocks.yaml
+layers:
+  - {{name: data, type: Input, top: data, input_param: {{shape: {{dim: [2, 16, 7, 7]}}}}}}
+  - {{use: inception, bottom: data, top: out, with: {{id: 3a, c1: 4, r3: 6, c3: 8, r5: 2, c5: 4, pool_proj: 4}}}}
+"""
+POOLS = """name: pools
+layers:
+  - {name: data, type: Input, top: data, input_param: {shape: {dim: [2, 3, 10, 11]}}}
+  - {name: max, type: Pooling, bottom: data, top: max, pooling_param: {pool: MAX, kernel_size: 3, stride: 2, pad: 1}}
+  - {name: ave, type: Pooling, bottom: data, top: ave, pooling_param: {pool: AVE, kernel_size: 3, stride: 2, pad: 1}}
+  - {name: ave0, type: Pooling, bottom: data, top: ave0, pooling_param: {pool: AVE, kernel_size: 3, stride: 2}}
+  - {name: sum, type: Eltwise, bottom: [ave, max], top: sum, eltwise_param: {coeff: [0.5, -2]}}
+"""
+
+
+def randomised(source, tmp_path):
+    """The net with random weights (and BatchNorm statistics), saved, and its input."""
+    net = netspec.load_net(source, phase="TEST", seed=0)
+    rng = np.random.default_rng(1)
+    for blobs in net.params.values():
+        for blob in blobs:
+            blob.data[...] = rng.normal(0, 0.3, blob.shape)
+    for layer in net.layers:
+        if layer.type == "BatchNorm":
+            layer.blobs[1].data[...] = np.abs(layer.blobs[1].data) + 0.5
+            layer.blobs[2].data[...] = 2.0
+    weights = tmp_path / "w.h5"
+    net.save_weights(weights)
+    return net, weights, rng.normal(0, 1, net.blobs["data"].shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("name, source", [
+    ("lenet", str(ROOT / "configs" / "lenet" / "lenet_deploy.yaml")),
+    ("cifar10_quick", str(ROOT / "configs" / "cifar10" / "cifar10_quick_deploy.yaml")),
+    ("resnet_block", RESNET_BLOCK), ("inception_block", INCEPTION_BLOCK), ("caffe_pooling", POOLS)])
+def test_onnxruntime_computes_what_netspec_computes(tmp_path, name, source):
+    net, weights, x = randomised(source, tmp_path)
+    net_file = tmp_path / "net.yaml"
+    net_file.write_text(Path(source).read_text() if source.endswith(".yaml") else source)
+    result = run("export", "onnx", net_file, "--weights", weights, "-o", tmp_path / "m.onnx")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"wrote {tmp_path / 'm.onnx'} (opset 17, ")
+    net.blobs["data"].data[...] = x
+    net.forward()
+    session = onnxruntime.InferenceSession(str(tmp_path / "m.onnx"))
+    names = [output.name for output in session.get_outputs()]
+    assert names == net.outputs
+    for name_, value in zip(names, session.run(None, {"data": x})):
+        scale = max(1.0, float(np.abs(net.blobs[name_].data).max()))
+        np.testing.assert_allclose(value, net.blobs[name_].data, atol=1e-4 * scale, rtol=1e-4)
+
+
+def test_layers_without_an_onnx_equivalent_are_named(tmp_path):
+    lenet = ROOT / "configs" / "lenet" / "lenet_train_test.yaml"
+    weights = tmp_path / "w.h5"
+    netspec.load_net(str(lenet), phase="TEST").save_weights(weights)
+    result = run("export", "onnx", lenet, "--weights", weights, "-o", tmp_path / "m.onnx")
+    assert result.returncode == 1
+    assert result.stderr.strip() == ("error: no ONNX equivalent for layer(s) 'mnist' (DummyData), 'accuracy' "
+                                     "(Accuracy), 'loss' (SoftmaxWithLoss); export the deploy net (Input layers, "
+                                     "no losses or data layers)")
+    assert not (tmp_path / "m.onnx").exists()
