@@ -682,3 +682,34 @@ def export_onnx_command(net_file, weights, out, opset, stages, level):
         export_onnx(net, temporary, opset)
     click.echo(f"wrote {out} (opset {opset}, {len(net.nodes)} layers, inputs "
                f"{', '.join(f'{n} {list(net.blobs[n].shape)}' for n in net.data_layer().spec.tops)})")
+
+
+@main.group("import")
+def import_group():
+    """Bring nets, solvers and weights over from Caffe."""
+
+
+@import_group.command("caffe")
+@click.argument("prototxt", type=click.Path(dir_okay=False))
+@click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
+              help="the YAML to write [default: beside the input, .yaml]")
+@user_errors
+def import_caffe(prototxt, out):
+    """Convert a Caffe net (.prototxt, current or V1 format) into a netspec net file."""
+    import yaml  # noqa: PLC0415
+
+    from netspec.io.prototxt import read_prototxt  # noqa: PLC0415
+    from netspec.tools.caffe_import import import_net  # noqa: PLC0415
+
+    net, report = import_net(read_prototxt(prototxt))
+    out = out or os.path.splitext(prototxt)[0] + ".yaml"
+    text = (f"# imported from {os.path.basename(prototxt)} by netspec import caffe\n"
+            + yaml.safe_dump(net, sort_keys=False, default_flow_style=None, width=120))
+    parse_net(text, layer_schemas())  # refuse to write a file that does not validate
+    with open(out, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    click.echo(f"wrote {out} ({len(net['layers'])} layers)")
+    for item in report.dropped:
+        click.echo(f"dropped (no netspec equivalent): {item}")
+    for note in report.notes:
+        click.echo(f"note: {note}")

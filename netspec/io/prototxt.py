@@ -1,0 +1,187 @@
+"""Protocol buffer text format (Caffe's .prototxt), read without a protobuf compiler.
+
+A message becomes a :class:`Message`: an ordered mapping from field name to
+the list of its values (every field may repeat), each value a number, a
+string, an enum identifier (kept as a string), a bool, or a nested Message.
+``lines`` records the line of each field's first occurrence.  A syntax error
+is a DataError naming the file, line and column.
+"""
+
+from __future__ import annotations
+
+import re
+
+from netspec.errors import DataError
+
+TOKEN = re.compile(r"""
+    (?P<space>[ \t\r\n]+|\#[^\n]*)
+  | (?P<string>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')
+  | (?P<number>[-+]?(?:inf(?:inity)?|nan|0[xX][0-9a-fA-F]+|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)[fF]?(?![\w.]))
+  | (?P<name>[A-Za-z_][A-Za-z0-9_.]*)
+  | (?P<punct>[{}\[\]:;,<>])
+""", re.VERBOSE | re.IGNORECASE)
+ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "a": "\a", "b": "\b", "f": "\f",
+           "v": "\v", "?": "?"}
+
+
+class Message(dict):
+    """Field name -> list of values, in the order written; ``lines`` gives each field's first line."""
+
+    def __init__(self, line: int = 0):
+        super().__init__()
+        self.line = line
+        self.lines: dict[str, int] = {}
+
+    def add(self, name: str, value, line: int) -> None:
+        self.setdefault(name, []).append(value)
+        self.lines.setdefault(name, line)
+
+    def one(self, name: str, default=None):
+        """The last value of a non-repeated field (protobuf's rule), or ``default``."""
+        values = self.get(name)
+        return values[-1] if values else default
+
+
+def _unescape(text: str) -> bytes:
+    body, out, i = text[1:-1], bytearray(), 0
+    while i < len(body):
+        char = body[i]
+        if char != "\\":
+            out += char.encode("utf-8")
+            i += 1
+            continue
+        following = body[i + 1]
+        if following in ESCAPES:
+            out += ESCAPES[following].encode()
+            i += 2
+        elif following in "01234567":
+            digits = re.match(r"[0-7]{1,3}", body[i + 1:]).group()
+            out.append(int(digits, 8) & 0xFF)
+            i += 1 + len(digits)
+        elif following in "xX":
+            digits = re.match(r"[0-9a-fA-F]{1,2}", body[i + 2:]).group()
+            out.append(int(digits, 16))
+            i += 2 + len(digits)
+        else:
+            out += following.encode()
+            i += 2
+    return bytes(out)
+
+
+def _number(text: str):
+    lowered = text.lower()
+    if lowered.lstrip("+-") in ("inf", "infinity", "nan"):
+        return float(lowered.replace("infinity", "inf"))
+    if "x" in lowered:
+        return int(lowered, 16)
+    lowered = lowered.rstrip("f")  # C-style float suffix
+    return float(lowered) if any(c in lowered for c in ".e") else int(lowered)
+
+
+class _Parser:
+    def __init__(self, text: str, where: str):
+        self.where, self.tokens = where, []
+        position, line, line_start = 0, 1, 0
+        while position < len(text):
+            match = TOKEN.match(text, position)
+            if match is None:
+                self.fail(line, position - line_start + 1, f"unexpected character {text[position]!r}")
+            kind = match.lastgroup
+            if kind != "space":
+                self.tokens.append((kind, match.group(), line, position - line_start + 1))
+            newlines = match.group().count("\n")
+            if newlines:
+                line += newlines
+                line_start = match.start() + match.group().rfind("\n") + 1
+            position = match.end()
+        self.tokens.append(("end", "", line, position - line_start + 1))
+        self.index = 0
+
+    def fail(self, line: int, column: int, message: str):
+        raise DataError(f"{self.where}:{line}:{column}: {message}")
+
+    def peek(self):
+        return self.tokens[self.index]
+
+    def take(self):
+        token = self.tokens[self.index]
+        self.index += 1
+        return token
+
+    def expect(self, text: str):
+        kind, value, line, column = self.take()
+        if value != text:
+            self.fail(line, column, f"expected '{text}', found {value!r}" if value else f"expected '{text}' before "
+                      "the end of the file")
+
+    def message(self, closing: str | None, line: int = 1) -> Message:
+        result = Message(line)
+        while True:
+            kind, value, line, column = self.peek()
+            if kind == "end":
+                if closing is not None:
+                    self.fail(line, column, f"missing '{closing}' before the end of the file")
+                return result
+            if value == closing:
+                self.take()
+                return result
+            if kind != "name":
+                self.fail(line, column, f"expected a field name, found {value!r}")
+            self.take()
+            self.field(result, value, line)
+            if self.peek()[1] in (",", ";"):
+                self.take()
+
+    def field(self, result: Message, name: str, line: int) -> None:
+        kind, value, at, column = self.peek()
+        if value == ":":
+            self.take()
+            kind, value, at, column = self.peek()
+            if value == "[":
+                self.take()
+                while self.peek()[1] != "]":
+                    result.add(name, self.value_or_message(), line)
+                    if self.peek()[1] == ",":
+                        self.take()
+                self.take()
+                return
+        if value in ("{", "<"):
+            self.take()
+            result.add(name, self.message("}" if value == "{" else ">", at), line)
+            return
+        result.add(name, self.scalar(), line)
+
+    def value_or_message(self):
+        if self.peek()[1] in ("{", "<"):
+            kind, value, line, column = self.take()
+            return self.message("}" if value == "{" else ">", line)
+        return self.scalar()
+
+    def scalar(self):
+        kind, value, line, column = self.take()
+        if kind == "string":
+            data = _unescape(value)
+            while self.peek()[0] == "string":  # adjacent strings concatenate
+                data += _unescape(self.take()[1])
+            return data.decode("utf-8", errors="replace")
+        if kind == "number":
+            return _number(value)
+        if kind == "name":
+            return {"true": True, "false": False, "True": True, "False": False}.get(value, value)
+        self.fail(line, column, f"expected a value, found {value!r}" if value else "expected a value before the end "
+                  "of the file")
+
+
+def parse_prototxt(text: str, where: str = "<string>") -> Message:
+    """The top-level message of a text-format file."""
+    return _Parser(text, where).message(None)
+
+
+def read_prototxt(path: str) -> Message:
+    """Parse the text-format file at ``path``."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read: {exc.strerror}") from None
+    return parse_prototxt(text, path)

@@ -1,0 +1,94 @@
+"""Protobuf text format and `netspec import caffe`: current and V1 nets, deploy headers, what is dropped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_cli import run
+from test_modules import canonical
+
+import netspec
+from netspec.errors import DataError
+from netspec.io.prototxt import parse_prototxt
+
+HERE = Path(__file__).parent / "caffe"
+ROOT = Path(__file__).parent.parent
+
+
+def test_text_format_values_repeats_and_nesting():
+    message = parse_prototxt('name: "a\\"b" "c"  # comment\nx: 1 x: -2.5e1, x: inf; flag: true\n'
+                             "m { n: 0x1F list: [1, 2] sub < k: ENUM > } m: { n: 'q\\n' }\n")
+    assert message["name"] == ['a"bc'] and message["x"] == [1, -25.0, float("inf")] and message["flag"] == [True]
+    assert [m.one("n") for m in message["m"]] == [31, "q\n"]
+    assert message["m"][0]["list"] == [1, 2] and message["m"][0].one("sub").one("k") == "ENUM"
+    assert message.lines == {"name": 1, "x": 2, "flag": 2, "m": 3}
+
+
+@pytest.mark.parametrize("text, message", [
+    ('layer { name: "a"\n', "net.prototxt:2:1: missing '}' before the end of the file"),
+    ("layer { name: }", "net.prototxt:1:15: expected a value, found '}'"),
+    ("layer {\n  name: $x }", "net.prototxt:2:9: unexpected character '$'"),
+    ("layer { 3: 4 }", "net.prototxt:1:9: expected a field name, found '3'"),
+])
+def test_syntax_errors_give_line_and_column(text, message):
+    with pytest.raises(DataError) as error:
+        parse_prototxt(text, "net.prototxt")
+    assert str(error.value) == message
+
+
+def imported(tmp_path, name) -> tuple[Path, str]:
+    out = tmp_path / f"{name}.yaml"
+    result = run("import", "caffe", HERE / f"{name}.prototxt", "-o", out)
+    assert result.returncode == 0, result.stderr
+    return out, result.stdout
+
+
+def test_current_format_matches_the_netspec_config(tmp_path):
+    out, stdout = imported(tmp_path, "cifar10_quick_deploy")
+    assert stdout.strip() == f"wrote {out} (13 layers)"
+    expected = canonical(ROOT / "configs" / "cifar10" / "cifar10_quick_deploy.yaml", "TEST", mults=False)
+    assert canonical(out, "TEST", mults=False) == expected
+
+
+def test_v1_format_with_a_deploy_header(tmp_path):
+    out, stdout = imported(tmp_path, "lenet_v1")
+    net = netspec.load_net(str(out))
+    assert net.blobs["data"].shape == (64, 1, 28, 28) and net.blobs["prob"].shape == (64, 10)
+    conv1 = [n for n in net.nodes if n.name == "conv1"][0]
+    assert [(p.lr_mult, p.decay_mult) for p in conv1.param_specs] == [(1, 1), (2, 0)]
+    assert net.learnable_params()[0].blob.shape == (20, 1, 5, 5)
+
+
+def test_grouped_lrn_inception_and_resnet_blocks_build_and_run(tmp_path):
+    out, stdout = imported(tmp_path, "blocks")
+    net = netspec.load_net(str(out), seed=0)
+    assert net.blobs["conv1"].shape == (2, 32, 15, 15) and net.params["conv1"][0].shape == (32, 8, 3, 3)
+    assert net.blobs["inc/output"].shape == (2, 48, 15, 15) and net.blobs["res"].shape == (2, 48, 15, 15)
+    net.blobs["data"].data[...] = np.random.default_rng(0).normal(size=(2, 16, 15, 15))
+    net.forward()
+    assert np.isfinite(net.blobs["res"].data).all() and (net.blobs["res"].data >= 0).all()
+
+
+def test_fields_without_an_equivalent_are_listed_and_unknown_types_refused(tmp_path):
+    source = tmp_path / "extra.prototxt"
+    source.write_text('name: "x" debug_info: true\ninput: "data" input_dim: 1 input_dim: 3 input_dim: 4 input_dim: 4\n'
+                      'layer { name: "c" type: "Convolution" bottom: "data" top: "c" phase: TRAIN\n'
+                      '  convolution_param { num_output: 2 kernel_size: 1 engine: CUDNN } }\n')
+    result = run("import", "caffe", source)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"wrote {tmp_path / 'extra.yaml'} (2 layers)",
+                                          "dropped (no netspec equivalent): net: debug_info",
+                                          "dropped (no netspec equivalent): layer 'c': phase",
+                                          "dropped (no netspec equivalent): layer 'c': convolution_param.engine"]
+    source.write_text('layer { name: "w" type: "WindowData" top: "d" }\n')
+    failed = run("import", "caffe", source, "-o", tmp_path / "w.yaml")
+    assert failed.returncode == 1 and failed.stderr.strip() == (
+        "error: layer 'w': type 'WindowData' has no netspec equivalent (netspec layers lists the types)")
+    source.write_text('input: "data" input_dim: 1\n')
+    assert "declares 1 input(s) but 1 input_dim values (4 per input)" in run("import", "caffe", source).stderr
+    source.write_text("layer {")
+    assert run("import", "caffe", source).stderr.strip() == (
+        f"error: {source}:1:8: missing '}}' before the end of the file")
+    assert not (tmp_path / "w.yaml").exists()
