@@ -713,3 +713,52 @@ def import_caffe(prototxt, out):
         click.echo(f"dropped (no netspec equivalent): {item}")
     for note in report.notes:
         click.echo(f"note: {note}")
+
+
+@import_group.command("caffemodel")
+@click.argument("prototxt", type=click.Path(dir_okay=False))
+@click.argument("caffemodel", type=click.Path(dir_okay=False))
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False), help="the netspec weights to write")
+@user_errors
+def import_caffemodel(prototxt, caffemodel, out):
+    """Convert Caffe weights (.caffemodel) for the net of PROTOTXT into a netspec weights file."""
+    import yaml  # noqa: PLC0415
+
+    from netspec.io.caffemodel import read_caffemodel  # noqa: PLC0415
+    from netspec.io.prototxt import read_prototxt  # noqa: PLC0415
+    from netspec.net import load_net  # noqa: PLC0415
+    from netspec.tools.caffe_import import copy_caffemodel, import_net  # noqa: PLC0415
+
+    spec, _ = import_net(read_prototxt(prototxt))
+    net = load_net(yaml.safe_dump(spec, sort_keys=False), phase="TEST")
+    missing, unused = copy_caffemodel(net, read_caffemodel(caffemodel), caffemodel)
+    net.save_weights(out)
+    click.echo(f"wrote {out}: {len(net.owned_params()) - len(missing)} layer(s) of weights")
+    if missing:
+        click.echo(f"not in the caffemodel (keep their fillers): {', '.join(missing)}")
+    if unused:
+        click.echo(f"in the caffemodel but not the net: {', '.join(unused)}")
+
+
+@import_group.command("caffe-solver")
+@click.argument("prototxt", type=click.Path(dir_okay=False))
+@click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
+              help="the YAML to write [default: beside the input, .yaml]")
+@user_errors
+def import_caffe_solver(prototxt, out):
+    """Convert a Caffe solver (.prototxt) into a netspec solver file."""
+    import yaml  # noqa: PLC0415
+
+    from netspec.io.prototxt import read_prototxt  # noqa: PLC0415
+    from netspec.tools.caffe_import import import_solver  # noqa: PLC0415
+
+    solver, report = import_solver(read_prototxt(prototxt))
+    out = out or os.path.splitext(prototxt)[0] + ".yaml"
+    with open(out, "w", encoding="utf-8") as handle:
+        handle.write(f"# imported from {os.path.basename(prototxt)} by netspec import caffe-solver\n"
+                     + yaml.safe_dump(solver, sort_keys=False, default_flow_style=None, width=120))
+    click.echo(f"wrote {out}")
+    for item in report.dropped:
+        click.echo(f"dropped (no netspec equivalent): {item}")
+    for note in report.notes:
+        click.echo(f"note: {note}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,8 @@ from test_modules import canonical
 import netspec
 from netspec.errors import DataError
 from netspec.io.prototxt import parse_prototxt
+from netspec.registry import layer_schemas, solver_types
+from netspec.solver_config import parse_solver
 
 HERE = Path(__file__).parent / "caffe"
 ROOT = Path(__file__).parent.parent
@@ -92,3 +95,89 @@ def test_fields_without_an_equivalent_are_listed_and_unknown_types_refused(tmp_p
     assert run("import", "caffe", source).stderr.strip() == (
         f"error: {source}:1:8: missing '}}' before the end of the file")
     assert not (tmp_path / "w.yaml").exists()
+
+
+# ---- .caffemodel: protobuf wire format written by hand, as caffe.proto lays it out ------------------------
+def varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def delimited(number: int, payload: bytes) -> bytes:
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def blob(array: np.ndarray, legacy: bool = False) -> bytes:
+    data = delimited(5, array.astype("<f4").tobytes())  # packed repeated float
+    if legacy:  # num, channels, height, width as varints (old files)
+        dims = (1,) * (4 - array.ndim) + array.shape
+        return b"".join(varint(n << 3) + varint(d) for n, d in zip((1, 2, 3, 4), dims)) + data
+    shape = delimited(1, b"".join(varint(d) for d in array.shape))  # BlobShape.dim, packed
+    return delimited(7, shape) + data
+
+
+def caffemodel(layers: dict, v1: bool, legacy: tuple = ()) -> bytes:
+    name_field, type_field, blob_field, layer_field = (4, 5, 6, 2) if v1 else (1, 2, 7, 100)
+    out = delimited(1, b"LeNet")
+    for name, arrays in layers.items():
+        body = delimited(name_field, name.encode())
+        body += (varint(type_field << 3) + varint(4)) if v1 else delimited(type_field, b"Convolution")
+        body += b"".join(delimited(blob_field, blob(a, name in legacy)) for a in arrays)
+        out += delimited(layer_field, body)
+    return out
+
+
+@pytest.mark.parametrize("v1", [True, False])
+def test_caffemodel_weights_are_decoded_and_written(tmp_path, v1):
+    rng = np.random.default_rng(0)
+    arrays = {"conv1": [rng.normal(size=(20, 1, 5, 5)), rng.normal(size=20)],
+              "conv2": [rng.normal(size=(50, 20, 5, 5)), rng.normal(size=50)],
+              "ip1": [rng.normal(size=(500, 800)), rng.normal(size=500)],
+              "old_layer": [rng.normal(size=3)]}
+    (tmp_path / "w.caffemodel").write_bytes(caffemodel(arrays, v1, legacy=("ip1",)))
+    result = run("import", "caffemodel", HERE / "lenet_v1.prototxt", tmp_path / "w.caffemodel",
+                 "-o", tmp_path / "w.h5")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"wrote {tmp_path / 'w.h5'}: 3 layer(s) of weights",
+                                          "not in the caffemodel (keep their fillers): ip2",
+                                          "in the caffemodel but not the net: old_layer"]
+    out, _ = imported(tmp_path, "lenet_v1")
+    net = netspec.load_net(str(out))
+    net.load_weights(tmp_path / "w.h5")
+    for name in ("conv1", "conv2", "ip1"):
+        for blob, array in zip(net.params[name], arrays[name]):
+            np.testing.assert_allclose(blob.data, array.reshape(blob.shape).astype(np.float32))
+
+
+def test_caffemodel_blobs_that_do_not_fit_are_named(tmp_path):
+    arrays = {"conv1": [np.zeros((20, 1, 3, 3)), np.zeros(20)], "ip2": [np.zeros((10, 500))]}
+    (tmp_path / "w.caffemodel").write_bytes(caffemodel(arrays, v1=False))
+    result = run("import", "caffemodel", HERE / "lenet_v1.prototxt", tmp_path / "w.caffemodel",
+                 "-o", tmp_path / "w.h5")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"error: {tmp_path / 'w.caffemodel'}: the blobs do not match the net: layer 'conv1' blob 0 is [20, 1, 3, 3] "
+        "in the file, [20, 1, 5, 5] in the net; layer 'ip2' has 1 blob(s) in the file, 2 in the net")
+    (tmp_path / "w.caffemodel").write_bytes(caffemodel(arrays, v1=False)[:-7])
+    assert "truncated" in run("import", "caffemodel", HERE / "lenet_v1.prototxt", tmp_path / "w.caffemodel",
+                              "-o", tmp_path / "w.h5").stderr
+    assert not (tmp_path / "w.h5").exists()
+
+
+def test_a_caffe_solver_becomes_a_netspec_solver_that_loads(tmp_path):
+    shutil.copy(HERE / "lenet_v1.prototxt", tmp_path)
+    shutil.copy(HERE / "lenet_solver.prototxt", tmp_path)
+    assert run("import", "caffe", tmp_path / "lenet_v1.prototxt").returncode == 0
+    result = run("import", "caffe-solver", tmp_path / "lenet_solver.prototxt")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[:2] == [f"wrote {tmp_path / 'lenet_solver.yaml'}",
+                                              "dropped (no netspec equivalent): solver: debug_info"]
+    spec = parse_solver(str(tmp_path / "lenet_solver.yaml"), layer_schemas(), list(solver_types()))
+    p = spec.params
+    assert (p.type, p.lr_policy, p.gamma, p.power, p.test_iter, p.solver_mode) == (
+        "Nesterov", "inv", 0.0001, 0.75, [100], "GPU")
+    assert spec.train_net.name == "LeNet" and len(spec.test_nets) == 1

@@ -152,3 +152,70 @@ def import_net(net: Message) -> tuple[dict, ImportReport]:
         result["state"] = convert_message(net.one("state"), NetState, "net: state", report)
     result["layers"] = layers
     return result, report
+
+
+def copy_caffemodel(net, stored: dict, path: str) -> tuple[list[str], list[str]]:
+    """Copy ``stored`` blobs (from :func:`netspec.io.caffemodel.read_caffemodel`) into ``net`` by layer name.
+
+    Legacy 4-axis blob shapes are reshaped when the counts agree, as Caffe
+    did.  Returns ``(layers left with their fillers, file layers the net
+    lacks)``; blobs that do not fit are a DataError naming each.
+    """
+    from netspec.errors import DataError  # noqa: PLC0415
+
+    owned = net.owned_params()
+    missing = [name for name in owned if name not in stored]
+    unused = [name for name in stored if name not in owned]
+    problems = []
+    for name, blobs in owned.items():
+        if name not in stored:
+            continue
+        if len(stored[name]) != len(blobs):
+            problems.append(f"layer '{name}' has {len(stored[name])} blob(s) in the file, {len(blobs)} in the net")
+            continue
+        for (index, blob), array in zip(blobs, stored[name]):
+            if array.shape != blob.shape and array.size != blob.count:
+                problems.append(f"layer '{name}' blob {index} is {list(array.shape)} in the file, "
+                                f"{list(blob.shape)} in the net")
+    if problems:
+        raise DataError(f"{path}: the blobs do not match the net: " + "; ".join(problems))
+    for name, blobs in owned.items():
+        for (index, blob), array in zip(blobs, stored.get(name, [])):
+            blob.data[...] = net.backend.asarray(array.reshape(blob.shape), dtype=blob.dtype)
+    return missing, unused
+
+
+# SolverParameter.SolverType (legacy enum) and the current type names
+SOLVER_TYPES = {"SGD": "SGD", "NESTEROV": "Nesterov", "ADAGRAD": "AdaGrad", "RMSPROP": "RMSProp",
+                "ADADELTA": "AdaDelta", "ADAM": "Adam"}
+NET_FIELDS = ("net", "train_net", "test_net")
+
+
+def import_solver(solver: Message) -> tuple[dict, ImportReport]:
+    """A parsed SolverParameter as a netspec solver (plain data); net paths are pointed at .yaml files."""
+    from netspec.solver_config import SolverParams  # noqa: PLC0415
+
+    report = ImportReport()
+    hints = typing.get_type_hints(SolverParams)
+    result = {}
+    for key, values in solver.items():
+        if key in NET_FIELDS:
+            paths = [str(v).rsplit(".prototxt", 1)[0] + ".yaml" for v in values]
+            result[key] = paths if key == "test_net" else paths[-1]
+            report.notes.append(f"{key}: {', '.join(map(str, values))} -> {', '.join(paths)} "
+                                "(import the net with netspec import caffe)")
+        elif key in ("net_param", "train_net_param"):
+            result["net" if key == "net_param" else "train_net"] = import_net(values[-1])[0]
+        elif key == "solver_type":
+            result["type"] = SOLVER_TYPES.get(str(values[-1]), str(values[-1]))
+        elif key in hints:
+            tp = _plain_type(hints[key])
+            item = typing.get_args(tp)[0] if typing.get_origin(tp) is list else tp
+            if dataclasses.is_dataclass(item):
+                converted = [convert_message(v, item, f"solver: {key}", report) for v in values]
+                result[key] = converted if typing.get_origin(tp) is list else converted[-1]
+            else:
+                result[key] = list(values) if typing.get_origin(tp) is list else values[-1]
+        else:
+            report.dropped.append(f"solver: {key}")
+    return result, report

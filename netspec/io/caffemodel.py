@@ -1,0 +1,118 @@
+"""Reading Caffe's binary ``.caffemodel`` (a NetParameter in protobuf wire format) without protobuf.
+
+Only what weights need is decoded: each layer's name and blobs (shape and
+float or double data), from current ``layer`` entries (field 100) and legacy
+V1 ``layers`` entries (field 2).  Field numbers follow caffe.proto:
+
+- NetParameter: name 1, layers 2 (V1LayerParameter), layer 100 (LayerParameter)
+- LayerParameter: name 1, type 2, blobs 7;  V1LayerParameter: name 4, type 5, blobs 6
+- BlobProto: num 1, channels 2, height 3, width 4, data 5, shape 7 (BlobShape: dim 1), double_data 8
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy
+
+from netspec.errors import DataError
+
+VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5
+
+
+def _varint(data: bytes, position: int, where: str) -> tuple[int, int]:
+    result, shift = 0, 0
+    while True:
+        if position >= len(data):
+            raise DataError(f"{where}: truncated (a number runs past the end)")
+        byte = data[position]
+        result |= (byte & 0x7F) << shift
+        position += 1
+        if not byte & 0x80:
+            return result, position
+        shift += 7
+        if shift > 63:
+            raise DataError(f"{where}: malformed number")
+
+
+def fields(data: bytes, where: str):
+    """``(field number, wire type, value)`` of every field of one message, in order."""
+    position = 0
+    while position < len(data):
+        key, position = _varint(data, position, where)
+        number, wire = key >> 3, key & 7
+        if wire == VARINT:
+            value, position = _varint(data, position, where)
+        elif wire == LENGTH:
+            length, position = _varint(data, position, where)
+            if position + length > len(data):
+                raise DataError(f"{where}: truncated (field {number} wants {length} bytes, "
+                                f"{len(data) - position} remain)")
+            value, position = data[position:position + length], position + length
+        elif wire in (FIXED32, FIXED64):
+            size = 4 if wire == FIXED32 else 8
+            if position + size > len(data):
+                raise DataError(f"{where}: truncated")
+            value, position = data[position:position + size], position + size
+        else:
+            raise DataError(f"{where}: not a protobuf message (wire type {wire} at byte {position})")
+        yield number, wire, value
+
+
+def _packed_ints(value, wire, where) -> list[int]:
+    if wire == VARINT:
+        return [value]
+    out, position = [], 0
+    while position < len(value):
+        number, position = _varint(value, position, where)
+        out.append(number)
+    return out
+
+
+def read_blob(data: bytes, where: str) -> numpy.ndarray:
+    """One BlobProto as an array of its shape (legacy num/channels/height/width when it has no shape)."""
+    legacy, shape, floats, doubles = {}, None, [], []
+    for number, wire, value in fields(data, where):
+        if number in (1, 2, 3, 4) and wire == VARINT:
+            legacy[number] = value
+        elif number == 7 and wire == LENGTH:
+            shape = [d for n, w, v in fields(value, where) if n == 1 for d in _packed_ints(v, w, where)]
+        elif number == 5:
+            floats.append(numpy.frombuffer(value, "<f4") if wire == LENGTH else struct.unpack("<f", value))
+        elif number == 8:
+            doubles.append(numpy.frombuffer(value, "<f8") if wire == LENGTH else struct.unpack("<d", value))
+    values = numpy.concatenate([numpy.asarray(v, dtype=numpy.float64) for v in (floats or doubles)]) \
+        if (floats or doubles) else numpy.zeros(0)
+    if shape is None:
+        shape = [legacy.get(i, 1) for i in (1, 2, 3, 4)] if legacy else [values.size]
+    if int(numpy.prod(shape)) != values.size:
+        raise DataError(f"{where}: the blob's shape {shape} holds {int(numpy.prod(shape))} values, "
+                        f"the data has {values.size}")
+    return values.reshape(shape)
+
+
+def read_caffemodel(path: str) -> dict[str, list[numpy.ndarray]]:
+    """``{layer name: [blob arrays]}`` for every layer of a .caffemodel that has blobs."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read: {exc.strerror}") from None
+    layers: dict[str, list[numpy.ndarray]] = {}
+    for number, wire, value in fields(data, path):
+        if wire != LENGTH or number not in (2, 100):
+            continue
+        name_field, blob_field = (1, 7) if number == 100 else (4, 6)
+        name, blobs = None, []
+        for inner, inner_wire, inner_value in fields(value, path):
+            if inner == name_field and inner_wire == LENGTH:
+                name = inner_value.decode("utf-8", errors="replace")
+            elif inner == blob_field and inner_wire == LENGTH:
+                blobs.append(inner_value)
+        if name is None:
+            raise DataError(f"{path}: a layer without a name")
+        if blobs:
+            layers[name] = [read_blob(b, f"{path} layer '{name}' blob {i}") for i, b in enumerate(blobs)]
+    if not layers:
+        raise DataError(f"{path}: no layer with weights (is it a .caffemodel?)")
+    return layers
