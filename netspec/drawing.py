@@ -1,4 +1,7 @@
-"""``netspec draw``: a net's layer graph in Graphviz's DOT language (and SVG/PNG through ``dot`` when installed).
+"""``netspec draw``: a net's layer graph in Graphviz's DOT language, and SVG/PNG through Graphviz.
+
+SVG and PNG use the ``dot`` program when it is installed, else pygraphviz
+(the ``draw`` extra, which carries Graphviz in its wheel).
 
 Layers are boxes labelled with their name, type and parameter count; edges
 carry the blob's name and shape.  In-place layers sit on their blob's path,
@@ -58,9 +61,19 @@ def draw(graph: Graph, out: str, rankdir: str = "TB") -> None:
         return
     program = shutil.which("dot")
     if program is None:
-        raise NetspecError(f"{out}: drawing {extension[1:]} needs Graphviz's dot program (install graphviz), "
-                           "or write a .dot file")
+        _draw_with_pygraphviz(text, out, extension[1:])
+        return
     result = subprocess.run([program, f"-T{extension[1:]}", "-o", out], input=text, text=True,  # noqa: S603
                             capture_output=True, check=False)
     if result.returncode:
         raise NetspecError(f"{out}: dot failed: {result.stderr.strip()}")
+
+
+def _draw_with_pygraphviz(text: str, out: str, fmt: str) -> None:
+    """Lay out and render with pygraphviz (which carries Graphviz) when no ``dot`` program is installed."""
+    try:
+        import pygraphviz  # noqa: PLC0415 - optional dependency
+    except ImportError:
+        raise NetspecError(f"{out}: drawing {fmt} needs Graphviz: install its dot program or "
+                           "python3 -m pip install 'netspec[draw]', or write a .dot file") from None
+    pygraphviz.AGraph(string=text).draw(out, format=fmt, prog="dot")

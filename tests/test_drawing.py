@@ -25,11 +25,23 @@ def test_dot_output_has_layers_shapes_and_splits(tmp_path):
     assert text.count(" -> ") >= 150 and text.rstrip().endswith("}")
 
 
-def test_svg_goes_through_dot_or_says_it_is_missing(tmp_path, monkeypatch):
+def test_without_a_dot_program_pygraphviz_draws(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no dot program here
+    for fmt in ("svg", "png"):
+        result = run("draw", ROOT / "configs" / "lenet" / "lenet_deploy.yaml", "-o", tmp_path / f"net.{fmt}")
+        assert result.returncode == 0, result.stderr
+    assert "<svg" in (tmp_path / "net.svg").read_text() and "conv1" in (tmp_path / "net.svg").read_text()
+    assert (tmp_path / "net.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_svg_goes_through_dot_or_says_what_to_install(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    (tmp_path / "pygraphviz.py").write_text("raise ImportError('hidden for this test')\n")
     missing = run("draw", GOOGLENET, "-o", tmp_path / "net.svg")
     assert missing.returncode == 1 and missing.stderr.strip() == (
-        f"error: {tmp_path}/net.svg: drawing svg needs Graphviz's dot program (install graphviz), or write a .dot file")
+        f"error: {tmp_path}/net.svg: drawing svg needs Graphviz: install its dot program or python3 -m pip install "
+        "'netspec[draw]', or write a .dot file")
     fake = tmp_path / "dot"  # stands in for Graphviz: copies its input to the -o file
     fake.write_text(f"#!{sys.executable}\nimport sys\nopen(sys.argv[3], 'w').write(sys.stdin.read())\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
