@@ -689,30 +689,45 @@ def import_group():
     """Bring nets, solvers and weights over from Caffe."""
 
 
-@import_group.command("caffe")
-@click.argument("prototxt", type=click.Path(dir_okay=False))
-@click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
-              help="the YAML to write [default: beside the input, .yaml]")
-@user_errors
-def import_caffe(prototxt, out):
-    """Convert a Caffe net (.prototxt, current or V1 format) into a netspec net file."""
+imported_yaml_option = click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
+                                    help="the YAML to write [default: beside the input, .yaml]")
+
+
+def write_imported(prototxt: str, out: str | None, data: dict, command: str, check=None) -> str:
+    """Write imported ``data`` as YAML (default: beside the .prototxt); ``check(text)`` may refuse it first."""
     import yaml  # noqa: PLC0415
 
-    from netspec.io.prototxt import read_prototxt  # noqa: PLC0415
-    from netspec.tools.caffe_import import import_net  # noqa: PLC0415
-
-    net, report = import_net(read_prototxt(prototxt))
     out = out or os.path.splitext(prototxt)[0] + ".yaml"
-    text = (f"# imported from {os.path.basename(prototxt)} by netspec import caffe\n"
-            + yaml.safe_dump(net, sort_keys=False, default_flow_style=None, width=120))
-    parse_net(text, layer_schemas())  # refuse to write a file that does not validate
+    text = (f"# imported from {os.path.basename(prototxt)} by netspec import {command}\n"
+            + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120))
+    if check is not None:
+        check(text)
     with open(out, "w", encoding="utf-8") as handle:
         handle.write(text)
-    click.echo(f"wrote {out} ({len(net['layers'])} layers)")
+    return out
+
+
+def echo_report(report) -> None:
+    """The fields an import dropped, and its notes."""
     for item in report.dropped:
         click.echo(f"dropped (no netspec equivalent): {item}")
     for note in report.notes:
         click.echo(f"note: {note}")
+
+
+@import_group.command("caffe")
+@click.argument("prototxt", type=click.Path(dir_okay=False))
+@imported_yaml_option
+@user_errors
+def import_caffe(prototxt, out):
+    """Convert a Caffe net (.prototxt, current or V1 format) into a netspec net file."""
+    from netspec.io.prototxt import read_prototxt  # noqa: PLC0415
+    from netspec.tools.caffe_import import import_net  # noqa: PLC0415
+
+    net, report = import_net(read_prototxt(prototxt))
+    out = write_imported(prototxt, out, net, "caffe", check=lambda text: parse_net(text, layer_schemas()))
+    click.echo(f"wrote {out} ({len(net['layers'])} layers)")
+    echo_report(report)
 
 
 @import_group.command("caffemodel")
@@ -742,23 +757,13 @@ def import_caffemodel(prototxt, caffemodel, out):
 
 @import_group.command("caffe-solver")
 @click.argument("prototxt", type=click.Path(dir_okay=False))
-@click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
-              help="the YAML to write [default: beside the input, .yaml]")
+@imported_yaml_option
 @user_errors
 def import_caffe_solver(prototxt, out):
     """Convert a Caffe solver (.prototxt) into a netspec solver file."""
-    import yaml  # noqa: PLC0415
-
     from netspec.io.prototxt import read_prototxt  # noqa: PLC0415
     from netspec.tools.caffe_import import import_solver  # noqa: PLC0415
 
     solver, report = import_solver(read_prototxt(prototxt))
-    out = out or os.path.splitext(prototxt)[0] + ".yaml"
-    with open(out, "w", encoding="utf-8") as handle:
-        handle.write(f"# imported from {os.path.basename(prototxt)} by netspec import caffe-solver\n"
-                     + yaml.safe_dump(solver, sort_keys=False, default_flow_style=None, width=120))
-    click.echo(f"wrote {out}")
-    for item in report.dropped:
-        click.echo(f"dropped (no netspec equivalent): {item}")
-    for note in report.notes:
-        click.echo(f"note: {note}")
+    click.echo(f"wrote {write_imported(prototxt, out, solver, 'caffe-solver')}")
+    echo_report(report)

@@ -22,6 +22,20 @@ def run(*args, cwd=None):
     return result
 
 
+def ok(*args) -> str:
+    """Run a command that must succeed; its stdout."""
+    result = run(*args)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def fails(*args) -> str:
+    """Run a command that must fail with exactly one line on stderr; that line."""
+    result = run(*args)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, (result.stdout, result.stderr)
+    return result.stderr.strip()
+
+
 def test_check_prints_layers_and_totals():
     result = run("check", LENET, "--phase", "TRAIN")
     assert result.returncode == 0

@@ -5,22 +5,11 @@ from __future__ import annotations
 import h5py
 import numpy as np
 import pytest
-from test_cli import run
+from test_cli import fails, ok
 from test_records import images, write_dataset
 
 import netspec
 
-
-def ok(*args) -> str:
-    result = run(*args)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
-def fails(*args) -> str:
-    result = run(*args)
-    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
-    return result.stderr.strip()
 
 
 def test_npz_rows_and_labels_become_an_hdf5_source(tmp_path):

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from test_cli import run
+from test_cli import fails, ok
 
 import netspec
 import netspec.model_zoo
@@ -29,17 +29,6 @@ from netspec.model_zoo.zoo import Zoo, ZooError
 ROOT = Path(__file__).parent.parent
 DEPLOY = ROOT / "configs" / "digits" / "digits_deploy.yaml"
 
-
-def ok(*args) -> str:
-    result = run(*args)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
-def fails(*args) -> str:
-    result = run(*args)
-    assert result.returncode == 1 and result.stderr.count("\n") == 1, (result.stdout, result.stderr)
-    return result.stderr.strip()
 
 
 def tree(folder: Path) -> dict[str, bytes]:
