@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass
 from typing import Literal
 
@@ -16,7 +17,7 @@ from netspec.registry import register_layer
 from netspec.transform import Transformer, TransformParams
 
 
-class RecordBatches(Layer):
+class RecordBatches(Layer, abc.ABC):
     """Base of the layers that deliver transformed records in batches: tops ``data`` and optionally ``label``.
 
     A subclass names its parameter block (``data_block``, which holds
@@ -37,14 +38,17 @@ class RecordBatches(Layer):
         """Records per batch."""
         return self.block(self.data_block).batch_size
 
+    @abc.abstractmethod
     def record_shape(self) -> tuple[int, int, int]:
-        raise NotImplementedError
+        """(C, H, W) of every record."""
 
+    @abc.abstractmethod
     def shuffle_mode(self) -> str | int:
-        raise NotImplementedError
+        """A :class:`RecordOrder` shuffle: "none", "epoch" or a block size."""
 
+    @abc.abstractmethod
     def open_source(self):
-        raise NotImplementedError
+        """The records: an object with ``count``, ``record(i)``, ``where(i)`` and ``close()``."""
 
     def check_params(self) -> None:
         """Refuse parameter values the block's types cannot (called at shape inference)."""

@@ -12,6 +12,7 @@ import os
 
 import numpy
 
+from netspec.config import parse_net
 from netspec.errors import DataError
 from netspec.graph import compile_net
 from netspec.io.images import decode_image, resized
@@ -39,8 +40,6 @@ def load(name_or_path: str, zoo: str | None = None, device: str = "cpu", batch_s
     ``name_or_path`` is a model folder or ``name[@version]`` in the zoo;
     ``batch_size`` sets the input's first axis (default: the deploy net's).
     """
-    from netspec.config import parse_net  # noqa: PLC0415
-
     folder = model_folder(name_or_path, zoo)
     card = read_card(folder)
     problems = verify_folder(folder)

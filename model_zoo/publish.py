@@ -12,6 +12,7 @@ import h5py
 
 from netspec.config import NetState
 from netspec.errors import NetspecError
+from netspec.graph import included
 from netspec.model_zoo.card import (
     CARD,
     InputSpec,
@@ -62,25 +63,26 @@ def deploy_input(net) -> tuple[str, tuple[int, ...]]:
     return name, shape
 
 
-def train_data_layer(run_dir: str):
+def run_sources(run_dir: str) -> dict:
+    """Where ``netspec train`` read the run's solver and train net (``RUN_DIR/config/sources.json``), or {}."""
+    path = os.path.join(run_dir, "config", RUN_SOURCES)
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def train_data_layer(sources: dict):
     """The TRAIN data layer spec of the run's solver (re-read from where training found it), or None."""
     from netspec.registry import layer_schemas, solver_types  # noqa: PLC0415
     from netspec.solver_config import parse_solver  # noqa: PLC0415
 
-    path = os.path.join(run_dir, "config", RUN_SOURCES)
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as handle:
-        solver_file = json.load(handle).get("solver")
+    solver_file = sources.get("solver")
     if not solver_file or not os.path.isfile(solver_file):
         return None
     spec = parse_solver(solver_file, layer_schemas(), list(solver_types()))
     state = NetState(phase="TRAIN")
-    for layer in spec.train_net.layers:
-        included = all(rule.matches(state) for rule in layer.include) if layer.include else True
-        if included and not layer.bottoms and not any(rule.matches(state) for rule in layer.exclude):
-            return layer
-    return None
+    return next((layer for layer in spec.train_net.layers if not layer.bottoms and included(layer, state)), None)
 
 
 def dataset_sha256(layer) -> str | None:
@@ -138,7 +140,8 @@ def _build_card(request: PublishRequest, net, shape, staged: str) -> ModelCard:
     preprocessing, provenance, metrics, extra = {}, Provenance(), {}, {}
     if request.run_dir:
         metrics = last_test_metrics(request.run_dir)
-        layer = train_data_layer(request.run_dir)
+        sources = run_sources(request.run_dir)
+        layer = train_data_layer(sources)
         transform = layer.blocks.get("transform_param") if layer is not None else None
         if transform is not None:
             preprocessing = {"scale": transform.scale, "mean_value": list(transform.mean_value)}
@@ -146,7 +149,7 @@ def _build_card(request: PublishRequest, net, shape, staged: str) -> ModelCard:
                 shutil.copyfile(transform.mean_file, os.path.join(staged, "mean.npy"))
                 preprocessing["mean_file"] = "mean.npy"
         provenance.dataset_sha256 = dataset_sha256(layer) if layer is not None else None
-        extra = _copy_training_configs(request.run_dir, staged)
+        extra = _copy_training_configs(request.run_dir, sources, staged)
     if request.scale is not None:
         preprocessing["scale"] = request.scale
     if request.mean_value is not None:
@@ -169,13 +172,8 @@ def _build_card(request: PublishRequest, net, shape, staged: str) -> ModelCard:
     return card
 
 
-def _copy_training_configs(run_dir: str, staged: str) -> dict[str, str]:
+def _copy_training_configs(run_dir: str, sources: dict, staged: str) -> dict[str, str]:
     """Copy the run's solver and train net (from RUN_DIR/config) as solver.yaml and train_net.yaml."""
-    sources_path = os.path.join(run_dir, "config", RUN_SOURCES)
-    if not os.path.isfile(sources_path):
-        return {}
-    with open(sources_path, encoding="utf-8") as handle:
-        sources = json.load(handle)
     copied = {}
     for key, target in (("solver", "solver.yaml"), ("train_net", "train_net.yaml")):
         copy = os.path.join(run_dir, "config", os.path.basename(sources.get(key) or ""))

@@ -80,7 +80,8 @@ class _Version:
     consumers: list[tuple[int, int]] = field(default_factory=list)
 
 
-def _included(spec: LayerSpec, state: NetState) -> bool:
+def included(spec: LayerSpec, state: NetState) -> bool:
+    """True when a layer belongs in a net built for ``state`` (its include/exclude rules, Caffe's semantics)."""
     if spec.include:
         return any(rule.matches(state) for rule in spec.include)
     return not any(rule.matches(state) for rule in spec.exclude)
@@ -121,7 +122,7 @@ class _Compiler:
         self.problems.append(spec.problem(message, key))
 
     def compile(self) -> Graph:
-        specs = [s for s in self.spec.layers if _included(s, self.state)]
+        specs = [s for s in self.spec.layers if included(s, self.state)]
         if not specs:
             raise ConfigError(Problem(f"no layer is included in phase {self.state.phase}",
                                       file=self.spec.file or "<string>"))

@@ -84,26 +84,26 @@ def _collect(tree, file, base_dir, ctx: Context, modules: dict, visiting: tuple)
     for index, value in enumerate(includes):
         line = tree.line_of("include")
         if not isinstance(value, str):
-            _add(ctx, file, line, f"include: expected a file path, got {value!r}")
+            ctx.add_at(file, line, f"include: expected a file path, got {value!r}")
             continue
         path = os.path.normpath(os.path.join(base_dir, os.path.expanduser(value)))
         if path in visiting:
-            _add(ctx, file, line, f"include: '{value}' includes itself (through {' -> '.join(visiting)})")
+            ctx.add_at(file, line, f"include: '{value}' includes itself (through {' -> '.join(visiting)})")
             continue
         if not os.path.isfile(path):
-            _add(ctx, file, line, f"include: '{path}' does not exist")
+            ctx.add_at(file, line, f"include: '{path}' does not exist")
             continue
         text, filename = read_source(path)
         included = load_yaml(text, filename)
         if not isinstance(included, YamlMap):
-            _add(ctx, filename, 1, "an included file must be a mapping with 'modules'")
+            ctx.add_at(filename, 1, "an included file must be a mapping with 'modules'")
             continue
         _collect(included, filename, os.path.dirname(path), ctx, modules, visiting + (path,))
     if "modules" not in tree:
         return
     declared = tree["modules"]
     if not isinstance(declared, YamlMap):
-        _add(ctx, file, tree.line_of("modules"), "modules: expected a mapping of module names to modules")
+        ctx.add_at(file, tree.line_of("modules"), "modules: expected a mapping of module names to modules")
         return
     for name, body in declared.items():
         line = declared.line_of(name)
@@ -112,35 +112,31 @@ def _collect(tree, file, base_dir, ctx: Context, modules: dict, visiting: tuple)
             continue
         if name in modules:
             first = modules[name]
-            _add(ctx, file, line, f"module '{name}' is declared twice (also at {first.file}:{first.line})")
+            ctx.add_at(file, line, f"module '{name}' is declared twice (also at {first.file}:{first.line})")
             continue
         modules[name] = module
 
 
 def _read_module(name, body, file, line, ctx: Context) -> Module | None:
     if not isinstance(body, YamlMap):
-        _add(ctx, file, line, f"module '{name}' must be a mapping with {', '.join(MODULE_KEYS)}")
+        ctx.add_at(file, line, f"module '{name}' must be a mapping with {', '.join(MODULE_KEYS)}")
         return None
     for key in body:
         if key not in MODULE_KEYS:
-            _add(ctx, file, body.line_of(key), f"module '{name}': unknown key '{key}'{did_you_mean(key, MODULE_KEYS)}")
+            ctx.add_at(file, body.line_of(key), f"module '{name}': unknown key '{key}'{did_you_mean(key, MODULE_KEYS)}")
     params = body.get("params", {})
     inputs, outputs, layers = body.get("inputs", []), body.get("outputs", []), body.get("layers")
     problems = len(ctx.problems)
     if not isinstance(params, dict):
-        _add(ctx, file, body.line_of("params"), f"module '{name}': params must be a mapping of names to defaults")
+        ctx.add_at(file, body.line_of("params"), f"module '{name}': params must be a mapping of names to defaults")
     for key, value in (("inputs", inputs), ("outputs", outputs)):
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            _add(ctx, file, body.line_of(key), f"module '{name}': {key} must be a list of blob names")
+            ctx.add_at(file, body.line_of(key), f"module '{name}': {key} must be a list of blob names")
     if not isinstance(layers, YamlList) or not layers:
-        _add(ctx, file, body.line_of("layers"), f"module '{name}' needs a non-empty 'layers' list")
+        ctx.add_at(file, body.line_of("layers"), f"module '{name}' needs a non-empty 'layers' list")
     if len(ctx.problems) > problems:
         return None
     return Module(name, dict(params), list(inputs), list(outputs), layers, file, line)
-
-
-def _add(ctx: Context, file, line, message: str, via: str | None = None) -> None:
-    ctx.add_at(file, line, message, via)
 
 
 def _names(value) -> list:
@@ -172,51 +168,52 @@ class _Expander:
         for text, at in _strings(value, line):
             for name in REFERENCE.findall(text):
                 where = "inside a repeat" if name in INDEX_NAMES else "in a module with that parameter"
-                _add(self.ctx, file, at, f"'${{{name}}}' has no value here (it is only replaced {where})", via)
+                self.ctx.add_at(file, at, f"'${{{name}}}' has no value here (it is only replaced {where})", via)
 
     def use(self, node: YamlMap, file, via, stack) -> list:
         for key in node:
             if key not in USE_KEYS:
-                _add(self.ctx, file, node.line_of(key), f"unknown key '{key}' in a module use"
-                     f"{did_you_mean(key, USE_KEYS)} (a use takes {', '.join(USE_KEYS)})", via)
+                self.ctx.add_at(file, node.line_of(key), f"unknown key '{key}' in a module use"
+                                f"{did_you_mean(key, USE_KEYS)} (a use takes {', '.join(USE_KEYS)})", via)
         name = node.get("use")
         module = self.modules.get(name) if isinstance(name, str) else None
         if module is None:
-            _add(self.ctx, file, node.line_of("use"), f"unknown module '{name}'{did_you_mean(str(name), self.modules)}"
-                 + (f" (modules: {', '.join(self.modules)})" if self.modules else " (the file declares no modules)"),
-                 via)
+            known = f"modules: {', '.join(self.modules)}" if self.modules else "the file declares no modules"
+            self.ctx.add_at(file, node.line_of("use"),
+                            f"unknown module '{name}'{did_you_mean(str(name), self.modules)} ({known})", via)
             return []
         if name in stack or len(stack) >= MAX_DEPTH:
-            _add(self.ctx, file, node.line_of("use"), f"module '{name}' uses itself ({' -> '.join(stack + (name,))})",
-                 via)
+            self.ctx.add_at(file, node.line_of("use"), f"module '{name}' uses itself ({' -> '.join(stack + (name,))})",
+                            via)
             return []
         given = node.get("with", {}) or {}
         if not isinstance(given, dict):
-            _add(self.ctx, file, node.line_of("with"), "with: expected a mapping of module parameters", via)
+            self.ctx.add_at(file, node.line_of("with"), "with: expected a mapping of module parameters", via)
             return []
         values = dict(module.params)
         for key, value in given.items():
             if key not in module.params:
-                _add(self.ctx, file, node.line_of("with"), f"module '{name}' has no parameter '{key}'"
-                     f"{did_you_mean(key, module.params)} (it takes: {', '.join(module.params) or 'none'})", via)
+                self.ctx.add_at(file, node.line_of("with"), f"module '{name}' has no parameter '{key}'"
+                                f"{did_you_mean(key, module.params)} (it takes: {', '.join(module.params) or 'none'})",
+                                via)
             for text, _ in _strings(value, 0):
                 for unknown in REFERENCE.findall(text):
-                    _add(self.ctx, file, node.line_of("with"), f"unknown parameter '${{{unknown}}}' in 'with' "
-                         "(nothing here gives it a value)", via)
+                    self.ctx.add_at(file, node.line_of("with"), f"unknown parameter '${{{unknown}}}' in 'with' "
+                                    "(nothing here gives it a value)", via)
                     return []
             values[key] = value
         for key, value in values.items():
             if value is None:
-                _add(self.ctx, file, node.line_of("use"), f"module '{name}' needs parameter '{key}' (give it in 'with')",
-                     via)
+                self.ctx.add_at(file, node.line_of("use"),
+                                f"module '{name}' needs parameter '{key}' (give it in 'with')", via)
         if "name" in node:
             values["name"] = node["name"]
         bottoms, tops = _names(node.get("bottom")), _names(node.get("top"))
         for kind, formal, actual in (("bottom", module.inputs, bottoms), ("top", module.outputs, tops)):
             if len(formal) != len(actual):
-                _add(self.ctx, file, node.line_of(kind) if kind in node else node.line,
-                     f"module '{name}' takes {len(formal)} {kind}(s) ({', '.join(formal) or 'none'}), "
-                     f"got {len(actual)}", via)
+                self.ctx.add_at(file, node.line_of(kind) if kind in node else node.line,
+                                f"module '{name}' takes {len(formal)} {kind}(s) ({', '.join(formal) or 'none'}), "
+                                f"got {len(actual)}", via)
         if any(v is None for v in values.values()) or len(module.inputs) != len(bottoms) or \
                 len(module.outputs) != len(tops):
             return []
@@ -232,24 +229,24 @@ class _Expander:
         spec = node["repeat"]
         extra = [k for k in node if k != "repeat"]
         if extra or not isinstance(spec, YamlMap):
-            _add(self.ctx, file, node.line, "a repeat is written '- repeat: {count, use, name, bottom, top, with}'",
-                 via)
+            self.ctx.add_at(file, node.line, "a repeat is written '- repeat: {count, use, name, bottom, top, with}'",
+                            via)
             return []
         for key in spec:
             if key not in REPEAT_KEYS:
-                _add(self.ctx, file, spec.line_of(key), f"unknown key '{key}' in a repeat"
-                     f"{did_you_mean(key, REPEAT_KEYS)}", via)
+                self.ctx.add_at(file, spec.line_of(key), f"unknown key '{key}' in a repeat"
+                                f"{did_you_mean(key, REPEAT_KEYS)}", via)
         count, start = spec.get("count"), spec.get("start", 0)
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            _add(self.ctx, file, spec.line_of("count"), f"repeat count must be an integer of at least 1, got {count!r}",
-                 via)
+            self.ctx.add_at(file, spec.line_of("count"),
+                            f"repeat count must be an integer of at least 1, got {count!r}", via)
             return []
         if not isinstance(start, int) or isinstance(start, bool) or start < 0:
-            _add(self.ctx, file, spec.line_of("start"), f"repeat start must be an integer >= 0, got {start!r}", via)
+            self.ctx.add_at(file, spec.line_of("start"), f"repeat start must be an integer >= 0, got {start!r}", via)
             return []
         if count > 1 and not REFERENCE.search(str(spec.get("top", ""))):
-            _add(self.ctx, file, spec.line_of("top"), "a repeat's top needs ${index}, ${number} or ${letter} so that "
-                 "each copy's output has its own name", via)
+            self.ctx.add_at(file, spec.line_of("top"), "a repeat's top needs ${index}, ${number} or ${letter} so that "
+                            "each copy's output has its own name", via)
             return []
         result, bottom = [], spec.get("bottom")
         for copy in range(count):
@@ -340,11 +337,11 @@ def _substitute(value, values: dict, ctx: Context, file, line, via, keep=None, o
         if known(name):
             found = values[name]
             if isinstance(found, (dict, list)):
-                _add(ctx, file, line, f"'${{{name}}}' is a {type(found).__name__}; it can only stand alone, not "
-                     "inside a longer string", via)
+                ctx.add_at(file, line, f"'${{{name}}}' is a {type(found).__name__}; it can only stand alone, not "
+                           "inside a longer string", via)
             return str(found)
         if not left_alone(name):
-            _add(ctx, file, line, f"unknown parameter '${{{name}}}'{did_you_mean(name, values)}", via)
+            ctx.add_at(file, line, f"unknown parameter '${{{name}}}'{did_you_mean(name, values)}", via)
         return match.group(0)
 
     return REFERENCE.sub(splice, value)

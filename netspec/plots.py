@@ -20,20 +20,19 @@ MAX_POINTS = 20001
 LINE_STYLES = ("-", "--", ":", "-.")
 
 
-def figure_grid(rows: int, columns: int, cell_inches: float, **subplots):
+def figure_grid(rows: int, columns: int, cell_size: tuple[float, float], **subplots):
     """A matplotlib Figure (no pyplot, no display needed) and its ``rows`` x ``columns`` array of axes."""
     try:
         from matplotlib.figure import Figure  # noqa: PLC0415 - optional dependency
     except ImportError:
         raise NetspecError("plotting needs matplotlib: python3 -m pip install 'netspec[plot]'") from None
-    figure = Figure(figsize=(cell_inches * columns, cell_inches * rows), layout="constrained")
+    figure = Figure(figsize=(cell_size[0] * columns, cell_size[1] * rows), layout="constrained")
     return figure, figure.subplots(rows, columns, squeeze=False, **subplots)
 
 
 def _figure(rows: int):
     """A wide Figure with ``rows`` stacked axes sharing the x axis."""
-    figure, axes = figure_grid(rows, 1, cell_inches=3, sharex=True)
-    figure.set_size_inches(8, 3 * rows)
+    figure, axes = figure_grid(rows, 1, cell_size=(8, 3), sharex=True)
     return figure, axes[:, 0]
 
 

@@ -42,7 +42,7 @@ def sample_grid(dataset: Dataset, grid: int, out: str) -> list[int]:
     """Draw ``grid`` x ``grid`` records, evenly spaced through the dataset, into ``out``; return their indices."""
     indices = sorted(set(numpy.linspace(0, dataset.count - 1, min(grid * grid, dataset.count)).round().astype(int)))
     rows = math.ceil(len(indices) / grid)
-    figure, axes = figure_grid(rows, grid, cell_inches=1.6)
+    figure, axes = figure_grid(rows, grid, cell_size=(1.6, 1.6))
     for cell, index in zip(axes.flat, indices):
         image, label = dataset.record(int(index))
         pixels = image[0] if image.shape[0] == 1 else image.transpose(1, 2, 0)
