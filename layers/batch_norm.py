@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy
+
 from netspec.config import doc
 from netspec.errors import ShapeError
 from netspec.layer import Layer
@@ -17,6 +19,7 @@ class BatchNormParams:
     use_global_stats: bool | None = doc(None, "use the stored statistics (default: true in TEST, false in TRAIN)")
     moving_average_fraction: float = doc(0.999, "decay of the stored running sums")
     eps: float = doc(1e-5, "added to the variance")
+    sync: bool = doc(False, "in a distributed run, take the batch statistics over every rank's batch")
 
 
 @register_layer
@@ -28,6 +31,9 @@ class BatchNorm(Layer):
     ``f = f * maf + 1``, ``mean_sum = mean_sum * maf + mean``,
     ``var_sum = var_sum * maf + m/(m-1) * var``.  With ``use_global_stats``
     (the default in TEST) ``mean = mean_sum / f`` and ``var = var_sum / f``.
+    In a distributed run each rank normalises by its own batch's statistics
+    unless ``sync: true``, which takes them (and their gradients) over all
+    ranks' batches together, as one process with the whole batch would.
 
     Bottom/top: (N, C, ...).  Blobs (never trained, saved with the weights):
     mean sums (C,), variance sums (C,), factor f (1,).  Runs in place.
@@ -70,9 +76,9 @@ class BatchNorm(Layer):
             mean = self.blobs[0].data * scale
             var = self.blobs[1].data * scale
         else:
-            mean = x.mean(axis=axes)
-            var = ((x - mean.reshape(broadcast)) ** 2).mean(axis=axes)
-            count = x.size // x.shape[1]
+            mean = self.across_ranks(x.mean(axis=axes), "mean")
+            var = self.across_ranks(((x - mean.reshape(broadcast)) ** 2).mean(axis=axes), "variance")
+            count = x.size // x.shape[1] * (self.backend.comm.size if p.sync else 1)
             maf = p.moving_average_fraction
             self.blobs[2].data *= maf
             self.blobs[2].data += 1
@@ -83,6 +89,15 @@ class BatchNorm(Layer):
         self.inv_std = (1.0 / xp.sqrt(var + p.eps)).astype(self.dtype).reshape(broadcast)
         xp.multiply(x - mean.reshape(broadcast), self.inv_std, out=top[0].data)
 
+    def across_ranks(self, means, what: str):
+        """``means`` of this rank's batch, or with ``sync`` their average over every rank's equal-sized batch."""
+        comm = self.backend.comm
+        if comm.size == 1 or not self.block("batch_norm_param").sync:
+            return means
+        host = numpy.ascontiguousarray(self.backend.to_host(means))
+        comm.allreduce_mean(host, f"averaging the batch {what} of BatchNorm '{self.name}'")
+        return self.backend.asarray(host, dtype=means.dtype)
+
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
@@ -91,6 +106,6 @@ class BatchNorm(Layer):
             self.xp.multiply(dy, self.inv_std, out=bottom[0].diff)
             return
         axes = (0,) + tuple(range(2, dy.ndim))
-        mean_dy = dy.mean(axis=axes, keepdims=True)
-        mean_dy_y = (dy * y).mean(axis=axes, keepdims=True)
+        means = self.xp.stack([dy.mean(axis=axes, keepdims=True), (dy * y).mean(axis=axes, keepdims=True)])
+        mean_dy, mean_dy_y = self.across_ranks(means, "gradient means")
         bottom[0].diff[...] = (dy - mean_dy - y * mean_dy_y) * self.inv_std

@@ -30,7 +30,8 @@ class HDF5Data(Layer):
     and cycling back to the first file at the end.  With ``shuffle`` the file
     order and the rows within each file are permuted every pass (reproducibly
     for a seed).  Rows are read as batches need them, so files of any size
-    keep memory flat.
+    keep memory flat.  In a distributed run the ranks take turns row by row:
+    N ranks of batch B read the rows one process of batch N*B would.
 
     Tops: one per dataset, shape ``(batch_size, *row shape)``.
 
@@ -123,15 +124,20 @@ class HDF5Data(Layer):
 
     def forward(self, bottom, top):
         batch = self.block("hdf5_data_param").batch_size
-        filled = 0
-        while filled < batch:
+        rank, ranks = self.backend.comm.rank, self.backend.comm.size
+        filled = passed = 0  # rows of this rank's batch written; rows of all ranks' batch passed
+        while passed < batch * ranks:
             if self.row_cursor == self.row_count:
                 self.next_file()
-            take = min(batch - filled, self.row_count - self.row_cursor)
-            rows = slice(self.row_cursor, self.row_cursor + take)
+            take = min(batch * ranks - passed, self.row_count - self.row_cursor)
+            first = self.row_cursor + (rank - passed) % ranks  # this rank's rows are every ranks-th
+            rows = slice(first, self.row_cursor + take, ranks)
+            mine = len(range(rows.start, rows.stop, rows.step))
             if self.row_order is not None:
                 rows = self.row_order[rows]
-            for blob, array in zip(top, self.reader.read(rows)):
-                blob.data[filled:filled + take] = self.backend.asarray(array.astype(self.dtype, copy=False))
-            filled += take
+            if mine:
+                for blob, array in zip(top, self.reader.read(rows)):
+                    blob.data[filled:filled + mine] = self.backend.asarray(array.astype(self.dtype, copy=False))
+            filled += mine
+            passed += take
             self.row_cursor += take

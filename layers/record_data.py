@@ -27,7 +27,10 @@ class RecordBatches(Layer, abc.ABC):
     order's shuffle mode.
     Batches are made ahead by a :class:`Prefetcher` thread; batch ``k`` is a
     pure function of the layer's seed and ``k``, which is the whole of the
-    run-time state.
+    run-time state.  In a distributed run each rank reads its share of the
+    record stream (:class:`RecordOrder`) and the matching rows of the random
+    crops and flips, so N ranks of batch B see what one process of batch N*B
+    would.
     """
 
     num_bottoms = (0, 0)
@@ -73,8 +76,13 @@ class RecordBatches(Layer, abc.ABC):
         self.source = self.open_source()
         self.transform = self.transformer()
         self.seed = int(backend.host_rng.integers(2 ** 62))
-        self.order = RecordOrder(self.source.count, self.seed, self.shuffle_mode())
+        self.order = self.record_order()
         self.prefetcher = Prefetcher(self.make_batch, self.block(self.data_block).prefetch)
+
+    def record_order(self) -> RecordOrder:
+        """The order of this rank's records, from the layer's seed."""
+        comm = self.backend.comm
+        return RecordOrder(self.source.count, self.seed, self.shuffle_mode(), comm.rank, comm.size)
 
     def make_batch(self, k: int) -> tuple[numpy.ndarray, numpy.ndarray]:
         """Batch ``k``: its records transformed, and their labels."""
@@ -89,18 +97,20 @@ class RecordBatches(Layer, abc.ABC):
                 raise transform.shape_error(image, self.source.where(index))
             images[row] = image
         data = numpy.empty((batch, *transform.out_shape), dtype=self.dtype)
-        transform.apply(images, transform.draw(numpy.random.default_rng([self.seed, k, 1]), batch), data)
+        ranks = self.order.world_size  # the choices for the whole batch k of all ranks, then this rank's rows
+        choices = transform.draw(numpy.random.default_rng([self.seed, k, 1]), batch * ranks)[self.order.rank::ranks]
+        transform.apply(images, choices, data)
         return data, labels
 
     def record_count(self):
-        return self.order.size
+        return self.source.count
 
     def runtime_state(self):
         return {"seed": numpy.int64(self.seed), "next_batch": numpy.int64(self.prefetcher.next_batch)}
 
     def restore_runtime_state(self, state):
         self.seed = int(state["seed"])
-        self.order = RecordOrder(self.source.count, self.seed, self.shuffle_mode())
+        self.order = self.record_order()
         self.prefetcher.restart(int(state["next_batch"]))
 
     def forward(self, bottom, top):

@@ -4,7 +4,12 @@ Layers never import numpy or cupy for array math: they use ``self.xp`` (the
 array module of their backend) and the helpers here.  Random numbers for
 initialisation always come from a numpy generator on the host, so a net starts
 from the same weights on every device; per-iteration randomness (dropout
-masks, DummyData) uses the device generator.
+masks) uses the device generator.
+
+A backend also knows its process's place in a distributed run (``comm``, see
+:mod:`netspec.distributed`): the host generator is the same on every rank (so
+all build the same net and read the same data order) while each rank's
+per-iteration generator is its own.
 """
 
 from __future__ import annotations
@@ -13,14 +18,16 @@ import json
 
 import numpy
 
+from netspec.distributed import SingleProcess
 from netspec.errors import NetspecError
 
 
 class Backend:
-    """A device: its array module, random generators and transfers."""
+    """A device: its array module, random generators, transfers, and the ranks it trains with."""
 
-    def __init__(self, device: str = "cpu", seed: int | None = None):
+    def __init__(self, device: str = "cpu", seed: int | None = None, comm=None):
         self.device = device
+        self.comm = comm or SingleProcess()
         if device == "cpu":
             self.xp = numpy
         elif device == "gpu" or device.startswith("gpu:"):
@@ -35,10 +42,16 @@ class Backend:
         return self.xp is not numpy
 
     def seed(self, seed: int | None) -> None:
-        """Reseed the host and device generators (None: from the OS)."""
+        """Reseed the host and device generators (None: from the OS).
+
+        With several ranks the per-iteration generator of rank R is seeded
+        with ``(seed, R)``, so ranks draw different dropout masks.
+        """
         self.host_rng = numpy.random.default_rng(seed)
         if self.is_gpu:
             self.rng = self.xp.random.default_rng(seed)
+        elif self.comm.size > 1:
+            self.rng = numpy.random.default_rng(None if seed is None else [seed, self.comm.rank])
         else:
             self.rng = self.host_rng
 
@@ -53,6 +66,17 @@ class Backend:
     def set_rng_state(self, text: str) -> None:
         """Restore a state from :meth:`rng_state`."""
         self.host_rng.bit_generator.state = json.loads(text)
+
+    def rank_rng_state(self) -> str:
+        """This rank's own per-iteration generator state as JSON text ("" when it is the host's)."""
+        if self.is_gpu or self.rng is self.host_rng:
+            return ""
+        return json.dumps(self.rng.bit_generator.state)
+
+    def set_rank_rng_state(self, text: str) -> None:
+        """Restore a state from :meth:`rank_rng_state`."""
+        if text:
+            self.rng.bit_generator.state = json.loads(text)
 
     def asarray(self, array, dtype=None):
         """``array`` on this device (copied from the host when needed)."""

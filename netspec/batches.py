@@ -3,7 +3,7 @@
 Everything about batch ``k`` (its records and its random crops and flips) is
 a pure function of the layer's seed and ``k``.  So the order does not depend
 on thread timing, a resumed run only needs ``(seed, next batch)``, and
-several processes can each read a disjoint shard (``rank`` of ``world_size``).
+several processes can each read their share (``rank`` of ``world_size``).
 """
 
 from __future__ import annotations
@@ -18,13 +18,19 @@ from netspec.errors import DataError
 
 
 class RecordOrder:
-    """The record index at every position of an endless pass over a dataset's shard.
+    """The record index at every position of an endless pass over a dataset, for one of several readers.
 
-    Shard ``rank`` of ``world_size`` holds records ``rank, rank + world_size, ...``.
-    ``shuffle``: "none" reads the shard in key order, wrapping around; "epoch"
-    permutes it anew each epoch; an integer S cuts it into blocks of S
-    consecutive records and each epoch visits the blocks in a random order,
-    shuffling within each (reads stay local; a streaming shuffle).
+    The pass is one stream for all ``world_size`` readers: epoch after epoch
+    of the ``count`` records.  Reader ``rank`` takes the stream positions
+    ``rank, rank + world_size, ...``, so the readers' batch ``k`` of ``B``
+    records together are the stream's records ``k * B * world_size`` onwards,
+    exactly the batch ``k`` of a single reader with batch ``B * world_size``.
+    Within each epoch the readers' records are disjoint and cover the dataset.
+
+    ``shuffle``: "none" reads in key order; "epoch" permutes the records anew
+    each epoch; an integer S cuts them into blocks of S consecutive records and
+    each epoch visits the blocks in a random order, shuffling within each
+    (reads stay local; a streaming shuffle).
     """
 
     def __init__(self, count: int, seed: int, shuffle: str | int = "none", rank: int = 0, world_size: int = 1):
@@ -32,35 +38,34 @@ class RecordOrder:
             raise DataError(f"rank {rank} is not in 0..{world_size - 1}")
         if count < world_size:
             raise DataError(f"{count} records cannot be split over {world_size} processes")
-        self.seed, self.shuffle, self.rank, self.world_size = seed, shuffle, rank, world_size
-        self.size = len(range(rank, count, world_size))
+        self.count, self.seed, self.shuffle, self.rank, self.world_size = count, seed, shuffle, rank, world_size
         self._epochs: dict[int, numpy.ndarray] = {}
 
     def epoch_order(self, epoch: int) -> numpy.ndarray:
-        """Shard positions in the order epoch ``epoch`` reads them."""
+        """Record indices in the order epoch ``epoch`` of the stream reads them."""
         if epoch not in self._epochs:
             rng = numpy.random.default_rng([self.seed, epoch])
             if self.shuffle == "none":
-                order = numpy.arange(self.size)
+                order = numpy.arange(self.count)
             elif self.shuffle == "epoch":
-                order = rng.permutation(self.size)
+                order = rng.permutation(self.count)
             else:
-                blocks = [numpy.arange(start, min(start + self.shuffle, self.size))
-                          for start in range(0, self.size, self.shuffle)]
+                blocks = [numpy.arange(start, min(start + self.shuffle, self.count))
+                          for start in range(0, self.count, self.shuffle)]
                 order = numpy.concatenate([rng.permutation(blocks[b]) for b in rng.permutation(len(blocks))])
             self._epochs = {e: o for e, o in self._epochs.items() if e >= epoch - 1}
             self._epochs[epoch] = order
         return self._epochs[epoch]
 
     def indices(self, start: int, count: int) -> numpy.ndarray:
-        """Record indices at positions ``start .. start + count - 1`` of the endless pass."""
-        positions = numpy.arange(start, start + count)
-        epochs, offsets = numpy.divmod(positions, self.size)
-        local = numpy.empty(count, dtype=numpy.int64)
+        """Record indices at this reader's positions ``start .. start + count - 1``."""
+        positions = self.rank + self.world_size * numpy.arange(start, start + count)
+        epochs, offsets = numpy.divmod(positions, self.count)
+        indices = numpy.empty(count, dtype=numpy.int64)
         for epoch in numpy.unique(epochs):
             chosen = epochs == epoch
-            local[chosen] = self.epoch_order(int(epoch))[offsets[chosen]]
-        return self.rank + self.world_size * local
+            indices[chosen] = self.epoch_order(int(epoch))[offsets[chosen]]
+        return indices
 
 
 class Prefetcher:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import sys
+import traceback
 
 import click
 
@@ -22,18 +24,46 @@ def user_errors(command):
     def wrapper(*args, **kwargs):
         try:
             return command(*args, **kwargs)
-        except ConfigError as exc:
-            for problem in exc.problems:
-                click.echo(f"error: {problem}", err=True)
-            count = len(exc.problems)
-            if count > 1:
-                click.echo(f"{count} errors", err=True)
-            sys.exit(1)
         except NetspecError as exc:
-            click.echo(f"error: {exc}", err=True)
+            report_error(exc)
             sys.exit(1)
 
     return wrapper
+
+
+def report_error(exc: NetspecError, prefix: str = "error: ") -> None:
+    """Print a user error on stderr, one line per problem."""
+    problems = exc.problems if isinstance(exc, ConfigError) else [exc]
+    for problem in problems:
+        click.echo(f"{prefix}{problem}", err=True)
+    if len(problems) > 1:
+        click.echo(f"{len(problems)} errors", err=True)
+
+
+@contextlib.contextmanager
+def rank_errors(comm):
+    """In a distributed run, report a rank's error with its rank, then end every rank of the job.
+
+    An error all ranks raise together (``every_rank``) is reported by rank 0
+    alone and the ranks exit normally; any other ends the job with MPI_Abort,
+    so no rank is left waiting for one that has gone.
+    """
+    if comm.size == 1:
+        yield
+        return
+    try:
+        yield
+    except NetspecError as exc:
+        if exc.every_rank:
+            if comm.rank == 0:
+                report_error(exc)
+            sys.exit(1)
+        report_error(exc, f"error: rank {comm.rank}: ")
+        comm.abort(1)
+    except Exception as exc:  # noqa: BLE001 - a bug: show it, and do not leave the other ranks waiting
+        traceback.print_exc()
+        click.echo(f"error: rank {comm.rank}: {type(exc).__name__}: {exc}", err=True)
+        comm.abort(1)
 
 
 phase_option = click.option("--phase", type=click.Choice(["TRAIN", "TEST"], case_sensitive=False), default=None,
@@ -153,34 +183,63 @@ def time_command(net_file, iterations, warmup, phase, stages, level, device, see
               show_default=True, help="what SIGHUP does")
 @click.option("--debug-info", is_flag=True,
               help="at every display, log each blob's mean |data| and |diff| and each parameter's update ratio")
+@click.option("--distributed", is_flag=True,
+              help="be one rank of a data-parallel run started by mpiexec (needs the dist extra)")
+@click.option("--collective-timeout", type=click.FloatRange(min=1), default=600, show_default=True,
+              help="distributed: seconds a rank waits for the others before ending the run")
 @user_errors
 def train(solver_file, device, weights, resume, force, max_iter, seed, stages, level, run_dir, sigint_effect,
-          sighup_effect, debug_info):
-    """Train the net of SOLVER_FILE, testing, logging and snapshotting as it says."""
+          sighup_effect, debug_info, distributed, collective_timeout):
+    """Train the net of SOLVER_FILE, testing, logging and snapshotting as it says.
+
+    With --distributed, run it as `mpiexec -n N netspec train SOLVER_FILE --distributed`:
+    each of the N processes learns from its own share of every batch.
+    """
+    from netspec.distributed import MPICommunicator, SingleProcess  # noqa: PLC0415
+
+    if weights and resume:
+        raise click.UsageError("give --weights (fine-tune) or --resume (continue), not both")
+    comm = MPICommunicator(collective_timeout) if distributed else SingleProcess()
+    with rank_errors(comm):
+        train_run(comm, solver_file, device, weights, resume, force, max_iter, seed, stages, level, run_dir,
+                  sigint_effect, sighup_effect, debug_info)
+
+
+def train_run(comm, solver_file, device, weights, resume, force, max_iter, seed, stages, level, run_dir,
+              sigint_effect, sighup_effect, debug_info):
+    """The body of ``netspec train``, run by every rank; rank 0 alone prints and writes."""
     from netspec.signals import signal_effects  # noqa: PLC0415
     from netspec.solver import Solver  # noqa: PLC0415
     from netspec.solver_config import parse_solver  # noqa: PLC0415
     from netspec.training_log import TrainingLog  # noqa: PLC0415
 
-    if weights and resume:
-        raise click.UsageError("give --weights (fine-tune) or --resume (continue), not both")
+    root = comm.rank == 0
+    say = click.echo if root else (lambda _text: None)
     spec = parse_solver(solver_file, layer_schemas(), list(solver_types()))
     if max_iter is not None:
         spec.params.max_iter, spec.params.max_epoch = max_iter, None
     if run_dir:
         spec.params.snapshot_prefix = os.path.join(os.path.abspath(run_dir), os.path.basename(spec.snapshot_prefix))
     run_dir = os.path.dirname(os.path.abspath(spec.snapshot_prefix))
-    solver = Solver(spec, device=device, seed=seed, stages=stages or None, level=level,
-                    log=TrainingLog(run_dir=run_dir), debug_info=debug_info)
+    log = TrainingLog(run_dir=run_dir) if root else TrainingLog(quiet=True)
+    solver = Solver(spec, device=device, seed=seed, stages=stages or None, level=level, log=log,
+                    debug_info=debug_info, comm=comm)
     if resume:
         solver.restore(resume, force=force)
     if weights:
-        click.echo(solver.net.load_weights(weights, strict=False).summary(weights))
-    copy_configs(spec, os.path.join(run_dir, "config"))
+        say(solver.net.load_weights(weights, strict=False).summary(weights))
+    if root:
+        copy_configs(spec, os.path.join(run_dir, "config"))
+    if comm.size > 1:
+        for place in comm.places():
+            say(place)
+        if not any(name in os.environ for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")):
+            say("note: OMP_NUM_THREADS is not set, so each process's math library may use every core; give "
+                "each its share, e.g. OMP_NUM_THREADS=1 mpiexec -n 2 ... on 2 cores")
     epochs = solver.log.epoch(solver.params.max_iter)
-    click.echo(f"training net '{solver.net.name}' on {solver.backend.device}: {solver.params.type}, "
-               f"{solver.params.max_iter} iterations" + (f" ({epochs:.2f} epochs)" if epochs else "")
-               + f"; run folder {run_dir}")
+    say(f"training net '{solver.net.name}' on {solver.backend.device}: {solver.params.type}, "
+        f"{solver.params.max_iter} iterations" + (f" ({epochs:.2f} epochs)" if epochs else "")
+        + f"; run folder {run_dir}")
     try:
         with signal_effects(solver, sigint_effect, sighup_effect):
             solver.solve()

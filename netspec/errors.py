@@ -34,7 +34,13 @@ class Problem:
 
 
 class NetspecError(Exception):
-    """Base class of every error a user can cause."""
+    """Base class of every error a user can cause.
+
+    ``every_rank`` is true when every rank of a distributed run raises the
+    error at the same point (a diverged mean loss), so rank 0 alone reports it.
+    """
+
+    every_rank = False
 
 
 class ConfigError(NetspecError):
@@ -79,3 +85,7 @@ class StateError(NetspecError):
 
 class TrainingError(NetspecError):
     """Training cannot go on, e.g. the loss became NaN or infinite."""
+
+
+class DistributedError(NetspecError):
+    """A multi-process run cannot go on: MPI is missing, or another rank stopped answering."""

@@ -7,6 +7,12 @@ times with parameter diffs accumulating, log when due, then the update
 due.  Everything random comes from one seeded backend, and a snapshot holds
 every buffer, data position and generator state, so a resumed run continues
 bit for bit.
+
+With a communicator of several ranks (:mod:`netspec.distributed`) every rank
+runs this loop on its share of the data: rank 0's weights are given to all
+before the first iteration, gradients (with the loss and any signal's
+request) are averaged after backward, test scores are averaged over the
+ranks' shares, and only rank 0 writes files.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ import numpy
 from netspec import solver_state
 from netspec.backend import Backend
 from netspec.config import did_you_mean
-from netspec.errors import ConfigError, Problem, StateError, TrainingError
+from netspec.distributed import GradientExchange, SingleProcess
+from netspec.errors import ConfigError, DistributedError, Problem, StateError, TrainingError
 from netspec.graph import compile_net
 from netspec.net import Net
 from netspec.registry import layer_schemas, solver_class, solver_types
@@ -37,18 +44,26 @@ class Solver:
 
     ``device``, ``seed``, ``stages`` and ``level`` override the solver file
     (``solver_mode``/``device_id``, ``random_seed``, ``train_state``/``test_state``).
+    ``comm`` is the distributed run this process is a rank of (default: none).
     """
 
     def __init__(self, spec: SolverSpec, device: str | None = None, seed: int | None = None, stages=None,
                  level: int | None = None, dtype=numpy.float32, log: TrainingLog | None = None,
-                 debug_info: bool = False):
+                 debug_info: bool = False, comm=None):
         p = spec.params
         self.spec = spec
         if device is None:
             device = "cpu" if p.solver_mode == "CPU" else f"gpu:{p.device_id}"
         if seed is None and p.random_seed >= 0:
             seed = p.random_seed
-        self.backend = Backend(device, seed)
+        self.comm = comm = comm or SingleProcess()
+        if comm.size > 1:  # every rank builds the same nets and reads the same record stream
+            if device != "cpu":
+                raise DistributedError("distributed training runs on the CPU for now (--device cpu); the GPU path "
+                                       "through NCCL is not available yet")
+            fresh = int(numpy.random.SeedSequence().entropy % 2 ** 63)
+            seed = comm.broadcast_object(fresh if seed is None else seed, "agreeing on the random seed")
+        self.backend = Backend(device, seed, comm)
         self.net = self._build(spec.train_net, "TRAIN", p.train_state, stages, level, dtype)
         self.loss_weights = self.net.output_loss_weights
         if not self.net.has_loss():
@@ -70,6 +85,9 @@ class Solver:
             raise ConfigError(problems)
         self.learnable = self.net.learnable_params()
         self.rule = rule_cls(p, [lp.blob.shape for lp in self.learnable], self.backend.xp, self.net.dtype)
+        self.exchange = GradientExchange(comm, [lp.blob for lp in self.learnable], self.backend, self.net.dtype)
+        self.weights_agreed = comm.size == 1
+        self.culprit: tuple[str, str] | None = None
         self.iter = 0
         self.losses: collections.deque[float] = collections.deque(maxlen=p.average_loss)
         self.log = log or TrainingLog()
@@ -92,7 +110,12 @@ class Solver:
         """Iterations per pass over the train data, when its data layer knows its record count."""
         layer = self.net.data_layer()
         records = layer.record_count() if layer is not None else None
-        return records / (self.net.batch_size * self.spec.params.iter_size) if records else None
+        return records / self.effective_batch_size if records else None
+
+    @property
+    def effective_batch_size(self) -> int:
+        """Records one update learns from: the batch size times ``iter_size`` times the number of ranks."""
+        return self.net.batch_size * self.spec.params.iter_size * self.comm.size
 
     def _in_iterations(self, p):
         """``p`` with epoch counts turned into iterations; refused when the data's size is unknown."""
@@ -153,8 +176,10 @@ class Solver:
     def step(self, iterations: int) -> None:
         """Run ``iterations`` iterations (fewer if a stop is requested or early stopping triggers)."""
         p = self.params
+        if not self.weights_agreed:
+            self.share_weights()
         stop_at = self.iter + iterations
-        window_start, window_iter = time.perf_counter(), self.iter
+        window_start, window_iter, window_comm = time.perf_counter(), self.iter, self.comm.seconds
         while self.iter < stop_at:
             if (p.test_interval and self.iter % p.test_interval == 0 and (self.iter > 0 or p.test_initialization)
                     and self.last_test_iter != self.iter):
@@ -162,16 +187,22 @@ class Solver:
                 if self.plateau is not None and self.plateau.stale >= p.early_stop.patience:
                     self.stop_early()
                     break
-            self.losses.append(self.forward_backward())
+            loss = self.forward_backward()
+            asked, self.requested = self.requested, None  # a signal from now on counts at the next iteration
+            loss, asked = self.exchange.average(loss, asked, self.iter)
+            if not math.isfinite(loss):
+                self.diverged(loss)
+            self.losses.append(loss)
             rate = self.learning_rate
             shown = bool(p.display) and self.iter % p.display == 0
             if shown:
                 elapsed = time.perf_counter() - window_start
-                images = self.net.batch_size * p.iter_size * (self.iter + 1 - window_iter)
+                done = self.iter + 1 - window_iter
                 outputs = self.net.scalar_outputs()
+                communication = (self.comm.seconds - window_comm) * 1000 / done if self.comm.size > 1 else None
                 self.log.train(self.iter, rate, self.smoothed_loss, outputs, self.loss_weights,
-                               images / elapsed if elapsed > 0 else 0.0)
-                window_start, window_iter = time.perf_counter(), self.iter + 1
+                               self.effective_batch_size * done / elapsed if elapsed > 0 else 0.0, communication)
+                window_start, window_iter, window_comm = time.perf_counter(), self.iter + 1, self.comm.seconds
             if shown and self.debug_info:
                 self.log.blob_magnitudes(self.iter, self.net.blob_magnitudes())
             update_ratios = self.apply_update(rate, measure=shown and self.debug_info)
@@ -179,13 +210,21 @@ class Solver:
                 self.log.update_ratios(self.iter, update_ratios)
             self.iter += 1
             self.log.advance(self.iter)
-            if self.requested == "snapshot" or (p.snapshot and self.iter % p.snapshot == 0):
+            if asked == "snapshot" or (p.snapshot and self.iter % p.snapshot == 0):
                 self.snapshot()
-            if self.requested == "stop":
+            if asked == "stop":
                 self.stop_reason = f"stop requested: stopping at iteration {self.iter}"
                 self.log.message(self.stop_reason)
                 break
-            self.requested = None
+
+    def share_weights(self) -> None:
+        """Give every rank rank 0's parameter blobs (learnable or not), as the first thing a distributed run does."""
+        for layer, blobs in self.net.owned_params().items():
+            for index, blob in blobs:
+                host = numpy.ascontiguousarray(self.backend.to_host(blob.data))
+                self.comm.broadcast(host, f"receiving rank 0's weights ({layer}[{index}])")
+                blob.data[...] = self.backend.asarray(host)
+        self.weights_agreed = True
 
     def stop_early(self) -> None:
         """End training because the ``early_stop`` output has not improved for ``patience`` test passes."""
@@ -199,6 +238,11 @@ class Solver:
         """Train up to ``max_iter`` (or an early stop), snapshot at the end, and test the final weights."""
         p = self.params
         self.log.start(self.iter, p.max_iter, resumed=self.iter > 0)
+        if self.comm.size > 1:
+            per_rank = self.net.batch_size * p.iter_size
+            self.log.message(f"distributed over {self.comm.size} processes: each learns from {per_rank} records per "
+                             f"iteration, so one update averages the gradients of {self.effective_batch_size} "
+                             "(learning rates are not scaled)")
         try:
             self.step(p.max_iter - self.iter)
             if p.snapshot_after_train and self.last_snapshot_iter != self.iter:
@@ -224,23 +268,33 @@ class Solver:
         return sum(self.losses) / len(self.losses) if self.losses else float("nan")
 
     def forward_backward(self) -> float:
-        """Accumulate gradients over ``iter_size`` batches; return the mean loss (stop if not finite)."""
+        """Accumulate gradients over ``iter_size`` batches; return the mean loss.
+
+        The first layer to output a NaN or an infinity is noted for :meth:`diverged`.
+        """
         self.net.clear_param_diffs()
         loss = 0.0
         for _ in range(self.params.iter_size):
             loss += self.net.forward()
-            if not math.isfinite(loss):
-                self.diverged(loss)
+            if not math.isfinite(loss) and self.culprit is None:
+                self.culprit = self.net.first_non_finite()
             self.net.backward()
         return loss / self.params.iter_size
 
     def diverged(self, loss: float) -> None:
-        """Raise TrainingError naming the iteration and the first layer whose output is not finite."""
-        culprit = self.net.first_non_finite()
-        where = f"; the first non-finite output is layer '{culprit[0]}' top '{culprit[1]}'" if culprit else ""
+        """Raise TrainingError naming the iteration and the first layer whose output is not finite.
+
+        In a distributed run every rank raises it at the same iteration (the loss is their mean).
+        """
+        if self.culprit:
+            where = f"; the first non-finite output is layer '{self.culprit[0]}' top '{self.culprit[1]}'"
+        else:
+            where = "; it became non-finite on another rank" if self.comm.size > 1 else ""
         kept = f"the last snapshot is {self.last_snapshot}" if self.last_snapshot else "no snapshot was written"
-        raise TrainingError(f"iteration {self.iter}: the loss is {loss}{where}. Training stopped; {kept} "
-                            "(try a lower base_lr or clip_gradients)")
+        error = TrainingError(f"iteration {self.iter}: the loss is {loss}{where}. Training stopped; {kept} "
+                              "(try a lower base_lr or clip_gradients)")
+        error.every_rank = True
+        raise error
 
     def apply_update(self, rate: float, measure: bool = False) -> list[tuple[str, float, float]]:
         """Clip, normalise, regularise and apply the rule's step to every learnable blob.
@@ -278,15 +332,24 @@ class Solver:
         return data if self.params.regularization_type == "L2" else self.backend.xp.sign(data)
 
     def test_all(self) -> dict[int, dict[str, float]]:
-        """Score every test net over its ``test_iter`` batches, log the averages, and follow watched outputs."""
+        """Score every test net over its ``test_iter`` batches, log the averages, and follow watched outputs.
+
+        With N ranks each scores ``ceil(test_iter / N)`` batches of its share and
+        the scores are averaged, so together they cover the records one process would.
+        """
         self.last_test_iter = self.iter
         results = {}
         for index, net in enumerate(self.test_nets):
-            scores = net.score(self.params.test_iter[index])
+            scores = net.score(-(-self.params.test_iter[index] // self.comm.size))
+            if self.comm.size > 1:
+                values = numpy.array([scores[name] for name in sorted(scores)], dtype=numpy.float64)
+                self.comm.allreduce_mean(values, f"averaging test scores at iteration {self.iter}")
+                scores = dict(zip(sorted(scores), values.tolist()))
             self.log.test(self.iter, index, self.learning_rate, scores, net.output_loss_weights)
             results[index] = scores
         if self.best is not None and self.best.update(self.iter, results):
-            self.net.save_weights(self.best_weights_path, self.iter)
+            if self.comm.rank == 0:
+                self.net.save_weights(self.best_weights_path, self.iter)
             self.log.message(f"best {self.best.output} so far ({format_value(self.best.best)}): "
                              f"{self.best_weights_path}")
         if self.plateau is not None:
@@ -298,12 +361,28 @@ class Solver:
         """Write ``<prefix>_iter_<N>.weights.h5`` and ``.solverstate.h5``; return the state's path.
 
         With ``keep_last: K`` the periodic snapshots before the newest K are
-        then deleted (the best weights are a separate file and stay).
+        then deleted (the best weights are a separate file and stay).  In a
+        distributed run every rank calls this together and rank 0 writes,
+        keeping each rank's own random generator state.
         """
         weights, state = self._snapshot_paths(self.iter)
         kept = [it for it in self.snapshots if it != self.iter] + [self.iter]
         dropped = kept[:-self.params.keep_last] if self.params.keep_last else []
         kept = kept[len(dropped):]
+        rank_rng_states = self.comm.gather_object(self.backend.rank_rng_state(),
+                                                  f"writing the snapshot of iteration {self.iter}")
+        if self.comm.rank == 0:
+            self._write_snapshot(weights, state, kept, rank_rng_states if self.comm.size > 1 else [])
+            for iteration in dropped:
+                for path in self._snapshot_paths(iteration):
+                    if os.path.exists(path):
+                        os.remove(path)
+        self.last_snapshot, self.last_snapshot_iter = state, self.iter
+        self.snapshots = kept
+        self.log.message(f"snapshot at iteration {self.iter}: {weights}")
+        return state
+
+    def _write_snapshot(self, weights: str, state: str, kept: list[int], rank_rng_states: list[str]) -> None:
         self.net.save_weights(weights, self.iter)
         history = {}
         for lp, buffers in zip(self.learnable, self.rule.history):
@@ -317,15 +396,8 @@ class Solver:
             solver_config_hash=self.spec.config_hash, solver_yaml=self.spec.text, net_yaml=self.spec.train_net_text,
             weights_file=os.path.basename(weights), weights_sha256=solver_state.file_sha256(weights),
             lr_step=multistep_count(self.params, self.iter), history=history, runtime=runtime,
-            loss_window=list(self.losses), progress=self._progress(kept)))
-        self.last_snapshot, self.last_snapshot_iter = state, self.iter
-        self.snapshots = kept
-        self.log.message(f"snapshot at iteration {self.iter}: {weights}")
-        for iteration in dropped:
-            for path in self._snapshot_paths(iteration):
-                if os.path.exists(path):
-                    os.remove(path)
-        return state
+            loss_window=list(self.losses), progress=self._progress(kept), world_size=self.comm.size,
+            rank_rng_states=rank_rng_states))
 
     @property
     def best_weights_path(self) -> str:
@@ -352,6 +424,10 @@ class Solver:
         """
         path = os.fspath(path)
         state = solver_state.read_state(path)
+        if state.world_size != self.comm.size:
+            raise StateError(f"{path}: the state was written by a run of {state.world_size} process(es), this run "
+                             f"has {self.comm.size}; resume with the same number (mpiexec -n {state.world_size}), "
+                             "or start a new run from its weights with --weights")
         if not force:
             self._check_same_config(path, state)
         if state.solver_type != self.params.type:
@@ -371,6 +447,8 @@ class Solver:
         for index, net in enumerate(self.test_nets):
             net.restore_runtime_state(state.runtime.get(f"test{index}", {}))
         self.backend.set_rng_state(state.rng_state)
+        if state.rank_rng_states:
+            self.backend.set_rank_rng_state(state.rank_rng_states[self.comm.rank])
         self.snapshots = [int(it) for it in state.progress.get("snapshots", [state.iteration])]
         for key, watch in (("best", self.best), ("early_stop", self.plateau)):
             if watch is not None and key in state.progress:

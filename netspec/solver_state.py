@@ -5,7 +5,9 @@ Layout (HDF5, written atomically beside its weights file)::
     /                                  attrs: format, netspec_version, iteration, solver_type, lr_step,
                                               rng_state, net_name, net_config_hash, solver_config_hash,
                                               solver_yaml, net_yaml, weights_file, weights_sha256,
-                                              progress (JSON: periodic snapshots kept, watched outputs)
+                                              progress (JSON: periodic snapshots kept, watched outputs),
+                                              world_size (processes of the run), rank_rng_states (JSON:
+                                              each rank's own generator, distributed runs only)
     /history/<layer>/<blob>/<name>     the update rule's buffers, per learnable blob (layer names escaped as
                                        in weights files: % and / percent-escaped)
     /runtime/<net>/<layer>/<key>       layer run-time state (data positions); <net> is train, test0, ...
@@ -57,6 +59,8 @@ class SolverState:
     runtime: dict[str, dict[str, dict[str, numpy.ndarray]]] = field(default_factory=dict)
     loss_window: list[float] = field(default_factory=list)
     progress: dict = field(default_factory=dict)
+    world_size: int = 1
+    rank_rng_states: list[str] = field(default_factory=list)
 
 
 _ATTRS = ("iteration", "solver_type", "lr_step", "rng_state", "net_name", "net_config_hash", "solver_config_hash",
@@ -73,6 +77,8 @@ def write_state(path: str | os.PathLike, state: SolverState) -> None:
         for name in _ATTRS:
             handle.attrs[name] = getattr(state, name)
         handle.attrs["progress"] = json.dumps(state.progress)
+        handle.attrs["world_size"] = state.world_size
+        handle.attrs["rank_rng_states"] = json.dumps(state.rank_rng_states)
         for layer, blobs in state.history.items():
             for index, buffers in blobs.items():
                 for name, array in buffers.items():
@@ -97,7 +103,9 @@ def read_state(path: str | os.PathLike) -> SolverState:
             values = {name: handle.attrs[name] for name in _ATTRS}
             values["iteration"] = int(values["iteration"])
             values["lr_step"] = int(values["lr_step"])
-            state = SolverState(**values, progress=json.loads(handle.attrs.get("progress", "{}")))
+            state = SolverState(**values, progress=json.loads(handle.attrs.get("progress", "{}")),
+                                world_size=int(handle.attrs.get("world_size", 1)),
+                                rank_rng_states=json.loads(handle.attrs.get("rank_rng_states", "[]")))
             for layer, blobs in handle.get("history", {}).items():
                 state.history[unescape_name(layer)] = {int(index): {name: buf[()] for name, buf in buffers.items()}
                                         for index, buffers in blobs.items()}

@@ -121,13 +121,19 @@ class TrainingLog:
         return event
 
     def train(self, iteration: int, lr: float, smoothed_loss: float, outputs: dict[str, float],
-              loss_weights: dict[str, float], images_per_s: float) -> None:
-        """A display event: smoothed loss, rate, speed and the train net's outputs."""
+              loss_weights: dict[str, float], images_per_s: float, communication_ms: float | None = None) -> None:
+        """A display event: smoothed loss, rate, speed (of all ranks together) and the train net's outputs.
+
+        ``communication_ms``: in a distributed run, the mean time per iteration spent in collectives.
+        """
         speed = f", {images_per_s:.0f} img/s" if images_per_s else ""
+        if communication_ms is not None:
+            speed += f" ({communication_ms:.1f} ms/iter communicating)"
         self.message(f"{self.where(iteration)}: loss = {format_value(smoothed_loss)}, lr = {lr:.6g}{speed}"
                      + (f" | {format_outputs(outputs, loss_weights)}" if outputs else ""))
+        extra = {"communication_ms": communication_ms} if communication_ms is not None else {}
         self.record({**self._event(iteration, "TRAIN", lr), "smoothed_loss": smoothed_loss,
-                     "images_per_s": images_per_s, **outputs})
+                     "images_per_s": images_per_s, **extra, **outputs})
 
     def test(self, iteration: int, net_index: int, lr: float, results: dict[str, float],
              loss_weights: dict[str, float]) -> None:

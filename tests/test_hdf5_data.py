@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import h5py
 import numpy as np
 import pytest
 
 import netspec
 from netspec import ConfigError, DataError
+from netspec.backend import Backend
+from netspec.config import parse_net
+from netspec.graph import compile_net
+from netspec.net import Net
+from netspec.registry import layer_schemas
 
 
 def write(path, rows, start=0, names=("data", "label")):
@@ -50,6 +57,22 @@ def test_batches_cross_files_and_cycle(two_files):
     assert net.blobs["data"].shape == (4, 2)
     assert labels_seen(net, 3) == [[0, 1, 2, 100], [101, 0, 1, 2], [100, 101, 0, 1]]
     np.testing.assert_array_equal(net.blobs["data"].data[:, 0], [100, 101, 0, 1])
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_ranks_take_turns_row_by_row_across_files(two_files, shuffle):
+    """Two ranks of batch 2 read, together, exactly what one reader of batch 4 reads."""
+    net_file = two_files / "net.yaml"
+
+    def reader(batch, rank=0, ranks=1):
+        net_file.write_text(net_text("list.txt", batch=batch, shuffle=shuffle))
+        graph = compile_net(parse_net(str(net_file), layer_schemas()))
+        return Net(graph, backend=Backend("cpu", 5, comm=SimpleNamespace(rank=rank, size=ranks)))
+
+    whole = labels_seen(reader(4), 5)
+    shares = [labels_seen(reader(2, rank, 2), 5) for rank in range(2)]
+    for batch, first, second in zip(whole, *shares):
+        assert batch[0::2] == first and batch[1::2] == second
 
 
 def test_shuffle_is_a_reproducible_permutation(two_files):

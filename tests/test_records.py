@@ -120,13 +120,28 @@ def test_shuffled_orders_visit_every_record_once_per_epoch(shuffle):
             position += len(block)
 
 
-def test_shards_are_disjoint_and_cover_the_dataset():
-    shards = [RecordOrder(10, seed=1, shuffle="epoch", rank=r, world_size=3) for r in range(3)]
-    assert [s.size for s in shards] == [4, 3, 3]
-    epoch = [set(s.indices(0, s.size)) for s in shards]
-    assert set().union(*epoch) == set(range(10)) and sum(map(len, epoch)) == 10
+@pytest.mark.parametrize("shuffle", ["none", "epoch", 4])
+def test_shards_are_disjoint_and_cover_the_dataset_every_epoch(shuffle):
+    readers = [RecordOrder(10, seed=1, shuffle=shuffle, rank=r, world_size=3) for r in range(3)]
+    for epoch in range(3):
+        # stream positions 10 * epoch .. 10 * epoch + 9, wherever they fall among the readers
+        taken = [[int(reader.indices(p, 1)[0]) for p in range(12) if 10 * epoch <= r + 3 * p < 10 * (epoch + 1)]
+                 for r, reader in enumerate(readers)]
+        assert sorted(index for share in taken for index in share) == list(range(10))
     with pytest.raises(DataError, match="rank 3 is not in 0..2"):
         RecordOrder(10, seed=1, rank=3, world_size=3)
+    with pytest.raises(DataError, match="2 records cannot be split over 3 processes"):
+        RecordOrder(2, seed=1, world_size=3)
+
+
+@pytest.mark.parametrize("shuffle", ["none", "epoch", 4])
+def test_readers_batches_together_are_one_readers_larger_batch(shuffle):
+    single = RecordOrder(10, seed=5, shuffle=shuffle)
+    pair = [RecordOrder(10, seed=5, shuffle=shuffle, rank=r, world_size=2) for r in range(2)]
+    for k in range(7):  # batch 3 per reader against batch 6, across epoch ends
+        joined = np.empty(6, dtype=np.int64)
+        joined[0::2], joined[1::2] = pair[0].indices(3 * k, 3), pair[1].indices(3 * k, 3)
+        assert list(joined) == list(single.indices(6 * k, 6))
 
 
 def test_the_prefetcher_delivers_in_order_and_stops_cleanly():

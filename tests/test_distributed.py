@@ -1,0 +1,241 @@
+"""Data-parallel training with `mpiexec -n 2 netspec train ... --distributed` on the CPU, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import lmdb
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+from test_cli import run
+
+from netspec.io.dataset import DatasetWriter
+from netspec.io.records import encode_record, record_key
+
+MPIEXEC = shutil.which("mpiexec", path=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]))
+LIMIT = 120  # seconds any launch may take; a hang fails the test instead of stalling the suite
+
+NET = """
+name: Tiny
+layers:
+  - name: data
+    type: {data_type}
+    top: [data, label]
+    {data_block}
+  - {{name: conv, type: Convolution, bottom: data, top: conv,
+     convolution_param: {{num_output: 4, kernel_size: 3, weight_filler: {{type: xavier}}}}}}
+{extra}
+  - {{name: relu, type: ReLU, bottom: conv, top: conv}}
+  - {{name: ip, type: InnerProduct, bottom: conv, top: ip,
+     inner_product_param: {{num_output: 10, weight_filler: {{type: xavier}}}}}}
+  - {{name: loss, type: SoftmaxWithLoss, bottom: [ip, label], top: loss}}
+  - {{name: accuracy, type: Accuracy, bottom: [ip, label], top: accuracy, include: {{phase: TEST}}}}
+"""
+DATA = ("Data", "data_param: {{source: {folder}, batch_size: {batch}, shuffle_buffer: {shuffle}}}\n"
+                "    transform_param: {{crop_size: 6, mirror: true, scale: 0.0625}}")
+HDF5 = ("HDF5Data", "hdf5_data_param: {{source: {folder}/digits.h5, batch_size: {batch}, shuffle: true}}")
+BATCH_NORM = "  - {{name: bn, type: BatchNorm, bottom: conv, top: conv, batch_norm_param: {{sync: {sync}}}}}"
+DROPOUT = "  - {name: drop, type: Dropout, bottom: conv, top: conv, dropout_param: {dropout_ratio: 0.3}}"
+SOLVER = """
+net: net.yaml
+type: {type}
+base_lr: 0.05
+momentum: 0.9
+weight_decay: 0.001
+lr_policy: fixed
+max_iter: {iters}
+test_iter: [{test_iter}]
+test_interval: {iters}
+display: 1
+snapshot: {snapshot}
+snapshot_prefix: run/tiny
+random_seed: 3
+"""
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory) -> Path:
+    """The 8x8 digits as an LMDB dataset (its record 31 unreadable in a copy) and as an HDF5 file."""
+    folder = tmp_path_factory.mktemp("dist")
+    digits = load_digits()
+    images = (digits.images[:64] * 15).astype(np.uint8)[:, None]
+    writer = DatasetWriter(str(folder / "lmdb"), "lmdb")
+    for image, label in zip(images, digits.target[:64]):
+        writer.add(image, int(label), encode_record(image, int(label)))
+    writer.finish([str(d) for d in range(10)], "0" * 64, {})
+    with h5py.File(folder / "digits.h5", "w") as handle:
+        handle["data"] = images.astype(np.float32) / 16
+        handle["label"] = digits.target[:64].astype(np.float32)
+    shutil.copytree(folder / "lmdb", folder / "broken")
+    with lmdb.open(str(folder / "broken")) as env, env.begin(write=True) as txn:
+        txn.put(record_key(31), b"\x00\x00")
+    return folder
+
+
+def setup_run(folder: Path, digits: Path, batch: int, solver="SGD", data=DATA, extra="", iters=6,
+              snapshot=0, source="lmdb", test_iter=4, shuffle=16) -> Path:
+    """Write net.yaml and solver.yaml into ``folder``; return the solver's path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    data_type, block = data
+    block = block.format(folder=digits / source if data is DATA else digits, batch=batch, shuffle=shuffle)
+    (folder / "net.yaml").write_text(NET.format(data_type=data_type, data_block=block, extra=extra))
+    (folder / "solver.yaml").write_text(SOLVER.format(type=solver, iters=iters, snapshot=snapshot, test_iter=test_iter))
+    return folder / "solver.yaml"
+
+
+def mpirun(ranks: int, *args, limit: float = LIMIT) -> subprocess.CompletedProcess:
+    """``mpiexec -n ranks netspec ...`` with one math thread per process."""
+    command = [MPIEXEC, "-n", str(ranks), sys.executable, "-m", "netspec", *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=limit,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def trained(folder: Path, iteration: int) -> dict[str, np.ndarray]:
+    with h5py.File(folder / "run" / f"tiny_iter_{iteration}.weights.h5") as handle:
+        return {f"{layer}/{blob}": handle[layer][blob][()] for layer in handle for blob in handle[layer]}
+
+
+def events(folder: Path, phase: str) -> list[dict]:
+    lines = (folder / "run" / "metrics.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e["phase"] == phase]
+
+
+def assert_close(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("solver, data", [("SGD", DATA), ("Adam", HDF5)], ids=["SGD-Data", "Adam-HDF5Data"])
+def test_two_ranks_of_batch_b_learn_what_one_process_of_batch_2b_does(digits, tmp_path, solver, data):
+    one = setup_run(tmp_path / "one", digits, 8, solver, data, test_iter=4)
+    two = setup_run(tmp_path / "two", digits, 4, solver, data, test_iter=8)  # 4 batches of 4 on each rank
+    single = run("train", one)
+    assert single.returncode == 0, single.stderr
+    pair = mpirun(2, "train", two, "--distributed")
+    assert pair.returncode == 0, pair.stderr
+    assert_close(trained(tmp_path / "one", 6), trained(tmp_path / "two", 6))
+    assert "distributed over 2 processes: each learns from 4 records per iteration, so one update averages the " \
+           "gradients of 8" in pair.stdout
+    assert "rank 0: pid" in pair.stdout and "rank 1: pid" in pair.stdout
+    # rank 0 alone writes: one line per display; the loss and test scores are the ranks' means
+    train_one, train_two = events(tmp_path / "one", "TRAIN"), events(tmp_path / "two", "TRAIN")
+    assert [e["iter"] for e in train_two] == list(range(6))
+    assert [e["smoothed_loss"] for e in train_two] == pytest.approx([e["smoothed_loss"] for e in train_one], 1e-4)
+    assert all(e["communication_ms"] >= 0 for e in train_two)
+    test_one, test_two = events(tmp_path / "one", "TEST"), events(tmp_path / "two", "TEST")
+    assert [e["iter"] for e in test_two] == [0, 6]
+    for a, b in zip(test_one, test_two):
+        assert (b["accuracy"], b["loss"]) == pytest.approx((a["accuracy"], a["loss"]), 1e-4)
+
+
+def test_synchronised_batch_norm_matches_one_process_and_per_rank_statistics_do_not(digits, tmp_path):
+    one = setup_run(tmp_path / "one", digits, 8, extra=BATCH_NORM.format(sync="true"))
+    synced = setup_run(tmp_path / "synced", digits, 4, extra=BATCH_NORM.format(sync="true"))
+    local = setup_run(tmp_path / "local", digits, 4, extra=BATCH_NORM.format(sync="false"))
+    assert run("train", one).returncode == 0
+    for solver in (synced, local):
+        result = mpirun(2, "train", solver, "--distributed")
+        assert result.returncode == 0, result.stderr
+    assert_close(trained(tmp_path / "one", 6), trained(tmp_path / "synced", 6))
+    by_rank, whole = trained(tmp_path / "local", 6), trained(tmp_path / "one", 6)
+    assert not np.allclose(by_rank["bn/0"], whole["bn/0"], rtol=1e-3)  # rank 0's own statistics
+
+
+def test_a_two_rank_run_resumed_at_two_ranks_continues_bit_for_bit(digits, tmp_path):
+    straight = setup_run(tmp_path / "straight", digits, 4, "Adam", extra=DROPOUT, iters=8, snapshot=4)
+    resumed = setup_run(tmp_path / "resumed", digits, 4, "Adam", extra=DROPOUT, iters=8, snapshot=4)
+    assert mpirun(2, "train", straight, "--distributed").returncode == 0
+    first = mpirun(2, "train", resumed, "--distributed", "--max-iter", "4")
+    assert first.returncode == 0, first.stderr
+    state = tmp_path / "resumed" / "run" / "tiny_iter_4.solverstate.h5"
+    second = mpirun(2, "train", resumed, "--distributed", "--resume", state)
+    assert second.returncode == 0, second.stderr
+    a, b = trained(tmp_path / "straight", 8), trained(tmp_path / "resumed", 8)
+    assert a.keys() == b.keys() and all(np.array_equal(a[name], b[name]) for name in a)
+    refused = run("train", resumed, "--resume", state)
+    assert refused.returncode == 1
+    assert "the state was written by a run of 2 process(es), this run has 1; resume with the same number " \
+           "(mpiexec -n 2)" in refused.stderr
+
+
+def test_a_rank_that_raises_ends_every_rank_with_its_message_and_the_snapshot_survives(digits, tmp_path):
+    solver = setup_run(tmp_path, digits, 4, iters=20, snapshot=2, source="broken", shuffle=0)
+    started = time.monotonic()
+    result = mpirun(2, "train", solver, "--distributed")
+    assert result.returncode != 0 and time.monotonic() - started < 60
+    # rank 1 reads the odd records: record 31 at its fourth batch
+    assert "error: rank 1: " in result.stderr and "record 00000031: bad record" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert trained(tmp_path, 2)["conv/0"].shape == (4, 1, 3, 3)
+
+
+def launch(solver: Path, *args) -> tuple[subprocess.Popen, dict[int, int]]:
+    """Start a 2-rank run; return it and ``{rank: pid}`` once training has snapshotted once."""
+    command = [MPIEXEC, "-n", "2", sys.executable, "-m", "netspec", "train", str(solver), "--distributed", *args]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+    pids = {}
+    for line in process.stdout:
+        if line.startswith("rank ") and ": pid " in line:
+            rank, rest = line[5:].split(": pid ")
+            pids[int(rank)] = int(rest.split()[0])
+        if line.startswith("snapshot at iteration"):
+            return process, pids
+    raise AssertionError(f"the run ended before its first snapshot: {process.communicate()[1]}")
+
+
+def finish(process: subprocess.Popen) -> tuple[int, str]:
+    """Wait (bounded) for a launched run; its return code and the rest of its output (stdout and stderr)."""
+    stdout, stderr = process.communicate(timeout=LIMIT)
+    return process.returncode, stdout + stderr
+
+
+def test_a_rank_that_dies_ends_every_rank_and_the_snapshot_survives(digits, tmp_path):
+    solver = setup_run(tmp_path, digits, 4, iters=100000, snapshot=2)
+    process, pids = launch(solver)
+    os.kill(pids[1], signal.SIGKILL)
+    code, output = finish(process)
+    assert code != 0
+    assert f"PID {pids[1]}" in output and "Killed" in output  # mpiexec names the process; the log names its rank
+    assert trained(tmp_path, 2)["ip/0"].shape == (10, 64)
+
+
+def test_a_rank_that_hangs_makes_the_others_give_up_after_the_timeout(digits, tmp_path):
+    solver = setup_run(tmp_path, digits, 4, iters=100000, snapshot=2)
+    process, pids = launch(solver, "--collective-timeout", "3")
+    os.kill(pids[1], signal.SIGSTOP)
+    started = time.monotonic()
+    code, output = finish(process)
+    assert code != 0 and time.monotonic() - started < 30
+    assert "error: rank 0: the other ranks did not answer within 3 s while averaging gradients at iteration" \
+           in output
+    assert trained(tmp_path, 2)["ip/0"].shape == (10, 64)
+
+
+def test_distributed_runs_refuse_a_gpu_with_a_clear_message(digits, tmp_path):
+    result = mpirun(2, "train", setup_run(tmp_path, digits, 4), "--distributed", "--device", "gpu")
+    assert result.returncode != 0
+    assert "distributed training runs on the CPU for now (--device cpu)" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_without_mpi4py_distributed_says_how_to_install_it(digits, tmp_path):
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "mpi4py.py").write_text("raise ImportError('No module named mpi4py')\n")
+    solver = setup_run(tmp_path / "run", digits, 4)
+    result = subprocess.run([sys.executable, "-m", "netspec", "train", str(solver), "--distributed"],
+                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(blocker)})
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: --distributed needs mpi4py") and "pip install 'netspec[dist]'" \
+        in result.stderr
