@@ -179,8 +179,8 @@ def test_a_rank_that_raises_ends_every_rank_with_its_message_and_the_snapshot_su
     assert trained(tmp_path, 2)["conv/0"].shape == (4, 1, 3, 3)
 
 
-def launch(solver: Path, *args) -> tuple[subprocess.Popen, dict[int, int]]:
-    """Start a 2-rank run; return it and ``{rank: pid}`` once training has snapshotted once."""
+def launch(solver: Path, *args, until: str = "snapshot at iteration") -> tuple[subprocess.Popen, dict[int, int]]:
+    """Start a 2-rank run; return it and ``{rank: pid}`` once it prints a line starting with ``until``."""
     command = [MPIEXEC, "-n", "2", sys.executable, "-m", "netspec", "train", str(solver), "--distributed", *args]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -189,9 +189,9 @@ def launch(solver: Path, *args) -> tuple[subprocess.Popen, dict[int, int]]:
         if line.startswith("rank ") and ": pid " in line:
             rank, rest = line[5:].split(": pid ")
             pids[int(rank)] = int(rest.split()[0])
-        if line.startswith("snapshot at iteration"):
+        if line.startswith(until):
             return process, pids
-    raise AssertionError(f"the run ended before its first snapshot: {process.communicate()[1]}")
+    raise AssertionError(f"the run ended before printing '{until}': {process.communicate()[1]}")
 
 
 def finish(process: subprocess.Popen) -> tuple[int, str]:
@@ -220,6 +220,21 @@ def test_a_rank_that_hangs_makes_the_others_give_up_after_the_timeout(digits, tm
     assert "error: rank 0: the other ranks did not answer within 3 s while averaging gradients at iteration" \
            in output
     assert trained(tmp_path, 2)["ip/0"].shape == (10, 64)
+
+
+def test_a_signal_to_one_rank_acts_on_every_rank_at_the_same_iteration(digits, tmp_path):
+    solver = setup_run(tmp_path, digits, 4, iters=100000, snapshot=0)
+    process, pids = launch(solver, until="iter 2")
+    os.kill(pids[1], signal.SIGHUP)  # snapshot
+    for line in process.stdout:
+        if line.startswith("snapshot at iteration"):
+            break
+    os.kill(pids[1], signal.SIGINT)  # stop
+    code, output = finish(process)
+    assert code == 0, output
+    stopped = int(output.split("stop requested: stopping at iteration ")[1].split()[0])
+    assert f"snapshot at iteration {stopped}" in output
+    assert trained(tmp_path, stopped)["ip/0"].shape == (10, 64)
 
 
 def test_distributed_runs_refuse_a_gpu_with_a_clear_message(digits, tmp_path):
