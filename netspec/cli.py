@@ -187,9 +187,11 @@ def time_command(net_file, iterations, warmup, phase, stages, level, device, see
               help="be one rank of a data-parallel run started by mpiexec (needs the dist extra)")
 @click.option("--collective-timeout", type=click.FloatRange(min=1), default=600, show_default=True,
               help="distributed: seconds a rank waits for the others before ending the run")
+@click.option("--bucket-mb", type=click.FloatRange(min=0, min_open=True), default=25, show_default=True,
+              help="distributed: MB of gradients sent together, while backward goes on")
 @user_errors
 def train(solver_file, device, weights, resume, force, max_iter, seed, stages, level, run_dir, sigint_effect,
-          sighup_effect, debug_info, distributed, collective_timeout):
+          sighup_effect, debug_info, distributed, collective_timeout, bucket_mb):
     """Train the net of SOLVER_FILE, testing, logging and snapshotting as it says.
 
     With --distributed, run it as `mpiexec -n N netspec train SOLVER_FILE --distributed`:
@@ -199,7 +201,7 @@ def train(solver_file, device, weights, resume, force, max_iter, seed, stages, l
 
     if weights and resume:
         raise click.UsageError("give --weights (fine-tune) or --resume (continue), not both")
-    comm = MPICommunicator(collective_timeout) if distributed else SingleProcess()
+    comm = MPICommunicator(collective_timeout, bucket_mb * 2 ** 20) if distributed else SingleProcess()
     with rank_errors(comm):
         train_run(comm, solver_file, device, weights, resume, force, max_iter, seed, stages, level, run_dir,
                   sigint_effect, sighup_effect, debug_info)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy
@@ -216,10 +217,16 @@ class Net:
             self.forward_layer(index)
         return self.loss()
 
-    def backward(self) -> None:
-        """Run every layer that needs it backward; parameter diffs accumulate (see clear_param_diffs)."""
+    def backward(self, after_layer: Callable[[int], None] | None = None) -> None:
+        """Run every layer that needs it backward; parameter diffs accumulate (see clear_param_diffs).
+
+        ``after_layer(index)`` is called after each layer's turn (distributed
+        training starts sending finished gradients there).
+        """
         for index in reversed(range(len(self.layers))):
             self.backward_layer(index)
+            if after_layer is not None:
+                after_layer(index)
 
     def clear_param_diffs(self) -> None:
         """Zero the diff of every owned parameter blob."""

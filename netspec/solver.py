@@ -85,7 +85,7 @@ class Solver:
             raise ConfigError(problems)
         self.learnable = self.net.learnable_params()
         self.rule = rule_cls(p, [lp.blob.shape for lp in self.learnable], self.backend.xp, self.net.dtype)
-        self.exchange = GradientExchange(comm, [lp.blob for lp in self.learnable], self.backend, self.net.dtype)
+        self.exchange = GradientExchange(comm, self.net, self.learnable)
         self.weights_agreed = comm.size == 1
         self.culprit: tuple[str, str] | None = None
         self.iter = 0
@@ -270,15 +270,17 @@ class Solver:
     def forward_backward(self) -> float:
         """Accumulate gradients over ``iter_size`` batches; return the mean loss.
 
-        The first layer to output a NaN or an infinity is noted for :meth:`diverged`.
+        The first layer to output a NaN or an infinity is noted for :meth:`diverged`.  In a
+        distributed run the last backward pass starts sending the finished gradients.
         """
         self.net.clear_param_diffs()
         loss = 0.0
-        for _ in range(self.params.iter_size):
+        for sub in range(self.params.iter_size):
             loss += self.net.forward()
             if not math.isfinite(loss) and self.culprit is None:
                 self.culprit = self.net.first_non_finite()
-            self.net.backward()
+            last = sub == self.params.iter_size - 1
+            self.net.backward(self.exchange.layer_done if last and self.comm.size > 1 else None)
         return loss / self.params.iter_size
 
     def diverged(self, loss: float) -> None:

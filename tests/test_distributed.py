@@ -18,8 +18,10 @@ import pytest
 from sklearn.datasets import load_digits
 from test_cli import run
 
+from netspec.distributed import GradientExchange
 from netspec.io.dataset import DatasetWriter
 from netspec.io.records import encode_record, record_key
+from netspec.net import load_net
 
 MPIEXEC = shutil.which("mpiexec", path=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]))
 LIMIT = 120  # seconds any launch may take; a hang fails the test instead of stalling the suite
@@ -115,13 +117,14 @@ def assert_close(a: dict, b: dict) -> None:
         np.testing.assert_allclose(a[name], b[name], rtol=1e-4, atol=1e-5, err_msg=name)
 
 
-@pytest.mark.parametrize("solver, data", [("SGD", DATA), ("Adam", HDF5)], ids=["SGD-Data", "Adam-HDF5Data"])
-def test_two_ranks_of_batch_b_learn_what_one_process_of_batch_2b_does(digits, tmp_path, solver, data):
+@pytest.mark.parametrize("solver, data, bucket_mb", [("SGD", DATA, 25), ("Adam", HDF5, 0.0001)],
+                         ids=["SGD-Data-one-bucket", "Adam-HDF5Data-a-bucket-per-blob"])
+def test_two_ranks_of_batch_b_learn_what_one_process_of_batch_2b_does(digits, tmp_path, solver, data, bucket_mb):
     one = setup_run(tmp_path / "one", digits, 8, solver, data, test_iter=4)
     two = setup_run(tmp_path / "two", digits, 4, solver, data, test_iter=8)  # 4 batches of 4 on each rank
     single = run("train", one)
     assert single.returncode == 0, single.stderr
-    pair = mpirun(2, "train", two, "--distributed")
+    pair = mpirun(2, "train", two, "--distributed", "--bucket-mb", bucket_mb)
     assert pair.returncode == 0, pair.stderr
     assert_close(trained(tmp_path / "one", 6), trained(tmp_path / "two", 6))
     assert "distributed over 2 processes: each learns from 4 records per iteration, so one update averages the " \
@@ -254,3 +257,64 @@ def test_without_mpi4py_distributed_says_how_to_install_it(digits, tmp_path):
     assert result.returncode == 1
     assert result.stderr.startswith("error: --distributed needs mpi4py") and "pip install 'netspec[dist]'" \
         in result.stderr
+
+
+class TwinComm:
+    """Two ranks that hold the same values: a sum doubles them.  Records when each bucket starts."""
+
+    rank, size, seconds = 0, 2, 0.0
+
+    def __init__(self, bucket_bytes):
+        self.bucket_bytes = bucket_bytes
+        self.log: list[str] = []
+
+    def start_allreduce(self, array):
+        self.log.append(f"start {len(array)}")
+        array *= 2
+
+    def progress(self, requests):
+        self.log.append("progress")
+
+    def wait(self, requests, what):
+        self.log.append(f"wait {len(requests)}: {what}")
+
+
+SHARED = """
+layers:
+  - {name: in, type: Input, top: [data, label], input_param: {shape: [{dim: [2, 3]}, {dim: [2]}]}}
+  - {name: ip1, type: InnerProduct, bottom: data, top: h1, param: [{name: w}, {name: b}],
+     inner_product_param: {num_output: 3, weight_filler: {type: xavier}}}
+  - {name: relu, type: ReLU, bottom: h1, top: h1}
+  - {name: ip2, type: InnerProduct, bottom: h1, top: h2, param: [{name: w}, {name: b}],
+     inner_product_param: {num_output: 3}}
+  - {name: ip3, type: InnerProduct, bottom: h2, top: out, inner_product_param: {num_output: 4,
+     weight_filler: {type: xavier}}}
+  - {name: loss, type: SoftmaxWithLoss, bottom: [out, label], top: loss}
+"""
+
+
+def test_buckets_start_while_backward_goes_on_and_shared_weights_wait_for_their_last_user():
+    net = load_net(SHARED, phase="TRAIN", seed=0)
+    net.blobs["data"].data[...] = np.arange(6).reshape(2, 3) / 6
+    net.blobs["label"].data[...] = [1, 3]
+    learnable = net.learnable_params()  # ip1's w (9 values) and b (3), shared with ip2; ip3's w (12) and b (4)
+    comm = TwinComm(bucket_bytes=64)
+    exchange = GradientExchange(comm, net, learnable)
+    # ip3's blobs first (backward is done with them after layer 4), then the shared ones (after layer 1, not 3)
+    assert [(b.start, b.end, b.ready) for b in exchange.buckets] == [(0, 16, 4), (16, 31, 1)]
+    net.clear_param_diffs()
+    loss = net.forward()
+
+    def layer_done(index):
+        comm.log.append(f"layer {index}")
+        exchange.layer_done(index)
+
+    net.backward(layer_done)
+    expected = [lp.blob.diff.copy() for lp in learnable]
+    assert comm.log == ["layer 5", "layer 4", "start 16", "progress", "layer 3", "progress", "layer 2", "progress",
+                        "layer 1", "progress", "layer 0", "progress"]
+    mean_loss, request = exchange.average(loss, "snapshot", 7)
+    assert comm.log[-2:] == ["start 15", "wait 2: averaging gradients at iteration 7"]  # with the loss and flags
+    assert (mean_loss, request) == (pytest.approx(loss), "snapshot")
+    for lp, before in zip(learnable, expected):
+        np.testing.assert_allclose(lp.blob.diff, before)
