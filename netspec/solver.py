@@ -488,8 +488,12 @@ class Solver:
 
 
 def load_solver(source, device: str | None = None, seed: int | None = None, stages=None, level: int | None = None,
-                dtype=numpy.float32, log: TrainingLog | None = None, debug_info: bool = False) -> Solver:
-    """Read and validate a solver file (path or YAML text) with its nets, and build it on a device."""
+                dtype=numpy.float32, log: TrainingLog | None = None, debug_info: bool = False, comm=None) -> Solver:
+    """Read and validate a solver file (path or YAML text) with its nets, and build it on a device.
+
+    ``comm`` (a :class:`netspec.distributed.MPICommunicator`) makes this process one rank of a
+    distributed run.
+    """
     spec = parse_solver(source, layer_schemas(), list(solver_types()))
     return Solver(spec, device=device, seed=seed, stages=stages, level=level, dtype=dtype, log=log,
-                  debug_info=debug_info)
+                  debug_info=debug_info, comm=comm)
