@@ -24,8 +24,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from netspec.distributed import find_mpiexec
+
 CIFAR = Path(__file__).parent.parent / "configs" / "cifar10" / "cifar10_quick_train_test.yaml"
-MPIEXEC = shutil.which("mpiexec", path=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]))
+MPIEXEC = find_mpiexec()
 
 
 def train(work: Path, iterations: int, ranks: int, threads: int) -> tuple[float, float | None]:

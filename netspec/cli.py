@@ -189,22 +189,48 @@ def time_command(net_file, iterations, warmup, phase, stages, level, device, see
               help="distributed: seconds a rank waits for the others before ending the run")
 @click.option("--bucket-mb", type=click.FloatRange(min=0, min_open=True), default=25, show_default=True,
               help="distributed: MB of gradients sent together, while backward goes on")
+@click.option("--processes", type=click.IntRange(min=1), default=None,
+              help="start this many ranks on this machine (through mpiexec) and train as --distributed")
 @user_errors
 def train(solver_file, device, weights, resume, force, max_iter, seed, stages, level, run_dir, sigint_effect,
-          sighup_effect, debug_info, distributed, collective_timeout, bucket_mb):
+          sighup_effect, debug_info, distributed, collective_timeout, bucket_mb, processes):
     """Train the net of SOLVER_FILE, testing, logging and snapshotting as it says.
 
     With --distributed, run it as `mpiexec -n N netspec train SOLVER_FILE --distributed`:
-    each of the N processes learns from its own share of every batch.
+    each of the N processes learns from its own share of every batch.  --processes N
+    starts them on this machine for you.
     """
-    from netspec.distributed import MPICommunicator, SingleProcess  # noqa: PLC0415
+    from netspec.distributed import MPICommunicator, SingleProcess, launch  # noqa: PLC0415
 
     if weights and resume:
         raise click.UsageError("give --weights (fine-tune) or --resume (continue), not both")
+    if processes and distributed:
+        raise click.UsageError("--processes starts the ranks itself; leave out --distributed")
+    if processes and processes > 1:
+        given = given_arguments(click.get_current_context(), leave_out={"processes"})
+        sys.exit(launch(processes, ["train", *given, "--distributed"]))
     comm = MPICommunicator(collective_timeout, bucket_mb * 2 ** 20) if distributed else SingleProcess()
     with rank_errors(comm):
         train_run(comm, solver_file, device, weights, resume, force, max_iter, seed, stages, level, run_dir,
                   sigint_effect, sighup_effect, debug_info)
+
+
+def given_arguments(context: click.Context, leave_out: set[str]) -> list[str]:
+    """The command line arguments and options the user gave (not defaulted ones), rebuilt from their values."""
+    arguments = []
+    for param in context.command.params:
+        source = context.get_parameter_source(param.name)
+        if param.name in leave_out or source in (None, click.core.ParameterSource.DEFAULT):
+            continue
+        value = context.params[param.name]
+        if isinstance(param, click.Argument):
+            arguments.append(str(value))
+        elif param.is_flag:
+            arguments += [param.opts[0]] if value else []
+        else:
+            for item in value if param.multiple else [value]:
+                arguments += [param.opts[0], str(item)]
+    return arguments
 
 
 def train_run(comm, solver_file, device, weights, resume, force, max_iter, seed, stages, level, run_dir,

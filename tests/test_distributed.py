@@ -13,17 +13,20 @@ from pathlib import Path
 
 import h5py
 import lmdb
+from click.testing import CliRunner
 import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 from test_cli import run
 
-from netspec.distributed import GradientExchange
+from netspec import distributed
+from netspec.cli import main
+from netspec.distributed import GradientExchange, find_mpiexec
 from netspec.io.dataset import DatasetWriter
 from netspec.io.records import encode_record, record_key
 from netspec.net import load_net
 
-MPIEXEC = shutil.which("mpiexec", path=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]))
+MPIEXEC = find_mpiexec()
 LIMIT = 120  # seconds any launch may take; a hang fails the test instead of stalling the suite
 
 NET = """
@@ -55,6 +58,7 @@ momentum: 0.9
 weight_decay: 0.001
 lr_policy: fixed
 max_iter: {iters}
+iter_size: {iter_size}
 test_iter: [{test_iter}]
 test_interval: {iters}
 display: 1
@@ -84,13 +88,14 @@ def digits(tmp_path_factory) -> Path:
 
 
 def setup_run(folder: Path, digits: Path, batch: int, solver="SGD", data=DATA, extra="", iters=6,
-              snapshot=0, source="lmdb", test_iter=4, shuffle=16) -> Path:
+              snapshot=0, source="lmdb", test_iter=4, shuffle=16, iter_size=1) -> Path:
     """Write net.yaml and solver.yaml into ``folder``; return the solver's path."""
     folder.mkdir(parents=True, exist_ok=True)
     data_type, block = data
     block = block.format(folder=digits / source if data is DATA else digits, batch=batch, shuffle=shuffle)
     (folder / "net.yaml").write_text(NET.format(data_type=data_type, data_block=block, extra=extra))
-    (folder / "solver.yaml").write_text(SOLVER.format(type=solver, iters=iters, snapshot=snapshot, test_iter=test_iter))
+    (folder / "solver.yaml").write_text(SOLVER.format(type=solver, iters=iters, snapshot=snapshot, test_iter=test_iter,
+                                                       iter_size=iter_size))
     return folder / "solver.yaml"
 
 
@@ -117,18 +122,19 @@ def assert_close(a: dict, b: dict) -> None:
         np.testing.assert_allclose(a[name], b[name], rtol=1e-4, atol=1e-5, err_msg=name)
 
 
-@pytest.mark.parametrize("solver, data, bucket_mb", [("SGD", DATA, 25), ("Adam", HDF5, 0.0001)],
-                         ids=["SGD-Data-one-bucket", "Adam-HDF5Data-a-bucket-per-blob"])
-def test_two_ranks_of_batch_b_learn_what_one_process_of_batch_2b_does(digits, tmp_path, solver, data, bucket_mb):
-    one = setup_run(tmp_path / "one", digits, 8, solver, data, test_iter=4)
-    two = setup_run(tmp_path / "two", digits, 4, solver, data, test_iter=8)  # 4 batches of 4 on each rank
+@pytest.mark.parametrize("solver, data, bucket_mb, iter_size", [("SGD", DATA, 25, 1), ("Adam", HDF5, 0.0001, 2)],
+                         ids=["SGD-Data-one-bucket", "Adam-HDF5Data-a-bucket-per-blob-iter_size-2"])
+def test_two_ranks_of_batch_b_learn_what_one_process_of_batch_2b_does(digits, tmp_path, solver, data, bucket_mb,
+                                                                       iter_size):
+    one = setup_run(tmp_path / "one", digits, 8, solver, data, test_iter=4, iter_size=iter_size)
+    two = setup_run(tmp_path / "two", digits, 4, solver, data, test_iter=8, iter_size=iter_size)  # 4 batches of 4 a rank
     single = run("train", one)
     assert single.returncode == 0, single.stderr
     pair = mpirun(2, "train", two, "--distributed", "--bucket-mb", bucket_mb)
     assert pair.returncode == 0, pair.stderr
     assert_close(trained(tmp_path / "one", 6), trained(tmp_path / "two", 6))
-    assert "distributed over 2 processes: each learns from 4 records per iteration, so one update averages the " \
-           "gradients of 8" in pair.stdout
+    assert f"distributed over 2 processes: each learns from {4 * iter_size} records per iteration, so one update " \
+           f"averages the gradients of {8 * iter_size}" in pair.stdout
     assert "rank 0: pid" in pair.stdout and "rank 1: pid" in pair.stdout
     # rank 0 alone writes: one line per display; the loss and test scores are the ranks' means
     train_one, train_two = events(tmp_path / "one", "TRAIN"), events(tmp_path / "two", "TRAIN")
@@ -238,6 +244,25 @@ def test_a_signal_to_one_rank_acts_on_every_rank_at_the_same_iteration(digits, t
     stopped = int(output.split("stop requested: stopping at iteration ")[1].split()[0])
     assert f"snapshot at iteration {stopped}" in output
     assert trained(tmp_path, stopped)["ip/0"].shape == (10, 64)
+
+
+def test_processes_starts_the_ranks_itself_with_a_share_of_the_cores_each(digits, tmp_path):
+    solver = setup_run(tmp_path, digits, 4)
+    result = run("train", solver, "--processes", "2", "--seed", "5", "--stage", "unused")
+    assert result.returncode == 0, result.stderr
+    assert "distributed over 2 processes" in result.stdout and "rank 1: pid" in result.stdout
+    assert "OMP_NUM_THREADS is not set" not in result.stdout
+    assert [e["iter"] for e in events(tmp_path, "TRAIN")] == list(range(6))
+    both = run("train", solver, "--processes", "2", "--distributed")
+    assert both.returncode == 2 and "--processes starts the ranks itself; leave out --distributed" in both.stderr
+
+
+def test_processes_without_mpiexec_says_how_to_install_one(digits, tmp_path, monkeypatch):
+    monkeypatch.setattr(distributed, "find_mpiexec", lambda: None)
+    result = CliRunner().invoke(main, ["train", str(setup_run(tmp_path, digits, 4)), "--processes", "2"])
+    assert result.exit_code == 1
+    assert result.output.startswith("error: starting 2 processes needs mpiexec, and there is none beside Python or "
+                                    "on the PATH: pip install 'netspec[dist]'")
 
 
 def test_distributed_runs_refuse_a_gpu_with_a_clear_message(digits, tmp_path):
