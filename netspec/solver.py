@@ -198,7 +198,7 @@ class Solver:
             if shown:
                 elapsed = time.perf_counter() - window_start
                 done = self.iter + 1 - window_iter
-                outputs = self.net.scalar_outputs()
+                outputs = self.mean_over_ranks(self.net.scalar_outputs(), f"averaging outputs at iteration {self.iter}")
                 communication = (self.comm.seconds - window_comm) * 1000 / done if self.comm.size > 1 else None
                 self.log.train(self.iter, rate, self.smoothed_loss, outputs, self.loss_weights,
                                self.effective_batch_size * done / elapsed if elapsed > 0 else 0.0, communication)
@@ -333,6 +333,15 @@ class Solver:
         """The decay's direction: ``w`` for L2, ``sign(w)`` for L1."""
         return data if self.params.regularization_type == "L2" else self.backend.xp.sign(data)
 
+    def mean_over_ranks(self, values: dict[str, float], what: str) -> dict[str, float]:
+        """Each value averaged over the ranks (every rank has the same names, in the same order)."""
+        if self.comm.size == 1:
+            return values
+        names = list(values)
+        array = numpy.array([values[name] for name in names], dtype=numpy.float64)
+        self.comm.allreduce_mean(array, what)
+        return dict(zip(names, array.tolist()))
+
     def test_all(self) -> dict[int, dict[str, float]]:
         """Score every test net over its ``test_iter`` batches, log the averages, and follow watched outputs.
 
@@ -343,10 +352,7 @@ class Solver:
         results = {}
         for index, net in enumerate(self.test_nets):
             scores = net.score(-(-self.params.test_iter[index] // self.comm.size))
-            if self.comm.size > 1:
-                values = numpy.array([scores[name] for name in sorted(scores)], dtype=numpy.float64)
-                self.comm.allreduce_mean(values, f"averaging test scores at iteration {self.iter}")
-                scores = dict(zip(sorted(scores), values.tolist()))
+            scores = self.mean_over_ranks(scores, f"averaging test scores at iteration {self.iter}")
             self.log.test(self.iter, index, self.learning_rate, scores, net.output_loss_weights)
             results[index] = scores
         if self.best is not None and self.best.update(self.iter, results):
