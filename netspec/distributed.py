@@ -3,9 +3,11 @@
 ``mpiexec -n N netspec train SOLVER.yaml --distributed`` starts N copies of
 one run.  Each copy is a *rank*: it builds the same nets from the same seed,
 reads its own share of every batch (see :class:`netspec.batches.RecordOrder`),
-and after backward all ranks average their gradients with one allreduce over
-a flat buffer, so every rank applies the same update to the same weights.
-Only rank 0 writes logs, metrics and snapshots.
+and the ranks average their gradients through one flat buffer, sent in
+buckets while backward goes on (:class:`GradientExchange`), so every rank
+applies the same update to the same weights.  Only rank 0 writes logs,
+metrics and snapshots.  ``netspec train --processes N`` starts the ranks on
+this machine (:func:`launch`).
 
 Every collective waits a bounded time.  A rank that raises aborts the whole
 job (the command line calls :meth:`MPICommunicator.abort`); one that dies is
