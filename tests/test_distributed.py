@@ -53,7 +53,7 @@ DROPOUT = "  - {name: drop, type: Dropout, bottom: conv, top: conv, dropout_para
 SOLVER = """
 net: net.yaml
 type: {type}
-base_lr: 0.05
+base_lr: {base_lr}
 momentum: 0.9
 weight_decay: 0.001
 lr_policy: fixed
@@ -88,14 +88,14 @@ def digits(tmp_path_factory) -> Path:
 
 
 def setup_run(folder: Path, digits: Path, batch: int, solver="SGD", data=DATA, extra="", iters=6,
-              snapshot=0, source="lmdb", test_iter=4, shuffle=16, iter_size=1) -> Path:
+              snapshot=0, source="lmdb", test_iter=4, shuffle=16, iter_size=1, base_lr=0.05) -> Path:
     """Write net.yaml and solver.yaml into ``folder``; return the solver's path."""
     folder.mkdir(parents=True, exist_ok=True)
     data_type, block = data
     block = block.format(folder=digits / source if data is DATA else digits, batch=batch, shuffle=shuffle)
     (folder / "net.yaml").write_text(NET.format(data_type=data_type, data_block=block, extra=extra))
     (folder / "solver.yaml").write_text(SOLVER.format(type=solver, iters=iters, snapshot=snapshot, test_iter=test_iter,
-                                                       iter_size=iter_size))
+                                                       iter_size=iter_size, base_lr=base_lr))
     return folder / "solver.yaml"
 
 
@@ -187,6 +187,13 @@ def test_a_rank_that_raises_ends_every_rank_with_its_message_and_the_snapshot_su
     assert "error: rank 1: " in result.stderr and "record 00000031: bad record" in result.stderr
     assert "Traceback" not in result.stderr
     assert trained(tmp_path, 2)["conv/0"].shape == (4, 1, 3, 3)
+
+
+def test_a_diverging_run_stops_every_rank_at_the_same_iteration_with_one_message(digits, tmp_path):
+    result = mpirun(2, "train", setup_run(tmp_path, digits, 4, iters=50, base_lr=1e12), "--distributed")
+    assert result.returncode == 1
+    assert result.stderr.count("error: ") == 1 and "Abort" not in result.stderr
+    assert "\nerror: iteration " in "\n" + result.stderr and "the loss is nan" in result.stderr
 
 
 def launch(solver: Path, *args, until: str = "snapshot at iteration") -> tuple[subprocess.Popen, dict[int, int]]:
