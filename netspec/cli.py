@@ -236,6 +236,7 @@ def given_arguments(context: click.Context, leave_out: set[str]) -> list[str]:
 def train_run(comm, solver_file, device, weights, resume, force, max_iter, seed, stages, level, run_dir,
               sigint_effect, sighup_effect, debug_info):
     """The body of ``netspec train``, run by every rank; rank 0 alone prints and writes."""
+    import numpy  # noqa: PLC0415
     from netspec.signals import signal_effects  # noqa: PLC0415
     from netspec.solver import Solver  # noqa: PLC0415
     from netspec.solver_config import parse_solver  # noqa: PLC0415
@@ -269,7 +270,8 @@ def train_run(comm, solver_file, device, weights, resume, force, max_iter, seed,
         f"{solver.params.max_iter} iterations" + (f" ({epochs:.2f} epochs)" if epochs else "")
         + f"; run folder {run_dir}")
     try:
-        with signal_effects(solver, sigint_effect, sighup_effect):
+        # a loss gone NaN or infinite is reported by the solver, naming the layer; NumPy's warnings would only add noise
+        with signal_effects(solver, sigint_effect, sighup_effect), numpy.errstate(over="ignore", invalid="ignore"):
             solver.solve()
     finally:
         solver.close()

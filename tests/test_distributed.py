@@ -192,8 +192,8 @@ def test_a_rank_that_raises_ends_every_rank_with_its_message_and_the_snapshot_su
 def test_a_diverging_run_stops_every_rank_at_the_same_iteration_with_one_message(digits, tmp_path):
     result = mpirun(2, "train", setup_run(tmp_path, digits, 4, iters=50, base_lr=1e12), "--distributed")
     assert result.returncode == 1
-    assert result.stderr.count("error: ") == 1 and "Abort" not in result.stderr
-    assert "\nerror: iteration " in "\n" + result.stderr and "the loss is nan" in result.stderr
+    assert len(result.stderr.splitlines()) == 1  # rank 0's message alone: no MPI_Abort, no NumPy warnings
+    assert result.stderr.startswith("error: iteration ") and "the loss is nan" in result.stderr
 
 
 def launch(solver: Path, *args, until: str = "snapshot at iteration") -> tuple[subprocess.Popen, dict[int, int]]:
