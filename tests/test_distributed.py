@@ -234,8 +234,8 @@ def test_a_rank_that_hangs_makes_the_others_give_up_after_the_timeout(digits, tm
     started = time.monotonic()
     code, output = finish(process)
     assert code != 0 and time.monotonic() - started < 30
-    assert "error: rank 0: the other ranks did not answer within 3 s while averaging gradients at iteration" \
-           in output
+    # rank 0 waits in whichever collective rank 1 was stopped before (gradients, or the outputs shown)
+    assert "error: rank 0: the other ranks did not answer within 3 s while averaging " in output
     assert trained(tmp_path, 2)["ip/0"].shape == (10, 64)
 
 
