@@ -280,7 +280,7 @@ class Solver:
             if not math.isfinite(loss) and self.culprit is None:
                 self.culprit = self.net.first_non_finite()
             last = sub == self.params.iter_size - 1
-            self.net.backward(self.exchange.layer_done if last and self.comm.size > 1 else None)
+            self.net.backward(self.exchange.layer_done if last else None)
         return loss / self.params.iter_size
 
     def diverged(self, loss: float) -> None:

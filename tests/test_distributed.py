@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -18,6 +17,7 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 from test_cli import run
+from test_train_cli import events
 
 from netspec import distributed
 from netspec.cli import main
@@ -111,11 +111,6 @@ def trained(folder: Path, iteration: int) -> dict[str, np.ndarray]:
         return {f"{layer}/{blob}": handle[layer][blob][()] for layer in handle for blob in handle[layer]}
 
 
-def events(folder: Path, phase: str) -> list[dict]:
-    lines = (folder / "run" / "metrics.jsonl").read_text().splitlines()
-    return [e for e in map(json.loads, lines) if e["phase"] == phase]
-
-
 def assert_close(a: dict, b: dict) -> None:
     assert a.keys() == b.keys()
     for name in a:
@@ -137,12 +132,12 @@ def test_two_ranks_of_batch_b_learn_what_one_process_of_batch_2b_does(digits, tm
            f"averages the gradients of {8 * iter_size}" in pair.stdout
     assert "rank 0: pid" in pair.stdout and "rank 1: pid" in pair.stdout
     # rank 0 alone writes: one line per display; the loss and test scores are the ranks' means
-    train_one, train_two = events(tmp_path / "one", "TRAIN"), events(tmp_path / "two", "TRAIN")
+    train_one, train_two = events(tmp_path / "one" / "run", "TRAIN"), events(tmp_path / "two" / "run", "TRAIN")
     assert [e["iter"] for e in train_two] == list(range(6))
     for key in ("smoothed_loss", "loss"):
         assert [e[key] for e in train_two] == pytest.approx([e[key] for e in train_one], 1e-4)
     assert all(e["communication_ms"] >= 0 for e in train_two)
-    test_one, test_two = events(tmp_path / "one", "TEST"), events(tmp_path / "two", "TEST")
+    test_one, test_two = events(tmp_path / "one" / "run", "TEST"), events(tmp_path / "two" / "run", "TEST")
     assert [e["iter"] for e in test_two] == [0, 6]
     for a, b in zip(test_one, test_two):
         assert (b["accuracy"], b["loss"]) == pytest.approx((a["accuracy"], a["loss"]), 1e-4)
@@ -260,7 +255,7 @@ def test_processes_starts_the_ranks_itself_with_a_share_of_the_cores_each(digits
     assert result.returncode == 0, result.stderr
     assert "distributed over 2 processes" in result.stdout and "rank 1: pid" in result.stdout
     assert "OMP_NUM_THREADS is not set" not in result.stdout
-    assert [e["iter"] for e in events(tmp_path, "TRAIN")] == list(range(6))
+    assert [e["iter"] for e in events(tmp_path / "run", "TRAIN")] == list(range(6))
     both = run("train", solver, "--processes", "2", "--distributed")
     assert both.returncode == 2 and "--processes starts the ranks itself; leave out --distributed" in both.stderr
 
