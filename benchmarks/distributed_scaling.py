@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from netspec.distributed import find_mpiexec
+from netspec.training.distributed import find_mpiexec
 
 CIFAR = Path(__file__).parent.parent / "configs" / "cifar10" / "cifar10_quick_train_test.yaml"
 MPIEXEC = find_mpiexec()

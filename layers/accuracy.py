@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from netspec.config import doc
-from netspec.errors import ParamError, ShapeError
-from netspec.layer import Layer
 from netspec.layers.softmax import softmax_view
-from netspec.registry import register_layer
+
+from netspec.engine.layer import Layer
+from netspec.engine.registry import register_layer
+from netspec.errors import ParamError, ShapeError
+from netspec.spec.schema import doc
 
 
 @dataclass

@@ -9,11 +9,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from netspec.config import doc
+from netspec.engine.fillers import FillerParams, constant
+from netspec.engine.layer import Layer
+from netspec.engine.registry import register_layer
 from netspec.errors import ParamError, ShapeError
-from netspec.fillers import FillerParams, constant
-from netspec.layer import Layer
-from netspec.registry import register_layer
+from netspec.spec.schema import doc
 
 
 class Elementwise(Layer):

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import numpy
 
-from netspec.config import doc
+from netspec.engine.layer import Layer
+from netspec.engine.registry import register_layer
 from netspec.errors import ShapeError
-from netspec.layer import Layer
-from netspec.registry import register_layer
+from netspec.spec.schema import doc
 
 
 @dataclass

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from netspec.config import FilePath, doc, required
+from netspec.data import hdf5
+from netspec.engine.layer import Layer
+from netspec.engine.registry import register_layer
 from netspec.errors import DataError, ParamError
-from netspec.io import hdf5
-from netspec.layer import Layer
-from netspec.registry import register_layer
+from netspec.spec.schema import FilePath, doc, required
 
 
 @dataclass

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from netspec.config import FilePath, required
-from netspec.io.hdf5 import ArrayWriter
-from netspec.layer import Layer
-from netspec.registry import register_layer
+from netspec.data.hdf5 import ArrayWriter
+from netspec.engine.layer import Layer
+from netspec.engine.registry import register_layer
+from netspec.spec.schema import FilePath, required
 
 DATASET_NAMES = ("data", "label")
 

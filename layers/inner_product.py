@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from netspec.config import doc, required
+from netspec.engine.fillers import FillerParams
+from netspec.engine.layer import Layer, canonical_axis
+from netspec.engine.registry import register_layer
 from netspec.errors import ParamError
-from netspec.fillers import FillerParams
-from netspec.layer import Layer, canonical_axis
-from netspec.registry import register_layer
+from netspec.spec.schema import doc, required
 
 
 @dataclass

@@ -10,11 +10,12 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from netspec.config import doc
-from netspec.errors import DataError, ShapeError
-from netspec.layer import Layer
 from netspec.layers.softmax import SoftmaxParams, softmax, softmax_view
-from netspec.registry import register_layer
+
+from netspec.engine.layer import Layer
+from netspec.engine.registry import register_layer
+from netspec.errors import DataError, ShapeError
+from netspec.spec.schema import doc
 
 
 @dataclass

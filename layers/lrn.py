@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from netspec.config import doc
-from netspec.errors import ParamError
-from netspec.layer import Layer
 from netspec.layers.spatial import pad_hw, require_4d, window
-from netspec.registry import register_layer
+
+from netspec.engine.layer import Layer
+from netspec.engine.registry import register_layer
+from netspec.errors import ParamError
+from netspec.spec.schema import doc
 
 
 @dataclass

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from netspec.config import doc
+from netspec.engine.layer import Layer
+from netspec.engine.registry import register_layer
 from netspec.errors import ShapeError
-from netspec.layer import Layer
-from netspec.registry import register_layer
+from netspec.spec.schema import doc
 
 
 @dataclass

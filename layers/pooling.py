@@ -6,11 +6,12 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from netspec.config import doc
-from netspec.errors import ParamError, ShapeError
-from netspec.layer import Layer
 from netspec.layers.spatial import hw, pad_hw, require_4d
-from netspec.registry import register_layer
+
+from netspec.engine.layer import Layer
+from netspec.engine.registry import register_layer
+from netspec.errors import ParamError, ShapeError
+from netspec.spec.schema import doc
 
 
 @dataclass

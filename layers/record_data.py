@@ -8,13 +8,13 @@ from typing import Literal
 
 import numpy
 
-from netspec.batches import Prefetcher, RecordOrder
-from netspec.config import FilePath, doc, required
+from netspec.data.batches import Prefetcher, RecordOrder
+from netspec.data.dataset import Dataset, read_manifest
+from netspec.data.transform import Transformer, TransformParams
+from netspec.engine.layer import Layer
+from netspec.engine.registry import register_layer
 from netspec.errors import DataError, ParamError
-from netspec.io.dataset import Dataset, read_manifest
-from netspec.layer import Layer
-from netspec.registry import register_layer
-from netspec.transform import Transformer, TransformParams
+from netspec.spec.schema import FilePath, doc, required
 
 
 class RecordBatches(Layer, abc.ABC):

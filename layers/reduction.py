@@ -6,9 +6,9 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from netspec.config import doc
-from netspec.layer import Layer, canonical_axis
-from netspec.registry import register_layer
+from netspec.engine.layer import Layer, canonical_axis
+from netspec.engine.registry import register_layer
+from netspec.spec.schema import doc
 
 
 @dataclass

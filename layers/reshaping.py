@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from netspec.config import doc
-from netspec.errors import ShapeError
-from netspec.layer import Layer, canonical_axis
 from netspec.layers.data import BlobShape
-from netspec.registry import register_layer
+
+from netspec.engine.layer import Layer, canonical_axis
+from netspec.engine.registry import register_layer
+from netspec.errors import ShapeError
+from netspec.spec.schema import doc
 
 
 class Reshaping(Layer):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from netspec.config import doc
+from netspec.engine.fillers import FillerParams, constant
+from netspec.engine.layer import Layer, canonical_axis
+from netspec.engine.registry import register_layer
 from netspec.errors import ShapeError
-from netspec.fillers import FillerParams, constant
-from netspec.layer import Layer, canonical_axis
-from netspec.registry import register_layer
+from netspec.spec.schema import doc
 
 
 def broadcast_shape(x_shape, axis: int, num_axes: int, key: str, operand=None):

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from netspec.config import Context, YamlList, doc, load_yaml, read_block, read_source, required
-from netspec.errors import ConfigError, Problem
 from netspec.model_zoo.card import InputSpec
+
+from netspec.errors import ConfigError, Problem
+from netspec.spec.schema import Context, doc, read_block, required
+from netspec.spec.yaml_lines import YamlList, load_yaml, read_source
 
 BUILTIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "builtin.yaml")
 # configs/ sits beside the package folders in a source checkout (and an editable install)

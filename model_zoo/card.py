@@ -16,8 +16,9 @@ from typing import Literal
 
 import yaml
 
-from netspec.config import Context, YamlMap, doc, load_yaml, read_block, required
 from netspec.errors import ConfigError, Problem
+from netspec.spec.schema import Context, doc, read_block, required
+from netspec.spec.yaml_lines import YamlMap, load_yaml
 
 CARD = "model.yaml"
 README = "README.md"

@@ -18,10 +18,19 @@ import urllib.parse
 import urllib.request
 
 import yaml
+from netspec.model_zoo.card import CARD, ModelCard, file_sha256, parse_card
+from netspec.model_zoo.zoo import (
+    INDEX,
+    MODELS,
+    Zoo,
+    ZooError,
+    check_index,
+    split_ref,
+    version_key,
+    write_readme,
+)
 
 from netspec.errors import ConfigError
-from netspec.model_zoo.card import CARD, ModelCard, file_sha256, parse_card
-from netspec.model_zoo.zoo import INDEX, MODELS, Zoo, ZooError, check_index, split_ref, version_key, write_readme
 
 SMALL_FILE_LIMIT = 1 << 20  # index.json and model.yaml are never larger
 CHUNK = 1 << 16

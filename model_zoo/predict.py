@@ -11,16 +11,15 @@ from __future__ import annotations
 import os
 
 import numpy
-
-from netspec.config import parse_net
-from netspec.errors import DataError
-from netspec.graph import compile_net
-from netspec.io.images import decode_image, resized
 from netspec.model_zoo.card import CARD, ModelCard, read_card
 from netspec.model_zoo.zoo import Zoo, ZooError, verify_folder
-from netspec.net import Net
-from netspec.registry import layer_schemas
-from netspec.transform import Transformer, TransformParams
+
+from netspec.data.images import decode_image, resized
+from netspec.data.transform import Transformer, TransformParams
+from netspec.engine.net import Net, compile_net
+from netspec.engine.registry import layer_schemas
+from netspec.errors import DataError
+from netspec.spec.net_spec import parse_net
 
 
 def model_folder(name_or_path: str, zoo: str | None = None) -> str:

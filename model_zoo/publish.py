@@ -9,10 +9,6 @@ import shutil
 from dataclasses import dataclass, field
 
 import h5py
-
-from netspec.config import NetState
-from netspec.errors import NetspecError
-from netspec.graph import included
 from netspec.model_zoo.card import (
     CARD,
     InputSpec,
@@ -25,8 +21,13 @@ from netspec.model_zoo.card import (
     file_sha256,
 )
 from netspec.model_zoo.zoo import Zoo, ZooError, write_readme
-from netspec.net import load_net
-from netspec.plots import EVENT_KEYS, read_metrics
+
+from netspec.engine.net import load_net
+from netspec.errors import NetspecError
+from netspec.graph.compiler import included
+from netspec.inspect.plots import EVENT_KEYS, read_metrics
+from netspec.spec.net_spec import NetState
+from netspec.version import __version__
 
 RUN_SOURCES = "sources.json"  # written by netspec train into RUN_DIR/config: the files it read
 
@@ -74,8 +75,8 @@ def run_sources(run_dir: str) -> dict:
 
 def train_data_layer(sources: dict):
     """The TRAIN data layer spec of the run's solver (re-read from where training found it), or None."""
-    from netspec.registry import layer_schemas, solver_types  # noqa: PLC0415
-    from netspec.solver_config import parse_solver  # noqa: PLC0415
+    from netspec.engine.registry import layer_schemas, solver_types  # noqa: PLC0415
+    from netspec.spec.solver_spec import parse_solver  # noqa: PLC0415
 
     solver_file = sources.get("solver")
     if not solver_file or not os.path.isfile(solver_file):
@@ -158,7 +159,6 @@ def _build_card(request: PublishRequest, net, shape, staged: str) -> ModelCard:
     with h5py.File(request.weights, "r") as handle:
         provenance.iterations = int(handle.attrs.get("iteration", 0))
         provenance.config_hash = str(handle.attrs.get("config_hash", ""))
-    from netspec import __version__  # noqa: PLC0415
 
     provenance.netspec_version = __version__
     provenance.date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

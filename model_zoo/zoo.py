@@ -17,9 +17,19 @@ import re
 import shutil
 import tempfile
 
+from netspec.model_zoo.card import (
+    CARD,
+    README,
+    ModelCard,
+    check_name,
+    check_version,
+    file_sha256,
+    read_card,
+    readme,
+)
+
 from netspec.atomic import atomic_path
 from netspec.errors import ConfigError, NetspecError
-from netspec.model_zoo.card import CARD, README, ModelCard, check_name, check_version, file_sha256, read_card, readme
 
 INDEX = "index.json"
 INDEX_FORMAT = "netspec-zoo-1"

@@ -3,16 +3,26 @@
 >>> import netspec
 >>> net = netspec.load_net("configs/lenet/lenet_train_test.yaml", phase="TRAIN")
 >>> loss = net.forward(); net.backward()
+
+Importing netspec registers the built-in layer types and update rules
+(``netspec.layers``, ``netspec.solvers``); ARCHITECTURE.md maps the packages.
 """
 
-__version__ = "0.1.0"
-
-from netspec.errors import (  # noqa: E402
-    ConfigError, DataError, NetspecError, ShapeError, StateError, TrainingError, WeightsError,
+import netspec.layers  # registers the built-in layer types
+import netspec.solvers  # registers the built-in update rules
+from netspec.engine.builder import L, NetSpec
+from netspec.engine.net import Net, load_net
+from netspec.errors import (
+    ConfigError,
+    DataError,
+    NetspecError,
+    ShapeError,
+    StateError,
+    TrainingError,
+    WeightsError,
 )
-from netspec.builder import L, NetSpec  # noqa: E402
-from netspec.net import Net, load_net  # noqa: E402
-from netspec.solver import Solver, load_solver  # noqa: E402
+from netspec.training.solver import Solver, load_solver
+from netspec.version import __version__
 
 __all__ = ["ConfigError", "DataError", "L", "Net", "NetSpec", "NetspecError", "ShapeError", "Solver", "StateError",
            "TrainingError", "WeightsError", "load_net", "load_solver", "__version__"]

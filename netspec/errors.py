@@ -7,6 +7,7 @@ or ``KeyError``.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 
 
@@ -89,3 +90,13 @@ class TrainingError(NetspecError):
 
 class DistributedError(NetspecError):
     """A multi-process run cannot go on: MPI is missing, or another rank stopped answering."""
+
+
+def did_you_mean(word: str, candidates) -> str:
+    """A ``"; did you mean 'x'?"`` suffix for the closest candidate, or ''."""
+    close = difflib.get_close_matches(str(word), [str(c) for c in candidates], n=1, cutoff=0.6)
+    if not close:
+        lowered = {str(c).lower(): str(c) for c in candidates}
+        if str(word).lower() in lowered:
+            close = [lowered[str(word).lower()]]
+    return f"; did you mean '{close[0]}'?" if close else ""

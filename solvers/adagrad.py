@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from netspec.registry import register_solver
-from netspec.update_rule import UpdateRule
+from netspec.engine.registry import register_solver
+from netspec.engine.update_rule import UpdateRule
 
 
 @register_solver

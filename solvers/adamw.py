@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from netspec.registry import register_solver
 from netspec.solvers.adam import Adam
+
+from netspec.engine.registry import register_solver
 
 
 @register_solver

@@ -11,10 +11,10 @@ from test_cli import run
 from test_modules import canonical
 
 import netspec
+from netspec.engine.registry import layer_schemas, solver_types
 from netspec.errors import DataError
-from netspec.io.prototxt import parse_prototxt
-from netspec.registry import layer_schemas, solver_types
-from netspec.solver_config import parse_solver
+from netspec.interop.prototxt import parse_prototxt
+from netspec.spec.solver_spec import parse_solver
 
 HERE = Path(__file__).parent / "caffe"
 ROOT = Path(__file__).parent.parent

@@ -106,7 +106,7 @@ def test_check_weights_of_another_shape_or_net(tmp_path):
 def test_layers_lists_and_documents():
     result = run("layers")
     assert result.returncode == 0
-    assert len(result.stdout.strip().splitlines()) == len(netspec.registry.layer_types())
+    assert len(result.stdout.strip().splitlines()) == len(netspec.engine.registry.layer_types())
     doc = run("layers", "Pooling").stdout
     for text in ("ceil", "bottoms: 1   tops: 1   in place: no", "pooling_param:", "round_mode", "CEIL", "Example"):
         assert text in doc

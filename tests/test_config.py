@@ -7,8 +7,8 @@ import os
 import pytest
 
 from netspec import ConfigError
-from netspec.config import parse_net
-from netspec.registry import layer_schemas
+from netspec.engine.registry import layer_schemas
+from netspec.spec.net_spec import parse_net
 
 
 def parse(text):

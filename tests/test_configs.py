@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import netspec
-from netspec.config import parse_net
-from netspec.graph import compile_net
-from netspec.registry import layer_schemas, solver_types
-from netspec.solver_config import parse_solver
+from netspec.engine.net import compile_net
+from netspec.engine.registry import layer_schemas, solver_types
+from netspec.spec.net_spec import parse_net
+from netspec.spec.solver_spec import parse_solver
 
 ALL_CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*/*.yaml"))
 SOLVERS = [p for p in ALL_CONFIGS if p.stem.endswith("solver")]

@@ -11,7 +11,6 @@ from test_records import images, write_dataset
 import netspec
 
 
-
 def test_npz_rows_and_labels_become_an_hdf5_source(tmp_path):
     data, labels = np.random.default_rng(0).standard_normal((10, 3)), np.arange(10) % 4
     np.savez(tmp_path / "in.npz", x=data, y=labels)

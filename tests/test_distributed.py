@@ -12,19 +12,19 @@ from pathlib import Path
 
 import h5py
 import lmdb
-from click.testing import CliRunner
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from sklearn.datasets import load_digits
 from test_cli import run
 from test_train_cli import events
 
-from netspec import distributed
 from netspec.cli import main
-from netspec.distributed import GradientExchange, find_mpiexec
-from netspec.io.dataset import DatasetWriter
-from netspec.io.records import encode_record, record_key
-from netspec.net import load_net
+from netspec.data.dataset import DatasetWriter
+from netspec.data.records import encode_record, record_key
+from netspec.engine.net import load_net
+from netspec.training import distributed
+from netspec.training.distributed import GradientExchange, find_mpiexec
 
 MPIEXEC = find_mpiexec()
 LIMIT = 120  # seconds any launch may take; a hang fails the test instead of stalling the suite

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from netspec.engine.fillers import FillerParams, fill
 from netspec.errors import ParamError
-from netspec.fillers import FillerParams, fill
 
 SHAPE = (64, 32, 3, 3)  # fan_in = 288, fan_out = 576
 

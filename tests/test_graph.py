@@ -7,9 +7,9 @@ import pytest
 
 import netspec
 from netspec import ConfigError
-from netspec.config import parse_net
-from netspec.graph import compile_net
-from netspec.registry import layer_schemas
+from netspec.engine.net import compile_net
+from netspec.engine.registry import layer_schemas
+from netspec.spec.net_spec import parse_net
 
 HEAD = """
 layers:

@@ -10,11 +10,10 @@ import pytest
 
 import netspec
 from netspec import ConfigError, DataError
-from netspec.backend import Backend
-from netspec.config import parse_net
-from netspec.graph import compile_net
-from netspec.net import Net
-from netspec.registry import layer_schemas
+from netspec.engine.backend import Backend
+from netspec.engine.net import Net, compile_net
+from netspec.engine.registry import layer_schemas
+from netspec.spec.net_spec import parse_net
 
 
 def write(path, rows, start=0, names=("data", "label")):

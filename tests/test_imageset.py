@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from netspec.tools.digits import load_digits, split
 from PIL import Image
 from test_cli import run
 from test_train_cli import events
 
-from netspec.io.dataset import Dataset, read_manifest
-from netspec.tools.digits import load_digits, split
+from netspec.data.dataset import Dataset, read_manifest
 
 
 def save_png(path: Path, pixels: np.ndarray) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from harness import gradient_check, one_layer_net, run_forward
 
-from netspec.registry import layer_types
+from netspec.engine.registry import layer_types
 
 RNG = np.random.default_rng(0)
 

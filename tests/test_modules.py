@@ -8,11 +8,11 @@ import pytest
 import yaml
 from test_cli import run
 
-from netspec.config import parse_net
+from netspec.engine.net import compile_net
+from netspec.engine.registry import layer_schemas
 from netspec.errors import ConfigError
-from netspec.graph import compile_net
-from netspec.modules import render_net
-from netspec.registry import layer_schemas
+from netspec.spec.modules import render_net
+from netspec.spec.net_spec import parse_net
 
 ROOT = Path(__file__).parent.parent
 MODULES = """modules:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from netspec.engine.layer import Layer
+from netspec.engine.registry import layer_types, register_layer
 from netspec.errors import NetspecError
-from netspec.layer import Layer
-from netspec.registry import layer_types, register_layer
 
 ROOT = Path(__file__).parent.parent
 

@@ -11,8 +11,8 @@ from test_cli import run
 from test_solver import hdf5_source
 
 from netspec.errors import NetspecError
-from netspec.plots import plot_metrics, read_metrics, schedule
-from netspec.solver_config import SolverParams
+from netspec.inspect.plots import plot_metrics, read_metrics, schedule
+from netspec.spec.solver_spec import SolverParams
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -8,8 +8,8 @@ import yaml
 from test_records import images, write_dataset
 
 import netspec
+from netspec.data.transform import Transformer, TransformParams
 from netspec.errors import ConfigError, DataError, ParamError
-from netspec.transform import Transformer, TransformParams
 
 
 def naive_transform(image, top, left, mirror, crop, mean, scale):
@@ -210,7 +210,7 @@ def test_image_data_decodes_the_listed_files(tmp_path):
 
 
 def test_image_data_resizes_greys_and_shuffles_each_epoch(tmp_path):
-    from netspec.io.images import resized  # noqa: PLC0415
+    from netspec.data.images import resized  # noqa: PLC0415
 
     list_file, pictures = image_list(tmp_path)
     net = image_net(list_file, batch=6, new_height=3, new_width=2, is_color=False, shuffle=True)

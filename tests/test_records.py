@@ -8,11 +8,11 @@ import struct
 import numpy as np
 import pytest
 
-from netspec.batches import Prefetcher, RecordOrder
+from netspec.data import dataset as dataset_module
+from netspec.data.batches import Prefetcher, RecordOrder
+from netspec.data.dataset import Dataset, DatasetWriter, read_manifest
+from netspec.data.records import decode_record, encode_record, record_key
 from netspec.errors import DataError
-from netspec.io import dataset as dataset_module
-from netspec.io.dataset import Dataset, DatasetWriter, read_manifest
-from netspec.io.records import decode_record, encode_record, record_key
 
 
 def images(count, shape=(3, 5, 4), seed=0):

@@ -12,12 +12,12 @@ import yaml
 from netspec.solvers.lr_policies import learning_rate
 
 import netspec
+from netspec.data.hdf5 import write_arrays, write_file_list
+from netspec.engine.registry import solver_types
 from netspec.errors import ConfigError, TrainingError
-from netspec.io.hdf5 import write_arrays, write_file_list
-from netspec.registry import solver_types
-from netspec.signals import signal_effects
-from netspec.solver_config import SolverParams
-from netspec.training_log import TrainingLog
+from netspec.spec.solver_spec import SolverParams
+from netspec.training.log import TrainingLog
+from netspec.training.signals import signal_effects
 
 QUIET = TrainingLog(quiet=True)
 N, IN, OUT = 4, 3, 2

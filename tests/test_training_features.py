@@ -11,7 +11,7 @@ import pytest
 from test_solver import data_solver, tiny_solver
 
 from netspec.errors import ConfigError
-from netspec.training_log import TrainingLog
+from netspec.training.log import TrainingLog
 
 TESTED = {"test_iter": [2], "test_interval": 2}
 

@@ -13,18 +13,18 @@ import threading
 import time
 from pathlib import Path
 
+import netspec.model_zoo
 import numpy as np
 import pytest
-from PIL import Image
-from test_cli import fails, ok
-
-import netspec
-import netspec.model_zoo
-from netspec.errors import ConfigError
 from netspec.model_zoo.builtin import builtin_cards
 from netspec.model_zoo.card import parse_card
 from netspec.model_zoo.publish import PublishRequest, publish
 from netspec.model_zoo.zoo import Zoo, ZooError
+from PIL import Image
+from test_cli import fails, ok
+
+import netspec
+from netspec.errors import ConfigError
 
 ROOT = Path(__file__).parent.parent
 DEPLOY = ROOT / "configs" / "digits" / "digits_deploy.yaml"
@@ -154,9 +154,9 @@ def test_list_show_verify_and_remove(zoo_a):
 def test_builtin_cards_name_nets_that_build():
     cards = builtin_cards()
     assert {c.name for c in cards} >= {"lenet", "cifar10-quick", "alexnet", "vgg16", "googlenet", "resnet50"}
-    from netspec.config import parse_net  # noqa: PLC0415
-    from netspec.graph import compile_net  # noqa: PLC0415
-    from netspec.registry import layer_schemas  # noqa: PLC0415
+    from netspec.engine.net import compile_net  # noqa: PLC0415
+    from netspec.engine.registry import layer_schemas  # noqa: PLC0415
+    from netspec.spec.net_spec import parse_net  # noqa: PLC0415
 
     for card in cards:
         graph = compile_net(parse_net(card.net_path, layer_schemas()), phase="TEST")

@@ -13,9 +13,8 @@ import zipfile
 
 import numpy
 
-from netspec.config import did_you_mean
-from netspec.errors import DataError
-from netspec.io.hdf5 import ArrayWriter
+from netspec.data.hdf5 import ArrayWriter
+from netspec.errors import DataError, did_you_mean
 
 FORMATS = (".npz", ".npy", ".csv")
 

@@ -6,8 +6,8 @@ import math
 
 import numpy
 
-from netspec.io.dataset import Dataset
-from netspec.plots import figure_grid
+from netspec.data.dataset import Dataset
+from netspec.inspect.plots import figure_grid
 
 BAR_WIDTH = 40
 

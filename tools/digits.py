@@ -12,8 +12,8 @@ import os
 
 import numpy
 
+from netspec.data.hdf5 import write_arrays, write_file_list
 from netspec.errors import DataError
-from netspec.io.hdf5 import write_arrays, write_file_list
 
 TEST_PER_CLASS = 36
 SPLIT_SEED = 0

@@ -3,7 +3,7 @@
 Sources come from a list file of ``relative/path label`` lines, or, without
 one, from ROOT's subfolders: each is a class, labelled by the sorted order of
 the names (or by ``--labels``).  Images are decoded and prepared in worker
-processes (Pillow) and written in order by :class:`netspec.io.dataset.DatasetWriter`.
+processes (Pillow) and written in order by :class:`netspec.data.dataset.DatasetWriter`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,16 @@ from dataclasses import dataclass, field
 import numpy
 from PIL import Image
 
+from netspec.data.dataset import DatasetWriter
+from netspec.data.images import (
+    IMAGE_EXTENSIONS,
+    PIL_FORMATS,
+    decode_image,
+    read_list_file,
+    resized,
+)
+from netspec.data.records import encode_record, pack_record
 from netspec.errors import DataError
-from netspec.io.dataset import DatasetWriter
-from netspec.io.images import IMAGE_EXTENSIONS, PIL_FORMATS, decode_image, read_list_file, resized
-from netspec.io.records import encode_record, pack_record
 
 
 @dataclass

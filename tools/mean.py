@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy
 
+from netspec.data.dataset import Dataset
 from netspec.errors import DataError
-from netspec.io.dataset import Dataset
 
 
 def compute_mean(path: str, advance=lambda: None) -> numpy.ndarray:

@@ -1,0 +1,142 @@
+"""The layer contract shared by every layer type (DESIGN.md section 3).
+
+A subclass declares its ``type``, its parameter blocks, how many bottoms and
+tops it takes, whether it may run in place, whether it is a loss, and which
+bottoms never take a gradient.  It implements :meth:`top_shapes` (used both
+for static shape inference and at reshape time), :meth:`param_shapes` and
+:meth:`param_fillers` when it learns, :meth:`forward` and :meth:`backward`.
+
+Rules: ``backward`` *overwrites* the diffs of the bottoms it is asked for
+(``propagate_down[i]``) and *accumulates* into parameter diffs; the net zeroes
+parameter diffs once per iteration.  A layer that runs in place receives the
+same Blob as bottom and top, so its backward must work from the top's data.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+from netspec.engine.blob import Blob
+from netspec.engine.fillers import FillerParams, constant, fill
+from netspec.errors import ShapeError
+from netspec.spec.net_spec import LayerSpec
+
+
+def weighted_flops(top_shape, param_shapes) -> int:
+    """FLOPs of a layer whose every output value is a dot product with one row of ``param_shapes[0]``
+    (``num_output`` first), plus a bias when there is a second blob."""
+    outputs = math.prod(top_shape)
+    weights = param_shapes[0]
+    return 2 * outputs * (math.prod(weights) // weights[0]) + (outputs if len(param_shapes) > 1 else 0)
+
+
+class Layer:
+    """Base class of every layer."""
+
+    type: ClassVar[str] = ""
+    param_blocks: ClassVar[dict[str, type]] = {}
+    num_bottoms: ClassVar[tuple[int, int | None]] = (1, 1)
+    num_tops: ClassVar[tuple[int, int | None]] = (1, 1)
+    inplace_ok: ClassVar[bool] = False
+    is_loss: ClassVar[bool] = False
+    label_bottoms: ClassVar[tuple[int, ...]] = ()
+    learnable: ClassVar[bool] = True
+
+    def __init__(self, spec: LayerSpec, phase: str = "TEST"):
+        self.spec = spec
+        self.name = spec.name
+        self.phase = phase
+        self.blobs: list[Blob] = []
+        self.param_propagate_down: list[bool] = []
+        self.backend = None
+        self.xp = None
+        self.dtype = None
+
+    def block(self, name: str):
+        """The validated parameter block ``name`` (defaults when absent from the file)."""
+        return self.spec.blocks[name]
+
+    # ---- static description (no arrays) -------------------------------------------------
+    @classmethod
+    def describe(cls, spec: LayerSpec, phase: str, bottom_shapes: list[tuple[int, ...]]) -> tuple[list, list, int]:
+        """``(top shapes, learnable blob shapes, forward FLOPs)`` of a layer of this type with these bottoms.
+
+        The graph's shape inference calls this before any array exists; it
+        raises ShapeError/ParamError when the shapes are impossible.
+        """
+        layer = cls(spec, phase)
+        tops = [tuple(int(d) for d in shape) for shape in layer.top_shapes(bottom_shapes)]
+        params = [tuple(int(d) for d in shape) for shape in layer.param_shapes(bottom_shapes)]
+        return tops, params, layer.flops(bottom_shapes, tops, params)
+
+    def top_shapes(self, bottom_shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        """Shapes of the tops for these bottom shapes; raise ShapeError/ParamError when impossible."""
+        raise NotImplementedError
+
+    def param_shapes(self, bottom_shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        """Shapes of the learnable blobs (none by default)."""
+        return []
+
+    def flops(self, bottom_shapes, top_shapes, param_shapes) -> int:
+        """Floating-point operations of one forward pass (a multiply-add counts 2).
+
+        By default one per output value, and none for layers without bottoms
+        (data layers); layers that multiply by weights or pool windows say more.
+        """
+        return sum(math.prod(s) for s in top_shapes) if bottom_shapes else 0
+
+    def param_fillers(self) -> list[FillerParams]:
+        """How each learnable blob starts (constant 0 by default)."""
+        return [constant(0.0)] * len(self.param_shapes_cache)
+
+    # ---- on a device ----------------------------------------------------------------------
+    def setup(self, bottom: list[Blob], top: list[Blob], backend, dtype) -> None:
+        """Bind to a backend and create and fill the learnable blobs."""
+        self.backend = backend
+        self.xp = backend.xp
+        self.dtype = dtype
+        self.param_shapes_cache = self.param_shapes([b.shape for b in bottom])
+        self.blobs = []
+        for index, (shape, filler) in enumerate(zip(self.param_shapes_cache, self.param_fillers())):
+            blob = Blob(shape, self.xp, dtype, name=f"{self.name}[{index}]")
+            blob.data[...] = backend.asarray(fill(filler, shape, backend.host_rng, dtype))
+            self.blobs.append(blob)
+        if not self.param_propagate_down:
+            self.param_propagate_down = [True] * len(self.blobs)
+        self.reshape(bottom, top)
+
+    def reshape(self, bottom: list[Blob], top: list[Blob]) -> None:
+        """Shape the tops from the bottoms (cheap when nothing changed)."""
+        for blob, shape in zip(top, self.top_shapes([b.shape for b in bottom])):
+            blob.reshape(shape)
+
+    def record_count(self) -> int | None:
+        """Records in one full pass over a data layer's dataset; None when the layer cannot tell (the default)."""
+        return None
+
+    def close(self) -> None:
+        """Release threads and files (data layers); nothing by default."""
+
+    def runtime_state(self) -> dict:
+        """Arrays a resumed run needs to continue exactly (a data layer's position); none by default."""
+        return {}
+
+    def restore_runtime_state(self, state: dict) -> None:
+        """Take back what :meth:`runtime_state` returned."""
+
+    def forward(self, bottom: list[Blob], top: list[Blob]) -> None:
+        """Compute the tops' data from the bottoms' data."""
+        raise NotImplementedError
+
+    def backward(self, top: list[Blob], propagate_down: list[bool], bottom: list[Blob]) -> None:
+        """Overwrite bottom diffs where asked and accumulate parameter diffs (none by default)."""
+        if any(propagate_down):
+            raise NotImplementedError(f"{self.type} has no backward")
+
+
+def canonical_axis(axis: int, ndim: int, key: str) -> int:
+    """``axis`` as a non-negative index into ``ndim`` axes (negative counts from the end)."""
+    if not -ndim <= axis < ndim:
+        raise ShapeError(f"axis {axis} is out of range for a {ndim}-axis bottom", key)
+    return axis % ndim

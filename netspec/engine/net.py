@@ -1,0 +1,273 @@
+"""Net: a compiled graph instantiated on a device, with forward, backward and weight I/O."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy
+
+from netspec.engine import weights
+from netspec.engine.backend import Backend
+from netspec.engine.blob import Blob
+from netspec.engine.registry import layer_schemas, layer_types
+from netspec.errors import WeightsError
+from netspec.graph.compiler import compile_graph
+from netspec.graph.graph import Graph
+from netspec.spec.net_spec import NetSpec, parse_net
+
+
+class LearnableParam(NamedTuple):
+    """One blob that trains: where it lives and its multipliers."""
+
+    layer: str
+    index: int
+    blob: Blob
+    lr_mult: float
+    decay_mult: float
+
+
+class Net:
+    """Layers of a graph bound to blobs on one backend.
+
+    ``blobs`` maps every blob name to its Blob; ``params`` maps each layer with
+    learnable blobs to their list (shared blobs appear under every user, as
+    views of one memory).
+    """
+
+    def __init__(self, graph: Graph, device: str = "cpu", dtype=numpy.float32, seed: int | None = None,
+                 backend: Backend | None = None):
+        self.graph = graph
+        self.backend = backend or Backend(device, seed)
+        self.dtype = numpy.dtype(dtype)
+        self.nodes = graph.nodes
+        self.layers = []
+        self.blobs: dict[str, Blob] = {}
+        self.params: dict[str, list[Blob]] = {}
+        self.layer_by_name = {}
+        self.bottom_blobs: list[list[Blob]] = []
+        self.top_blobs: list[list[Blob]] = []
+        xp = self.backend.xp
+        for node in graph.nodes:
+            layer = node.layer(node.spec, graph.state.phase)
+            layer.param_propagate_down = node.param_propagate_down
+            bottom = [self.blobs[name] for name in node.bottoms]
+            top = []
+            for name in node.tops:
+                if name not in self.blobs:
+                    self.blobs[name] = Blob(graph.blob_shapes[name], xp, self.dtype, name)
+                top.append(self.blobs[name])
+            layer.setup(bottom, top, self.backend, self.dtype)
+            for index, owner in enumerate(node.param_owners):
+                if owner is not None:
+                    layer.blobs[index].share(self.layers[owner[0]].blobs[owner[1]])
+            self.layers.append(layer)
+            self.layer_by_name[layer.name] = layer
+            self.bottom_blobs.append(bottom)
+            self.top_blobs.append(top)
+            if layer.blobs:
+                self.params[layer.name] = layer.blobs
+
+    @property
+    def name(self) -> str:
+        """The net's name from its file."""
+        return self.graph.name
+
+    @property
+    def outputs(self) -> list[str]:
+        """Names of the blobs no layer consumes (losses, accuracies, predictions)."""
+        return self.graph.outputs
+
+    @property
+    def phase(self) -> str:
+        """TRAIN or TEST."""
+        return self.graph.state.phase
+
+    def owned_params(self) -> dict[str, list[tuple[int, Blob]]]:
+        """``{layer: [(index, blob)]}`` for blobs each layer owns (shared copies left out)."""
+        owned = {}
+        for node, layer in zip(self.nodes, self.layers):
+            mine = [(i, blob) for i, (blob, owner) in enumerate(zip(layer.blobs, node.param_owners))
+                    if owner is None]
+            if mine:
+                owned[layer.name] = mine
+        return owned
+
+    def learnable_params(self) -> list[LearnableParam]:
+        """Each owned blob that trains (lr_mult != 0), in layer order."""
+        result = []
+        for node, layer in zip(self.nodes, self.layers):
+            for index, (blob, spec, owner) in enumerate(zip(layer.blobs, node.param_specs, node.param_owners)):
+                if owner is None and spec.lr_mult != 0:
+                    result.append(LearnableParam(layer.name, index, blob, spec.lr_mult, spec.decay_mult))
+        return result
+
+    @property
+    def batch_size(self) -> int:
+        """Size of the first axis of the first layer's first top (1 when there is none)."""
+        first_top = next((blobs[0] for blobs in self.top_blobs if blobs), None)
+        return first_top.shape[0] if first_top is not None and first_top.shape else 1
+
+    def data_layer(self):
+        """The first layer that takes no bottoms (the one that feeds the net), or None."""
+        return next((layer for layer, node in zip(self.layers, self.nodes) if not node.bottoms), None)
+
+    def blob_magnitudes(self) -> list[tuple[str, float, float]]:
+        """``(name, mean |data|, mean |diff|)`` of every blob, for debugging divergence."""
+        xp = self.backend.xp
+        return [(name, float(xp.abs(blob.data).mean()), float(xp.abs(blob.diff).mean()))
+                for name, blob in self.blobs.items()]
+
+    def has_loss(self) -> bool:
+        """True when some top carries a non-zero loss weight."""
+        return any(any(node.loss_weights) for node in self.nodes)
+
+    @property
+    def output_loss_weights(self) -> dict[str, float]:
+        """``{output blob: loss weight}`` for the outputs that are losses."""
+        outputs = set(self.outputs)
+        return {name: weight for node in self.nodes for name, weight in zip(node.tops, node.loss_weights)
+                if weight and name in outputs}
+
+    def share_trained_layers(self, source: "Net") -> None:
+        """Make every parameter blob of a layer also in ``source`` (same name) a view of source's blob.
+
+        Test nets use this to follow the train net's weights (Caffe's ShareTrainedLayersWith).
+        """
+        for name, blobs in self.params.items():
+            theirs = source.params.get(name)
+            if theirs is None:
+                continue
+            for index, (mine, other) in enumerate(zip(blobs, theirs)):
+                if mine.shape != other.shape:
+                    raise WeightsError(f"layer '{name}' blob {index} is {mine.shape} in net '{self.name}' "
+                                       f"({self.phase}) but {other.shape} in net '{source.name}' ({source.phase})")
+                mine.share(other)
+
+    def scalar_outputs(self) -> dict[str, float]:
+        """The value of each one-element output blob after the last forward pass."""
+        return {name: float(self.blobs[name].data.reshape(-1)[0]) for name in self.outputs
+                if self.blobs[name].count == 1}
+
+    def score(self, iterations: int) -> dict[str, float]:
+        """Run ``iterations`` forward passes; return each one-element output averaged over them."""
+        totals: dict[str, float] = {}
+        for _ in range(iterations):
+            self.forward()
+            for name, value in self.scalar_outputs().items():
+                totals[name] = totals.get(name, 0.0) + value
+        return {name: total / iterations for name, total in totals.items()}
+
+    def first_non_finite(self) -> tuple[str, str] | None:
+        """``(layer, top)`` of the first layer whose output holds a NaN or an infinity, if any."""
+        xp = self.backend.xp
+        for layer, tops in zip(self.layers, self.top_blobs):
+            for blob in tops:
+                if not bool(xp.isfinite(blob.data).all()):
+                    return layer.name, blob.name
+        return None
+
+    def close(self) -> None:
+        """Stop the data layers' background threads and close their files."""
+        for layer in self.layers:
+            layer.close()
+
+    def runtime_state(self) -> dict[str, dict[str, numpy.ndarray]]:
+        """``{layer: state}`` for layers with run-time state (data cursors) that a resumed run needs."""
+        states = {layer.name: layer.runtime_state() for layer in self.layers}
+        return {name: state for name, state in states.items() if state}
+
+    def restore_runtime_state(self, states: dict[str, dict[str, numpy.ndarray]]) -> None:
+        """Give layers back the state saved by :meth:`runtime_state`."""
+        for name, state in states.items():
+            if name in self.layer_by_name:
+                self.layer_by_name[name].restore_runtime_state(state)
+
+    # ---- passes ----------------------------------------------------------------------------
+    def forward_layer(self, index: int) -> None:
+        """Run layer ``index`` forward."""
+        self.layers[index].forward(self.bottom_blobs[index], self.top_blobs[index])
+
+    def backward_layer(self, index: int) -> None:
+        """Seed loss diffs of layer ``index`` and run it backward, if it needs to."""
+        node = self.nodes[index]
+        if not node.need_backward:
+            return
+        top = self.top_blobs[index]
+        for blob, weight, written in zip(top, node.loss_weights, node.top_diff_written):
+            if weight:
+                if written:
+                    blob.diff += weight
+                else:
+                    blob.diff[...] = weight
+        self.layers[index].backward(top, node.bottom_need_backward, self.bottom_blobs[index])
+
+    def loss(self) -> float:
+        """Weighted sum of the loss tops from the last forward pass."""
+        total = 0.0
+        for node, top in zip(self.nodes, self.top_blobs):
+            for blob, weight in zip(top, node.loss_weights):
+                if weight:
+                    total += weight * float(blob.data.sum())
+        return total
+
+    def forward(self) -> float:
+        """Run every layer forward; return the weighted loss."""
+        for index in range(len(self.layers)):
+            self.forward_layer(index)
+        return self.loss()
+
+    def backward(self, after_layer: Callable[[int], None] | None = None) -> None:
+        """Run every layer that needs it backward; parameter diffs accumulate (see clear_param_diffs).
+
+        ``after_layer(index)`` is called after each layer's turn (distributed
+        training starts sending finished gradients there).
+        """
+        for index in reversed(range(len(self.layers))):
+            self.backward_layer(index)
+            if after_layer is not None:
+                after_layer(index)
+
+    def clear_param_diffs(self) -> None:
+        """Zero the diff of every owned parameter blob."""
+        for blobs in self.owned_params().values():
+            for _, blob in blobs:
+                blob.diff[...] = 0
+
+    def forward_backward(self) -> float:
+        """Zero parameter diffs, run forward and backward; return the loss."""
+        self.clear_param_diffs()
+        loss = self.forward()
+        self.backward()
+        return loss
+
+    # ---- weights ----------------------------------------------------------------------------
+    def save_weights(self, path: str | os.PathLike, iteration: int = 0) -> None:
+        """Write the weights to an HDF5 file atomically."""
+        weights.save_weights(self, path, iteration)
+
+    def load_weights(self, path: str | os.PathLike, strict: bool = True) -> weights.LoadReport:
+        """Copy weights from an HDF5 file by layer name; returns what was copied and what was not.
+
+        With ``strict=False`` (fine-tuning) a layer whose shapes differ keeps its fillers instead of
+        raising.
+        """
+        return weights.load_weights(self, path, strict)
+
+
+def compile_net(spec: NetSpec, phase: str | None = None, stages=None, level: int | None = None) -> Graph:
+    """Compile ``spec`` with the registered layer types; phase/stages/level default to the file's ``state``."""
+    return compile_graph(spec, layer_types(), phase=phase, stages=stages, level=level)
+
+
+def load_net(source, phase: str | None = None, device: str = "cpu", stages=None, level: int | None = None,
+             dtype=numpy.float32, seed: int | None = None) -> Net:
+    """Read, compile and instantiate a net from a YAML path or YAML text.
+
+    ``phase`` (TRAIN/TEST), ``stages`` and ``level`` select layers by their
+    include/exclude rules; they default to the file's ``state``.
+    """
+    spec = parse_net(source, layer_schemas())
+    graph = compile_net(spec, phase=phase, stages=stages, level=level)
+    return Net(graph, device=device, dtype=dtype, seed=seed)

@@ -1,0 +1,64 @@
+"""Registries of layer types and solver types (update rules), with "did you mean" lookups.
+
+Types register themselves with a decorator when their module is imported;
+importing :mod:`netspec` imports the built-in ones (``netspec.layers``,
+``netspec.solvers``), so they are here before any lookup.
+"""
+
+from __future__ import annotations
+
+from netspec.errors import NetspecError, did_you_mean
+
+_LAYERS: dict[str, type] = {}
+_SOLVERS: dict[str, type] = {}
+
+
+def _register(table: dict[str, type], kind: str, cls):
+    existing = table.get(cls.type)
+    if existing is not None and existing is not cls:
+        raise NetspecError(f"{kind} type '{cls.type}' is registered twice "
+                           f"({existing.__module__} and {cls.__module__})")
+    table[cls.type] = cls
+    return cls
+
+
+def register_layer(cls):
+    """Class decorator: make ``cls`` available under ``cls.type``; a second class of one type is refused."""
+    return _register(_LAYERS, "layer", cls)
+
+
+def register_solver(cls):
+    """Class decorator for update rules, like :func:`register_layer`."""
+    return _register(_SOLVERS, "solver", cls)
+
+
+def layer_types() -> dict[str, type]:
+    """Every registered layer type, by name, sorted."""
+    return dict(sorted(_LAYERS.items()))
+
+
+def layer_class(type_name: str) -> type:
+    """The class registered as ``type_name``."""
+    types = layer_types()
+    if type_name not in types:
+        raise NetspecError(f"unknown layer type '{type_name}'{did_you_mean(type_name, types)} "
+                           "(netspec layers lists them)")
+    return types[type_name]
+
+
+def layer_schemas() -> dict[str, dict[str, type]]:
+    """``{type: {block name: params dataclass}}`` for config validation."""
+    return {name: dict(cls.param_blocks) for name, cls in layer_types().items()}
+
+
+def solver_types() -> dict[str, type]:
+    """Every registered solver type (update rule), by name, sorted."""
+    return dict(sorted(_SOLVERS.items()))
+
+
+def solver_class(type_name: str) -> type:
+    """The update rule registered as ``type_name``."""
+    types = solver_types()
+    if type_name not in types:
+        raise NetspecError(f"unknown solver type '{type_name}'{did_you_mean(type_name, types)}")
+    return types[type_name]

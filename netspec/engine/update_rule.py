@@ -1,0 +1,45 @@
+"""The contract of an update rule (SGD and its relatives), shared by the training loop.
+
+The loop in :mod:`netspec.training.solver` does everything that is common to every
+rule, in Caffe's order: learning rate from the policy, global-norm clipping,
+division by ``iter_size``, weight decay (added to the gradient, or for rules
+with ``decoupled_decay`` to the rule's step, times the rate), then the rule,
+then ``w -= diff``.
+A rule only turns each parameter's regularised gradient into the step to
+subtract, using the history buffers it declares; the buffers are saved in the
+solver state so that a resumed run continues bit-identically.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import ClassVar
+
+
+class UpdateRule(abc.ABC):
+    """Base class of every update rule; subclasses are registered with ``register_solver``."""
+
+    type: ClassVar[str] = ""
+    history_names: ClassVar[tuple[str, ...]] = ("history",)
+    takes_momentum: ClassVar[bool] = True
+    decoupled_decay: ClassVar[bool] = False
+
+    def __init__(self, params, shapes, xp, dtype):
+        """``params``: the SolverParams; ``shapes``: one per learnable blob, in the net's order."""
+        self.params = params
+        self.history = [[xp.zeros(shape, dtype=dtype) for _ in self.history_names] for shape in shapes]
+
+    @classmethod
+    def check(cls, params) -> list[tuple[str, str]]:
+        """``(key, message)`` for each hyper-parameter this rule cannot accept."""
+        if params.momentum and not cls.takes_momentum:
+            return [("momentum", f"{cls.type} takes no momentum; remove it or set it to 0")]
+        return []
+
+    @abc.abstractmethod
+    def compute_update(self, index: int, diff, rate: float, iteration: int) -> None:
+        """Overwrite ``diff`` (blob ``index``'s regularised gradient) with the step to subtract.
+
+        ``rate`` is the learning rate times the blob's ``lr_mult``; ``iteration``
+        counts from 0.  Every rule must implement it.
+        """

@@ -1,0 +1,1 @@
+"""Looking at nets and runs: summaries and docs, timing, plots, drawings."""

@@ -1,0 +1,55 @@
+"""Per-layer timing of forward and backward passes (``netspec time``)."""
+
+from __future__ import annotations
+
+import time
+
+from netspec.engine.net import Net
+
+
+def time_net(net: Net, iterations: int = 50, warmup: int = 5) -> dict:
+    """Run ``warmup`` untimed iterations, then ``iterations`` timed ones; return averages in ms.
+
+    The result holds ``ms_per_iter``, ``forward_ms``, ``backward_ms``,
+    ``images_per_s`` (batch size of the first top over the time per
+    iteration) and ``layers``, a list of per-layer forward/backward times.
+    """
+    backend = net.backend
+    count = len(net.layers)
+    forward = [0.0] * count
+    backward = [0.0] * count
+    for _ in range(warmup):
+        net.forward_backward()
+    backend.synchronize()
+    clock = time.perf_counter
+    start = clock()
+    for _ in range(iterations):
+        net.clear_param_diffs()
+        for index in range(count):
+            begin = clock()
+            net.forward_layer(index)
+            backend.synchronize()
+            forward[index] += clock() - begin
+        for index in reversed(range(count)):
+            begin = clock()
+            net.backward_layer(index)
+            backend.synchronize()
+            backward[index] += clock() - begin
+    total = clock() - start
+    ms_per_iter = 1000 * total / iterations
+    batch = net.batch_size
+    layers = [{"name": layer.name, "type": layer.type,
+               "forward_ms": 1000 * f / iterations, "backward_ms": 1000 * b / iterations}
+              for layer, f, b in zip(net.layers, forward, backward)]
+    return {
+        "net": net.name,
+        "phase": net.phase,
+        "device": backend.device,
+        "iterations": iterations,
+        "batch_size": batch,
+        "ms_per_iter": ms_per_iter,
+        "forward_ms": sum(x["forward_ms"] for x in layers),
+        "backward_ms": sum(x["backward_ms"] for x in layers),
+        "images_per_s": batch / (ms_per_iter / 1000),
+        "layers": layers,
+    }

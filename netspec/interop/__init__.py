@@ -1,0 +1,1 @@
+"""Other formats: Caffe prototxt and caffemodel import, ONNX export."""

@@ -1,0 +1,221 @@
+"""``netspec import caffe``: Caffe's .prototxt nets (current ``layer {}`` and legacy V1 ``layers {}``) as netspec YAML.
+
+Field names are Caffe's in both, so most of a layer carries over as it is.
+What does not (a field netspec does not have, a V1 field with no current
+meaning) is listed in the report rather than dropped silently; a layer type
+netspec lacks is an error naming it.  Deploy headers (``input:`` with
+``input_dim:`` or ``input_shape``) become an Input layer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+
+from netspec.engine.registry import layer_schemas
+from netspec.errors import ConfigError
+from netspec.interop.prototxt import Message
+from netspec.spec.net_spec import NetState, NetStateRule, ParamSpec
+
+# V1LayerParameter.LayerType names and the current type names
+V1_TYPES = {
+    "ABSVAL": "AbsVal", "ACCURACY": "Accuracy", "ARGMAX": "ArgMax", "BNLL": "BNLL", "CONCAT": "Concat",
+    "CONVOLUTION": "Convolution", "DATA": "Data", "DROPOUT": "Dropout", "DUMMY_DATA": "DummyData",
+    "EUCLIDEAN_LOSS": "EuclideanLoss", "ELTWISE": "Eltwise", "EXP": "Exp", "FLATTEN": "Flatten",
+    "HDF5_DATA": "HDF5Data", "HDF5_OUTPUT": "HDF5Output", "HINGE_LOSS": "HingeLoss", "IMAGE_DATA": "ImageData",
+    "INNER_PRODUCT": "InnerProduct", "LRN": "LRN", "MVN": "MVN", "POOLING": "Pooling", "POWER": "Power",
+    "RELU": "ReLU", "SIGMOID": "Sigmoid", "SIGMOID_CROSS_ENTROPY_LOSS": "SigmoidCrossEntropyLoss",
+    "SILENCE": "Silence", "SOFTMAX": "Softmax", "SOFTMAX_LOSS": "SoftmaxWithLoss", "SPLIT": "Split",
+    "SLICE": "Slice", "TANH": "TanH", "THRESHOLD": "Threshold",
+}
+LAYER_FIELDS = {"name", "type", "bottom", "top", "param", "include", "exclude", "loss_weight", "propagate_down"}
+V1_PARAM_FIELDS = {"blobs_lr": "lr_mult", "weight_decay": "decay_mult"}
+
+
+@dataclass
+class ImportReport:
+    """What the import dropped, and what needs the user's attention."""
+
+    dropped: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _scalar_or_list(values: list, tp):
+    """A repeated field as a list (one value as itself, which netspec reads as a list too), else the last value."""
+    if typing.get_origin(tp) is list:
+        return values[0] if len(values) == 1 else list(values)
+    return values[-1]
+
+
+def _plain_type(tp):
+    """``X | None`` as X."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    return args[0] if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1 else tp
+
+
+def convert_message(message: Message, cls, where: str, report: ImportReport) -> dict:
+    """A Caffe message as the mapping netspec's ``cls`` block reads; unknown fields go to the report."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for name, values in message.items():
+        if name not in hints:
+            report.dropped.append(f"{where}.{name}")
+            continue
+        tp = _plain_type(hints[name])
+        item = typing.get_args(tp)[0] if typing.get_origin(tp) is list else tp
+        if dataclasses.is_dataclass(item):
+            converted = [convert_message(v, item, f"{where}.{name}", report) if isinstance(v, Message) else v
+                         for v in values]
+            out[name] = converted if typing.get_origin(tp) is list else converted[-1]
+        else:
+            out[name] = _scalar_or_list(values, tp)
+    return out
+
+
+def _layer(message: Message, index: int, v1: bool, schemas: dict, report: ImportReport) -> dict:
+    name = message.one("name", f"layer{index}")
+    kind = message.one("type", "")
+    if v1:
+        kind = V1_TYPES.get(str(kind), str(kind))
+    where = f"layer '{name}': "
+    if kind not in schemas:
+        raise ConfigError(f"{where}type '{kind}' has no netspec equivalent (netspec layers lists the types)")
+    layer = {"name": name, "type": kind}
+    for key in ("bottom", "top"):
+        if message.get(key):
+            layer[key] = _scalar_or_list(message[key], list[str])
+    params = [convert_message(m, ParamSpec, f"{where}param", report) for m in message.get("param", [])]
+    if v1:
+        for old, new in V1_PARAM_FIELDS.items():
+            for i, value in enumerate(message.get(old, [])):
+                while len(params) <= i:
+                    params.append({})
+                params[i][new] = value
+    if params:
+        layer["param"] = params
+    for key in ("include", "exclude"):
+        if message.get(key):
+            layer[key] = [convert_message(m, NetStateRule, f"{where}{key}", report) for m in message[key]]
+    for key in ("loss_weight", "propagate_down"):
+        if message.get(key):
+            layer[key] = _scalar_or_list(message[key], list[float])
+    for key, values in message.items():
+        if key in LAYER_FIELDS or (v1 and key in V1_PARAM_FIELDS):
+            continue
+        if key in schemas[kind]:
+            layer[key] = convert_message(values[-1], schemas[kind][key], f"{where}{key}", report)
+        else:
+            report.dropped.append(f"{where}{key}")
+    if kind in ("Data", "ImageData") and "data_param" in layer:
+        report.notes.append(f"{where}Caffe's LMDB/LevelDB hold Datum records; convert the images with "
+                            "netspec convert imageset and point data_param.source at the result")
+    return layer
+
+
+def _input_layers(net: Message) -> list[dict]:
+    """Deploy headers (``input`` with ``input_dim`` or ``input_shape``) as Input layers."""
+    names = net.get("input", [])
+    if not names:
+        return []
+    if net.get("input_shape"):
+        shapes = [list(shape.get("dim", [])) for shape in net["input_shape"]]
+    else:
+        dims = list(net.get("input_dim", []))
+        if len(dims) != 4 * len(names):
+            raise ConfigError(f"the net declares {len(names)} input(s) but {len(dims)} input_dim values "
+                              "(4 per input)")
+        shapes = [dims[4 * i:4 * i + 4] for i in range(len(names))]
+    if len(shapes) != len(names):
+        raise ConfigError(f"the net declares {len(names)} input(s) but {len(shapes)} input_shape(s)")
+    return [{"name": name, "type": "Input", "top": name, "input_param": {"shape": {"dim": shape}}}
+            for name, shape in zip(names, shapes)]
+
+
+def import_net(net: Message) -> tuple[dict, ImportReport]:
+    """A parsed NetParameter as a netspec net (plain data), and the report."""
+    report = ImportReport()
+    schemas = layer_schemas()
+    for key in net:
+        if key not in ("name", "input", "input_dim", "input_shape", "layer", "layers", "force_backward", "state"):
+            report.dropped.append(f"net: {key}")
+    current, legacy = net.get("layer", []), net.get("layers", [])
+    if current and legacy:
+        raise ConfigError("the net mixes 'layer' and legacy 'layers' entries; Caffe itself refuses that")
+    layers = _input_layers(net)
+    layers += [_layer(m, i, bool(legacy), schemas, report) for i, m in enumerate(current or legacy)]
+    result = {"name": net.one("name", "")} if net.one("name") else {}
+    if net.one("force_backward"):
+        result["force_backward"] = True
+    if net.get("state"):
+        result["state"] = convert_message(net.one("state"), NetState, "net: state", report)
+    result["layers"] = layers
+    return result, report
+
+
+def copy_caffemodel(net, stored: dict, path: str) -> tuple[list[str], list[str]]:
+    """Copy ``stored`` blobs (from :func:`netspec.interop.caffemodel.read_caffemodel`) into ``net`` by layer name.
+
+    Legacy 4-axis blob shapes are reshaped when the counts agree, as Caffe
+    did.  Returns ``(layers left with their fillers, file layers the net
+    lacks)``; blobs that do not fit are a DataError naming each.
+    """
+    from netspec.errors import DataError  # noqa: PLC0415
+
+    owned = net.owned_params()
+    missing = [name for name in owned if name not in stored]
+    unused = [name for name in stored if name not in owned]
+    problems = []
+    for name, blobs in owned.items():
+        if name not in stored:
+            continue
+        if len(stored[name]) != len(blobs):
+            problems.append(f"layer '{name}' has {len(stored[name])} blob(s) in the file, {len(blobs)} in the net")
+            continue
+        for (index, blob), array in zip(blobs, stored[name]):
+            if array.shape != blob.shape and array.size != blob.count:
+                problems.append(f"layer '{name}' blob {index} is {list(array.shape)} in the file, "
+                                f"{list(blob.shape)} in the net")
+    if problems:
+        raise DataError(f"{path}: the blobs do not match the net: " + "; ".join(problems))
+    for name, blobs in owned.items():
+        for (index, blob), array in zip(blobs, stored.get(name, [])):
+            blob.data[...] = net.backend.asarray(array.reshape(blob.shape), dtype=blob.dtype)
+    return missing, unused
+
+
+# SolverParameter.SolverType (legacy enum) and the current type names
+SOLVER_TYPES = {"SGD": "SGD", "NESTEROV": "Nesterov", "ADAGRAD": "AdaGrad", "RMSPROP": "RMSProp",
+                "ADADELTA": "AdaDelta", "ADAM": "Adam"}
+NET_FIELDS = ("net", "train_net", "test_net")
+
+
+def import_solver(solver: Message) -> tuple[dict, ImportReport]:
+    """A parsed SolverParameter as a netspec solver (plain data); net paths are pointed at .yaml files."""
+    from netspec.spec.solver_spec import SolverParams  # noqa: PLC0415
+
+    report = ImportReport()
+    hints = typing.get_type_hints(SolverParams)
+    result = {}
+    for key, values in solver.items():
+        if key in NET_FIELDS:
+            paths = [str(v).rsplit(".prototxt", 1)[0] + ".yaml" for v in values]
+            result[key] = paths if key == "test_net" else paths[-1]
+            report.notes.append(f"{key}: {', '.join(map(str, values))} -> {', '.join(paths)} "
+                                "(import the net with netspec import caffe)")
+        elif key in ("net_param", "train_net_param"):
+            result["net" if key == "net_param" else "train_net"] = import_net(values[-1])[0]
+        elif key == "solver_type":
+            result["type"] = SOLVER_TYPES.get(str(values[-1]), str(values[-1]))
+        elif key in hints:
+            tp = _plain_type(hints[key])
+            item = typing.get_args(tp)[0] if typing.get_origin(tp) is list else tp
+            if dataclasses.is_dataclass(item):
+                converted = [convert_message(v, item, f"solver: {key}", report) for v in values]
+                result[key] = converted if typing.get_origin(tp) is list else converted[-1]
+            else:
+                result[key] = list(values) if typing.get_origin(tp) is list else values[-1]
+        else:
+            report.dropped.append(f"solver: {key}")
+    return result, report

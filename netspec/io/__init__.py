@@ -1,1 +1,0 @@
-"""Dataset file formats, shared by the data layers and the conversion tools."""

@@ -1,0 +1,237 @@
+"""Net files: the layers as written, validated against their types' parameter blocks.
+
+:func:`parse_net` reads a net from a path or YAML text (expanding modules,
+repeats and includes first) and returns a :class:`NetSpec`, or raises one
+ConfigError listing every problem with its file:line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from netspec.errors import ConfigError, Problem, did_you_mean
+from netspec.spec.modules import expand_net, uses_modules
+from netspec.spec.schema import INVALID, Context, convert_value, doc, read_block
+from netspec.spec.yaml_lines import YamlMap, load_yaml, read_source, to_plain
+
+PHASES = ("TRAIN", "TEST")
+
+@dataclass
+class ParamSpec:
+    """How one learnable blob of a layer trains and whether it is shared (Caffe's ParamSpec)."""
+
+    name: str | None = doc(None, "share this blob with every layer that uses the same name")
+    lr_mult: float = doc(1.0, "multiplier on the solver's learning rate")
+    decay_mult: float = doc(1.0, "multiplier on the solver's weight decay")
+    share_mode: Literal["STRICT", "PERMISSIVE"] = doc(
+        "STRICT", "STRICT: shapes must be equal; PERMISSIVE: counts must be equal")
+
+
+@dataclass
+class NetStateRule:
+    """A condition on the net state, used by ``include``/``exclude``."""
+
+    phase: Literal["TRAIN", "TEST"] | None = None
+    min_level: int | None = None
+    max_level: int | None = None
+    stage: list[str] = doc([], "every listed stage must be active")
+    not_stage: list[str] = doc([], "no listed stage may be active")
+
+    def matches(self, state: "NetState") -> bool:
+        """True when ``state`` satisfies every condition of this rule."""
+        if self.phase is not None and self.phase != state.phase:
+            return False
+        if self.min_level is not None and state.level < self.min_level:
+            return False
+        if self.max_level is not None and state.level > self.max_level:
+            return False
+        if any(s not in state.stage for s in self.stage):
+            return False
+        return not any(s in state.stage for s in self.not_stage)
+
+
+@dataclass
+class NetState:
+    """The phase, level and stages a net is built for."""
+
+    phase: Literal["TRAIN", "TEST"] = "TEST"
+    level: int = 0
+    stage: list[str] = doc([], "active stages")
+
+
+@dataclass
+class LayerSpec:
+    """One layer as written in the file, validated but not yet placed in a graph."""
+
+    name: str
+    type: str
+    bottoms: list[str]
+    tops: list[str]
+    blocks: dict[str, Any]
+    params: list[ParamSpec]
+    include: list[NetStateRule]
+    exclude: list[NetStateRule]
+    loss_weight: list[float] | None
+    propagate_down: list[bool] | None
+    file: str | None
+    line: int
+    key_lines: dict[str, int]
+    via: str | None = None
+
+    def line_of(self, key: str) -> int:
+        """Line of a key of this layer, or of the layer itself."""
+        return self.key_lines.get(key, self.line)
+
+    def problem(self, message: str, key: str | None = None) -> Problem:
+        """A Problem located at this layer (and key)."""
+        top_key = key.split(".")[0] if key else None
+        return Problem(message, file=self.file or "<string>", line=self.line_of(top_key),
+                       layer=self.name, key=key, via=self.via)
+
+
+@dataclass
+class NetSpec:
+    """A whole net file, validated."""
+
+    name: str
+    layers: list[LayerSpec]
+    force_backward: bool
+    state: NetState
+    file: str | None
+    config_hash: str
+
+
+_LAYER_KEYS = ("name", "type", "bottom", "top", "param", "include", "exclude",
+               "loss_weight", "propagate_down")
+_NET_KEYS = ("name", "layers", "force_backward", "state")
+
+
+def _read_list(node, key: str, item_tp, ctx: Context, line: int):
+    value = node.get(key)
+    if value is None:
+        return []
+    converted = convert_value(list[item_tp], value, ctx, key, node.line_of(key) if isinstance(node, YamlMap) else line)
+    return [] if converted is INVALID else converted
+
+
+def parse_layer(node, index: int, layer_schemas: dict[str, dict[str, type]], ctx: Context,
+                line: int) -> LayerSpec | None:
+    """Validate one entry of ``layers``; returns None when it is beyond repair."""
+    if not isinstance(node, dict):
+        ctx.add(f"layer #{index + 1} must be a mapping, got {type(node).__name__}", line)
+        return None
+    name = node.get("name")
+    ctx.layer = name if isinstance(name, str) else f"#{index + 1}"
+    if getattr(node, "file", None) or getattr(node, "via", None):
+        ctx.origin = (getattr(node, "file", None) or ctx.file, getattr(node, "via", None))
+    if not isinstance(name, str) or not name:
+        ctx.add("every layer needs a 'name' (a non-empty string)", node.line, "name")
+    type_name = node.get("type")
+    schema: dict[str, type] = {}
+    if not isinstance(type_name, str):
+        ctx.add("every layer needs a 'type'", node.line, "type")
+    elif type_name not in layer_schemas:
+        ctx.add(f"unknown layer type '{type_name}'{did_you_mean(type_name, layer_schemas)}"
+                " (netspec layers lists them)", node.line_of("type"), "type")
+    else:
+        schema = layer_schemas[type_name]
+    known_keys = list(_LAYER_KEYS) + list(schema)
+    for key in node:
+        if key in known_keys:
+            continue
+        if type_name in layer_schemas and str(key).endswith("_param"):
+            takes = ", ".join(schema) or "no parameter block"
+            hint = did_you_mean(key, schema)
+            ctx.add(f"a {type_name} layer takes no '{key}'{hint or f' (it takes {takes})'}",
+                    node.line_of(key))
+        elif type_name in layer_schemas or not str(key).endswith("_param"):
+            ctx.add(f"unknown key '{key}'{did_you_mean(key, known_keys)}", node.line_of(key))
+    blocks = {}
+    for block_name, block_cls in schema.items():
+        block = read_block(block_cls, node.get(block_name), ctx, block_name, node.line_of(block_name))
+        blocks[block_name] = block_cls() if block is INVALID else block
+    loss_weight = _read_list(node, "loss_weight", float, ctx, node.line) if "loss_weight" in node else None
+    propagate_down = (_read_list(node, "propagate_down", bool, ctx, node.line)
+                      if "propagate_down" in node else None)
+    spec = LayerSpec(
+        name=name if isinstance(name, str) else f"#{index + 1}",
+        type=type_name if isinstance(type_name, str) else "",
+        bottoms=_read_list(node, "bottom", str, ctx, node.line),
+        tops=_read_list(node, "top", str, ctx, node.line),
+        blocks=blocks,
+        params=_read_list(node, "param", ParamSpec, ctx, node.line),
+        include=_read_list(node, "include", NetStateRule, ctx, node.line),
+        exclude=_read_list(node, "exclude", NetStateRule, ctx, node.line),
+        loss_weight=loss_weight,
+        propagate_down=propagate_down,
+        file=ctx.origin[0] if ctx.origin else ctx.file,
+        line=node.line,
+        key_lines=dict(node.key_lines),
+        via=ctx.origin[1] if ctx.origin else None,
+    )
+    if spec.include and spec.exclude:
+        ctx.add("give 'include' or 'exclude', not both", node.line_of("exclude"), "exclude")
+    ctx.layer, ctx.origin = None, None
+    return spec if isinstance(name, str) and name and type_name in layer_schemas else None
+
+
+def config_hash(tree) -> str:
+    """A stable sha256 of a parsed YAML tree (key order and comments do not matter)."""
+    text = json.dumps(to_plain(tree), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def parse_net(source, layer_schemas: dict[str, dict[str, type]]) -> NetSpec:
+    """Read and validate a net from a path or YAML text.
+
+    ``layer_schemas`` maps each layer type to ``{block name: params dataclass}``.
+    Raises ConfigError listing every problem found.
+    """
+    text, filename = read_source(source)
+    tree = load_yaml(text, filename)
+    base_dir = os.path.dirname(os.path.abspath(filename)) if filename else os.getcwd()
+    ctx = Context(filename, base_dir)
+    spec = read_net(tree, ctx, layer_schemas, 1)
+    if ctx.problems:
+        raise ConfigError(ctx.problems)
+    return spec
+
+
+def read_net(tree, ctx: Context, layer_schemas: dict[str, dict[str, type]], line: int) -> NetSpec | None:
+    """Validate a parsed net mapping (a whole file, or a net written inline in a solver file).
+
+    Problems are recorded in ``ctx``; returns None when ``tree`` is not a mapping.
+    """
+    if not isinstance(tree, YamlMap):
+        ctx.add("a net must be a mapping with a 'layers' list", line)
+        return None
+    if uses_modules(tree):
+        tree = expand_net(tree, ctx)
+    for key in tree:
+        if key not in _NET_KEYS:
+            ctx.add(f"unknown key '{key}'{did_you_mean(key, _NET_KEYS)}", tree.line_of(key))
+    name = tree.get("name", "")
+    if not isinstance(name, str):
+        ctx.add("expected a string", tree.line_of("name"), "name")
+        name = ""
+    force_backward = tree.get("force_backward", False)
+    if not isinstance(force_backward, bool):
+        ctx.add("expected true or false", tree.line_of("force_backward"), "force_backward")
+        force_backward = False
+    state = read_block(NetState, tree.get("state"), ctx, "state", tree.line_of("state"))
+    layer_nodes = tree.get("layers")
+    layers: list[LayerSpec] = []
+    if not isinstance(layer_nodes, list) or not layer_nodes:
+        ctx.add("the net needs a non-empty 'layers' list", tree.line_of("layers"), "layers")
+        layer_nodes = []
+    for index, node in enumerate(layer_nodes):
+        spec = parse_layer(node, index, layer_schemas, ctx, layer_nodes.line_of(index))
+        if spec is not None:
+            layers.append(spec)
+    return NetSpec(name=name, layers=layers, force_backward=force_backward,
+                   state=state if state is not INVALID else NetState(),
+                   file=ctx.file, config_hash=config_hash(tree))

@@ -1,0 +1,162 @@
+"""The schema engine: typed parameter blocks checked against YAML, every problem collected with its line.
+
+Parameter blocks are plain dataclasses; :func:`read_block` checks a mapping
+against one and collects problems in a :class:`Context` instead of stopping
+at the first.  Which blocks a layer type takes is passed in by the caller, so
+this module knows nothing of layers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Literal
+
+from netspec.errors import Problem, did_you_mean
+from netspec.spec.yaml_lines import YamlList, YamlMap
+
+
+class FilePath(str):
+    """Annotation for a parameter naming a file; relative values resolve against the config's folder."""
+
+
+@dataclass
+class Context:
+    """Where problems are collected while reading one config file."""
+
+    file: str | None
+    base_dir: str
+    problems: list[Problem] = field(default_factory=list)
+    layer: str | None = None
+    origin: tuple[str | None, str | None] | None = None  # (file, via) of a layer expanded from a module
+
+    def add(self, message: str, line: int | None = None, key: str | None = None) -> None:
+        """Record one problem at ``line`` (of the module's file, for a layer expanded from a module)."""
+        file, via = self.origin or (self.file, None)
+        self.problems.append(Problem(message, file=file or "<string>", line=line, layer=self.layer, key=key, via=via))
+
+    def add_at(self, file: str | None, line: int | None, message: str, via: str | None = None) -> None:
+        """Record one problem in another file (an included one) or from a module use."""
+        self.problems.append(Problem(message, file=file or "<string>", line=line, via=via))
+
+
+def required(**kwargs):
+    """A dataclass field with no default that the user must give."""
+    return field(default=None, metadata={"required": True, **kwargs})
+
+
+def doc(default, text: str, **kwargs):
+    """A dataclass field with a default and a one-line description."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"doc": text, **kwargs})
+    return field(default=default, metadata={"doc": text, **kwargs})
+
+
+def type_name(tp) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " | ".join(typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(type_name(a) for a in typing.get_args(tp) if a is not type(None))
+    if origin is list:
+        return f"{type_name(typing.get_args(tp)[0])} or a list of them"
+    if origin is dict:
+        return f"a mapping of {type_name(typing.get_args(tp)[1])}"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    if tp is FilePath:
+        return "a file path"
+    return getattr(tp, "__name__", str(tp))
+
+
+INVALID = object()
+
+
+def convert_value(tp, value, ctx: Context, key: str, line: int):
+    """Check ``value`` against annotation ``tp``; return it converted, or INVALID after recording why."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return convert_value(inner[0], value, ctx, key, line)
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if isinstance(value, str) and value in choices:
+            return value
+        ctx.add(f"'{value}' is not one of {', '.join(choices)}{did_you_mean(value, choices)}", line, key)
+        return INVALID
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        items = value if isinstance(value, list) else [value]
+        out = []
+        for index, item in enumerate(items):
+            item_line = items.line_of(index) if isinstance(items, YamlList) else line
+            converted = convert_value(item_tp, item, ctx, key, item_line)
+            if converted is INVALID:
+                return INVALID
+            out.append(converted)
+        return out
+    if origin is dict:
+        key_tp, value_tp = typing.get_args(tp)
+        if not isinstance(value, dict):
+            ctx.add(f"expected a mapping, got {type(value).__name__} {value!r}", line, key)
+            return INVALID
+        out = {}
+        for name, item in value.items():
+            item_line = value.line_of(name) if isinstance(value, YamlMap) else line
+            converted = convert_value(value_tp, item, ctx, f"{key}.{name}", item_line)
+            if converted is INVALID or convert_value(key_tp, name, ctx, key, item_line) is INVALID:
+                return INVALID
+            out[name] = converted
+        return out
+    if dataclasses.is_dataclass(tp):
+        return read_block(tp, value, ctx, key, line)
+    ok = (
+        (tp is bool and isinstance(value, bool))
+        or (tp is int and isinstance(value, int) and not isinstance(value, bool))
+        or (tp is float and isinstance(value, (int, float)) and not isinstance(value, bool))
+        or (tp in (str, FilePath) and isinstance(value, str))
+    )
+    if not ok:
+        ctx.add(f"expected {type_name(tp)}, got {type(value).__name__} {value!r}", line, key)
+        return INVALID
+    if tp is float:
+        return float(value)
+    if tp is FilePath:
+        return FilePath(os.path.normpath(os.path.join(ctx.base_dir, os.path.expanduser(value))))
+    return value
+
+
+def read_block(cls, node, ctx: Context, prefix: str, line: int):
+    """Build dataclass ``cls`` from mapping ``node``, recording unknown keys and bad values.
+
+    Returns an instance built from the valid keys (defaults elsewhere), or
+    INVALID when ``node`` is not a mapping at all.
+    """
+    if node is None:
+        node = YamlMap()
+    if not isinstance(node, dict):
+        ctx.add(f"expected a mapping of parameters, got {type(node).__name__} {node!r}", line, prefix)
+        return INVALID
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    node_line = getattr(node, "line", line) or line
+    for key in node:
+        if key not in known:
+            key_line = node.line_of(key) if isinstance(node, YamlMap) else line
+            ctx.add(f"unknown parameter '{key}'{did_you_mean(key, known)}", key_line, prefix)
+    kwargs = {}
+    for name, spec in known.items():
+        path = f"{prefix}.{name}" if prefix else name
+        if name in node:
+            key_line = node.line_of(name) if isinstance(node, YamlMap) else line
+            value = convert_value(hints[name], node[name], ctx, path, key_line)
+            if value is not INVALID:
+                kwargs[name] = value
+        elif spec.metadata.get("required"):
+            ctx.add("missing required parameter", node_line, path)
+    return cls(**kwargs)
