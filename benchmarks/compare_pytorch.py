@@ -16,10 +16,10 @@ import sys
 import time
 
 import numpy
-from netspec.layers.pooling import pool_geometry
 
 import netspec
 from netspec.inspect.timing import time_net
+from netspec.layers.pooling import pool_geometry
 
 DEFAULT_NETS = ["configs/lenet/lenet_train_test.yaml", "configs/cifar10/cifar10_quick_train_test.yaml"]
 

@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 
 import numpy
-from netspec.tools.imageset import ImagesetOptions, convert_imageset
-from netspec.tools.mean import compute_mean
 from PIL import Image
 
 import netspec
+from netspec.tools.imageset import ImagesetOptions, convert_imageset
+from netspec.tools.mean import compute_mean
 from netspec.training.log import TrainingLog
 
 CIFAR = Path(__file__).parent.parent / "configs" / "cifar10" / "cifar10_quick_train_test.yaml"

@@ -8,7 +8,7 @@ second time, so it is refused.
 if not __name__.startswith("netspec."):
     raise ImportError(f"import this package as netspec.layers, not as '{__name__}'")
 
-from netspec.layers import (  # noqa: E402, F401 - imported to register the layer types
+from netspec.layers import (  # noqa: F401 - imported to register the layer types
     accuracy,
     activations,
     argmax,

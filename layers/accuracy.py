@@ -5,11 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from netspec.layers.softmax import softmax_view
-
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError, ShapeError
+from netspec.layers.softmax import softmax_view
 from netspec.spec.schema import doc
 
 

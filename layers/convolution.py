@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from netspec.layers.spatial import hw, require_4d
-
 from netspec.engine.fillers import FillerParams
 from netspec.engine.layer import Layer, weighted_flops
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError, ShapeError
+from netspec.layers.spatial import hw, require_4d
 from netspec.spec.schema import doc, required
 
 

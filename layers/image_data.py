@@ -5,12 +5,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from netspec.layers.record_data import RecordBatches
-
 from netspec.data.images import decode_image, read_list_file, resized
 from netspec.data.transform import TransformParams
 from netspec.engine.registry import register_layer
 from netspec.errors import DataError, ParamError
+from netspec.layers.record_data import RecordBatches
 from netspec.spec.schema import FilePath, doc, required
 
 

@@ -10,11 +10,10 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from netspec.layers.softmax import SoftmaxParams, softmax, softmax_view
-
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
 from netspec.errors import DataError, ShapeError
+from netspec.layers.softmax import SoftmaxParams, softmax, softmax_view
 from netspec.spec.schema import doc
 
 

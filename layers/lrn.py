@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from netspec.layers.spatial import pad_hw, require_4d, window
-
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError
+from netspec.layers.spatial import pad_hw, require_4d, window
 from netspec.spec.schema import doc
 
 

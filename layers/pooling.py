@@ -6,11 +6,10 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from netspec.layers.spatial import hw, pad_hw, require_4d
-
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError, ShapeError
+from netspec.layers.spatial import hw, pad_hw, require_4d
 from netspec.spec.schema import doc
 
 

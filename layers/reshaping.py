@@ -5,11 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from netspec.layers.data import BlobShape
-
 from netspec.engine.layer import Layer, canonical_axis
 from netspec.engine.registry import register_layer
 from netspec.errors import ShapeError
+from netspec.layers.data import BlobShape
 from netspec.spec.schema import doc
 
 

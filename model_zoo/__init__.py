@@ -3,6 +3,6 @@
 if not __name__.startswith("netspec."):
     raise ImportError(f"import this package as netspec.model_zoo, not as '{__name__}'")
 
-from netspec.model_zoo.predict import load  # noqa: E402 - after the guard above
+from netspec.model_zoo.predict import load
 
 __all__ = ["load"]

@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from netspec.model_zoo.card import InputSpec
-
 from netspec.errors import ConfigError, Problem
+from netspec.model_zoo.card import InputSpec
 from netspec.spec.schema import Context, doc, read_block, required
 from netspec.spec.yaml_lines import YamlList, load_yaml, read_source
 

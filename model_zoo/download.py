@@ -18,6 +18,8 @@ import urllib.parse
 import urllib.request
 
 import yaml
+
+from netspec.errors import ConfigError
 from netspec.model_zoo.card import CARD, ModelCard, file_sha256, parse_card
 from netspec.model_zoo.zoo import (
     INDEX,
@@ -29,8 +31,6 @@ from netspec.model_zoo.zoo import (
     version_key,
     write_readme,
 )
-
-from netspec.errors import ConfigError
 
 SMALL_FILE_LIMIT = 1 << 20  # index.json and model.yaml are never larger
 CHUNK = 1 << 16
@@ -93,9 +93,10 @@ class HttpSource:
 
     def _open(self, relative: str, start: int = 0):
         url = urllib.parse.urljoin(self.url, urllib.parse.quote(relative))
-        request = urllib.request.Request(url, headers={"Range": f"bytes={start}-"} if start else {})
+        headers = {"Range": f"bytes={start}-"} if start else {}
+        request = urllib.request.Request(url, headers=headers)  # noqa: S310 - the source's scheme is http(s)
         try:
-            return urllib.request.urlopen(request, timeout=self.timeout), url  # noqa: S310 - http(s) only
+            return urllib.request.urlopen(request, timeout=self.timeout), url  # noqa: S310 - as above
         except urllib.error.HTTPError as exc:
             raise ZooError(f"{url}: HTTP {exc.code} {exc.reason}") from None
         except (urllib.error.URLError, OSError) as exc:

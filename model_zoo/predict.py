@@ -11,14 +11,14 @@ from __future__ import annotations
 import os
 
 import numpy
-from netspec.model_zoo.card import CARD, ModelCard, read_card
-from netspec.model_zoo.zoo import Zoo, ZooError, verify_folder
 
 from netspec.data.images import decode_image, resized
 from netspec.data.transform import Transformer, TransformParams
 from netspec.engine.net import Net, compile_net
 from netspec.engine.registry import layer_schemas
 from netspec.errors import DataError
+from netspec.model_zoo.card import CARD, ModelCard, read_card
+from netspec.model_zoo.zoo import Zoo, ZooError, verify_folder
 from netspec.spec.net_spec import parse_net
 
 

@@ -9,6 +9,11 @@ import shutil
 from dataclasses import dataclass, field
 
 import h5py
+
+from netspec.engine.net import load_net
+from netspec.errors import NetspecError
+from netspec.graph.compiler import included
+from netspec.inspect.plots import EVENT_KEYS, read_metrics
 from netspec.model_zoo.card import (
     CARD,
     InputSpec,
@@ -21,11 +26,6 @@ from netspec.model_zoo.card import (
     file_sha256,
 )
 from netspec.model_zoo.zoo import Zoo, ZooError, write_readme
-
-from netspec.engine.net import load_net
-from netspec.errors import NetspecError
-from netspec.graph.compiler import included
-from netspec.inspect.plots import EVENT_KEYS, read_metrics
 from netspec.spec.net_spec import NetState
 from netspec.version import __version__
 
@@ -75,8 +75,8 @@ def run_sources(run_dir: str) -> dict:
 
 def train_data_layer(sources: dict):
     """The TRAIN data layer spec of the run's solver (re-read from where training found it), or None."""
-    from netspec.engine.registry import layer_schemas, solver_types  # noqa: PLC0415
-    from netspec.spec.solver_spec import parse_solver  # noqa: PLC0415
+    from netspec.engine.registry import layer_schemas, solver_types
+    from netspec.spec.solver_spec import parse_solver
 
     solver_file = sources.get("solver")
     if not solver_file or not os.path.isfile(solver_file):

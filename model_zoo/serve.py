@@ -21,7 +21,7 @@ class ZooRequestHandler(http.server.BaseHTTPRequestHandler):
 
     server_version = "netspec-zoo"
 
-    def log_message(self, format, *args):  # noqa: A002 - the base class's name
+    def log_message(self, format, *args):
         if self.server.verbose:
             super().log_message(format, *args)
 
@@ -37,10 +37,10 @@ class ZooRequestHandler(http.server.BaseHTTPRequestHandler):
                 return None
         return current if os.path.isfile(current) else None
 
-    def do_HEAD(self):  # noqa: N802 - http.server's naming
+    def do_HEAD(self):
         self._serve(send_body=False)
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         self._serve(send_body=True)
 
     def _serve(self, send_body: bool) -> None:

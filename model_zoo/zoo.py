@@ -17,6 +17,8 @@ import re
 import shutil
 import tempfile
 
+from netspec.atomic import atomic_path
+from netspec.errors import ConfigError, NetspecError
 from netspec.model_zoo.card import (
     CARD,
     README,
@@ -27,9 +29,6 @@ from netspec.model_zoo.card import (
     read_card,
     readme,
 )
-
-from netspec.atomic import atomic_path
-from netspec.errors import ConfigError, NetspecError
 
 INDEX = "index.json"
 INDEX_FORMAT = "netspec-zoo-1"

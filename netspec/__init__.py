@@ -8,8 +8,7 @@ Importing netspec registers the built-in layer types and update rules
 (``netspec.layers``, ``netspec.solvers``); ARCHITECTURE.md maps the packages.
 """
 
-import netspec.layers  # registers the built-in layer types
-import netspec.solvers  # registers the built-in update rules
+from netspec import layers, solvers  # noqa: F401 - importing them registers the built-in types
 from netspec.engine.builder import L, NetSpec
 from netspec.engine.net import Net, load_net
 from netspec.errors import (

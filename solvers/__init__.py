@@ -3,4 +3,4 @@
 if not __name__.startswith("netspec."):
     raise ImportError(f"import this package as netspec.solvers, not as '{__name__}'")
 
-from netspec.solvers import adadelta, adagrad, adam, adamw, nesterov, rmsprop, sgd  # noqa: E402, F401 - registers the rules
+from netspec.solvers import adadelta, adagrad, adam, adamw, nesterov, rmsprop, sgd  # noqa: F401 - registers the rules

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from netspec.solvers.adam import Adam
-
 from netspec.engine.registry import register_solver
+from netspec.solvers.adam import Adam
 
 
 @register_solver

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from netspec.tools.digits import load_digits, split
 from PIL import Image
 from test_cli import run
 from test_train_cli import events
 
 from netspec.data.dataset import Dataset, read_manifest
+from netspec.tools.digits import load_digits, split
 
 
 def save_png(path: Path, pixels: np.ndarray) -> None:
@@ -26,7 +26,7 @@ def class_folders(tmp_path):
     """Three classes of small colour and grey images, 4 each."""
     rng = np.random.default_rng(0)
     root = tmp_path / "images"
-    for label, name in enumerate(["cat", "dog", "eel"]):
+    for name in ["cat", "dog", "eel"]:
         for i in range(4):
             shape = (6, 5, 3) if i % 2 else (6, 5)
             save_png(root / name / f"{i}.png", rng.integers(0, 256, shape, dtype=np.uint8))
@@ -130,7 +130,7 @@ def test_bad_sources_and_outputs_get_one_clear_message(class_folders, tmp_path):
 
 
 def test_a_damaged_record_stops_training_with_its_key(class_folders, tmp_path):
-    import lmdb  # noqa: PLC0415
+    import lmdb
 
     converted(class_folders, tmp_path / "ds", "--resize", "4x4")
     with lmdb.open(str(tmp_path / "ds")) as env, env.begin(write=True) as txn:

@@ -46,7 +46,7 @@ def problems(path) -> list[str]:
 
 def test_a_use_substitutes_typed_values_and_maps_inputs_and_outputs(tmp_path):
     layers = spec(net(tmp_path, "  - {use: unit, name: u1, bottom: data, top: out, with: {out: 4, kernel: 3}}\n")).layers
-    assert [(l.name, l.bottoms, l.tops) for l in layers] == [
+    assert [(layer.name, layer.bottoms, layer.tops) for layer in layers] == [
         ("data", [], ["data"]), ("u1_conv", ["data"], ["out"]), ("u1_relu", ["out"], ["out"])]
     conv = layers[1].blocks["convolution_param"]
     assert (conv.num_output, conv.kernel_size) == (4, [3])
@@ -57,9 +57,9 @@ def test_a_repeat_chains_copies_and_names_them_by_index(tmp_path):
     path = net(tmp_path, '  - repeat: {count: 3, start: 1, use: unit, name: "u${number}", bottom: data, '
                          'top: "t${letter}", with: {out: "${index}"}}\n')
     layers = spec(path).layers[1:]
-    assert [(l.name, l.bottoms, l.tops) for l in layers[::2]] == [
+    assert [(layer.name, layer.bottoms, layer.tops) for layer in layers[::2]] == [
         ("u2_conv", ["data"], ["tb"]), ("u3_conv", ["tb"], ["tc"]), ("u4_conv", ["tc"], ["td"])]
-    assert [l.blocks["convolution_param"].num_output for l in layers[::2]] == [1, 2, 3]
+    assert [layer.blocks["convolution_param"].num_output for layer in layers[::2]] == [1, 2, 3]
 
 
 def test_modules_come_from_included_files_and_may_use_each_other(tmp_path):
@@ -74,7 +74,7 @@ def test_modules_come_from_included_files_and_may_use_each_other(tmp_path):
 """)
     path = net(tmp_path, "  - {use: pair, name: p, bottom: data, top: out, with: {out: 5}}\n",
                modules="include: lib/blocks.yaml\n")
-    assert [l.name for l in spec(path).layers] == ["data", "p_first_conv", "p_first_relu", "p_second_conv",
+    assert [layer.name for layer in spec(path).layers] == ["data", "p_first_conv", "p_first_relu", "p_second_conv",
                                                     "p_second_relu"]
     assert compile_net(spec(path), phase="TEST").blob_shapes["out"] == (2, 5, 8, 8)
 

@@ -23,8 +23,8 @@ def test_top_level_folders_refuse_the_wrong_import_name(package):
 
 
 def test_subpackages_import_under_netspec():
-    import netspec.model_zoo  # noqa: F401
-    import netspec.solvers  # noqa: F401
+    import netspec.model_zoo
+    import netspec.solvers
     import netspec.tools  # noqa: F401
 
     assert "Convolution" in layer_types()

@@ -180,7 +180,7 @@ def test_bad_data_layers_are_refused_at_shape_inference(dataset, tmp_path):
 
 def image_list(tmp_path, count=6, shape=(5, 4, 3)):
     """``count`` PNG files under tmp_path/img and a list file naming them with labels i % 2."""
-    from PIL import Image  # noqa: PLC0415
+    from PIL import Image
 
     pictures = images(count, (shape[2], shape[0], shape[1]), seed=2)
     (tmp_path / "img").mkdir()
@@ -210,7 +210,7 @@ def test_image_data_decodes_the_listed_files(tmp_path):
 
 
 def test_image_data_resizes_greys_and_shuffles_each_epoch(tmp_path):
-    from netspec.data.images import resized  # noqa: PLC0415
+    from netspec.data.images import resized
 
     list_file, pictures = image_list(tmp_path)
     net = image_net(list_file, batch=6, new_height=3, new_width=2, is_color=False, shuffle=True)
@@ -218,7 +218,7 @@ def test_image_data_resizes_greys_and_shuffles_each_epoch(tmp_path):
     (epoch0, labels0), (epoch1, _) = batches(net, 2)
     order = net.layers[0].order.indices(0, 6)
     assert sorted(order) == list(range(6)) and list(order) != list(net.layers[0].order.indices(6, 6))
-    from PIL import Image  # noqa: PLC0415
+    from PIL import Image
 
     grey = np.asarray(Image.fromarray(pictures[order[0]].transpose(1, 2, 0)).convert("L"))[None]
     np.testing.assert_array_equal(epoch0[0], resized(grey, (3, 2)))
@@ -252,7 +252,7 @@ def test_hdf5_output_saves_what_reaches_it(tmp_path):
         seen.append(net.blobs["x"].data.copy())
     assert not (tmp_path / "out.h5").exists()  # written under a temporary name until closed
     net.close()
-    import h5py  # noqa: PLC0415
+    import h5py
 
     with h5py.File(tmp_path / "out.h5") as handle:
         assert handle["data"].shape == (6, 2) and handle["label"].shape == (6,)
@@ -260,7 +260,7 @@ def test_hdf5_output_saves_what_reaches_it(tmp_path):
 
 
 def test_an_image_of_another_shape_stops_with_its_name(tmp_path):
-    from PIL import Image  # noqa: PLC0415
+    from PIL import Image
 
     list_file, _ = image_list(tmp_path, count=4)
     Image.fromarray(np.zeros((7, 7, 3), dtype=np.uint8)).save(tmp_path / "img" / "2.png")

@@ -93,7 +93,7 @@ def test_an_unfinished_or_existing_dataset_is_refused(tmp_path):
 
 def test_a_bad_lmdb_record_is_named_by_its_key(tmp_path):
     write_dataset(tmp_path / "ds", "lmdb", images(3), [0, 1, 2])
-    import lmdb  # noqa: PLC0415
+    import lmdb
 
     with lmdb.open(str(tmp_path / "ds")) as env, env.begin(write=True) as txn:
         txn.put(record_key(1), b"\x00\x00")

@@ -9,12 +9,12 @@ import signal
 import numpy as np
 import pytest
 import yaml
-from netspec.solvers.lr_policies import learning_rate
 
 import netspec
 from netspec.data.hdf5 import write_arrays, write_file_list
 from netspec.engine.registry import solver_types
 from netspec.errors import ConfigError, TrainingError
+from netspec.solvers.lr_policies import learning_rate
 from netspec.spec.solver_spec import SolverParams
 from netspec.training.log import TrainingLog
 from netspec.training.signals import signal_effects

@@ -214,7 +214,7 @@ def test_bad_resume_states_and_weights_leave_snapshots_untouched(digits, tmp_pat
                                               "  - {name: fc, type: InnerProduct, bottom: d, top: p, "
                                               "inner_product_param: {num_output: 2}}\n")
     foreign_weights = tmp_path / "foreign.h5"
-    import netspec  # noqa: PLC0415
+    import netspec
 
     netspec.load_net(str(foreign)).save_weights(foreign_weights)
     stderr = fails("train", digits / "solver.yaml", "--weights", foreign_weights, "--out", out)

@@ -13,18 +13,18 @@ import threading
 import time
 from pathlib import Path
 
-import netspec.model_zoo
 import numpy as np
 import pytest
-from netspec.model_zoo.builtin import builtin_cards
-from netspec.model_zoo.card import parse_card
-from netspec.model_zoo.publish import PublishRequest, publish
-from netspec.model_zoo.zoo import Zoo, ZooError
 from PIL import Image
 from test_cli import fails, ok
 
 import netspec
+import netspec.model_zoo
 from netspec.errors import ConfigError
+from netspec.model_zoo.builtin import builtin_cards
+from netspec.model_zoo.card import parse_card
+from netspec.model_zoo.publish import PublishRequest, publish
+from netspec.model_zoo.zoo import Zoo, ZooError
 
 ROOT = Path(__file__).parent.parent
 DEPLOY = ROOT / "configs" / "digits" / "digits_deploy.yaml"
@@ -55,7 +55,7 @@ def zoo_a(tmp_path, weights) -> Path:
 
 
 def digit_png(path: Path, index: int = 5) -> Path:
-    from netspec.tools.digits import load_digits  # noqa: PLC0415
+    from netspec.tools.digits import load_digits
 
     images, _ = load_digits()
     Image.fromarray(np.round(images[index, 0] * 255).astype(np.uint8)).save(path)
@@ -76,9 +76,9 @@ version: '1'
 input: {shape: [1, 8, 8], channels: GRAY}
 weights: weights.h5
 files:
-  - {path: deploy.yaml, size: 10, sha256: %s}
-  - {path: weights.h5, size: 20, sha256: %s}
-""" % ("a" * 64, "b" * 64)
+  - {path: deploy.yaml, size: 10, sha256: SHA_A}
+  - {path: weights.h5, size: 20, sha256: SHA_B}
+""".replace("SHA_A", "a" * 64).replace("SHA_B", "b" * 64)
 
 
 def test_cards_are_validated_with_their_line():
@@ -154,9 +154,9 @@ def test_list_show_verify_and_remove(zoo_a):
 def test_builtin_cards_name_nets_that_build():
     cards = builtin_cards()
     assert {c.name for c in cards} >= {"lenet", "cifar10-quick", "alexnet", "vgg16", "googlenet", "resnet50"}
-    from netspec.engine.net import compile_net  # noqa: PLC0415
-    from netspec.engine.registry import layer_schemas  # noqa: PLC0415
-    from netspec.spec.net_spec import parse_net  # noqa: PLC0415
+    from netspec.engine.net import compile_net
+    from netspec.engine.registry import layer_schemas
+    from netspec.spec.net_spec import parse_net
 
     for card in cards:
         graph = compile_net(parse_net(card.net_path, layer_schemas()), phase="TEST")
@@ -229,7 +229,7 @@ def test_download_refuses_bad_sources_and_leaves_the_zoo_as_it_was(zoo_a, tmp_pa
     index["models"]["../evil"] = {"versions": ["1"], "latest": "1"}
     (source / "index.json").write_text(json.dumps(index))
     assert "invalid index: invalid model name '../evil'" in attempt()
-    (source / "index.json").write_text(json.dumps({k: v for k, v in index.items()} | {
+    (source / "index.json").write_text(json.dumps(dict(index) | {
         "models": {"digits": index["models"]["digits"]}}))
     card = source / "models" / "digits" / "2" / "model.yaml"
     card.write_text(card.read_text().replace("channels: GRAY", "channels: BGR"))
@@ -252,7 +252,7 @@ class StallingHandler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         path = self.server.zoo_root / self.path.lstrip("/")
         data = path.read_bytes()
         self.send_response(200)

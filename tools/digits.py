@@ -22,7 +22,7 @@ SPLIT_SEED = 0
 def load_digits():
     """``(images (N, 1, 8, 8) float32 in [0, 1], labels (N,) float32)`` from scikit-learn."""
     try:
-        from sklearn.datasets import load_digits as sklearn_digits  # noqa: PLC0415 - optional extra
+        from sklearn.datasets import load_digits as sklearn_digits
     except ImportError:
         raise DataError("the digits dataset ships with scikit-learn: pip install -e '.[examples]'") from None
     digits = sklearn_digits()

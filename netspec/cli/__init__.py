@@ -94,8 +94,8 @@ def main():
 @user_errors
 def check(net_file, phase, stages, level, weights):
     """Validate NET_FILE and print every layer's tops, parameters and memory."""
-    from netspec.engine.net import Net  # noqa: PLC0415 - keeps `netspec --help` fast
-    from netspec.inspect.report import net_summary  # noqa: PLC0415
+    from netspec.engine.net import Net
+    from netspec.inspect.report import net_summary
 
     spec = parse_net(net_file, layer_schemas())
     graph = compile_net(spec, phase=phase.upper() if phase else None, stages=stages or None, level=level)
@@ -109,7 +109,7 @@ def check(net_file, phase, stages, level, weights):
 @user_errors
 def layers(layer_type):
     """List every layer type, or print the documentation of LAYER_TYPE."""
-    from netspec.inspect.report import first_line, layer_doc  # noqa: PLC0415
+    from netspec.inspect.report import first_line, layer_doc
 
     types = layer_types()
     if layer_type is None:
@@ -125,7 +125,7 @@ def layers(layer_type):
 @user_errors
 def solvers(solver_type):
     """List every solver type (update rule), or print the formulas of SOLVER_TYPE."""
-    from netspec.inspect.report import first_line, solver_doc  # noqa: PLC0415
+    from netspec.inspect.report import first_line, solver_doc
 
     if solver_type is None:
         types = solver_types()
@@ -150,9 +150,9 @@ def solvers(solver_type):
 @user_errors
 def time_command(net_file, iterations, warmup, phase, stages, level, device, seed, as_json):
     """Time forward and backward passes of NET_FILE, layer by layer."""
-    from netspec.engine.net import load_net  # noqa: PLC0415
-    from netspec.inspect.report import format_table  # noqa: PLC0415
-    from netspec.inspect.timing import time_net  # noqa: PLC0415
+    from netspec.engine.net import load_net
+    from netspec.inspect.report import format_table
+    from netspec.inspect.timing import time_net
 
     net = load_net(net_file, phase=phase.upper() if phase else "TRAIN", device=device, stages=stages or None,
                    level=level, seed=seed)
@@ -206,8 +206,8 @@ def train(solver_file, device, weights, resume, force, max_iter, seed, stages, l
     each of the N processes learns from its own share of every batch.  --processes N
     starts them on this machine for you.
     """
-    from netspec.engine.comm import SingleProcess  # noqa: PLC0415
-    from netspec.training.distributed import MPICommunicator, launch  # noqa: PLC0415
+    from netspec.engine.comm import SingleProcess
+    from netspec.training.distributed import MPICommunicator, launch
 
     if weights and resume:
         raise click.UsageError("give --weights (fine-tune) or --resume (continue), not both")
@@ -243,12 +243,12 @@ def given_arguments(context: click.Context, leave_out: set[str]) -> list[str]:
 def train_run(comm, solver_file, device, weights, resume, force, max_iter, seed, stages, level, run_dir,
               sigint_effect, sighup_effect, debug_info):
     """The body of ``netspec train``, run by every rank; rank 0 alone prints and writes."""
-    import numpy  # noqa: PLC0415
+    import numpy
 
-    from netspec.spec.solver_spec import parse_solver  # noqa: PLC0415
-    from netspec.training.log import TrainingLog  # noqa: PLC0415
-    from netspec.training.signals import signal_effects  # noqa: PLC0415
-    from netspec.training.solver import Solver  # noqa: PLC0415
+    from netspec.spec.solver_spec import parse_solver
+    from netspec.training.log import TrainingLog
+    from netspec.training.signals import signal_effects
+    from netspec.training.solver import Solver
 
     root = comm.rank == 0
     say = click.echo if root else (lambda _text: None)
@@ -292,7 +292,7 @@ def train_run(comm, solver_file, device, weights, resume, force, max_iter, seed,
 @user_errors
 def plot(metrics_files, out):
     """Draw train loss, test outputs and learning rate of one or more runs (their metrics.jsonl) into a PNG."""
-    from netspec.inspect.plots import plot_metrics  # noqa: PLC0415
+    from netspec.inspect.plots import plot_metrics
 
     plot_metrics(list(metrics_files), out)
     click.echo(f"wrote {out}")
@@ -306,9 +306,9 @@ def plot(metrics_files, out):
 @user_errors
 def lr_plot(solver_file, out, max_iter):
     """Draw the learning rate SOLVER_FILE gives at every iteration, before training."""
-    from netspec.inspect.plots import plot_learning_rate  # noqa: PLC0415
-    from netspec.spec.solver_spec import EPOCH_KEYS, parse_solver  # noqa: PLC0415
-    from netspec.training.solver import Solver  # noqa: PLC0415
+    from netspec.inspect.plots import plot_learning_rate
+    from netspec.spec.solver_spec import EPOCH_KEYS, parse_solver
+    from netspec.training.solver import Solver
 
     spec = parse_solver(solver_file, layer_schemas(), list(solver_types()))
     params = spec.params
@@ -354,8 +354,8 @@ def copy_configs(spec, folder: str) -> None:
 @user_errors
 def test_command(net_file, weights, iterations, phase, stages, level, device, as_json):
     """Score trained WEIGHTS on NET_FILE: each output averaged over N batches."""
-    from netspec.engine.net import load_net  # noqa: PLC0415
-    from netspec.training.log import format_outputs  # noqa: PLC0415
+    from netspec.engine.net import load_net
+    from netspec.training.log import format_outputs
 
     net = load_net(net_file, phase=phase.upper(), device=device, stages=stages or None, level=level)
     net.load_weights(weights)
@@ -381,7 +381,7 @@ def convert():
 @user_errors
 def convert_digits_command(out_dir):
     """Write scikit-learn's 8x8 digits to OUT_DIR as HDF5 (train.h5/test.h5 and list files)."""
-    from netspec.tools.digits import convert_digits  # noqa: PLC0415
+    from netspec.tools.digits import convert_digits
 
     counts = convert_digits(out_dir)
     click.echo(f"wrote {counts['train']} training and {counts['test']} test digits to {out_dir} "
@@ -423,8 +423,8 @@ def convert_imageset_command(paths, backend, resize, gray, shuffle, seed, encode
     With LISTFILE, its lines are Caffe's 'relative/path label'; without it,
     each subfolder of ROOT is a class, labelled in sorted order (written to labels.txt).
     """
-    from netspec.cli.progress import progress_bar  # noqa: PLC0415
-    from netspec.tools.imageset import ImagesetOptions, convert_imageset  # noqa: PLC0415
+    from netspec.cli.progress import progress_bar
+    from netspec.tools.imageset import ImagesetOptions, convert_imageset
 
     if len(paths) not in (2, 3):
         raise click.UsageError(f"expected ROOT [LISTFILE] OUT, got {len(paths)} path(s)")
@@ -455,7 +455,7 @@ def convert_imageset_command(paths, backend, resize, gray, shuffle, seed, encode
 @user_errors
 def convert_arrays_command(source, out, data_key, label_key, chunk, overwrite):
     """Convert numeric rows (.npz, .npy, or .csv with a header) into the HDF5 file OUT (datasets data, label)."""
-    from netspec.tools.arrays import convert_arrays  # noqa: PLC0415
+    from netspec.tools.arrays import convert_arrays
 
     shapes = convert_arrays(source, out, data_key, label_key, chunk, overwrite)
     click.echo(f"wrote {out}: " + ", ".join(f"{name} {list(shape)}" for name, shape in shapes.items())
@@ -468,12 +468,12 @@ def convert_arrays_command(source, out, data_key, label_key, chunk, overwrite):
 @user_errors
 def compute_mean_command(dataset, out):
     """Write the per-pixel mean of DATASET's records (for transform_param.mean_file)."""
-    import numpy  # noqa: PLC0415
+    import numpy
 
-    from netspec.atomic import atomic_path  # noqa: PLC0415
-    from netspec.cli.progress import progress_bar  # noqa: PLC0415
-    from netspec.data.dataset import read_manifest  # noqa: PLC0415
-    from netspec.tools.mean import compute_mean  # noqa: PLC0415
+    from netspec.atomic import atomic_path
+    from netspec.cli.progress import progress_bar
+    from netspec.data.dataset import read_manifest
+    from netspec.tools.mean import compute_mean
 
     count = read_manifest(dataset)["count"]
     with progress_bar(count, "averaging") as advance:
@@ -498,8 +498,8 @@ def data():
 @user_errors
 def data_inspect_command(dataset, grid, out):
     """Show DATASET's record count, shapes, dtype and label histogram; with -o, a grid of samples."""
-    from netspec.data.dataset import Dataset  # noqa: PLC0415
-    from netspec.tools.dataset_info import describe, sample_grid  # noqa: PLC0415
+    from netspec.data.dataset import Dataset
+    from netspec.tools.dataset_info import describe, sample_grid
 
     opened = Dataset(dataset)
     try:
@@ -554,8 +554,8 @@ def zoo():
 def zoo_publish(name, version, net_file, weights, run_dir, labels_file, license_, summary, authors, scale, mean_value,
                 channels, zoo_dir, force):
     """Publish a deploy net and its trained weights as NAME@VERSION in a zoo."""
-    from netspec.model_zoo.publish import PublishRequest, publish  # noqa: PLC0415
-    from netspec.model_zoo.zoo import Zoo  # noqa: PLC0415
+    from netspec.model_zoo.publish import PublishRequest, publish
+    from netspec.model_zoo.zoo import Zoo
 
     request = PublishRequest(name=name, version=version, net=net_file, weights=weights, run_dir=run_dir,
                              labels_file=labels_file, license=license_, summary=summary, authors=list(authors),
@@ -575,10 +575,10 @@ def zoo_publish(name, version, net_file, weights, run_dir, labels_file, license_
 @user_errors
 def zoo_list(zoo_dir, source, builtin):
     """List the models of a zoo, each with its versions."""
-    from netspec.inspect.report import format_table  # noqa: PLC0415
+    from netspec.inspect.report import format_table
 
     if builtin:
-        from netspec.model_zoo.builtin import builtin_cards  # noqa: PLC0415
+        from netspec.model_zoo.builtin import builtin_cards
 
         rows = [[c.name, "x".join(map(str, c.input.shape)), c.net, c.summary] for c in builtin_cards()]
         click.echo(format_table(["name", "input", "net (config only)", "summary"], rows))
@@ -594,8 +594,8 @@ def zoo_list(zoo_dir, source, builtin):
 
 def zoo_index(zoo_dir: str | None, source: str | None) -> tuple[dict, str]:
     """The index of the local zoo, or of a source folder or URL."""
-    from netspec.model_zoo.download import open_source  # noqa: PLC0415
-    from netspec.model_zoo.zoo import INDEX, Zoo, check_index  # noqa: PLC0415
+    from netspec.model_zoo.download import open_source
+    from netspec.model_zoo.zoo import INDEX, Zoo, check_index
 
     if source is None:
         local = Zoo(zoo_dir)
@@ -613,8 +613,8 @@ def zoo_index(zoo_dir: str | None, source: str | None) -> tuple[dict, str]:
 @user_errors
 def zoo_show(ref, zoo_dir):
     """Print the card of a model (its README)."""
-    from netspec.model_zoo.card import readme  # noqa: PLC0415
-    from netspec.model_zoo.zoo import Zoo  # noqa: PLC0415
+    from netspec.model_zoo.card import readme
+    from netspec.model_zoo.zoo import Zoo
 
     click.echo(readme(Zoo(zoo_dir).card(ref)), nl=False)
 
@@ -625,7 +625,7 @@ def zoo_show(ref, zoo_dir):
 @user_errors
 def zoo_verify(ref, zoo_dir):
     """Re-hash every file of one model (or of every model) against its card."""
-    from netspec.model_zoo.zoo import Zoo, ZooError  # noqa: PLC0415
+    from netspec.model_zoo.zoo import Zoo, ZooError
 
     local = Zoo(zoo_dir)
     problems = local.verify(ref)
@@ -640,7 +640,7 @@ def zoo_verify(ref, zoo_dir):
 @user_errors
 def zoo_remove(ref, zoo_dir):
     """Delete one version of a model, or all its versions."""
-    from netspec.model_zoo.zoo import Zoo  # noqa: PLC0415
+    from netspec.model_zoo.zoo import Zoo
 
     for removed in Zoo(zoo_dir).remove(ref):
         click.echo(f"removed {removed}")
@@ -654,8 +654,8 @@ def zoo_remove(ref, zoo_dir):
 @user_errors
 def zoo_serve(zoo_dir, host, port, verbose):
     """Serve a zoo read-only over HTTP until interrupted."""
-    from netspec.model_zoo.serve import make_server  # noqa: PLC0415
-    from netspec.model_zoo.zoo import Zoo  # noqa: PLC0415
+    from netspec.model_zoo.serve import make_server
+    from netspec.model_zoo.zoo import Zoo
 
     local = Zoo(zoo_dir)
     local.index()  # refuse a broken zoo before serving it
@@ -685,9 +685,9 @@ def zoo_serve(zoo_dir, host, port, verbose):
 @user_errors
 def zoo_download(ref, sources, zoo_dir, timeout, force):
     """Download a model, check the size and sha256 of every file, then install it."""
-    from netspec.cli.progress import progress_bar  # noqa: PLC0415
-    from netspec.model_zoo.download import configured_sources, download, open_source  # noqa: PLC0415
-    from netspec.model_zoo.zoo import Zoo  # noqa: PLC0415
+    from netspec.cli.progress import progress_bar
+    from netspec.model_zoo.download import configured_sources, download, open_source
+    from netspec.model_zoo.zoo import Zoo
 
     opened = [open_source(s, timeout) for s in (sources or configured_sources())]
     local = Zoo(zoo_dir)
@@ -708,8 +708,8 @@ def zoo_download(ref, sources, zoo_dir, timeout, force):
 @user_errors
 def predict(model, inputs, top_k, as_json, device, zoo_dir):
     """Classify image files (or .npy arrays) with MODEL, a zoo name[@version] or a model folder."""
-    from netspec.model_zoo.card import read_card  # noqa: PLC0415
-    from netspec.model_zoo.predict import load, model_folder, read_inputs  # noqa: PLC0415
+    from netspec.model_zoo.card import read_card
+    from netspec.model_zoo.predict import load, model_folder, read_inputs
     from netspec.model_zoo.predict import predict as predict_inputs
 
     folder = model_folder(model, zoo_dir)
@@ -729,9 +729,9 @@ def predict(model, inputs, top_k, as_json, device, zoo_dir):
 @user_errors
 def render(net_file):
     """Print NET_FILE with its modules, repeats and includes expanded: a plain net file."""
-    import yaml  # noqa: PLC0415
+    import yaml
 
-    from netspec.spec.modules import render_net  # noqa: PLC0415
+    from netspec.spec.modules import render_net
 
     click.echo(yaml.safe_dump(render_net(net_file), sort_keys=False, default_flow_style=None, width=120), nl=False)
 
@@ -747,7 +747,7 @@ def render(net_file):
 @user_errors
 def draw(net_file, out, phase, stages, level, rankdir):
     """Draw NET_FILE's layer graph with blob shapes on the edges (.svg/.png need Graphviz's dot)."""
-    from netspec.inspect.drawing import draw as draw_graph  # noqa: PLC0415
+    from netspec.inspect.drawing import draw as draw_graph
 
     graph = compile_net(parse_net(net_file, layer_schemas()), phase=phase.upper() if phase else None,
                         stages=stages or None, level=level)
@@ -770,9 +770,9 @@ def export():
 @user_errors
 def export_onnx_command(net_file, weights, out, opset, stages, level):
     """Export NET_FILE's inference (TEST) graph with its weights as an ONNX model."""
-    from netspec.atomic import atomic_path  # noqa: PLC0415
-    from netspec.engine.net import load_net  # noqa: PLC0415
-    from netspec.interop.onnx_export import export_onnx  # noqa: PLC0415
+    from netspec.atomic import atomic_path
+    from netspec.engine.net import load_net
+    from netspec.interop.onnx_export import export_onnx
 
     net = load_net(net_file, phase="TEST", stages=stages or None, level=level)
     net.load_weights(weights)
@@ -793,7 +793,7 @@ imported_yaml_option = click.option("-o", "--out", type=click.Path(dir_okay=Fals
 
 def write_imported(prototxt: str, out: str | None, data: dict, command: str, check=None) -> str:
     """Write imported ``data`` as YAML (default: beside the .prototxt); ``check(text)`` may refuse it first."""
-    import yaml  # noqa: PLC0415
+    import yaml
 
     out = out or os.path.splitext(prototxt)[0] + ".yaml"
     text = (f"# imported from {os.path.basename(prototxt)} by netspec import {command}\n"
@@ -819,8 +819,8 @@ def echo_report(report) -> None:
 @user_errors
 def import_caffe(prototxt, out):
     """Convert a Caffe net (.prototxt, current or V1 format) into a netspec net file."""
-    from netspec.interop.caffe_import import import_net  # noqa: PLC0415
-    from netspec.interop.prototxt import read_prototxt  # noqa: PLC0415
+    from netspec.interop.caffe_import import import_net
+    from netspec.interop.prototxt import read_prototxt
 
     net, report = import_net(read_prototxt(prototxt))
     out = write_imported(prototxt, out, net, "caffe", check=lambda text: parse_net(text, layer_schemas()))
@@ -835,12 +835,12 @@ def import_caffe(prototxt, out):
 @user_errors
 def import_caffemodel(prototxt, caffemodel, out):
     """Convert Caffe weights (.caffemodel) for the net of PROTOTXT into a netspec weights file."""
-    import yaml  # noqa: PLC0415
+    import yaml
 
-    from netspec.engine.net import load_net  # noqa: PLC0415
-    from netspec.interop.caffe_import import copy_caffemodel, import_net  # noqa: PLC0415
-    from netspec.interop.caffemodel import read_caffemodel  # noqa: PLC0415
-    from netspec.interop.prototxt import read_prototxt  # noqa: PLC0415
+    from netspec.engine.net import load_net
+    from netspec.interop.caffe_import import copy_caffemodel, import_net
+    from netspec.interop.caffemodel import read_caffemodel
+    from netspec.interop.prototxt import read_prototxt
 
     spec, _ = import_net(read_prototxt(prototxt))
     net = load_net(yaml.safe_dump(spec, sort_keys=False), phase="TEST")
@@ -859,8 +859,8 @@ def import_caffemodel(prototxt, caffemodel, out):
 @user_errors
 def import_caffe_solver(prototxt, out):
     """Convert a Caffe solver (.prototxt) into a netspec solver file."""
-    from netspec.interop.caffe_import import import_solver  # noqa: PLC0415
-    from netspec.interop.prototxt import read_prototxt  # noqa: PLC0415
+    from netspec.interop.caffe_import import import_solver
+    from netspec.interop.prototxt import read_prototxt
 
     solver, report = import_solver(read_prototxt(prototxt))
     click.echo(f"wrote {write_imported(prototxt, out, solver, 'caffe-solver')}")

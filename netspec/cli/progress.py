@@ -16,8 +16,8 @@ def progress_bar(total: int, label: str, stream=None, in_bytes: bool = False):
     if not stream.isatty():
         yield lambda count=1: None
         return
-    from rich.console import Console  # noqa: PLC0415 - only on a terminal
-    from rich.progress import (  # noqa: PLC0415
+    from rich.console import Console
+    from rich.progress import (
         BarColumn,
         DownloadColumn,
         MofNCompleteColumn,
@@ -27,7 +27,7 @@ def progress_bar(total: int, label: str, stream=None, in_bytes: bool = False):
         TimeRemainingColumn,
         TransferSpeedColumn,
     )
-    from rich.text import Text  # noqa: PLC0415
+    from rich.text import Text
 
     class RateColumn(ProgressColumn):
         """Items per second."""

@@ -91,7 +91,7 @@ class Backend:
     def scatter_add(self, target, index, values) -> None:
         """``target[index] += values`` with repeated indices summed."""
         if self.is_gpu:
-            import cupyx  # noqa: PLC0415 - only with cupy
+            import cupyx
 
             cupyx.scatter_add(target, index, values)
         else:
@@ -105,7 +105,7 @@ class Backend:
 
 def _import_cupy(device: str):
     try:
-        import cupy  # noqa: PLC0415 - optional extra
+        import cupy
     except ImportError:
         raise NetspecError(f"device '{device}' needs CuPy: pip install -e '.[gpu]'") from None
     index = int(device.split(":", 1)[1]) if ":" in device else 0

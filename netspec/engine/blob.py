@@ -43,7 +43,7 @@ class Blob:
             self.data = self.xp.zeros(shape, dtype=self.dtype)
             self.diff = self.xp.zeros(shape, dtype=self.dtype)
 
-    def share(self, owner: "Blob") -> None:
+    def share(self, owner: Blob) -> None:
         """Make this blob a view of ``owner`` (same memory for data and diff; shape kept if counts agree)."""
         shape = self.shape
         self.data = owner.data.reshape(shape)

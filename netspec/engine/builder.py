@@ -36,7 +36,7 @@ LAYER_KEYS = ("param", "include", "exclude", "loss_weight", "propagate_down")
 class Top:
     """One output of a layer, named when assigned to a NetSpec attribute."""
 
-    def __init__(self, function: "Function", index: int):
+    def __init__(self, function: Function, index: int):
         self.function, self.index = function, index
 
     @property

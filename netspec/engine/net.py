@@ -130,7 +130,7 @@ class Net:
         return {name: weight for node in self.nodes for name, weight in zip(node.tops, node.loss_weights)
                 if weight and name in outputs}
 
-    def share_trained_layers(self, source: "Net") -> None:
+    def share_trained_layers(self, source: Net) -> None:
         """Make every parameter blob of a layer also in ``source`` (same name) a view of source's blob.
 
         Test nets use this to follow the train net's weights (Caffe's ShareTrainedLayersWith).

@@ -63,7 +63,7 @@ def draw(graph: Graph, out: str, rankdir: str = "TB") -> None:
     if program is None:
         _draw_with_pygraphviz(text, out, extension[1:])
         return
-    result = subprocess.run([program, f"-T{extension[1:]}", "-o", out], input=text, text=True,  # noqa: S603
+    result = subprocess.run([program, f"-T{extension[1:]}", "-o", out], input=text, text=True,
                             capture_output=True, check=False)
     if result.returncode:
         raise NetspecError(f"{out}: dot failed: {result.stderr.strip()}")
@@ -72,7 +72,7 @@ def draw(graph: Graph, out: str, rankdir: str = "TB") -> None:
 def _draw_with_pygraphviz(text: str, out: str, fmt: str) -> None:
     """Lay out and render with pygraphviz (which carries Graphviz) when no ``dot`` program is installed."""
     try:
-        import pygraphviz  # noqa: PLC0415 - optional dependency
+        import pygraphviz
     except ImportError:
         raise NetspecError(f"{out}: drawing {fmt} needs Graphviz: install its dot program or "
                            "python3 -m pip install 'netspec[draw]', or write a .dot file") from None

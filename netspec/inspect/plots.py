@@ -23,7 +23,7 @@ LINE_STYLES = ("-", "--", ":", "-.")
 def figure_grid(rows: int, columns: int, cell_size: tuple[float, float], **subplots):
     """A matplotlib Figure (no pyplot, no display needed) and its ``rows`` x ``columns`` array of axes."""
     try:
-        from matplotlib.figure import Figure  # noqa: PLC0415 - optional dependency
+        from matplotlib.figure import Figure
     except ImportError:
         raise NetspecError("plotting needs matplotlib: python3 -m pip install 'netspec[plot]'") from None
     figure = Figure(figsize=(cell_size[0] * columns, cell_size[1] * rows), layout="constrained")
@@ -104,7 +104,7 @@ def plot_metrics(paths: list[str], out: str | os.PathLike):
 
 
 def _colours(count: int) -> list:
-    from matplotlib import colormaps  # noqa: PLC0415 - optional dependency
+    from matplotlib import colormaps
 
     palette = colormaps["tab10"]
     return [palette(i % 10) for i in range(count)]

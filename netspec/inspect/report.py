@@ -125,7 +125,8 @@ def layer_doc(cls) -> str:
     """Everything ``netspec layers TYPE`` prints: the docstring, counts, in-place, parameters."""
     parts = [
         inspect.getdoc(cls) or cls.type,
-        f"bottoms: {_count_text(cls.num_bottoms)}   tops: {_count_text(cls.num_tops)}   in place: {'yes' if cls.inplace_ok else 'no'}"
+        f"bottoms: {_count_text(cls.num_bottoms)}   tops: {_count_text(cls.num_tops)}   "
+        f"in place: {'yes' if cls.inplace_ok else 'no'}"
         + ("   loss: yes (loss_weight 1)" if cls.is_loss else ""),
     ]
     parts += [params_doc(name, block) for name, block in cls.param_blocks.items()]
@@ -136,7 +137,7 @@ def layer_doc(cls) -> str:
 
 def solver_doc(cls) -> str:
     """Everything ``netspec solvers TYPE`` prints: the rule's docstring and the learning-rate policies."""
-    from netspec.solvers.lr_policies import FORMULAS, WARMUP_FORMULA  # noqa: PLC0415 - keeps report import-light
+    from netspec.solvers.lr_policies import FORMULAS, WARMUP_FORMULA
 
     policies = "\n".join(f"  {name:<10} {formula}" for name, formula in FORMULAS.items())
     decay = ("adds weight decay to the step, times the rate (decoupled)" if cls.decoupled_decay

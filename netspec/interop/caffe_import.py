@@ -161,7 +161,7 @@ def copy_caffemodel(net, stored: dict, path: str) -> tuple[list[str], list[str]]
     did.  Returns ``(layers left with their fillers, file layers the net
     lacks)``; blobs that do not fit are a DataError naming each.
     """
-    from netspec.errors import DataError  # noqa: PLC0415
+    from netspec.errors import DataError
 
     owned = net.owned_params()
     missing = [name for name in owned if name not in stored]
@@ -180,7 +180,7 @@ def copy_caffemodel(net, stored: dict, path: str) -> tuple[list[str], list[str]]
     if problems:
         raise DataError(f"{path}: the blobs do not match the net: " + "; ".join(problems))
     for name, blobs in owned.items():
-        for (index, blob), array in zip(blobs, stored.get(name, [])):
+        for (_, blob), array in zip(blobs, stored.get(name, [])):
             blob.data[...] = net.backend.asarray(array.reshape(blob.shape), dtype=blob.dtype)
     return missing, unused
 
@@ -193,7 +193,7 @@ NET_FIELDS = ("net", "train_net", "test_net")
 
 def import_solver(solver: Message) -> tuple[dict, ImportReport]:
     """A parsed SolverParameter as a netspec solver (plain data); net paths are pointed at .yaml files."""
-    from netspec.spec.solver_spec import SolverParams  # noqa: PLC0415
+    from netspec.spec.solver_spec import SolverParams
 
     report = ImportReport()
     hints = typing.get_type_hints(SolverParams)

@@ -28,7 +28,7 @@ class ExportError(NetspecError):
 
 def _onnx():
     try:
-        import onnx  # noqa: PLC0415 - optional dependency
+        import onnx
     except ImportError:
         raise ExportError("ONNX export needs the onnx package: python3 -m pip install 'netspec[onnx]'") from None
     return onnx
@@ -63,7 +63,7 @@ class _Builder:
 
     def temporary(self, stem: str) -> str:
         self.counter += 1
-        return f"{stem}/tmp{self.counter}"
+        return f"{stem}/intermediate{self.counter}"
 
     def add(self, op: str, inputs: list[str], outputs: list[str], name: str, **attributes) -> None:
         self.nodes.append(self.helper.make_node(op, inputs, outputs, name=f"{name}/{op}/{len(self.nodes)}",

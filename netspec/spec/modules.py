@@ -83,7 +83,7 @@ def _collect(tree, file, base_dir, ctx: Context, modules: dict, visiting: tuple)
     """Read the modules of ``tree`` and of the files it includes (each file once; cycles refused)."""
     includes = tree.get("include", [])
     includes = includes if isinstance(includes, list) else [includes]
-    for index, value in enumerate(includes):
+    for value in includes:
         line = tree.line_of("include")
         if not isinstance(value, str):
             ctx.add_at(file, line, f"include: expected a file path, got {value!r}")

@@ -41,7 +41,7 @@ class NetStateRule:
     stage: list[str] = doc([], "every listed stage must be active")
     not_stage: list[str] = doc([], "no listed stage may be active")
 
-    def matches(self, state: "NetState") -> bool:
+    def matches(self, state: NetState) -> bool:
         """True when ``state`` satisfies every condition of this rule."""
         if self.phase is not None and self.phase != state.phase:
             return False

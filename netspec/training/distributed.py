@@ -74,7 +74,7 @@ class MPICommunicator:
 
     def __init__(self, timeout: float = DEFAULT_TIMEOUT, bucket_bytes: float = DEFAULT_BUCKET_BYTES):
         try:
-            from mpi4py import MPI  # noqa: PLC0415 - only for distributed runs
+            from mpi4py import MPI
         except ImportError as exc:
             raise DistributedError(f"--distributed needs mpi4py ({exc}): {INSTALL_HINT}") from None
         self.mpi = MPI
@@ -217,7 +217,7 @@ class GradientExchange:
         made = [name for name, flag in zip(self.REQUESTS, flags[1:]) if flag > 0]
         return float(flags[0]), ("stop" if "stop" in made else made[0] if made else None)
 
-    def _start(self, bucket: "Bucket") -> None:
+    def _start(self, bucket: Bucket) -> None:
         for blob, start in bucket.blobs:
             self.buffer[start:start + blob.count] = self.backend.to_host(blob.diff).reshape(-1)
         self.requests.append(self.comm.start_allreduce(self.buffer[bucket.start:bucket.end]))

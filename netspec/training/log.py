@@ -58,8 +58,8 @@ class TrainingLog:
                 os.replace(path, os.path.join(self.run_dir, f"metrics.{stamp}.jsonl"))
             self.metrics = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         if self.show_progress and not self.quiet:
-            from rich.console import Console  # noqa: PLC0415 - only on a terminal
-            from rich.progress import (  # noqa: PLC0415
+            from rich.console import Console
+            from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,
                 Progress,
