@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
-from harness import gradient_check, one_layer_net, run_forward
 
 from netspec.engine.registry import layer_types
+from netspec.testing import gradient_check, one_layer_net, run_forward
 
 RNG = np.random.default_rng(0)
 
