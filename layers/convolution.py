@@ -8,7 +8,7 @@ from netspec.engine.fillers import FillerParams
 from netspec.engine.layer import Layer, weighted_flops
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError, ShapeError
-from netspec.layers.spatial import hw, require_4d
+from netspec.layers.spatial import hw, require_4d, window
 from netspec.spec.schema import doc, required
 
 
@@ -91,10 +91,7 @@ def conv_geometry(params: ConvolutionParams, shape: tuple, prefix: str = "convol
 def _window(padded, i: int, j: int, geo: ConvGeometry):
     """The view of a padded input (in ``geo.order``) seen by kernel offset (i, j)."""
     (oh, ow), (sh, sw), (dh, dw) = geo.out, geo.stride, geo.dilation
-    index = [slice(None)] * 4
-    index[geo.order.index(2)] = slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)
-    index[geo.order.index(3)] = slice(j * dw, j * dw + sw * (ow - 1) + 1, sw)
-    return padded[tuple(index)]
+    return window(padded, (geo.order.index(2), i * dh, sh, oh), (geo.order.index(3), j * dw, sw, ow))
 
 
 def _padded_shape(shape, geo: ConvGeometry) -> tuple[int, ...]:
@@ -103,10 +100,7 @@ def _padded_shape(shape, geo: ConvGeometry) -> tuple[int, ...]:
 
 
 def _interior(padded, shape, geo: ConvGeometry):
-    index = [slice(None)] * 4
-    index[geo.order.index(2)] = slice(geo.pad[0], geo.pad[0] + shape[2])
-    index[geo.order.index(3)] = slice(geo.pad[1], geo.pad[1] + shape[3])
-    return padded[tuple(index)]
+    return window(padded, (geo.order.index(2), geo.pad[0], 1, shape[2]), (geo.order.index(3), geo.pad[1], 1, shape[3]))
 
 
 def im2col(xp, x, geo: ConvGeometry):

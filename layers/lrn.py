@@ -70,7 +70,7 @@ class LRN(Layer):
         total = xp.zeros_like(values)
         for i in range(p.local_size):
             for j in range(p.local_size):
-                total += window(padded, i, j, h, w, 1, 1)
+                total += window(padded, (2, i, 1, h), (3, j, 1, w))
         return total
 
     def coefficients(self) -> tuple[float, float]:

@@ -9,7 +9,7 @@ from typing import Literal
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError, ShapeError
-from netspec.layers.spatial import hw, pad_hw, require_4d
+from netspec.layers.spatial import hw, pad_hw, require_4d, window
 from netspec.spec.schema import doc
 
 
@@ -154,12 +154,12 @@ class Pooling(Layer):
     def max_along(self, x, axis: int, kernel: int, stride: int, size: int):
         """Maximum over 1-D windows along ``axis`` and the offset of each window's first maximum."""
         xp = self.xp
-        out = strided(x, axis, 0, stride, size).copy()
+        out = window(x, (axis, 0, stride, size)).copy()
         choice = xp.zeros(out.shape, dtype=xp.int8 if kernel < 128 else xp.int32)
         better = xp.empty(out.shape, dtype=bool)
         step = xp.empty_like(choice)
         for offset in range(1, kernel):
-            view = strided(x, axis, offset, stride, size)
+            view = window(x, (axis, offset, stride, size))
             xp.greater(view, out, out=better)
             # choice = offset where better, kept elsewhere; arithmetic, since a masked copy
             # with an unpredictable mask is several times slower on CPUs
@@ -171,9 +171,9 @@ class Pooling(Layer):
 
     def sum_along(self, x, axis: int, kernel: int, stride: int, size: int):
         """Sum over 1-D windows along ``axis``."""
-        out = strided(x, axis, 0, stride, size).copy()
+        out = window(x, (axis, 0, stride, size)).copy()
         for offset in range(1, kernel):
-            out += strided(x, axis, offset, stride, size)
+            out += window(x, (axis, offset, stride, size))
         return out
 
     def scatter_along(self, dy, axis: int, kernel: int, stride: int, extent: int, choice=None):
@@ -192,12 +192,5 @@ class Pooling(Layer):
             if choice is not None:
                 xp.equal(choice, offset, out=chosen)
                 xp.multiply(dy, chosen, out=share)
-            strided(grad, axis, offset, stride, dy.shape[axis])[...] += share
+            window(grad, (axis, offset, stride, dy.shape[axis]))[...] += share
         return grad
-
-
-def strided(x, axis: int, offset: int, stride: int, size: int):
-    """The ``size`` elements of ``x`` along ``axis`` starting at ``offset``, ``stride`` apart."""
-    index = [slice(None)] * x.ndim
-    index[axis] = slice(offset, offset + stride * (size - 1) + 1, stride)
-    return x[tuple(index)]

@@ -1,4 +1,4 @@
-"""Helpers shared by the 2-D spatial layers (Convolution, Pooling): geometry and window slices."""
+"""Helpers shared by the 2-D spatial layers (Convolution, Pooling, LRN): geometry and window slices."""
 
 from __future__ import annotations
 
@@ -35,9 +35,16 @@ def require_4d(shape: tuple, layer_type: str) -> None:
         raise ShapeError(f"{layer_type} needs a 4-axis bottom (N, C, H, W), got shape {shape}")
 
 
-def window(padded, i: int, j: int, out_h: int, out_w: int, stride_h: int, stride_w: int):
-    """The view of ``padded`` (last two axes spatial) seen by kernel offset (i, j) of every window."""
-    return padded[:, :, i:i + stride_h * (out_h - 1) + 1:stride_h, j:j + stride_w * (out_w - 1) + 1:stride_w]
+def window(x, *spans: tuple[int, int, int, int]):
+    """The view of ``x`` that one offset of every sliding window sees (a view, so also writable).
+
+    Each span is ``(axis, offset, stride, size)``: along ``axis``, the ``size``
+    elements starting at ``offset``, ``stride`` apart; other axes are whole.
+    """
+    index = [slice(None)] * x.ndim
+    for axis, offset, stride, size in spans:
+        index[axis] = slice(offset, offset + stride * (size - 1) + 1, stride)
+    return x[tuple(index)]
 
 
 def pad_hw(xp, x, top: int, bottom: int, left: int, right: int, value: float = 0.0):

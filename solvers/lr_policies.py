@@ -22,6 +22,7 @@ def sigmoid(p, iteration: int) -> float:
     return 0.0 if exponent > 700 else p.base_lr / (1.0 + math.exp(exponent))
 
 
+# One function per policy of netspec.spec.solver_spec.LR_POLICIES, where the names and formulas are listed.
 POLICIES = {
     "fixed": lambda p, it: p.base_lr,
     "step": lambda p, it: p.base_lr * p.gamma ** (it // p.stepsize),
@@ -31,17 +32,6 @@ POLICIES = {
     "poly": lambda p, it: p.base_lr * (1.0 - it / p.max_iter) ** p.power,
     "sigmoid": sigmoid,
     "cosine": lambda p, it: p.min_lr + (p.base_lr - p.min_lr) * 0.5 * (1.0 + math.cos(math.pi * it / p.max_iter)),
-}
-
-FORMULAS = {
-    "fixed": "base_lr",
-    "step": "base_lr * gamma ^ floor(iter / stepsize)",
-    "exp": "base_lr * gamma ^ iter",
-    "inv": "base_lr * (1 + gamma * iter) ^ (-power)",
-    "multistep": "base_lr * gamma ^ (number of stepvalue entries <= iter)",
-    "poly": "base_lr * (1 - iter / max_iter) ^ power",
-    "sigmoid": "base_lr / (1 + exp(-gamma * (iter - stepsize)))",
-    "cosine": "min_lr + (base_lr - min_lr) * (1 + cos(pi * iter / max_iter)) / 2",
 }
 
 WARMUP_FORMULA = ("with warmup_iter W > 0, for iter < W: "

@@ -88,15 +88,6 @@ class Backend:
             return self.xp.asnumpy(array)
         return numpy.asarray(array)
 
-    def scatter_add(self, target, index, values) -> None:
-        """``target[index] += values`` with repeated indices summed."""
-        if self.is_gpu:
-            import cupyx
-
-            cupyx.scatter_add(target, index, values)
-        else:
-            numpy.add.at(target, index, values)
-
     def synchronize(self) -> None:
         """Wait for queued device work (timing needs it on a GPU)."""
         if self.is_gpu:

@@ -23,8 +23,7 @@ FILLER_TYPES = ("constant", "uniform", "gaussian", "xavier", "msra", "bilinear",
 class FillerParams:
     """How to initialise a blob (Caffe's FillerParameter)."""
 
-    type: Literal["constant", "uniform", "gaussian", "xavier", "msra", "bilinear",
-                  "positive_unitball"] = doc("constant", "filler type")
+    type: Literal[FILLER_TYPES] = doc("constant", "filler type")
     value: float = doc(0.0, "constant: the value")
     min: float = doc(0.0, "uniform: lower bound")
     max: float = doc(1.0, "uniform: upper bound")

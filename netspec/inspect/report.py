@@ -8,7 +8,9 @@ import math
 import typing
 
 from netspec.graph.graph import Graph
+from netspec.solvers.lr_policies import WARMUP_FORMULA
 from netspec.spec.schema import type_name
+from netspec.spec.solver_spec import LR_FORMULAS
 
 
 def human_bytes(count: float) -> str:
@@ -137,9 +139,7 @@ def layer_doc(cls) -> str:
 
 def solver_doc(cls) -> str:
     """Everything ``netspec solvers TYPE`` prints: the rule's docstring and the learning-rate policies."""
-    from netspec.solvers.lr_policies import FORMULAS, WARMUP_FORMULA
-
-    policies = "\n".join(f"  {name:<10} {formula}" for name, formula in FORMULAS.items())
+    policies = "\n".join(f"  {name:<10} {formula}" for name, formula in LR_FORMULAS.items())
     decay = ("adds weight decay to the step, times the rate (decoupled)" if cls.decoupled_decay
              else "adds weight decay to the gradient")
     return (f"{inspect.getdoc(cls)}\n\nThe loop first clips the gradient to clip_gradients (global L2 norm), "

@@ -108,12 +108,6 @@ class _Parser:
         self.index += 1
         return token
 
-    def expect(self, text: str):
-        kind, value, line, column = self.take()
-        if value != text:
-            self.fail(line, column, f"expected '{text}', found {value!r}" if value else f"expected '{text}' before "
-                      "the end of the file")
-
     def message(self, closing: str | None, line: int = 1) -> Message:
         result = Message(line)
         while True:

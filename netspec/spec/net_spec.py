@@ -18,7 +18,6 @@ from netspec.spec.modules import expand_net, uses_modules
 from netspec.spec.schema import INVALID, Context, convert_value, doc, read_block
 from netspec.spec.yaml_lines import YamlMap, load_yaml, read_source, to_plain
 
-PHASES = ("TRAIN", "TEST")
 
 @dataclass
 class ParamSpec:

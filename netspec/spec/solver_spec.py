@@ -20,7 +20,18 @@ from netspec.spec.net_spec import NetSpec, NetState, config_hash, read_net
 from netspec.spec.schema import Context, FilePath, doc, read_block, required
 from netspec.spec.yaml_lines import YamlList, YamlMap, load_yaml, read_source
 
-LR_POLICIES = ("fixed", "step", "exp", "inv", "multistep", "poly", "sigmoid", "cosine")
+# The learning-rate policies and their formulas (netspec.solvers.lr_policies computes them).
+LR_FORMULAS = {
+    "fixed": "base_lr",
+    "step": "base_lr * gamma ^ floor(iter / stepsize)",
+    "exp": "base_lr * gamma ^ iter",
+    "inv": "base_lr * (1 + gamma * iter) ^ (-power)",
+    "multistep": "base_lr * gamma ^ (number of stepvalue entries <= iter)",
+    "poly": "base_lr * (1 - iter / max_iter) ^ power",
+    "sigmoid": "base_lr / (1 + exp(-gamma * (iter - stepsize)))",
+    "cosine": "min_lr + (base_lr - min_lr) * (1 + cos(pi * iter / max_iter)) / 2",
+}
+LR_POLICIES = tuple(LR_FORMULAS)
 EPOCH_KEYS = {"max_epoch": "max_iter", "test_interval_epochs": "test_interval", "snapshot_epochs": "snapshot"}
 NET_KEYS = ("net", "train_net", "test_net")
 
