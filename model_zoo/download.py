@@ -220,3 +220,15 @@ def download(ref: str, sources: list, zoo: Zoo, force: bool = False, progress_fa
 def _intact(path: str, entry) -> bool:
     """True when the file at ``path`` has the size and sha256 of card entry ``entry``."""
     return os.path.getsize(path) == entry.size and file_sha256(path) == entry.sha256
+
+
+def read_index(zoo_dir: str | None, source: str | None) -> tuple[dict, str]:
+    """The index of the local zoo (``zoo_dir``, or the default one), or of a source folder or URL, and where it is."""
+    if source is None:
+        local = Zoo(zoo_dir)
+        return local.index(), local.root
+    opened = open_source(source, timeout=30)
+    try:
+        return check_index(json.loads(opened.read(INDEX)), f"{source}/{INDEX}"), source
+    except ValueError as exc:
+        raise ZooError(f"{source}/{INDEX}: not JSON ({exc})") from None

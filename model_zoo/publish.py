@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -13,7 +12,6 @@ import h5py
 from netspec.engine.net import load_net
 from netspec.errors import NetspecError
 from netspec.graph.compiler import included
-from netspec.inspect.plots import EVENT_KEYS, read_metrics
 from netspec.model_zoo.card import (
     CARD,
     InputSpec,
@@ -27,9 +25,8 @@ from netspec.model_zoo.card import (
 )
 from netspec.model_zoo.zoo import Zoo, ZooError, write_readme
 from netspec.spec.net_spec import NetState
+from netspec.training import run_folder
 from netspec.version import __version__
-
-RUN_SOURCES = "sources.json"  # written by netspec train into RUN_DIR/config: the files it read
 
 
 @dataclass
@@ -64,15 +61,6 @@ def deploy_input(net) -> tuple[str, tuple[int, ...]]:
     return name, shape
 
 
-def run_sources(run_dir: str) -> dict:
-    """Where ``netspec train`` read the run's solver and train net (``RUN_DIR/config/sources.json``), or {}."""
-    path = os.path.join(run_dir, "config", RUN_SOURCES)
-    if not os.path.isfile(path):
-        return {}
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
-
-
 def train_data_layer(sources: dict):
     """The TRAIN data layer spec of the run's solver (re-read from where training found it), or None."""
     from netspec.engine.registry import layer_schemas, solver_types
@@ -99,13 +87,14 @@ def dataset_sha256(layer) -> str | None:
 
 def last_test_metrics(run_dir: str) -> dict[str, float]:
     """The outputs of the run's last test pass of test net 0."""
-    path = os.path.join(run_dir, "metrics.jsonl")
+    path = run_folder.metrics_path(run_dir)
     if not os.path.isfile(path):
-        raise ZooError(f"{run_dir}: no metrics.jsonl (is it a run folder of netspec train?)")
-    tests = [e for e in read_metrics(path) if e["phase"] == "TEST" and not e.get("test_net")]
+        raise ZooError(f"{run_dir}: no {run_folder.METRICS} (is it a run folder of netspec train?)")
+    tests = [e for e in run_folder.read_metrics(path) if e["phase"] == "TEST" and not e.get("test_net")]
     if not tests:
         return {}
-    return {k: float(v) for k, v in tests[-1].items() if k not in EVENT_KEYS and isinstance(v, (int, float))}
+    last = tests[-1]
+    return {k: float(last[k]) for k in run_folder.event_outputs(last) if isinstance(last[k], (int, float))}
 
 
 def publish(request: PublishRequest, zoo: Zoo) -> ModelCard:
@@ -141,7 +130,7 @@ def _build_card(request: PublishRequest, net, shape, staged: str) -> ModelCard:
     preprocessing, provenance, metrics, extra = {}, Provenance(), {}, {}
     if request.run_dir:
         metrics = last_test_metrics(request.run_dir)
-        sources = run_sources(request.run_dir)
+        sources = run_folder.read_sources(request.run_dir)
         layer = train_data_layer(sources)
         transform = layer.blocks.get("transform_param") if layer is not None else None
         if transform is not None:
@@ -176,8 +165,8 @@ def _copy_training_configs(run_dir: str, sources: dict, staged: str) -> dict[str
     """Copy the run's solver and train net (from RUN_DIR/config) as solver.yaml and train_net.yaml."""
     copied = {}
     for key, target in (("solver", "solver.yaml"), ("train_net", "train_net.yaml")):
-        copy = os.path.join(run_dir, "config", os.path.basename(sources.get(key) or ""))
-        if sources.get(key) and os.path.isfile(copy):
+        copy = run_folder.config_copy(run_dir, sources.get(key))
+        if copy:
             shutil.copyfile(copy, os.path.join(staged, target))
             copied[key] = target
     return copied

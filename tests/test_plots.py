@@ -11,8 +11,9 @@ from test_cli import run
 from test_solver import hdf5_source
 
 from netspec.errors import NetspecError
-from netspec.inspect.plots import plot_metrics, read_metrics, schedule
+from netspec.inspect.plots import plot_metrics, schedule
 from netspec.spec.solver_spec import SolverParams
+from netspec.training.run_folder import read_metrics
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

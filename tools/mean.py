@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy
 
+from netspec.atomic import atomic_path
 from netspec.data.dataset import Dataset
 from netspec.errors import DataError
 
@@ -22,3 +23,9 @@ def compute_mean(path: str, advance=lambda: None) -> numpy.ndarray:
     finally:
         dataset.close()
     return (total / dataset.count).astype(numpy.float32)
+
+
+def save_mean(mean: numpy.ndarray, out: str) -> None:
+    """Write ``mean`` to the .npy file ``out`` atomically (transform_param.mean_file reads it)."""
+    with atomic_path(out) as temporary, open(temporary, "wb") as handle:
+        numpy.save(handle, mean)

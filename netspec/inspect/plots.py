@@ -7,15 +7,13 @@ only when a picture is drawn.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
 
 from netspec.errors import NetspecError
 from netspec.solvers.lr_policies import learning_rate
+from netspec.training.run_folder import event_outputs, read_metrics
 
-# keys of a metrics event that are not outputs of a net
-EVENT_KEYS = {"iter", "epoch", "phase", "lr", "test_net", "smoothed_loss", "images_per_s"}
 MAX_POINTS = 20001
 LINE_STYLES = ("-", "--", ":", "-.")
 
@@ -41,34 +39,6 @@ def _number(value) -> float:
     return float(value) if isinstance(value, (int, float, str)) and not isinstance(value, bool) else math.nan
 
 
-def read_metrics(path: str | os.PathLike) -> list[dict]:
-    """The events of a metrics.jsonl, one per (phase, test net, iteration), sorted by iteration.
-
-    A resumed run appends to the file; where it repeats an iteration, its
-    later event wins.  A line that is not a JSON event is a NetspecError
-    naming the file and line.
-    """
-    path = os.fspath(path)
-    latest: dict[tuple, dict] = {}
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                try:
-                    event = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise NetspecError(f"{path}:{number}: not a JSON line ({exc.msg})") from None
-                if not isinstance(event, dict) or not isinstance(event.get("iter"), int) or "phase" not in event:
-                    raise NetspecError(f"{path}:{number}: not a training event (needs 'iter' and 'phase')")
-                latest[(event["phase"], event.get("test_net", 0), event["iter"])] = event
-    except OSError as exc:
-        raise NetspecError(f"{path}: cannot read metrics: {exc.strerror}") from None
-    if not latest:
-        raise NetspecError(f"{path}: no training events in the file")
-    return sorted(latest.values(), key=lambda e: e["iter"])
-
-
 def _run_labels(paths: list[str]) -> list[str]:
     """Each file's run folder name, or its whole path where two runs share a name."""
     names = [os.path.basename(os.path.dirname(os.path.abspath(p))) or p for p in paths]
@@ -87,7 +57,7 @@ def plot_metrics(paths: list[str], out: str | os.PathLike):
         loss_axes.plot([e["iter"] for e in train], [_number(e.get("smoothed_loss")) for e in train],
                        color=colour, label=label)
         tests = [e for e in events if e["phase"] == "TEST"]
-        series = sorted({(e.get("test_net", 0), key) for e in tests for key in e if key not in EVENT_KEYS})
+        series = sorted({(e.get("test_net", 0), key) for e in tests for key in event_outputs(e)})
         for style, (net, key) in zip(itertools.cycle(LINE_STYLES), series):
             points = [(e["iter"], _number(e[key])) for e in tests if e.get("test_net", 0) == net and key in e]
             name = key if net == 0 else f"{key} (test net {net})"

@@ -15,6 +15,7 @@ from collections import Counter
 
 import numpy
 
+from netspec.atomic import atomic_path
 from netspec.errors import NetspecError
 from netspec.layers.pooling import pool_geometry
 
@@ -216,7 +217,7 @@ SKIPPED = {"Silence"}
 
 
 def export_onnx(net, out: str, opset: int = DEFAULT_OPSET) -> None:
-    """Write ``net`` (an inference net with its weights loaded) as an ONNX model to ``out``."""
+    """Write ``net`` (an inference net with its weights loaded) as an ONNX model to ``out``, atomically."""
     onnx = _onnx()
     b = _Builder(onnx, net)
     inputs = []
@@ -255,4 +256,5 @@ def export_onnx(net, out: str, opset: int = DEFAULT_OPSET) -> None:
     model = b.helper.make_model(graph, opset_imports=[b.helper.make_opsetid("", opset)],
                                 producer_name="netspec", ir_version=IR_VERSION)
     onnx.checker.check_model(model)
-    onnx.save(model, out)
+    with atomic_path(out) as temporary:
+        onnx.save(model, temporary)

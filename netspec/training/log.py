@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import math
-import os
 import sys
-import time
+
+from netspec.training import run_folder
 
 
 def format_value(value: float) -> str:
@@ -31,8 +29,8 @@ class TrainingLog:
 
     Lines go to ``stream``; when it is a terminal, a live progress bar with
     the ETA (rich) sits under them.  With ``run_dir`` every display and test
-    event is also appended to ``run_dir/metrics.jsonl`` as one JSON object:
-    ``{"iter", "epoch", "phase", "lr", <output>: value, ...}``.  Set
+    event is also appended to the run folder's metrics.jsonl (see
+    :mod:`netspec.training.run_folder`).  Set
     ``iterations_per_epoch`` when the train data's size is known, and lines
     show the epoch beside the iteration.
     """
@@ -49,14 +47,9 @@ class TrainingLog:
 
     # ---- lifecycle -----------------------------------------------------------------------
     def start(self, first_iter: int, max_iter: int, resumed: bool) -> None:
-        """Open metrics.jsonl (a fresh run keeps an older file under a dated name) and the progress bar."""
+        """Open metrics.jsonl (a fresh run sets an older file aside, dated) and the progress bar."""
         if self.run_dir:
-            os.makedirs(self.run_dir, exist_ok=True)
-            path = os.path.join(self.run_dir, "metrics.jsonl")
-            if not resumed and os.path.exists(path) and os.path.getsize(path):
-                stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(os.path.getmtime(path)))
-                os.replace(path, os.path.join(self.run_dir, f"metrics.{stamp}.jsonl"))
-            self.metrics = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+            self.metrics = run_folder.open_metrics(self.run_dir, resumed)
         if self.show_progress and not self.quiet:
             from rich.console import Console
             from rich.progress import (
@@ -101,9 +94,7 @@ class TrainingLog:
     def record(self, event: dict) -> None:
         """Append one event to metrics.jsonl."""
         if self.metrics is not None:
-            clean = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in event.items()}
-            self.metrics.write(json.dumps(clean) + "\n")
-            self.metrics.flush()
+            run_folder.write_event(self.metrics, event)
 
     def where(self, iteration: int) -> str:
         """``iter N``, with the epoch when it is known."""

@@ -44,7 +44,7 @@ from netspec.spec.solver_spec import (
     parse_solver,
     with_epochs_resolved,
 )
-from netspec.training import solver_state
+from netspec.training import run_folder, solver_state
 from netspec.training.distributed import GradientExchange
 from netspec.training.log import TrainingLog, format_value
 from netspec.training.watch import OutputWatch
@@ -421,11 +421,10 @@ class Solver:
     @property
     def best_weights_path(self) -> str:
         """Where ``snapshot_best`` keeps the best weights: ``<prefix>_best.weights.h5``."""
-        return f"{self.spec.snapshot_prefix}_best.weights.h5"
+        return run_folder.best_weights_path(self.spec.snapshot_prefix)
 
     def _snapshot_paths(self, iteration: int) -> tuple[str, str]:
-        prefix = f"{self.spec.snapshot_prefix}_iter_{iteration}"
-        return f"{prefix}.weights.h5", f"{prefix}.solverstate.h5"
+        return run_folder.snapshot_paths(self.spec.snapshot_prefix, iteration)
 
     def _progress(self, snapshots: list[int]) -> dict:
         """The periodic snapshots kept and the watched outputs' state, for the solver state."""

@@ -1,0 +1,140 @@
+"""Commands about datasets: convert (digits, imageset, arrays), compute-mean, data inspect."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from netspec.cli.errors import user_errors
+from netspec.cli.progress import progress_bar
+from netspec.data.dataset import Dataset, read_manifest
+from netspec.tools.arrays import convert_arrays
+from netspec.tools.dataset_info import describe, sample_grid
+from netspec.tools.digits import convert_digits
+from netspec.tools.imageset import ImagesetOptions, convert_imageset
+from netspec.tools.mean import compute_mean, save_mean
+
+
+@click.group()
+def convert():
+    """Turn datasets into files the data layers read."""
+
+
+@convert.command("digits")
+@click.argument("out_dir", type=click.Path(file_okay=False))
+@user_errors
+def convert_digits_command(out_dir):
+    """Write scikit-learn's 8x8 digits to OUT_DIR as HDF5 (train.h5/test.h5 and list files)."""
+    counts = convert_digits(out_dir)
+    click.echo(f"wrote {counts['train']} training and {counts['test']} test digits to {out_dir} "
+               f"(train.txt, test.txt list the HDF5 files)")
+
+
+def parse_size(value: str | None) -> tuple[int, int] | None:
+    """``HxW`` (e.g. 32x32) as ``(H, W)``."""
+    if value is None:
+        return None
+    height, sep, width = value.lower().partition("x")
+    if not sep or not height.isdigit() or not width.isdigit() or int(height) < 1 or int(width) < 1:
+        raise click.BadParameter(f"expected HxW such as 32x32, got '{value}'", param_hint="--resize")
+    return int(height), int(width)
+
+
+@convert.command("imageset")
+@click.argument("paths", nargs=-1, required=True, metavar="ROOT [LISTFILE] OUT")
+@click.option("--backend", type=click.Choice(["lmdb", "hdf5"]), default="lmdb", show_default=True)
+@click.option("--resize", metavar="HxW", default=None, help="resize every image to H x W (bilinear)")
+@click.option("--gray", is_flag=True, help="one grey channel instead of RGB")
+@click.option("--shuffle", is_flag=True, help="write the records in a random order (see --seed)")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed of --shuffle and --val-fraction")
+@click.option("--encoded", type=click.Choice(["none", "png", "jpg"]), default="none", show_default=True,
+              help="store records as raw pixels or as PNG/JPEG files (LMDB only)")
+@click.option("--workers", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default="all cores",
+              help="decoding processes")
+@click.option("--val-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.0,
+              help="also write a validation set with this fraction of each class: OUT/train and OUT/val")
+@click.option("--labels", "labels_file", type=click.Path(dir_okay=False), default=None,
+              help="class names, one a line (line k names label k); with class folders it fixes their labels")
+@click.option("--strict", is_flag=True, help="stop at the first image that cannot be read instead of skipping it")
+@click.option("--overwrite", is_flag=True, help="replace OUT if it exists (once the new dataset is complete)")
+@user_errors
+def convert_imageset_command(paths, backend, resize, gray, shuffle, seed, encoded, workers, val_fraction,
+                             labels_file, strict, overwrite):
+    """Convert the images under ROOT into a dataset folder OUT that the Data layer reads.
+
+    With LISTFILE, its lines are Caffe's 'relative/path label'; without it,
+    each subfolder of ROOT is a class, labelled in sorted order (written to labels.txt).
+    """
+    if len(paths) not in (2, 3):
+        raise click.UsageError(f"expected ROOT [LISTFILE] OUT, got {len(paths)} path(s)")
+    root, list_file, out = (paths[0], None, paths[1]) if len(paths) == 2 else paths
+    if encoded != "none" and backend == "hdf5":
+        raise click.UsageError("--encoded stores image files in LMDB records; HDF5 datasets hold raw pixels")
+    options = ImagesetOptions(backend=backend, resize=parse_size(resize), gray=gray, shuffle=shuffle, seed=seed,
+                              encoding="raw" if encoded == "none" else encoded, workers=workers,
+                              val_fraction=val_fraction, strict=strict, overwrite=overwrite)
+    report = convert_imageset(root, out, list_file, labels_file, options,
+                              progress_factory=lambda total: progress_bar(total, "converting"))
+    for problem in report.skipped:
+        click.echo(f"skipped {problem}", err=True)
+    for path, count in report.written.items():
+        click.echo(f"wrote {count} records to {path}")
+    if report.skipped:
+        click.echo(f"skipped {len(report.skipped)} image(s) that could not be read (--strict stops instead)")
+
+
+@convert.command("arrays")
+@click.argument("source", type=click.Path(dir_okay=False))
+@click.argument("out", type=click.Path(dir_okay=False))
+@click.option("--data-key", default="data", show_default=True, help="the .npz array holding the rows")
+@click.option("--label-key", default=None, help="the .npz array or .csv column holding labels [default: label, "
+                                                 "when present]")
+@click.option("--chunk", type=click.IntRange(min=1), default=4096, show_default=True, help="rows copied at a time")
+@click.option("--overwrite", is_flag=True, help="replace OUT if it exists")
+@user_errors
+def convert_arrays_command(source, out, data_key, label_key, chunk, overwrite):
+    """Convert numeric rows (.npz, .npy, or .csv with a header) into the HDF5 file OUT (datasets data, label)."""
+    shapes = convert_arrays(source, out, data_key, label_key, chunk, overwrite)
+    click.echo(f"wrote {out}: " + ", ".join(f"{name} {list(shape)}" for name, shape in shapes.items())
+               + " (HDF5Data reads it as source)")
+
+
+@click.command("compute-mean")
+@click.argument("dataset", type=click.Path(file_okay=False))
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False), help="the .npy to write (C x H x W)")
+@user_errors
+def compute_mean_command(dataset, out):
+    """Write the per-pixel mean of DATASET's records (for transform_param.mean_file)."""
+
+    count = read_manifest(dataset)["count"]
+    with progress_bar(count, "averaging") as advance:
+        mean = compute_mean(dataset, advance)
+    save_mean(mean, out)
+    channels = ", ".join(f"{value:.4g}" for value in mean.mean(axis=(1, 2)))
+    click.echo(f"wrote the mean of {count} records to {out} (shape {list(mean.shape)}); per-channel means: "
+               f"mean_value: [{channels}]")
+
+
+@click.group()
+def data():
+    """Look into datasets."""
+
+
+@data.command("inspect")
+@click.argument("dataset", type=click.Path(file_okay=False))
+@click.option("--grid", type=click.IntRange(min=1), default=4, show_default=True, help="samples per side of the grid")
+@click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
+              help="draw a grid of samples with their labels into this PNG")
+@user_errors
+def data_inspect_command(dataset, grid, out):
+    """Show DATASET's record count, shapes, dtype and label histogram; with -o, a grid of samples."""
+    opened = Dataset(dataset)
+    try:
+        for line in describe(opened):
+            click.echo(line)
+        if out:
+            shown = sample_grid(opened, grid, out)
+            click.echo(f"wrote {len(shown)} samples to {out}")
+    finally:
+        opened.close()

@@ -1,0 +1,87 @@
+"""Commands about other formats: export onnx, import caffe | caffemodel | caffe-solver."""
+
+from __future__ import annotations
+
+import click
+
+from netspec.cli.errors import user_errors
+from netspec.cli.options import level_option, stage_option
+from netspec.engine.net import load_net
+from netspec.interop.caffe_files import import_caffemodel_file, import_net_file, import_solver_file
+from netspec.interop.onnx_export import export_onnx
+
+
+@click.group()
+def export():
+    """Write nets in other formats."""
+
+
+@export.command("onnx")
+@click.argument("net_file", type=click.Path(dir_okay=False))
+@click.option("--weights", required=True, type=click.Path(dir_okay=False), help="trained weights (.weights.h5)")
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False), help="the .onnx file to write")
+@click.option("--opset", type=click.IntRange(13, 21), default=17, show_default=True, help="ONNX opset version")
+@stage_option
+@level_option
+@user_errors
+def export_onnx_command(net_file, weights, out, opset, stages, level):
+    """Export NET_FILE's inference (TEST) graph with its weights as an ONNX model."""
+    net = load_net(net_file, phase="TEST", stages=stages or None, level=level)
+    net.load_weights(weights)
+    export_onnx(net, out, opset)
+    click.echo(f"wrote {out} (opset {opset}, {len(net.nodes)} layers, inputs "
+               f"{', '.join(f'{n} {list(net.blobs[n].shape)}' for n in net.data_layer().spec.tops)})")
+
+
+@click.group("import")
+def import_group():
+    """Bring nets, solvers and weights over from Caffe."""
+
+
+imported_yaml_option = click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
+                                    help="the YAML to write [default: beside the input, .yaml]")
+
+
+def echo_report(report) -> None:
+    """The fields an import dropped, and its notes."""
+    for item in report.dropped:
+        click.echo(f"dropped (no netspec equivalent): {item}")
+    for note in report.notes:
+        click.echo(f"note: {note}")
+
+
+@import_group.command("caffe")
+@click.argument("prototxt", type=click.Path(dir_okay=False))
+@imported_yaml_option
+@user_errors
+def import_caffe(prototxt, out):
+    """Convert a Caffe net (.prototxt, current or V1 format) into a netspec net file."""
+    out, net, report = import_net_file(prototxt, out)
+    click.echo(f"wrote {out} ({len(net['layers'])} layers)")
+    echo_report(report)
+
+
+@import_group.command("caffemodel")
+@click.argument("prototxt", type=click.Path(dir_okay=False))
+@click.argument("caffemodel", type=click.Path(dir_okay=False))
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False), help="the netspec weights to write")
+@user_errors
+def import_caffemodel(prototxt, caffemodel, out):
+    """Convert Caffe weights (.caffemodel) for the net of PROTOTXT into a netspec weights file."""
+    net, missing, unused = import_caffemodel_file(prototxt, caffemodel, out)
+    click.echo(f"wrote {out}: {len(net.owned_params()) - len(missing)} layer(s) of weights")
+    if missing:
+        click.echo(f"not in the caffemodel (keep their fillers): {', '.join(missing)}")
+    if unused:
+        click.echo(f"in the caffemodel but not the net: {', '.join(unused)}")
+
+
+@import_group.command("caffe-solver")
+@click.argument("prototxt", type=click.Path(dir_okay=False))
+@imported_yaml_option
+@user_errors
+def import_caffe_solver(prototxt, out):
+    """Convert a Caffe solver (.prototxt) into a netspec solver file."""
+    out, report = import_solver_file(prototxt, out)
+    click.echo(f"wrote {out}")
+    echo_report(report)

@@ -1,0 +1,149 @@
+"""Commands about nets: check, layers, solvers, render, draw, time, test."""
+
+from __future__ import annotations
+
+import json
+
+import click
+import yaml
+
+from netspec.cli.errors import user_errors
+from netspec.cli.options import level_option, phase_option, stage_option
+from netspec.engine.net import Net, compile_net, load_net
+from netspec.engine.registry import layer_class, layer_schemas, layer_types, solver_class, solver_types
+from netspec.inspect.drawing import draw as draw_graph
+from netspec.inspect.report import first_line, format_table, layer_doc, net_summary, solver_doc
+from netspec.inspect.timing import time_net
+from netspec.spec.modules import render_net
+from netspec.spec.net_spec import parse_net
+from netspec.training.log import format_outputs
+
+
+@click.command()
+@click.argument("net_file", type=click.Path(dir_okay=False))
+@phase_option
+@stage_option
+@level_option
+@click.option("--weights", type=click.Path(dir_okay=False), default=None,
+              help="also check that this weights file loads into the net")
+@user_errors
+def check(net_file, phase, stages, level, weights):
+    """Validate NET_FILE and print every layer's tops, parameters and memory."""
+    spec = parse_net(net_file, layer_schemas())
+    graph = compile_net(spec, phase=phase.upper() if phase else None, stages=stages or None, level=level)
+    click.echo(net_summary(graph))
+    if weights:
+        click.echo(Net(graph).load_weights(weights).summary(weights))
+
+
+@click.command()
+@click.argument("layer_type", required=False)
+@user_errors
+def layers(layer_type):
+    """List every layer type, or print the documentation of LAYER_TYPE."""
+    if layer_type is None:
+        echo_types(layer_types())
+        return
+    click.echo(layer_doc(layer_class(layer_type)))
+
+
+@click.command()
+@click.argument("solver_type", required=False)
+@user_errors
+def solvers(solver_type):
+    """List every solver type (update rule), or print the formulas of SOLVER_TYPE."""
+    if solver_type is None:
+        echo_types(solver_types())
+        return
+    click.echo(solver_doc(solver_class(solver_type)))
+
+
+def echo_types(types: dict[str, type]) -> None:
+    """One line per registered type: its name and the first line of its docstring."""
+    width = max(len(name) for name in types)
+    for name, cls in types.items():
+        click.echo(f"{name.ljust(width)}  {first_line(cls).split(':', 1)[-1].strip()}")
+
+
+@click.command()
+@click.argument("net_file", type=click.Path(dir_okay=False))
+@user_errors
+def render(net_file):
+    """Print NET_FILE with its modules, repeats and includes expanded: a plain net file."""
+
+    click.echo(yaml.safe_dump(render_net(net_file), sort_keys=False, default_flow_style=None, width=120), nl=False)
+
+
+@click.command()
+@click.argument("net_file", type=click.Path(dir_okay=False))
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False), help="net.dot, net.svg or net.png")
+@phase_option
+@stage_option
+@level_option
+@click.option("--rankdir", type=click.Choice(["TB", "LR"]), default="TB", show_default=True,
+              help="top to bottom or left to right")
+@user_errors
+def draw(net_file, out, phase, stages, level, rankdir):
+    """Draw NET_FILE's layer graph with blob shapes on the edges (.svg/.png need Graphviz's dot)."""
+    graph = compile_net(parse_net(net_file, layer_schemas()), phase=phase.upper() if phase else None,
+                        stages=stages or None, level=level)
+    draw_graph(graph, out, rankdir)
+    click.echo(f"wrote {out} ({len(graph.nodes)} layers)")
+
+
+@click.command("time")
+@click.argument("net_file", type=click.Path(dir_okay=False))
+@click.option("--iterations", "-n", type=click.IntRange(min=1), default=50, show_default=True,
+              help="timed forward+backward passes")
+@click.option("--warmup", type=click.IntRange(min=0), default=5, show_default=True, help="untimed passes first")
+@phase_option
+@stage_option
+@level_option
+@click.option("--device", default="cpu", show_default=True, help="cpu, gpu or gpu:N")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed for fillers and data")
+@click.option("--json", "as_json", is_flag=True, help="end with one JSON line holding every figure")
+@user_errors
+def time_command(net_file, iterations, warmup, phase, stages, level, device, seed, as_json):
+    """Time forward and backward passes of NET_FILE, layer by layer."""
+    net = load_net(net_file, phase=phase.upper() if phase else "TRAIN", device=device, stages=stages or None,
+                   level=level, seed=seed)
+    try:
+        result = time_net(net, iterations=iterations, warmup=warmup)
+    finally:
+        net.close()
+    rows = [[x["name"], x["type"], f"{x['forward_ms']:.3f}", f"{x['backward_ms']:.3f}"] for x in result["layers"]]
+    rows.append(["total", "", f"{result['forward_ms']:.3f}", f"{result['backward_ms']:.3f}"])
+    click.echo(f"net '{result['net']}' ({result['phase']}) on {result['device']}, batch {result['batch_size']}, "
+               f"{iterations} iterations after {warmup} warm-up")
+    click.echo(format_table(["layer", "type", "forward ms", "backward ms"], rows, right={2, 3}))
+    click.echo(f"{result['ms_per_iter']:.3f} ms per iteration, {result['images_per_s']:.1f} images/s")
+    if as_json:
+        click.echo(json.dumps(result))
+
+
+@click.command("test")
+@click.argument("net_file", type=click.Path(dir_okay=False))
+@click.option("--weights", type=click.Path(dir_okay=False), required=True, help="trained weights (.weights.h5)")
+@click.option("--iterations", "-n", type=click.IntRange(min=1), default=50, show_default=True,
+              help="batches to average over")
+@click.option("--phase", type=click.Choice(["TRAIN", "TEST"], case_sensitive=False), default="TEST",
+              show_default=True, help="phase to build")
+@stage_option
+@level_option
+@click.option("--device", default="cpu", show_default=True, help="cpu, gpu or gpu:N")
+@click.option("--json", "as_json", is_flag=True, help="end with one JSON line holding every figure")
+@user_errors
+def test_command(net_file, weights, iterations, phase, stages, level, device, as_json):
+    """Score trained WEIGHTS on NET_FILE: each output averaged over N batches."""
+    net = load_net(net_file, phase=phase.upper(), device=device, stages=stages or None, level=level)
+    net.load_weights(weights)
+    try:
+        scores = net.score(iterations)
+    finally:
+        net.close()
+    click.echo(f"net '{net.name}' ({net.phase}), weights {weights}, {iterations} batches of {net.batch_size}")
+    click.echo(format_outputs(scores, net.output_loss_weights)
+               or "the net has no one-element outputs to average")
+    if as_json:
+        click.echo(json.dumps({"net": net.name, "weights": weights, "iterations": iterations,
+                               "batch_size": net.batch_size, "outputs": scores}))

@@ -1,0 +1,191 @@
+"""Commands about the model zoo: zoo publish | list | show | verify | remove | serve | download, and predict."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from netspec.cli.errors import user_errors
+from netspec.cli.progress import progress_bar
+from netspec.errors import NetspecError
+from netspec.inspect.report import format_table
+from netspec.model_zoo.builtin import builtin_cards
+from netspec.model_zoo.card import read_card, readme
+from netspec.model_zoo.download import configured_sources, download, open_source, read_index
+from netspec.model_zoo.predict import load, model_folder, read_inputs
+from netspec.model_zoo.predict import predict as predict_inputs
+from netspec.model_zoo.publish import PublishRequest, publish
+from netspec.model_zoo.serve import make_server
+from netspec.model_zoo.zoo import Zoo, ZooError
+
+zoo_option = click.option("--zoo", "zoo_dir", type=click.Path(file_okay=False), default=None,
+                          help="zoo folder [default: $NETSPEC_ZOO, else ~/.local/share/netspec/zoo]")
+
+
+def parse_floats(value: str | None, option: str) -> list[float] | None:
+    """``1,2.5,3`` as floats."""
+    if value is None:
+        return None
+    try:
+        return [float(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected numbers separated by commas, got '{value}'", param_hint=option) from None
+
+
+@click.group()
+def zoo():
+    """Publish, share, download and check trained models."""
+
+
+@zoo.command("publish")
+@click.option("--name", required=True, help="model name (lower-case letters, digits, '.', '_', '-')")
+@click.option("--version", "version", default="1", show_default=True)
+@click.option("--net", "net_file", required=True, type=click.Path(dir_okay=False), help="the deploy net")
+@click.option("--weights", required=True, type=click.Path(dir_okay=False), help="trained weights (.weights.h5)")
+@click.option("--run", "run_dir", type=click.Path(file_okay=False), default=None,
+              help="the training run folder: metrics, provenance, preprocessing and configs come from it")
+@click.option("--labels", "labels_file", type=click.Path(dir_okay=False), default=None,
+              help="class names, one a line")
+@click.option("--license", "license_", default="unspecified", show_default=True)
+@click.option("--summary", default="", help="one line describing the model")
+@click.option("--author", "authors", multiple=True, help="an author (repeatable)")
+@click.option("--scale", type=float, default=None, help="input scale (default: the run's transform_param, else 1)")
+@click.option("--mean-value", default=None, help="per-channel input mean, e.g. 104,117,123")
+@click.option("--channels", type=click.Choice(["RGB", "GRAY"]), default=None,
+              help="input channels [default: GRAY for 1 channel, RGB for 3]")
+@zoo_option
+@click.option("--force", is_flag=True, help="replace an existing name@version")
+@user_errors
+def zoo_publish(name, version, net_file, weights, run_dir, labels_file, license_, summary, authors, scale, mean_value,
+                channels, zoo_dir, force):
+    """Publish a deploy net and its trained weights as NAME@VERSION in a zoo."""
+    request = PublishRequest(name=name, version=version, net=net_file, weights=weights, run_dir=run_dir,
+                             labels_file=labels_file, license=license_, summary=summary, authors=list(authors),
+                             scale=scale, mean_value=parse_floats(mean_value, "--mean-value"), channels=channels,
+                             force=force)
+    target = Zoo(zoo_dir)
+    card = publish(request, target)
+    metrics = ", ".join(f"{k} {v:.4g}" for k, v in card.metrics.items())
+    click.echo(f"published {card.ref} to {target.folder(card.name, card.version)}"
+               + (f" ({metrics})" if metrics else ""))
+
+
+@zoo.command("list")
+@zoo_option
+@click.option("--from", "source", default=None, help="list another zoo (folder or URL) instead")
+@click.option("--builtin", is_flag=True, help="the reference architectures shipped with netspec (no weights)")
+@user_errors
+def zoo_list(zoo_dir, source, builtin):
+    """List the models of a zoo, each with its versions."""
+    if builtin:
+        rows = [[c.name, "x".join(map(str, c.input.shape)), c.net, c.summary] for c in builtin_cards()]
+        click.echo(format_table(["name", "input", "net (config only)", "summary"], rows))
+        return
+    index, where = read_index(zoo_dir, source)
+    if not index["models"]:
+        click.echo(f"{where}: no models")
+        return
+    rows = [[name, ", ".join(entry["versions"]), entry.get("task", ""), entry.get("summary", "")]
+            for name, entry in index["models"].items()]
+    click.echo(format_table(["name", "versions", "task", "summary"], rows))
+
+
+@zoo.command("show")
+@click.argument("ref", metavar="NAME[@VERSION]")
+@zoo_option
+@user_errors
+def zoo_show(ref, zoo_dir):
+    """Print the card of a model (its README)."""
+    click.echo(readme(Zoo(zoo_dir).card(ref)), nl=False)
+
+
+@zoo.command("verify")
+@click.argument("ref", metavar="[NAME[@VERSION]]", required=False)
+@zoo_option
+@user_errors
+def zoo_verify(ref, zoo_dir):
+    """Re-hash every file of one model (or of every model) against its card."""
+    local = Zoo(zoo_dir)
+    problems = local.verify(ref)
+    if problems:
+        raise ZooError(f"{len(problems)} problem(s): " + "; ".join(problems))
+    click.echo(f"{ref or 'every model'} in {local.root}: every file matches its card")
+
+
+@zoo.command("remove")
+@click.argument("ref", metavar="NAME[@VERSION]")
+@zoo_option
+@user_errors
+def zoo_remove(ref, zoo_dir):
+    """Delete one version of a model, or all its versions."""
+    for removed in Zoo(zoo_dir).remove(ref):
+        click.echo(f"removed {removed}")
+
+
+@zoo.command("serve")
+@zoo_option
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="0 picks a free port")
+@click.option("--verbose", is_flag=True, help="log every request")
+@user_errors
+def zoo_serve(zoo_dir, host, port, verbose):
+    """Serve a zoo read-only over HTTP until interrupted."""
+    local = Zoo(zoo_dir)
+    local.index()  # refuse a broken zoo before serving it
+    try:
+        server = make_server(local.root, host, port, verbose)
+    except OSError as exc:
+        raise NetspecError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    click.echo(f"serving {local.root} at http://{host}:{server.server_address[1]}/ (Ctrl-C stops)")
+    sys.stdout.flush()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+@zoo.command("download")
+@click.argument("ref", metavar="NAME[@VERSION]")
+@click.option("--from", "sources", multiple=True,
+              help="folder or URL to look in (repeatable, tried in order) [default: the sources of "
+                   "~/.config/netspec/zoo.yaml]")
+@zoo_option
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=30, show_default=True,
+              help="seconds without data before giving up")
+@click.option("--force", is_flag=True, help="replace the model if the zoo already has that version")
+@user_errors
+def zoo_download(ref, sources, zoo_dir, timeout, force):
+    """Download a model, check the size and sha256 of every file, then install it."""
+    opened = [open_source(s, timeout) for s in (sources or configured_sources())]
+    local = Zoo(zoo_dir)
+    card = download(ref, opened, local, force=force,
+                    progress_factory=lambda total: progress_bar(total, "downloading", in_bytes=True))
+    size = sum(f.size for f in card.files)
+    click.echo(f"installed {card.ref} ({len(card.files)} files, {size} bytes, all verified) in "
+               f"{local.folder(card.name, card.version)}")
+
+
+@click.command()
+@click.argument("model")
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--top-k", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of lines")
+@click.option("--device", default="cpu", show_default=True, help="cpu, gpu or gpu:N")
+@zoo_option
+@user_errors
+def predict(model, inputs, top_k, as_json, device, zoo_dir):
+    """Classify image files (or .npy arrays) with MODEL, a zoo name[@version] or a model folder."""
+    folder = model_folder(model, zoo_dir)
+    prepared = read_inputs(list(inputs), read_card(folder))
+    net, card = load(folder, device=device, batch_size=min(len(prepared), 64))
+    results = predict_inputs(net, card, folder, prepared, top_k)
+    if as_json:
+        click.echo(json.dumps({"model": card.ref, "results": results}))
+        return
+    for result in results:
+        best = ", ".join(f"{p['name']} {p['probability']:.4f}" for p in result["predictions"])
+        click.echo(f"{result['input']}: {best}")

@@ -1,0 +1,116 @@
+"""A whole training run as ``netspec train`` makes it: solver, run folder, resume or fine-tune, signals, solve.
+
+Every rank of a distributed run calls :func:`train`; rank 0 alone prints
+(through ``say``) and writes.  The command line only parses options into a
+:class:`TrainOptions` and reports errors.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy
+
+from netspec.engine.comm import SingleProcess
+from netspec.engine.registry import layer_schemas, solver_types
+from netspec.spec.solver_spec import EPOCH_KEYS, SolverParams, SolverSpec, parse_solver
+from netspec.training import run_folder
+from netspec.training.log import TrainingLog
+from netspec.training.signals import signal_effects
+from netspec.training.solver import Solver
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+@dataclass
+class TrainOptions:
+    """What ``netspec train`` takes besides the solver file; None leaves the file's setting."""
+
+    device: str | None = None
+    weights: str | None = None  # fine-tune: start from these weights, copied by layer name
+    resume: str | None = None  # continue from this .solverstate.h5
+    force: bool = False  # resume even if the net or solver file changed
+    max_iter: int | None = None
+    seed: int | None = None
+    stages: tuple[str, ...] = ()
+    level: int | None = None
+    run_dir: str | None = None  # the run folder (default: snapshot_prefix's folder)
+    sigint_effect: str = "stop"
+    sighup_effect: str = "snapshot"
+    debug_info: bool = False
+
+
+def read_solver(solver_file: str, max_iter: int | None = None) -> SolverSpec:
+    """Parse a solver file with its nets; ``max_iter`` replaces the file's length (in iterations or epochs)."""
+    spec = parse_solver(solver_file, layer_schemas(), list(solver_types()))
+    if max_iter is not None:
+        spec.params.max_iter, spec.params.max_epoch = max_iter, None
+    return spec
+
+
+def schedule_params(spec: SolverSpec) -> SolverParams:
+    """The solver's parameters with epoch counts turned into iterations.
+
+    Epochs need the train data's size, so a solver counting them builds its nets (and closes them).
+    """
+    if not any(getattr(spec.params, key) is not None for key in EPOCH_KEYS):
+        return spec.params
+    solver = Solver(spec)
+    try:
+        return solver.params
+    finally:
+        solver.close()
+
+
+def train(solver_file: str, options: TrainOptions, comm=None, say: Callable[[str], None] = print) -> Solver:
+    """Train as the solver file says, in its run folder; returns the closed solver (its state after the run).
+
+    ``comm`` makes this process one rank of a distributed run.  Signals act at
+    the next iteration boundary (``sigint_effect``, ``sighup_effect``).
+    """
+    comm = comm or SingleProcess()
+    root = comm.rank == 0
+    if not root:
+        say = _silent
+    spec = read_solver(solver_file, options.max_iter)
+    if options.run_dir:
+        spec.params.snapshot_prefix = run_folder.prefix_in(options.run_dir, spec.snapshot_prefix)
+    folder = run_folder.folder_of(spec.snapshot_prefix)
+    log = TrainingLog(run_dir=folder) if root else TrainingLog(quiet=True)
+    solver = Solver(spec, device=options.device, seed=options.seed, stages=options.stages or None,
+                    level=options.level, log=log, debug_info=options.debug_info, comm=comm)
+    try:
+        if options.resume:
+            solver.restore(options.resume, force=options.force)
+        if options.weights:
+            say(solver.net.load_weights(options.weights, strict=False).summary(options.weights))
+        if root:
+            run_folder.write_configs(folder, spec)
+        if comm.size > 1:
+            _describe_ranks(comm, say)
+        epochs = solver.log.epoch(solver.params.max_iter)
+        say(f"training net '{solver.net.name}' on {solver.backend.device}: {solver.params.type}, "
+            f"{solver.params.max_iter} iterations" + (f" ({epochs:.2f} epochs)" if epochs else "")
+            + f"; run folder {folder}")
+        # a loss gone NaN or infinite is reported by the solver, naming the layer; NumPy's warnings would only add noise
+        with signal_effects(solver, options.sigint_effect, options.sighup_effect), \
+                numpy.errstate(over="ignore", invalid="ignore"):
+            solver.solve()
+    finally:
+        solver.close()
+    return solver
+
+
+def _describe_ranks(comm, say: Callable[[str], None]) -> None:
+    """Where each rank runs, and a note when the ranks may fight over the cores."""
+    for place in comm.places():
+        say(place)
+    if not any(name in os.environ for name in THREAD_VARIABLES):
+        say("note: OMP_NUM_THREADS is not set, so each process's math library may use every core; give "
+            "each its share, e.g. OMP_NUM_THREADS=1 mpiexec -n 2 ... on 2 cores")
+
+
+def _silent(_text: str) -> None:
+    """Ranks other than 0 print nothing."""

@@ -1,0 +1,147 @@
+"""The run folder of ``netspec train``: the one module that knows its layout and file formats.
+
+::
+
+    RUN/                                  the folder of the solver's snapshot_prefix (or --out)
+      metrics.jsonl                       one JSON event a line (below); a resumed run appends
+      metrics.<YYYYmmdd-HHMMSS>.jsonl     an earlier run's events, set aside when a fresh run starts here
+      config/<solver file>                the solver text exactly as read
+      config/<net file>                   each net file the solver names, as read
+      config/sources.json                 {"solver": path, "train_net": path or null}: where they were read
+      <prefix>_iter_<N>.weights.h5        snapshot of iteration N: weights ...
+      <prefix>_iter_<N>.solverstate.h5    ... and everything else a resumed run needs
+      <prefix>_best.weights.h5            the weights of snapshot_best's best test pass
+
+An event is ``{"iter", "phase": TRAIN|TEST, "lr", ["epoch"], ["test_net"], <output>: value, ...}``;
+TRAIN events add ``smoothed_loss``, ``images_per_s`` and, distributed, ``communication_ms``.
+Non-finite values are written as strings (``"nan"``), since JSON has no such numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import TextIO
+
+from netspec.errors import NetspecError
+
+METRICS = "metrics.jsonl"
+CONFIG = "config"
+SOURCES = "sources.json"
+# keys of an event that are not outputs of a net
+EVENT_KEYS = {"iter", "epoch", "phase", "lr", "test_net", "smoothed_loss", "images_per_s", "communication_ms"}
+
+
+def folder_of(prefix: str) -> str:
+    """The run folder of a snapshot prefix: the folder it names."""
+    return os.path.dirname(os.path.abspath(prefix))
+
+
+def prefix_in(folder: str, prefix: str) -> str:
+    """``prefix`` moved into ``folder`` (``netspec train --out``), keeping its file-name part."""
+    return os.path.join(os.path.abspath(folder), os.path.basename(prefix))
+
+
+def snapshot_paths(prefix: str, iteration: int) -> tuple[str, str]:
+    """The weights and solver-state files of the snapshot of ``iteration``."""
+    stem = f"{prefix}_iter_{iteration}"
+    return f"{stem}.weights.h5", f"{stem}.solverstate.h5"
+
+
+def best_weights_path(prefix: str) -> str:
+    """Where ``snapshot_best`` keeps the best weights."""
+    return f"{prefix}_best.weights.h5"
+
+
+def metrics_path(folder: str) -> str:
+    """The run's metrics.jsonl."""
+    return os.path.join(folder, METRICS)
+
+
+# ---- metrics ------------------------------------------------------------------------------------
+def open_metrics(folder: str, resumed: bool) -> TextIO:
+    """metrics.jsonl opened for appending; a fresh run first sets an older non-empty file aside, dated."""
+    os.makedirs(folder, exist_ok=True)
+    path = metrics_path(folder)
+    if not resumed and os.path.exists(path) and os.path.getsize(path):
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(os.path.getmtime(path)))
+        os.replace(path, os.path.join(folder, f"metrics.{stamp}.jsonl"))
+    return open(path, "a", encoding="utf-8")
+
+
+def write_event(handle: TextIO, event: dict) -> None:
+    """Append one event as a JSON line and flush it (non-finite floats as strings)."""
+    clean = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in event.items()}
+    handle.write(json.dumps(clean) + "\n")
+    handle.flush()
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict]:
+    """The events of a metrics.jsonl, one per (phase, test net, iteration), sorted by iteration.
+
+    A resumed run appends to the file; where it repeats an iteration, its
+    later event wins.  A line that is not a JSON event is a NetspecError
+    naming the file and line.
+    """
+    path = os.fspath(path)
+    latest: dict[tuple, dict] = {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    event = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise NetspecError(f"{path}:{number}: not a JSON line ({exc.msg})") from None
+                if not isinstance(event, dict) or not isinstance(event.get("iter"), int) or "phase" not in event:
+                    raise NetspecError(f"{path}:{number}: not a training event (needs 'iter' and 'phase')")
+                latest[(event["phase"], event.get("test_net", 0), event["iter"])] = event
+    except OSError as exc:
+        raise NetspecError(f"{path}: cannot read metrics: {exc.strerror}") from None
+    if not latest:
+        raise NetspecError(f"{path}: no training events in the file")
+    return sorted(latest.values(), key=lambda e: e["iter"])
+
+
+def event_outputs(event: dict) -> list[str]:
+    """The names of the net outputs an event holds, in its order."""
+    return [key for key in event if key not in EVENT_KEYS]
+
+
+# ---- configs ------------------------------------------------------------------------------------
+def write_configs(folder: str, spec) -> None:
+    """Save the exact solver text and the text of every net file it names, as read, into ``folder/config``.
+
+    ``sources.json`` there records where they were read from (``netspec zoo publish --run`` uses it).
+    """
+    config = os.path.join(folder, CONFIG)
+    os.makedirs(config, exist_ok=True)
+    texts = {os.path.basename(spec.file) if spec.file else "solver.yaml": spec.text}
+    texts.update({os.path.basename(path): text for path, text in spec.net_texts.items()})
+    for name, text in texts.items():
+        with open(os.path.join(config, name), "w", encoding="utf-8") as handle:
+            handle.write(text)
+    sources = {"solver": os.path.abspath(spec.file) if spec.file else None,
+               "train_net": spec.train_net.file if spec.train_net.file in spec.net_texts else None}
+    with open(os.path.join(config, SOURCES), "w", encoding="utf-8") as handle:
+        json.dump(sources, handle, indent=1)
+
+
+def read_sources(folder: str) -> dict:
+    """Where the run read its solver and train net (``config/sources.json``), or {} when it does not say."""
+    path = os.path.join(folder, CONFIG, SOURCES)
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def config_copy(folder: str, source: str | None) -> str | None:
+    """The run's copy of the config file ``source`` (as sources.json names it), when it exists."""
+    if not source:
+        return None
+    copy = os.path.join(folder, CONFIG, os.path.basename(source))
+    return copy if os.path.isfile(copy) else None
