@@ -2,9 +2,9 @@
 
 One iteration, in Caffe's order: test when due, forward/backward ``iter_size``
 times with parameter diffs accumulating, log when due, then the update
-(learning rate from the policy, global-norm clipping, division by
-``iter_size``, weight decay, the rule, ``w -= step``), then a snapshot when
-due.  Everything random comes from one seeded backend, and a snapshot holds
+(learning rate from the policy, then :class:`netspec.training.optimizer.Optimizer`:
+global-norm clipping, division by ``iter_size``, weight decay, the rule,
+``w -= step``), then a snapshot when due.  Everything random comes from one seeded backend, and a snapshot holds
 every buffer, data position and generator state, so a resumed run continues
 bit for bit.
 
@@ -47,6 +47,7 @@ from netspec.spec.solver_spec import (
 from netspec.training import run_folder, solver_state
 from netspec.training.distributed import GradientExchange
 from netspec.training.log import TrainingLog, format_value
+from netspec.training.optimizer import Optimizer
 from netspec.training.watch import OutputWatch
 
 
@@ -95,7 +96,7 @@ class Solver:
         if problems:
             raise ConfigError(problems)
         self.learnable = self.net.learnable_params()
-        self.rule = rule_cls(p, [lp.blob.shape for lp in self.learnable], self.backend.xp, self.net.dtype)
+        self.optimizer = Optimizer(rule_cls, p, self.learnable, self.backend, self.net.dtype)
         self.exchange = GradientExchange(comm, self.net, self.learnable)
         self.weights_agreed = comm.size == 1
         self.culprit: tuple[str, str] | None = None
@@ -168,6 +169,11 @@ class Solver:
         graph = compile_net(net_spec, phase=phase, stages=stages, level=level)
         return Net(graph, dtype=dtype, backend=self.backend)
 
+    @property
+    def rule(self):
+        """The update rule, with its history buffers."""
+        return self.optimizer.rule
+
     # ---- the loop ---------------------------------------------------------------------------
     @property
     def learning_rate(self) -> float:
@@ -216,7 +222,7 @@ class Solver:
                 window_start, window_iter, window_comm = time.perf_counter(), self.iter + 1, self.comm.seconds
             if shown and self.debug_info:
                 self.log.blob_magnitudes(self.iter, self.net.blob_magnitudes())
-            update_ratios = self.apply_update(rate, measure=shown and self.debug_info)
+            update_ratios = self.optimizer.step(rate, self.iter, measure=shown and self.debug_info)
             if update_ratios:
                 self.log.update_ratios(self.iter, update_ratios)
             self.iter += 1
@@ -309,41 +315,6 @@ class Solver:
         error.every_rank = True
         raise error
 
-    def apply_update(self, rate: float, measure: bool = False) -> list[tuple[str, float, float]]:
-        """Clip, normalise, regularise and apply the rule's step to every learnable blob.
-
-        With ``measure``, return ``(layer[index], mean |w|, ||step|| / ||w||)`` for each blob.
-        """
-        p, xp = self.params, self.backend.xp
-        if p.clip_gradients >= 0:
-            norm = math.sqrt(sum(float(xp.vdot(lp.blob.diff, lp.blob.diff)) for lp in self.learnable))
-            if norm > p.clip_gradients:
-                scale = p.clip_gradients / norm
-                for lp in self.learnable:
-                    lp.blob.diff *= scale
-        decoupled = self.rule.decoupled_decay
-        ratios = []
-        for index, lp in enumerate(self.learnable):
-            diff, data = lp.blob.diff, lp.blob.data
-            if p.iter_size > 1:
-                diff *= 1.0 / p.iter_size
-            decay = p.weight_decay * lp.decay_mult
-            if decay and not decoupled:
-                diff += decay * self._regularizer(data)
-            self.rule.compute_update(index, diff, rate * lp.lr_mult, self.iter)
-            if decay and decoupled:
-                diff += (rate * lp.lr_mult * decay) * self._regularizer(data)
-            if measure:
-                weight_norm = float(xp.linalg.norm(data))
-                ratio = float(xp.linalg.norm(diff)) / weight_norm if weight_norm else math.inf
-                ratios.append((f"{lp.layer}[{lp.index}]", float(xp.abs(data).mean()), ratio))
-            data -= diff
-        return ratios
-
-    def _regularizer(self, data):
-        """The decay's direction: ``w`` for L2, ``sign(w)`` for L1."""
-        return data if self.params.regularization_type == "L2" else self.backend.xp.sign(data)
-
     def mean_over_ranks(self, values: dict[str, float], what: str) -> dict[str, float]:
         """Each value averaged over the ranks (every rank has the same names, in the same order)."""
         if self.comm.size == 1:
@@ -403,10 +374,6 @@ class Solver:
 
     def _write_snapshot(self, weights: str, state: str, kept: list[int], rank_rng_states: list[str]) -> None:
         self.net.save_weights(weights, self.iter)
-        history = {}
-        for lp, buffers in zip(self.learnable, self.rule.history):
-            history.setdefault(lp.layer, {})[lp.index] = {
-                name: self.backend.to_host(buffer) for name, buffer in zip(self.rule.history_names, buffers)}
         runtime = {"train": self.net.runtime_state()}
         runtime.update({f"test{i}": net.runtime_state() for i, net in enumerate(self.test_nets)})
         solver_state.write_state(state, solver_state.SolverState(
@@ -414,7 +381,7 @@ class Solver:
             net_name=self.net.name, net_config_hash=self.net.graph.config_hash,
             solver_config_hash=self.spec.config_hash, solver_yaml=self.spec.text, net_yaml=self.spec.train_net_text,
             weights_file=os.path.basename(weights), weights_sha256=solver_state.file_sha256(weights),
-            lr_step=multistep_count(self.params, self.iter), history=history, runtime=runtime,
+            lr_step=multistep_count(self.params, self.iter), history=self.optimizer.state(), runtime=runtime,
             loss_window=list(self.losses), progress=self._progress(kept), world_size=self.comm.size,
             rank_rng_states=rank_rng_states))
 
@@ -456,7 +423,7 @@ class Solver:
             raise StateError(f"{path}: its weights file {weights} is missing")
         if solver_state.file_sha256(weights) != state.weights_sha256:
             raise StateError(f"{path}: its weights file {weights} has changed since the state was written")
-        self._restore_history(path, state)
+        self.optimizer.load_state(state.history, path)
         self.net.load_weights(weights)
         self.iter = state.iteration
         self.losses.clear()
@@ -491,16 +458,6 @@ class Solver:
         raise StateError(f"{path}: the {names} changed since this state was written; resume with --force to "
                          "continue anyway. Changes:\n" + "\n".join(lines))
 
-    def _restore_history(self, path: str, state) -> None:
-        for lp, buffers in zip(self.learnable, self.rule.history):
-            saved = state.history.get(lp.layer, {}).get(lp.index)
-            if saved is None or any(name not in saved for name in self.rule.history_names):
-                raise StateError(f"{path}: no update history for layer '{lp.layer}' blob {lp.index}")
-            for name, buffer in zip(self.rule.history_names, buffers):
-                if saved[name].shape != buffer.shape:
-                    raise StateError(f"{path}: layer '{lp.layer}' blob {lp.index} has shape {saved[name].shape} "
-                                     f"in the state but {buffer.shape} in the net")
-                buffer[...] = self.backend.asarray(saved[name], dtype=buffer.dtype)
 
 
 def load_solver(source, device: str | None = None, seed: int | None = None, stages=None, level: int | None = None,
