@@ -34,9 +34,6 @@ POLICIES = {
     "cosine": lambda p, it: p.min_lr + (p.base_lr - p.min_lr) * 0.5 * (1.0 + math.cos(math.pi * it / p.max_iter)),
 }
 
-WARMUP_FORMULA = ("with warmup_iter W > 0, for iter < W: "
-                  "warmup_start_lr + (lr_policy(W) - warmup_start_lr) * iter / W")
-
 
 def learning_rate(params, iteration: int) -> float:
     """The learning rate at ``iteration`` (counted from 0) under ``params.lr_policy`` and warm-up."""

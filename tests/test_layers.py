@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 
 from netspec.engine.registry import layer_types
-from netspec.testing import gradient_check, one_layer_net, run_forward
+from netspec.testing import (
+    check_accumulation,
+    check_forward,
+    check_inplace,
+    check_reshape,
+    gradient_check,
+    one_layer_net,
+    run_forward,
+)
 
 RNG = np.random.default_rng(0)
 
@@ -374,6 +382,11 @@ def build(case: Case, inplace=None, bottoms=None):
                          inplace=case.inplace if inplace is None else inplace, bottoms=bottoms or case.bottoms)
 
 
+def reference_of(case: Case):
+    """The case's reference as netspec.testing calls it: (bottoms, params) -> tops."""
+    return lambda bottoms, params: case.reference(bottoms, params, case.block)
+
+
 def test_every_registered_layer_is_covered():
     # the data layers read files; test_hdf5_data.py and test_record_data.py check them (and HDF5Output)
     covered = {case.type for case in CASES} | {"Input", "DummyData", "HDF5Data", "Silence", "Data", "ImageData",
@@ -383,14 +396,7 @@ def test_every_registered_layer_is_covered():
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.reference], ids=lambda c: c.id)
 def test_forward_matches_reference(case):
-    net = build(case, inplace=False)
-    params = [b.data for b in net.layers[-1].blobs]
-    expected = case.reference([b.copy() for b in case.bottoms], params, case.block)
-    got = run_forward(net)
-    assert len(got) == len(expected)
-    for g, e in zip(got, expected):
-        assert g.shape == np.shape(e)
-        np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-12)
+    check_forward(build(case, inplace=False), reference_of(case))
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.grad], ids=lambda c: c.id)
@@ -400,20 +406,7 @@ def test_gradients_match_finite_differences(case):
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.inplace], ids=lambda c: c.id)
 def test_inplace_equals_out_of_place(case):
-    plain, inplace = build(case, inplace=False), build(case, inplace=True)
-    for net in (plain, inplace):
-        for blob, value in zip(net.layers[-1].blobs, plain.layers[-1].blobs):
-            blob.data[...] = value.data
-    expected, got = run_forward(plain), run_forward(inplace)
-    np.testing.assert_allclose(got[0], expected[0], rtol=1e-12)
-    grads = []
-    for net in (plain, inplace):
-        top = net.top_blobs[-1]
-        top[0].diff[...] = np.linspace(-1, 1, top[0].data.size).reshape(top[0].shape)
-        net.layers[-1].backward(top, [True] * len(net.bottom_blobs[-1]), net.bottom_blobs[-1])
-        grads.append(net.bottom_blobs[-1][0].diff.copy())
-    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-12, atol=1e-14)
-    gradient_check(build(case, inplace=True))
+    check_inplace(lambda inplace: build(case, inplace=inplace))
 
 
 def test_inplace_refused_for_unsafe_layers():
@@ -429,38 +422,14 @@ def netspec_error():
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.grad and c.type != "Dropout"], ids=lambda c: c.id)
 def test_param_diffs_accumulate_and_bottom_diffs_overwrite(case):
-    net = build(case, inplace=False)
-    layer, bottom, top = net.layers[-1], net.bottom_blobs[-1], net.top_blobs[-1]
-    run_forward(net)
-    for blob in top:
-        blob.diff[...] = 1.0
-    wanted = [i not in type(layer).label_bottoms for i in range(len(bottom))]
-    layer.backward(top, wanted, bottom)
-    once_params = [p.diff.copy() for p in layer.blobs]
-    once_bottoms = [b.diff.copy() for b in bottom]
-    layer.backward(top, wanted, bottom)
-    for p, once in zip(layer.blobs, once_params):
-        np.testing.assert_allclose(p.diff, 2 * once, rtol=1e-12)
-    for b, once, w in zip(bottom, once_bottoms, wanted):
-        if w:
-            np.testing.assert_allclose(b.diff, once, rtol=1e-12)
+    check_accumulation(build(case, inplace=False))
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.reference and c.id != "scale_bottom"
                                   and c.id != "bias_bottom"], ids=lambda c: c.id)
 def test_reshape_to_a_new_batch_size(case):
-    net = build(case, inplace=False)
-    layer, bottom, top = net.layers[-1], net.bottom_blobs[-1], net.top_blobs[-1]
     doubled = [np.concatenate([b, b]) for b in case.bottoms]
-    for blob, value in zip(bottom, doubled):
-        blob.reshape(value.shape)
-        blob.data[...] = value
-    layer.reshape(bottom, top)
-    got = run_forward(net)
-    expected = case.reference(doubled, [b.data for b in layer.blobs], case.block)
-    for g, e in zip(got, expected):
-        assert g.shape == np.shape(e)
-        np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-12)
+    check_reshape(build(case, inplace=False), reference_of(case), doubled)
 
 
 def test_dropout_train_zeroes_about_the_ratio_and_scales_the_rest():

@@ -8,9 +8,8 @@ import math
 import typing
 
 from netspec.graph.graph import Graph
-from netspec.solvers.lr_policies import WARMUP_FORMULA
 from netspec.spec.schema import type_name
-from netspec.spec.solver_spec import LR_FORMULAS
+from netspec.spec.solver_spec import LR_FORMULAS, WARMUP_FORMULA
 
 
 def human_bytes(count: float) -> str:

@@ -18,14 +18,11 @@ from netspec.interop.prototxt import read_prototxt
 from netspec.spec.net_spec import parse_net
 
 
-def _yaml(data: dict) -> str:
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120)
-
-
 def _write(prototxt: str, out: str | None, data: dict, command: str, check=None) -> str:
     """Write ``data`` as YAML (default: beside the .prototxt, .yaml); ``check(text)`` may refuse it first."""
     out = out or os.path.splitext(prototxt)[0] + ".yaml"
-    text = f"# imported from {os.path.basename(prototxt)} by netspec import {command}\n" + _yaml(data)
+    text = (f"# imported from {os.path.basename(prototxt)} by netspec import {command}\n"
+            + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120))
     if check is not None:
         check(text)
     with open(out, "w", encoding="utf-8") as handle:

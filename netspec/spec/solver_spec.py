@@ -32,6 +32,8 @@ LR_FORMULAS = {
     "cosine": "min_lr + (base_lr - min_lr) * (1 + cos(pi * iter / max_iter)) / 2",
 }
 LR_POLICIES = tuple(LR_FORMULAS)
+WARMUP_FORMULA = ("with warmup_iter W > 0, for iter < W: "
+                  "warmup_start_lr + (lr_policy(W) - warmup_start_lr) * iter / W")
 EPOCH_KEYS = {"max_epoch": "max_iter", "test_interval_epochs": "test_interval", "snapshot_epochs": "snapshot"}
 NET_KEYS = ("net", "train_net", "test_net")
 
