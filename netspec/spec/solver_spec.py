@@ -133,6 +133,30 @@ class SolverSpec:
         """A Problem located at ``key`` of the solver file."""
         return Problem(message, file=self.file or "<string>", line=self.lines.get(key, 1), key=key)
 
+    @property
+    def epoch_keys(self) -> list[str]:
+        """The ``*_epoch(s)`` keys the file sets."""
+        return [key for key in EPOCH_KEYS if getattr(self.params, key) is not None]
+
+    def in_iterations(self, iterations_per_epoch: float | None, size_unknown: str) -> SolverParams:
+        """The parameters with epoch counts turned into iterations (:func:`with_epochs_resolved`).
+
+        ``iterations_per_epoch`` is None when the train data cannot tell its
+        size; a file counting epochs is then refused, with ``size_unknown`` saying why.
+        """
+        used = self.epoch_keys
+        if not used:
+            return self.params
+        if iterations_per_epoch is None:
+            raise ConfigError([self.problem(
+                f"counts epochs, but the train net cannot tell how many records an epoch has: {size_unknown}; give "
+                "iteration counts instead, or read the data with HDF5Data", key) for key in used])
+        resolved = with_epochs_resolved(self.params, iterations_per_epoch)
+        if resolved.warmup_iter >= resolved.max_iter:
+            raise ConfigError(self.problem(f"must be less than max_iter ({resolved.max_iter} from max_epoch), "
+                                           f"got {self.params.warmup_iter}", "warmup_iter"))
+        return resolved
+
 
 def _read_net_value(value, ctx: Context, key: str, line: int, layer_schemas,
                     net_texts: dict[str, str]) -> NetSpec | None:

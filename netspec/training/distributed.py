@@ -154,6 +154,41 @@ class MPICommunicator:
         self.seconds += time.perf_counter() - start
 
 
+def agreed_seed(comm, seed: int | None, device: str) -> int | None:
+    """The random seed every rank uses: rank 0's (its ``seed``, or fresh entropy when None).
+
+    Every rank of a distributed run builds the same nets from it and reads the
+    same record stream.  With one rank ``seed`` is returned as it is.
+    """
+    if comm.size == 1:
+        return seed
+    if device != "cpu":
+        raise DistributedError("distributed training runs on the CPU for now (--device cpu); the GPU path "
+                               "through NCCL is not available yet")
+    fresh = int(numpy.random.SeedSequence().entropy % 2 ** 63)
+    return comm.broadcast_object(fresh if seed is None else seed, "agreeing on the random seed")
+
+
+def share_weights(comm, net) -> None:
+    """Give every rank rank 0's parameter blobs (learnable or not), as the first thing a distributed run does."""
+    backend = net.backend
+    for layer, blobs in net.owned_params().items():
+        for index, blob in blobs:
+            host = numpy.ascontiguousarray(backend.to_host(blob.data))
+            comm.broadcast(host, f"receiving rank 0's weights ({layer}[{index}])")
+            blob.data[...] = backend.asarray(host)
+
+
+def mean_over_ranks(comm, values: dict[str, float], what: str) -> dict[str, float]:
+    """Each value averaged over the ranks (every rank has the same names, in the same order)."""
+    if comm.size == 1:
+        return values
+    names = list(values)
+    array = numpy.array([values[name] for name in names], dtype=numpy.float64)
+    comm.allreduce_mean(array, what)
+    return dict(zip(names, array.tolist()))
+
+
 class GradientExchange:
     """Averages the learnable blobs' diffs over the ranks through one flat buffer cut into buckets.
 

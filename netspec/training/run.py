@@ -15,7 +15,7 @@ import numpy
 
 from netspec.engine.comm import SingleProcess
 from netspec.engine.registry import layer_schemas, solver_types
-from netspec.spec.solver_spec import EPOCH_KEYS, SolverParams, SolverSpec, parse_solver
+from netspec.spec.solver_spec import SolverParams, SolverSpec, parse_solver
 from netspec.training import run_folder
 from netspec.training.log import TrainingLog
 from netspec.training.signals import signal_effects
@@ -55,7 +55,7 @@ def schedule_params(spec: SolverSpec) -> SolverParams:
 
     Epochs need the train data's size, so a solver counting them builds its nets (and closes them).
     """
-    if not any(getattr(spec.params, key) is not None for key in EPOCH_KEYS):
+    if not spec.epoch_keys:
         return spec.params
     solver = Solver(spec)
     try:

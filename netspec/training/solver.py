@@ -18,7 +18,6 @@ ranks' shares, and only rank 0 writes files.
 from __future__ import annotations
 
 import collections
-import difflib
 import math
 import os
 import time
@@ -29,26 +28,17 @@ from netspec.engine.backend import Backend
 from netspec.engine.comm import SingleProcess
 from netspec.engine.net import Net, compile_net
 from netspec.engine.registry import layer_schemas, solver_class, solver_types
-from netspec.errors import (
-    ConfigError,
-    DistributedError,
-    Problem,
-    StateError,
-    TrainingError,
-    did_you_mean,
-)
-from netspec.solvers.lr_policies import learning_rate, multistep_count
+from netspec.errors import ConfigError, Problem, TrainingError
+from netspec.solvers.lr_policies import learning_rate
 from netspec.spec.solver_spec import (
-    EPOCH_KEYS,
     SolverSpec,
     parse_solver,
-    with_epochs_resolved,
 )
-from netspec.training import run_folder, solver_state
-from netspec.training.distributed import GradientExchange
+from netspec.training import checkpoint, run_folder
+from netspec.training.distributed import GradientExchange, agreed_seed, mean_over_ranks, share_weights
 from netspec.training.log import TrainingLog, format_value
 from netspec.training.optimizer import Optimizer
-from netspec.training.watch import OutputWatch
+from netspec.training.watch import unwatchable_outputs, watches
 
 
 class Solver:
@@ -69,13 +59,7 @@ class Solver:
         if seed is None and p.random_seed >= 0:
             seed = p.random_seed
         self.comm = comm = comm or SingleProcess()
-        if comm.size > 1:  # every rank builds the same nets and reads the same record stream
-            if device != "cpu":
-                raise DistributedError("distributed training runs on the CPU for now (--device cpu); the GPU path "
-                                       "through NCCL is not available yet")
-            fresh = int(numpy.random.SeedSequence().entropy % 2 ** 63)
-            seed = comm.broadcast_object(fresh if seed is None else seed, "agreeing on the random seed")
-        self.backend = Backend(device, seed, comm)
+        self.backend = Backend(device, agreed_seed(comm, seed, device), comm)
         self.net = self._build(spec.train_net, "TRAIN", p.train_state, stages, level, dtype)
         self.loss_weights = self.net.output_loss_weights
         if not self.net.has_loss():
@@ -89,10 +73,10 @@ class Solver:
             net.share_trained_layers(self.net)
             self.test_nets.append(net)
         self.iterations_per_epoch = self._iterations_per_epoch()
-        self.params = p = self._in_iterations(p)
+        self.params = p = spec.in_iterations(self.iterations_per_epoch, self._data_source())
         rule_cls = solver_class(p.type)
         problems = [spec.problem(message, key) for key, message in rule_cls.check(p)]
-        problems += self._check_watched_outputs()
+        problems += [spec.problem(message, key) for key, message in unwatchable_outputs(p, self.test_nets)]
         if problems:
             raise ConfigError(problems)
         self.learnable = self.net.learnable_params()
@@ -111,12 +95,7 @@ class Solver:
         self.last_snapshot: str | None = None
         self.last_snapshot_iter: int | None = None
         self.snapshots: list[int] = []
-        self.best = self.plateau = None
-        if p.snapshot_best:
-            self.best = OutputWatch(p.snapshot_best.output, p.snapshot_best.mode, p.snapshot_best.test_net)
-        if p.early_stop:
-            e = p.early_stop
-            self.plateau = OutputWatch(e.output, e.mode, e.test_net, e.min_delta)
+        self.best, self.plateau = watches(p)
 
     def _iterations_per_epoch(self) -> float | None:
         """Iterations per pass over the train data, when its data layer knows its record count."""
@@ -124,42 +103,17 @@ class Solver:
         records = layer.record_count() if layer is not None else None
         return records / self.effective_batch_size if records else None
 
+    def _data_source(self) -> str:
+        """Where the train net's records come from, for a message saying their count is unknown."""
+        layer = self.net.data_layer()
+        if layer is None:
+            return "it has no data layer"
+        return f"its data layer '{layer.name}' ({layer.type}) does not know its size"
+
     @property
     def effective_batch_size(self) -> int:
         """Records one update learns from: the batch size times ``iter_size`` times the number of ranks."""
         return self.net.batch_size * self.spec.params.iter_size * self.comm.size
-
-    def _in_iterations(self, p):
-        """``p`` with epoch counts turned into iterations; refused when the data's size is unknown."""
-        used = [key for key in EPOCH_KEYS if getattr(p, key) is not None]
-        if not used:
-            return p
-        if self.iterations_per_epoch is None:
-            layer = self.net.data_layer()
-            source = f"its data layer '{layer.name}' ({layer.type})" if layer is not None else "it has no data layer"
-            raise ConfigError([self.spec.problem(
-                f"counts epochs, but the train net cannot tell how many records an epoch has: {source} does not "
-                "know its size; give iteration counts instead, or read the data with HDF5Data", key) for key in used])
-        resolved = with_epochs_resolved(p, self.iterations_per_epoch)
-        if resolved.warmup_iter >= resolved.max_iter:
-            raise ConfigError(self.spec.problem(
-                f"must be less than max_iter ({resolved.max_iter} from max_epoch), got {p.warmup_iter}", "warmup_iter"))
-        return resolved
-
-    def _check_watched_outputs(self) -> list[Problem]:
-        """``snapshot_best`` and ``early_stop`` must name a one-value output of their test net."""
-        problems = []
-        for key in ("snapshot_best", "early_stop"):
-            watch = getattr(self.params, key)
-            if watch is None:
-                continue
-            net = self.test_nets[watch.test_net]
-            scalars = [name for name in net.outputs if net.blobs[name].count == 1]
-            if watch.output not in scalars:
-                problems.append(self.spec.problem(
-                    f"test net {watch.test_net} has no one-value output '{watch.output}'"
-                    f"{did_you_mean(watch.output, scalars)} (it has: {', '.join(scalars) or 'none'})", key))
-        return problems
 
     def _build(self, net_spec, phase, state, stages, level, dtype) -> Net:
         if stages is None and state is not None:
@@ -194,7 +148,8 @@ class Solver:
         """Run ``iterations`` iterations (fewer if a stop is requested or early stopping triggers)."""
         p = self.params
         if not self.weights_agreed:
-            self.share_weights()
+            share_weights(self.comm, self.net)
+            self.weights_agreed = True
         stop_at = self.iter + iterations
         window_start, window_iter, window_comm = time.perf_counter(), self.iter, self.comm.seconds
         while self.iter < stop_at:
@@ -215,7 +170,8 @@ class Solver:
             if shown:
                 elapsed = time.perf_counter() - window_start
                 done = self.iter + 1 - window_iter
-                outputs = self.mean_over_ranks(self.net.scalar_outputs(), f"averaging outputs at iteration {self.iter}")
+                outputs = mean_over_ranks(self.comm, self.net.scalar_outputs(),
+                                          f"averaging outputs at iteration {self.iter}")
                 communication = (self.comm.seconds - window_comm) * 1000 / done if self.comm.size > 1 else None
                 self.log.train(self.iter, rate, self.smoothed_loss, outputs, self.loss_weights,
                                self.effective_batch_size * done / elapsed if elapsed > 0 else 0.0, communication)
@@ -234,21 +190,9 @@ class Solver:
                 self.log.message(self.stop_reason)
                 break
 
-    def share_weights(self) -> None:
-        """Give every rank rank 0's parameter blobs (learnable or not), as the first thing a distributed run does."""
-        for layer, blobs in self.net.owned_params().items():
-            for index, blob in blobs:
-                host = numpy.ascontiguousarray(self.backend.to_host(blob.data))
-                self.comm.broadcast(host, f"receiving rank 0's weights ({layer}[{index}])")
-                blob.data[...] = self.backend.asarray(host)
-        self.weights_agreed = True
-
     def stop_early(self) -> None:
         """End training because the ``early_stop`` output has not improved for ``patience`` test passes."""
-        watch = self.plateau
-        best = f"{format_value(watch.best)} at iteration {watch.best_iter}" if watch.best is not None else "none"
-        self.stop_reason = (f"early stop at iteration {self.iter}: test {watch.output} has not improved by more "
-                            f"than {format_value(watch.min_delta)} in {watch.stale} test passes (best {best})")
+        self.stop_reason = self.plateau.plateau_message(self.iter)
         self.log.message(self.stop_reason)
 
     def solve(self) -> None:
@@ -315,15 +259,6 @@ class Solver:
         error.every_rank = True
         raise error
 
-    def mean_over_ranks(self, values: dict[str, float], what: str) -> dict[str, float]:
-        """Each value averaged over the ranks (every rank has the same names, in the same order)."""
-        if self.comm.size == 1:
-            return values
-        names = list(values)
-        array = numpy.array([values[name] for name in names], dtype=numpy.float64)
-        self.comm.allreduce_mean(array, what)
-        return dict(zip(names, array.tolist()))
-
     def test_all(self) -> dict[int, dict[str, float]]:
         """Score every test net over its ``test_iter`` batches, log the averages, and follow watched outputs.
 
@@ -334,7 +269,7 @@ class Solver:
         results = {}
         for index, net in enumerate(self.test_nets):
             scores = net.score(-(-self.params.test_iter[index] // self.comm.size))
-            scores = self.mean_over_ranks(scores, f"averaging test scores at iteration {self.iter}")
+            scores = mean_over_ranks(self.comm, scores, f"averaging test scores at iteration {self.iter}")
             self.log.test(self.iter, index, self.learning_rate, scores, net.output_loss_weights)
             results[index] = scores
         if self.best is not None and self.best.update(self.iter, results):
@@ -348,115 +283,20 @@ class Solver:
 
     # ---- snapshots ------------------------------------------------------------------------------
     def snapshot(self) -> str:
-        """Write ``<prefix>_iter_<N>.weights.h5`` and ``.solverstate.h5``; return the state's path.
+        """Write this iteration's weights and solver state (see :func:`netspec.training.checkpoint.save`)."""
+        return checkpoint.save(self)
 
-        With ``keep_last: K`` the periodic snapshots before the newest K are
-        then deleted (the best weights are a separate file and stay).  In a
-        distributed run every rank calls this together and rank 0 writes,
-        keeping each rank's own random generator state.
+    def restore(self, path: str | os.PathLike, force: bool = False) -> None:
+        """Continue from a solver state; ``force`` accepts a changed net or solver file.
+
+        See :func:`netspec.training.checkpoint.restore`.
         """
-        weights, state = self._snapshot_paths(self.iter)
-        kept = [it for it in self.snapshots if it != self.iter] + [self.iter]
-        dropped = kept[:-self.params.keep_last] if self.params.keep_last else []
-        kept = kept[len(dropped):]
-        rank_rng_states = self.comm.gather_object(self.backend.rank_rng_state(),
-                                                  f"writing the snapshot of iteration {self.iter}")
-        if self.comm.rank == 0:
-            self._write_snapshot(weights, state, kept, rank_rng_states if self.comm.size > 1 else [])
-            for iteration in dropped:
-                for path in self._snapshot_paths(iteration):
-                    if os.path.exists(path):
-                        os.remove(path)
-        self.last_snapshot, self.last_snapshot_iter = state, self.iter
-        self.snapshots = kept
-        self.log.message(f"snapshot at iteration {self.iter}: {weights}")
-        return state
-
-    def _write_snapshot(self, weights: str, state: str, kept: list[int], rank_rng_states: list[str]) -> None:
-        self.net.save_weights(weights, self.iter)
-        runtime = {"train": self.net.runtime_state()}
-        runtime.update({f"test{i}": net.runtime_state() for i, net in enumerate(self.test_nets)})
-        solver_state.write_state(state, solver_state.SolverState(
-            iteration=self.iter, solver_type=self.params.type, rng_state=self.backend.rng_state(),
-            net_name=self.net.name, net_config_hash=self.net.graph.config_hash,
-            solver_config_hash=self.spec.config_hash, solver_yaml=self.spec.text, net_yaml=self.spec.train_net_text,
-            weights_file=os.path.basename(weights), weights_sha256=solver_state.file_sha256(weights),
-            lr_step=multistep_count(self.params, self.iter), history=self.optimizer.state(), runtime=runtime,
-            loss_window=list(self.losses), progress=self._progress(kept), world_size=self.comm.size,
-            rank_rng_states=rank_rng_states))
+        checkpoint.restore(self, path, force)
 
     @property
     def best_weights_path(self) -> str:
         """Where ``snapshot_best`` keeps the best weights: ``<prefix>_best.weights.h5``."""
         return run_folder.best_weights_path(self.spec.snapshot_prefix)
-
-    def _snapshot_paths(self, iteration: int) -> tuple[str, str]:
-        return run_folder.snapshot_paths(self.spec.snapshot_prefix, iteration)
-
-    def _progress(self, snapshots: list[int]) -> dict:
-        """The periodic snapshots kept and the watched outputs' state, for the solver state."""
-        progress = {"snapshots": snapshots}
-        if self.best is not None:
-            progress["best"] = self.best.state()
-        if self.plateau is not None:
-            progress["early_stop"] = self.plateau.state()
-        return progress
-
-    def restore(self, path: str | os.PathLike, force: bool = False) -> None:
-        """Continue from a solver state: weights, history, data positions, generators and iteration.
-
-        A state from another net or solver file is refused (with a diff) unless ``force``.
-        """
-        path = os.fspath(path)
-        state = solver_state.read_state(path)
-        if state.world_size != self.comm.size:
-            raise StateError(f"{path}: the state was written by a run of {state.world_size} process(es), this run "
-                             f"has {self.comm.size}; resume with the same number (mpiexec -n {state.world_size}), "
-                             "or start a new run from its weights with --weights")
-        if not force:
-            self._check_same_config(path, state)
-        if state.solver_type != self.params.type:
-            raise StateError(f"{path}: the state is of a {state.solver_type} solver, this solver is "
-                             f"{self.params.type}; their histories differ, so it cannot continue")
-        weights = solver_state.weights_path(path, state)
-        if not os.path.isfile(weights):
-            raise StateError(f"{path}: its weights file {weights} is missing")
-        if solver_state.file_sha256(weights) != state.weights_sha256:
-            raise StateError(f"{path}: its weights file {weights} has changed since the state was written")
-        self.optimizer.load_state(state.history, path)
-        self.net.load_weights(weights)
-        self.iter = state.iteration
-        self.losses.clear()
-        self.losses.extend(state.loss_window)
-        self.net.restore_runtime_state(state.runtime.get("train", {}))
-        for index, net in enumerate(self.test_nets):
-            net.restore_runtime_state(state.runtime.get(f"test{index}", {}))
-        self.backend.set_rng_state(state.rng_state)
-        if state.rank_rng_states:
-            self.backend.set_rank_rng_state(state.rank_rng_states[self.comm.rank])
-        self.snapshots = [int(it) for it in state.progress.get("snapshots", [state.iteration])]
-        for key, watch in (("best", self.best), ("early_stop", self.plateau)):
-            if watch is not None and key in state.progress:
-                watch.restore(state.progress[key])
-        self.last_snapshot, self.last_snapshot_iter = path, state.iteration
-        self.log.message(f"resumed from {path} at iteration {self.iter}")
-
-    def _check_same_config(self, path: str, state) -> None:
-        changes = []
-        if state.solver_config_hash != self.spec.config_hash:
-            changes.append(("solver", state.solver_yaml, self.spec.text))
-        if state.net_config_hash != self.net.graph.config_hash:
-            # an inline net's text is the solver file's
-            changes.append(("net", state.net_yaml or state.solver_yaml, self.spec.train_net_text or self.spec.text))
-        if not changes:
-            return
-        lines = []
-        for what, before, after in changes:
-            lines.extend(difflib.unified_diff(before.splitlines(), after.splitlines(), f"{what} in the state",
-                                              f"{what} now", lineterm="", n=1))
-        names = " and ".join(dict.fromkeys(what for what, _, _ in changes))
-        raise StateError(f"{path}: the {names} changed since this state was written; resume with --force to "
-                         "continue anyway. Changes:\n" + "\n".join(lines))
 
 
 

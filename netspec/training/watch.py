@@ -8,6 +8,35 @@ from __future__ import annotations
 
 import math
 
+from netspec.errors import did_you_mean
+from netspec.training.log import format_value
+
+
+def watches(params) -> tuple[OutputWatch | None, OutputWatch | None]:
+    """The watches a solver's ``snapshot_best`` and ``early_stop`` ask for (None where not asked)."""
+    best = plateau = None
+    if params.snapshot_best:
+        best = OutputWatch(params.snapshot_best.output, params.snapshot_best.mode, params.snapshot_best.test_net)
+    if params.early_stop:
+        e = params.early_stop
+        plateau = OutputWatch(e.output, e.mode, e.test_net, e.min_delta)
+    return best, plateau
+
+
+def unwatchable_outputs(params, test_nets) -> list[tuple[str, str]]:
+    """``(key, message)`` for each of ``snapshot_best``/``early_stop`` not naming a one-value test net output."""
+    problems = []
+    for key in ("snapshot_best", "early_stop"):
+        watch = getattr(params, key)
+        if watch is None:
+            continue
+        net = test_nets[watch.test_net]
+        scalars = [name for name in net.outputs if net.blobs[name].count == 1]
+        if watch.output not in scalars:
+            problems.append((key, f"test net {watch.test_net} has no one-value output '{watch.output}'"
+                                  f"{did_you_mean(watch.output, scalars)} (it has: {', '.join(scalars) or 'none'})"))
+    return problems
+
 
 class OutputWatch:
     """The best value of test net ``test_net``'s ``output`` under ``mode`` (max or min).
@@ -39,6 +68,12 @@ class OutputWatch:
             return True
         self.stale += 1
         return False
+
+    def plateau_message(self, iteration: int) -> str:
+        """Why training stops early at ``iteration``: no improvement in ``stale`` test passes."""
+        best = f"{format_value(self.best)} at iteration {self.best_iter}" if self.best is not None else "none"
+        return (f"early stop at iteration {iteration}: test {self.output} has not improved by more than "
+                f"{format_value(self.min_delta)} in {self.stale} test passes (best {best})")
 
     def state(self) -> dict:
         """What a resumed run needs (JSON-ready)."""

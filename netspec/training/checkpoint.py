@@ -1,0 +1,132 @@
+"""Snapshots of a training run and continuing from one (DESIGN.md section 6).
+
+A snapshot is two files named by :mod:`netspec.training.run_folder`: the
+weights and a solver state (:mod:`netspec.training.solver_state`) holding
+everything else a resumed run needs to continue bit for bit: the update
+rule's history, data positions, generator states, the loss window, the
+snapshots kept and the watched outputs.  Both functions here take the
+:class:`netspec.training.solver.Solver` whose run it is.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+
+from netspec.errors import StateError
+from netspec.solvers.lr_policies import multistep_count
+from netspec.training import run_folder, solver_state
+
+
+def save(solver) -> str:
+    """Write ``<prefix>_iter_<N>.weights.h5`` and ``.solverstate.h5`` for the solver's iteration; return the state.
+
+    With ``keep_last: K`` the periodic snapshots before the newest K are then
+    deleted (the best weights are a separate file and stay).  In a distributed
+    run every rank calls this together and rank 0 writes, keeping each rank's
+    own random generator state.
+    """
+    iteration, comm = solver.iter, solver.comm
+    weights, state = run_folder.snapshot_paths(solver.spec.snapshot_prefix, iteration)
+    kept = [it for it in solver.snapshots if it != iteration] + [iteration]
+    dropped = kept[:-solver.params.keep_last] if solver.params.keep_last else []
+    kept = kept[len(dropped):]
+    rank_rng_states = comm.gather_object(solver.backend.rank_rng_state(),
+                                         f"writing the snapshot of iteration {iteration}")
+    if comm.rank == 0:
+        solver.net.save_weights(weights, iteration)
+        solver_state.write_state(state, _state_of(solver, weights, kept, rank_rng_states if comm.size > 1 else []))
+        for old in dropped:
+            for path in run_folder.snapshot_paths(solver.spec.snapshot_prefix, old):
+                if os.path.exists(path):
+                    os.remove(path)
+    solver.last_snapshot, solver.last_snapshot_iter = state, iteration
+    solver.snapshots = kept
+    solver.log.message(f"snapshot at iteration {iteration}: {weights}")
+    return state
+
+
+def _state_of(solver, weights: str, kept: list[int], rank_rng_states: list[str]) -> solver_state.SolverState:
+    """The solver state to write beside ``weights``."""
+    runtime = {"train": solver.net.runtime_state()}
+    runtime.update({f"test{i}": net.runtime_state() for i, net in enumerate(solver.test_nets)})
+    progress = {"snapshots": kept}
+    if solver.best is not None:
+        progress["best"] = solver.best.state()
+    if solver.plateau is not None:
+        progress["early_stop"] = solver.plateau.state()
+    spec = solver.spec
+    return solver_state.SolverState(
+        iteration=solver.iter, solver_type=solver.params.type, rng_state=solver.backend.rng_state(),
+        net_name=solver.net.name, net_config_hash=solver.net.graph.config_hash,
+        solver_config_hash=spec.config_hash, solver_yaml=spec.text, net_yaml=spec.train_net_text,
+        weights_file=os.path.basename(weights), weights_sha256=solver_state.file_sha256(weights),
+        lr_step=multistep_count(solver.params, solver.iter), history=solver.optimizer.state(), runtime=runtime,
+        loss_window=list(solver.losses), progress=progress, world_size=solver.comm.size,
+        rank_rng_states=rank_rng_states)
+
+
+def restore(solver, path: str | os.PathLike, force: bool = False) -> None:
+    """Continue ``solver`` from a solver state: weights, history, data positions, generators and iteration.
+
+    A state from another net or solver file is refused (with a diff) unless ``force``.
+    """
+    path = os.fspath(path)
+    state = solver_state.read_state(path)
+    weights = _check_resumable(solver, path, state, force)
+    solver.optimizer.load_state(state.history, path)
+    solver.net.load_weights(weights)
+    solver.iter = state.iteration
+    solver.losses.clear()
+    solver.losses.extend(state.loss_window)
+    solver.net.restore_runtime_state(state.runtime.get("train", {}))
+    for index, net in enumerate(solver.test_nets):
+        net.restore_runtime_state(state.runtime.get(f"test{index}", {}))
+    solver.backend.set_rng_state(state.rng_state)
+    if state.rank_rng_states:
+        solver.backend.set_rank_rng_state(state.rank_rng_states[solver.comm.rank])
+    solver.snapshots = [int(it) for it in state.progress.get("snapshots", [state.iteration])]
+    for key, watch in (("best", solver.best), ("early_stop", solver.plateau)):
+        if watch is not None and key in state.progress:
+            watch.restore(state.progress[key])
+    solver.last_snapshot, solver.last_snapshot_iter = path, state.iteration
+    solver.log.message(f"resumed from {path} at iteration {solver.iter}")
+
+
+def _check_resumable(solver, path: str, state: solver_state.SolverState, force: bool) -> str:
+    """Refuse a state this solver cannot continue from; return the path of the state's weights."""
+    if state.world_size != solver.comm.size:
+        raise StateError(f"{path}: the state was written by a run of {state.world_size} process(es), this run "
+                         f"has {solver.comm.size}; resume with the same number (mpiexec -n {state.world_size}), "
+                         "or start a new run from its weights with --weights")
+    if not force:
+        _refuse_changed_config(solver, path, state)
+    if state.solver_type != solver.params.type:
+        raise StateError(f"{path}: the state is of a {state.solver_type} solver, this solver is "
+                         f"{solver.params.type}; their histories differ, so it cannot continue")
+    weights = solver_state.weights_path(path, state)
+    if not os.path.isfile(weights):
+        raise StateError(f"{path}: its weights file {weights} is missing")
+    if solver_state.file_sha256(weights) != state.weights_sha256:
+        raise StateError(f"{path}: its weights file {weights} has changed since the state was written")
+    return weights
+
+
+def _refuse_changed_config(solver, path: str, state: solver_state.SolverState) -> None:
+    """Raise StateError with a diff when the solver file or the train net differ from the state's."""
+    spec = solver.spec
+    changes = []
+    if state.solver_config_hash != spec.config_hash:
+        changes.append(("solver", state.solver_yaml, spec.text))
+    if state.net_config_hash != solver.net.graph.config_hash:
+        # an inline net's text is the solver file's
+        changes.append(("net", state.net_yaml or state.solver_yaml, spec.train_net_text or spec.text))
+    if not changes:
+        return
+    lines = []
+    for what, before, after in changes:
+        lines.extend(difflib.unified_diff(before.splitlines(), after.splitlines(), f"{what} in the state",
+                                          f"{what} now", lineterm="", n=1))
+    names = " and ".join(dict.fromkeys(what for what, _, _ in changes))
+    raise StateError(f"{path}: the {names} changed since this state was written; resume with --force to "
+                     "continue anyway. Changes:\n" + "\n".join(lines))
