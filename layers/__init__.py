@@ -12,6 +12,7 @@ from netspec.layers import (  # noqa: F401 - imported to register the layer type
     accuracy,
     activations,
     argmax,
+    arithmetic,
     batch_norm,
     concat_slice,
     convolution,

@@ -13,8 +13,7 @@ A net file may declare::
       - {use: unit, name: u1, bottom: data, top: u1, with: {out: 64}}
       - repeat: {count: 3, start: 1, use: unit, name: "u${number}", bottom: u1, top: "r${letter}", with: {...}}
 
-``${p}`` standing alone takes the value with its type (a number stays a
-number); inside a longer string it is spliced in as text.  ``${name}`` is the
+Placeholders follow :mod:`netspec.spec.placeholders`; ``${name}`` is the
 use's name.  A repeat expands its module ``count`` times, copy i reading the
 previous copy's top, with ``${index}`` (start + i), ``${number}`` (index + 1)
 and ``${letter}`` (a, b, ... for index 0, 1, ...) in its name, top and ``with``.
@@ -26,15 +25,14 @@ was used, so an error names both.
 from __future__ import annotations
 
 import os
-import re
 import string
 from dataclasses import dataclass
 
 from netspec.errors import ConfigError, did_you_mean
+from netspec.spec.placeholders import PLACEHOLDER, strings_in, substitute
 from netspec.spec.schema import Context
 from netspec.spec.yaml_lines import YamlList, YamlMap, load_yaml, read_source, to_plain
 
-REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 MODULE_KEYS = ("params", "inputs", "outputs", "layers")
 USE_KEYS = ("use", "name", "bottom", "top", "with")
 REPEAT_KEYS = ("count", "start", "use", "name", "bottom", "top", "with")
@@ -167,8 +165,8 @@ class _Expander:
 
     def _check_leftovers(self, value, file, line, via) -> None:
         """A ``${...}`` left in a plain layer had nothing to replace it."""
-        for text, at in _strings(value, line):
-            for name in REFERENCE.findall(text):
+        for text, at in strings_in(value, line):
+            for name in PLACEHOLDER.findall(text):
                 where = "inside a repeat" if name in INDEX_NAMES else "in a module with that parameter"
                 self.ctx.add_at(file, at, f"'${{{name}}}' has no value here (it is only replaced {where})", via)
 
@@ -198,8 +196,8 @@ class _Expander:
                 self.ctx.add_at(file, node.line_of("with"), f"module '{name}' has no parameter '{key}'"
                                 f"{did_you_mean(key, module.params)} (it takes: {', '.join(module.params) or 'none'})",
                                 via)
-            for text, _ in _strings(value, 0):
-                for unknown in REFERENCE.findall(text):
+            for text, _ in strings_in(value, 0):
+                for unknown in PLACEHOLDER.findall(text):
                     self.ctx.add_at(file, node.line_of("with"), f"unknown parameter '${{{unknown}}}' in 'with' "
                                     "(nothing here gives it a value)", via)
                     return []
@@ -221,7 +219,7 @@ class _Expander:
             return []
         here = f"module '{name}' used at {file}:{node.line}" + (f", {via}" if via else "")
         renames = dict(zip(module.inputs, bottoms)) | dict(zip(module.outputs, tops))
-        body = _substitute(module.layers, values, self.ctx, module.file, module.line, here, keep=INDEX_NAMES)
+        body = substitute(module.layers, values, self.ctx, module.file, module.line, here, keep=INDEX_NAMES)
         for item in body:
             if isinstance(item, YamlMap):
                 _rename_blobs(item, renames)
@@ -246,7 +244,7 @@ class _Expander:
         if not isinstance(start, int) or isinstance(start, bool) or start < 0:
             self.ctx.add_at(file, spec.line_of("start"), f"repeat start must be an integer >= 0, got {start!r}", via)
             return []
-        if count > 1 and not REFERENCE.search(str(spec.get("top", ""))):
+        if count > 1 and not PLACEHOLDER.search(str(spec.get("top", ""))):
             self.ctx.add_at(file, spec.line_of("top"), "a repeat's top needs ${index}, ${number} or ${letter} so that "
                             "each copy's output has its own name", via)
             return []
@@ -258,7 +256,7 @@ class _Expander:
             use = YamlMap({"use": spec.get("use"), "bottom": bottom})
             for key in ("name", "top", "with"):
                 if key in spec:
-                    use[key] = _substitute(spec[key], names, self.ctx, file, spec.line_of(key), via, keep=None,
+                    use[key] = substitute(spec[key], names, self.ctx, file, spec.line_of(key), via, keep=None,
                                            only=INDEX_NAMES)
             use.line, use.key_lines = spec.line, dict(spec.key_lines)
             result += self.use(use, file, via, stack)
@@ -287,66 +285,6 @@ def _rename_blobs(node: YamlMap, renames: dict) -> None:
                 target[key] = renamed
             elif isinstance(value, str):
                 target[key] = renames.get(value, value)
-
-
-def _strings(value, line):
-    """Every string in a YAML value, with the best line known for it."""
-    if isinstance(value, str):
-        yield value, line
-    elif isinstance(value, YamlMap):
-        for key, item in value.items():
-            yield from _strings(item, value.line_of(key))
-    elif isinstance(value, YamlList):
-        for index, item in enumerate(value):
-            yield from _strings(item, value.line_of(index))
-    elif isinstance(value, (dict, list)):
-        for item in value.values() if isinstance(value, dict) else value:
-            yield from _strings(item, line)
-
-
-def _substitute(value, values: dict, ctx: Context, file, line, via, keep=None, only=None):
-    """A copy of ``value`` with ``${name}`` replaced from ``values``.
-
-    Names in ``keep`` without a value are left for later (a repeat's index);
-    with ``only``, just those names are replaced and every other reference is kept.
-    """
-    if isinstance(value, YamlMap):
-        copy = YamlMap()
-        copy.line, copy.key_lines = value.line, dict(value.key_lines)
-        for key, item in value.items():
-            copy[key] = _substitute(item, values, ctx, file, value.line_of(key), via, keep, only)
-        return copy
-    if isinstance(value, YamlList):
-        copy = YamlList(_substitute(item, values, ctx, file, value.line_of(i), via, keep, only)
-                        for i, item in enumerate(value))
-        copy.line, copy.item_lines = value.line, list(value.item_lines)
-        return copy
-    if not isinstance(value, str) or "${" not in value:
-        return value
-
-    def known(name: str) -> bool:
-        return name in values and (only is None or name in only)
-
-    def left_alone(name: str) -> bool:
-        return (only is not None and name not in only) or (keep is not None and name in keep and name not in values)
-
-    whole = REFERENCE.fullmatch(value)
-    if whole and known(whole.group(1)):
-        return values[whole.group(1)]
-
-    def splice(match):
-        name = match.group(1)
-        if known(name):
-            found = values[name]
-            if isinstance(found, (dict, list)):
-                ctx.add_at(file, line, f"'${{{name}}}' is a {type(found).__name__}; it can only stand alone, not "
-                           "inside a longer string", via)
-            return str(found)
-        if not left_alone(name):
-            ctx.add_at(file, line, f"unknown parameter '${{{name}}}'{did_you_mean(name, values)}", via)
-        return match.group(0)
-
-    return REFERENCE.sub(splice, value)
 
 
 def render_net(source) -> dict:
