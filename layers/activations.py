@@ -13,7 +13,7 @@ from netspec.engine.fillers import FillerParams, constant
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError, ShapeError
-from netspec.spec.schema import doc
+from netspec.spec.schema import Limit, doc
 
 
 class Elementwise(Layer):
@@ -264,8 +264,8 @@ class Threshold(Elementwise):
 class ClipParams:
     """Parameters of Clip."""
 
-    min: float = doc(-math.inf, "lower bound")
-    max: float = doc(math.inf, "upper bound")
+    min: Limit = doc(-math.inf, "lower bound")
+    max: Limit = doc(math.inf, "upper bound")
 
 
 @register_layer

@@ -7,6 +7,7 @@ import os
 import click
 
 from netspec.cli.errors import user_errors
+from netspec.cli.options import Integer, Real
 from netspec.cli.progress import progress_bar
 from netspec.data.dataset import Dataset, read_manifest
 from netspec.tools.arrays import convert_arrays
@@ -47,12 +48,12 @@ def parse_size(value: str | None) -> tuple[int, int] | None:
 @click.option("--resize", metavar="HxW", default=None, help="resize every image to H x W (bilinear)")
 @click.option("--gray", is_flag=True, help="one grey channel instead of RGB")
 @click.option("--shuffle", is_flag=True, help="write the records in a random order (see --seed)")
-@click.option("--seed", type=int, default=0, show_default=True, help="seed of --shuffle and --val-fraction")
+@click.option("--seed", type=Integer(), default=0, show_default=True, help="seed of --shuffle and --val-fraction")
 @click.option("--encoded", type=click.Choice(["none", "png", "jpg"]), default="none", show_default=True,
               help="store records as raw pixels or as PNG/JPEG files (LMDB only)")
-@click.option("--workers", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default="all cores",
+@click.option("--workers", type=Integer(min=1), default=os.cpu_count() or 1, show_default="all cores",
               help="decoding processes")
-@click.option("--val-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.0,
+@click.option("--val-fraction", type=Real(0, 1, max_open=True), default=0.0,
               help="also write a validation set with this fraction of each class: OUT/train and OUT/val")
 @click.option("--labels", "labels_file", type=click.Path(dir_okay=False), default=None,
               help="class names, one a line (line k names label k); with class folders it fixes their labels")
@@ -90,7 +91,7 @@ def convert_imageset_command(paths, backend, resize, gray, shuffle, seed, encode
 @click.option("--data-key", default="data", show_default=True, help="the .npz array holding the rows")
 @click.option("--label-key", default=None, help="the .npz array or .csv column holding labels [default: label, "
                                                  "when present]")
-@click.option("--chunk", type=click.IntRange(min=1), default=4096, show_default=True, help="rows copied at a time")
+@click.option("--chunk", type=Integer(min=1), default=4096, show_default=True, help="rows copied at a time")
 @click.option("--overwrite", is_flag=True, help="replace OUT if it exists")
 @user_errors
 def convert_arrays_command(source, out, data_key, label_key, chunk, overwrite):
@@ -123,7 +124,7 @@ def data():
 
 @data.command("inspect")
 @click.argument("dataset", type=click.Path(file_okay=False))
-@click.option("--grid", type=click.IntRange(min=1), default=4, show_default=True, help="samples per side of the grid")
+@click.option("--grid", type=Integer(min=1), default=4, show_default=True, help="samples per side of the grid")
 @click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
               help="draw a grid of samples with their labels into this PNG")
 @user_errors

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from netspec.cli.errors import user_errors
-from netspec.cli.options import level_option, stage_option
+from netspec.cli.options import Integer, level_option, stage_option
 from netspec.engine.net import load_net
 from netspec.interop.caffe_files import import_caffemodel_file, import_net_file, import_solver_file
 from netspec.interop.onnx_export import export_onnx
@@ -20,7 +20,7 @@ def export():
 @click.argument("net_file", type=click.Path(dir_okay=False))
 @click.option("--weights", required=True, type=click.Path(dir_okay=False), help="trained weights (.weights.h5)")
 @click.option("-o", "--out", required=True, type=click.Path(dir_okay=False), help="the .onnx file to write")
-@click.option("--opset", type=click.IntRange(13, 21), default=17, show_default=True, help="ONNX opset version")
+@click.option("--opset", type=Integer(13, 21), default=17, show_default=True, help="ONNX opset version")
 @stage_option
 @level_option
 @user_errors

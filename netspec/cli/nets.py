@@ -8,7 +8,7 @@ import click
 import yaml
 
 from netspec.cli.errors import user_errors
-from netspec.cli.options import level_option, phase_option, stage_option
+from netspec.cli.options import Integer, level_option, phase_option, stage_option
 from netspec.engine.net import Net, compile_net, load_net
 from netspec.engine.registry import layer_class, layer_schemas, layer_types, solver_class, solver_types
 from netspec.inspect.drawing import draw as draw_graph
@@ -93,14 +93,14 @@ def draw(net_file, out, phase, stages, level, rankdir):
 
 @click.command("time")
 @click.argument("net_file", type=click.Path(dir_okay=False))
-@click.option("--iterations", "-n", type=click.IntRange(min=1), default=50, show_default=True,
+@click.option("--iterations", "-n", type=Integer(min=1), default=50, show_default=True,
               help="timed forward+backward passes")
-@click.option("--warmup", type=click.IntRange(min=0), default=5, show_default=True, help="untimed passes first")
+@click.option("--warmup", type=Integer(min=0), default=5, show_default=True, help="untimed passes first")
 @phase_option
 @stage_option
 @level_option
 @click.option("--device", default="cpu", show_default=True, help="cpu, gpu or gpu:N")
-@click.option("--seed", type=int, default=0, show_default=True, help="seed for fillers and data")
+@click.option("--seed", type=Integer(), default=0, show_default=True, help="seed for fillers and data")
 @click.option("--json", "as_json", is_flag=True, help="end with one JSON line holding every figure")
 @user_errors
 def time_command(net_file, iterations, warmup, phase, stages, level, device, seed, as_json):
@@ -124,7 +124,7 @@ def time_command(net_file, iterations, warmup, phase, stages, level, device, see
 @click.command("test")
 @click.argument("net_file", type=click.Path(dir_okay=False))
 @click.option("--weights", type=click.Path(dir_okay=False), required=True, help="trained weights (.weights.h5)")
-@click.option("--iterations", "-n", type=click.IntRange(min=1), default=50, show_default=True,
+@click.option("--iterations", "-n", type=Integer(min=1), default=50, show_default=True,
               help="batches to average over")
 @click.option("--phase", type=click.Choice(["TRAIN", "TEST"], case_sensitive=False), default="TEST",
               show_default=True, help="phase to build")

@@ -1,8 +1,42 @@
-"""Options several commands share."""
+"""Options several commands share, and the number types every numeric option uses."""
 
 from __future__ import annotations
 
+import math
+
 import click
+
+from netspec.spec.numbers import as_int, parse_number
+
+
+class Integer(click.IntRange):
+    """A whole number as a person writes it (``1_000``, ``+2``, ``1e4``), within optional bounds."""
+
+    name = "integer"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str):
+            try:
+                whole = as_int(parse_number(value))
+            except ValueError:
+                whole = None
+            if whole is None:
+                self.fail(f"{value!r} is not a whole number", param, ctx)
+            value = whole
+        return super().convert(value, param, ctx)
+
+
+class Real(click.FloatRange):
+    """A finite number as a person writes it (``1e-3``, ``.5``, ``1_000``), within optional bounds."""
+
+    name = "number"
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
 
 phase_option = click.option("--phase", type=click.Choice(["TRAIN", "TEST"], case_sensitive=False), default=None,
                             help="phase to build (default: the file's state, else TEST)")
@@ -11,4 +45,4 @@ phase_option = click.option("--phase", type=click.Choice(["TRAIN", "TEST"], case
 stage_option = click.option("--stage", "stages", multiple=True, help="active stage (repeatable)")
 
 
-level_option = click.option("--level", type=int, default=None, help="net level for include/exclude rules")
+level_option = click.option("--level", type=Integer(), default=None, help="net level for include/exclude rules")

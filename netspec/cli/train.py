@@ -8,7 +8,7 @@ import sys
 import click
 
 from netspec.cli.errors import rank_errors, user_errors
-from netspec.cli.options import level_option, stage_option
+from netspec.cli.options import Integer, Real, level_option, stage_option
 from netspec.engine.comm import SingleProcess
 from netspec.inspect.plots import plot_learning_rate, plot_metrics
 from netspec.training.distributed import MPICommunicator, launch
@@ -23,8 +23,8 @@ from netspec.training.run import train as train_run
               help="fine-tune: start from these weights, copied by layer name")
 @click.option("--resume", type=click.Path(dir_okay=False), default=None, help="continue from a .solverstate.h5")
 @click.option("--force", is_flag=True, help="resume even if the net or solver file changed")
-@click.option("--max-iter", type=click.IntRange(min=1), default=None, help="override max_iter")
-@click.option("--seed", type=int, default=None, help="override random_seed")
+@click.option("--max-iter", type=Integer(min=1), default=None, help="override max_iter")
+@click.option("--seed", type=Integer(), default=None, help="override random_seed")
 @stage_option
 @level_option
 @click.option("--out", "run_dir", type=click.Path(file_okay=False), default=None,
@@ -37,11 +37,11 @@ from netspec.training.run import train as train_run
               help="at every display, log each blob's mean |data| and |diff| and each parameter's update ratio")
 @click.option("--distributed", is_flag=True,
               help="be one rank of a data-parallel run started by mpiexec (needs the dist extra)")
-@click.option("--collective-timeout", type=click.FloatRange(min=1), default=600, show_default=True,
+@click.option("--collective-timeout", type=Real(min=1), default=600, show_default=True,
               help="distributed: seconds a rank waits for the others before ending the run")
-@click.option("--bucket-mb", type=click.FloatRange(min=0, min_open=True), default=25, show_default=True,
+@click.option("--bucket-mb", type=Real(min=0, min_open=True), default=25, show_default=True,
               help="distributed: MB of gradients sent together, while backward goes on")
-@click.option("--processes", type=click.IntRange(min=1), default=None,
+@click.option("--processes", type=Integer(min=1), default=None,
               help="start this many ranks on this machine (through mpiexec) and train as --distributed")
 @user_errors
 def train(solver_file, device, weights, resume, force, max_iter, seed, stages, level, run_dir, sigint_effect,
@@ -100,7 +100,7 @@ def plot(metrics_files, out):
 @click.argument("solver_file", type=click.Path(dir_okay=False))
 @click.option("-o", "--out", default="lr.png", show_default=True, type=click.Path(dir_okay=False),
               help="the PNG to write")
-@click.option("--max-iter", type=click.IntRange(min=1), default=None, help="override max_iter")
+@click.option("--max-iter", type=Integer(min=1), default=None, help="override max_iter")
 @user_errors
 def lr_plot(solver_file, out, max_iter):
     """Draw the learning rate SOLVER_FILE gives at every iteration, before training."""

@@ -8,6 +8,7 @@ import sys
 import click
 
 from netspec.cli.errors import user_errors
+from netspec.cli.options import Integer, Real
 from netspec.cli.progress import progress_bar
 from netspec.errors import NetspecError
 from netspec.inspect.report import format_table
@@ -51,7 +52,7 @@ def zoo():
 @click.option("--license", "license_", default="unspecified", show_default=True)
 @click.option("--summary", default="", help="one line describing the model")
 @click.option("--author", "authors", multiple=True, help="an author (repeatable)")
-@click.option("--scale", type=float, default=None, help="input scale (default: the run's transform_param, else 1)")
+@click.option("--scale", type=Real(), default=None, help="input scale (default: the run's transform_param, else 1)")
 @click.option("--mean-value", default=None, help="per-channel input mean, e.g. 104,117,123")
 @click.option("--channels", type=click.Choice(["RGB", "GRAY"]), default=None,
               help="input channels [default: GRAY for 1 channel, RGB for 3]")
@@ -127,7 +128,7 @@ def zoo_remove(ref, zoo_dir):
 @zoo.command("serve")
 @zoo_option
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="0 picks a free port")
+@click.option("--port", type=Integer(0, 65535), default=8765, show_default=True, help="0 picks a free port")
 @click.option("--verbose", is_flag=True, help="log every request")
 @user_errors
 def zoo_serve(zoo_dir, host, port, verbose):
@@ -154,7 +155,7 @@ def zoo_serve(zoo_dir, host, port, verbose):
               help="folder or URL to look in (repeatable, tried in order) [default: the sources of "
                    "~/.config/netspec/zoo.yaml]")
 @zoo_option
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=30, show_default=True,
+@click.option("--timeout", type=Real(min=0.1), default=30, show_default=True,
               help="seconds without data before giving up")
 @click.option("--force", is_flag=True, help="replace the model if the zoo already has that version")
 @user_errors
@@ -172,7 +173,7 @@ def zoo_download(ref, sources, zoo_dir, timeout, force):
 @click.command()
 @click.argument("model")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--top-k", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--top-k", type=Integer(min=1), default=5, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of lines")
 @click.option("--device", default="cpu", show_default=True, help="cpu, gpu or gpu:N")
 @zoo_option

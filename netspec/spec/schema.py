@@ -9,6 +9,7 @@ this module knows nothing of layers.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import types
 import typing
@@ -16,11 +17,16 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from netspec.errors import Problem, did_you_mean
+from netspec.spec.numbers import as_int
 from netspec.spec.yaml_lines import YamlList, YamlMap
 
 
 class FilePath(str):
     """Annotation for a parameter naming a file; relative values resolve against the config's folder."""
+
+
+class Limit(float):
+    """Annotation for a float bound that may be left open: ``.inf`` and ``-.inf`` are accepted (float refuses them)."""
 
 
 @dataclass
@@ -69,6 +75,8 @@ def type_name(tp) -> str:
         return "a mapping"
     if tp is FilePath:
         return "a file path"
+    if tp is Limit:
+        return "float (or .inf, -.inf)"
     return getattr(tp, "__name__", str(tp))
 
 
@@ -115,17 +123,23 @@ def convert_value(tp, value, ctx: Context, key: str, line: int):
         return out
     if dataclasses.is_dataclass(tp):
         return read_block(tp, value, ctx, key, line)
+    if tp is int and as_int(value) is not None:
+        return as_int(value)
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
     ok = (
         (tp is bool and isinstance(value, bool))
-        or (tp is int and isinstance(value, int) and not isinstance(value, bool))
-        or (tp is float and isinstance(value, (int, float)) and not isinstance(value, bool))
+        or (tp in (float, Limit) and number)
         or (tp in (str, FilePath) and isinstance(value, str))
     )
     if not ok:
         ctx.add(f"expected {type_name(tp)}, got {type(value).__name__} {value!r}", line, key)
         return INVALID
-    if tp is float:
-        return float(value)
+    if tp in (float, Limit):
+        value = float(value)
+        if math.isnan(value) or (math.isinf(value) and tp is float):
+            ctx.add(f"expected a finite number, got {value}", line, key)
+            return INVALID
+        return value
     if tp is FilePath:
         return FilePath(os.path.normpath(os.path.join(ctx.base_dir, os.path.expanduser(value))))
     return value

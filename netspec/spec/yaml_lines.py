@@ -1,6 +1,7 @@
 """YAML with line numbers: every mapping and list read from a file remembers where it came from.
 
-YAML is read with ``yaml.SafeLoader`` semantics (no tags that build objects);
+YAML is read with ``yaml.SafeLoader`` semantics (no tags that build objects),
+plus the numbers YAML 1.1 leaves as strings (:mod:`netspec.spec.numbers`);
 mappings and lists come back as :class:`YamlMap` / :class:`YamlList`, which
 remember the line of each key and item so that every problem can be reported
 as ``file:line``.
@@ -14,6 +15,7 @@ from typing import Any
 import yaml
 
 from netspec.errors import ConfigError, Problem
+from netspec.spec.numbers import FIRST_CHARACTERS, FLOAT_YAML_1_1_MISSES
 
 
 class YamlMap(dict):
@@ -45,7 +47,7 @@ class YamlList(list):
 
 
 class _LineLoader(yaml.SafeLoader):
-    """SafeLoader whose mappings and sequences keep their line numbers."""
+    """SafeLoader whose mappings and sequences keep their line numbers, and which reads ``1e-3`` as a number."""
 
 
 def _construct_map(loader: _LineLoader, node: yaml.MappingNode) -> YamlMap:
@@ -72,6 +74,7 @@ def _construct_list(loader: _LineLoader, node: yaml.SequenceNode) -> YamlList:
 
 _LineLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
 _LineLoader.add_constructor("tag:yaml.org,2002:seq", _construct_list)
+_LineLoader.add_implicit_resolver("tag:yaml.org,2002:float", FLOAT_YAML_1_1_MISSES, list(FIRST_CHARACTERS))
 
 
 def read_source(source: str | os.PathLike) -> tuple[str, str | None]:
