@@ -33,6 +33,7 @@ POLICIES = {
     "sigmoid": sigmoid,
     "cosine": lambda p, it: p.min_lr + (p.base_lr - p.min_lr) * 0.5 * (1.0 + math.cos(math.pi * it / p.max_iter)),
 }
+READS_MAX_ITER = frozenset({"poly", "cosine"})  # the policies whose rate depends on the length of training
 
 
 def learning_rate(params, iteration: int) -> float:

@@ -109,3 +109,4 @@ def test_config_hash_ignores_formatting():
     a = parse("layers:\n  - {name: d, type: Input, top: d, input_param: {shape: {dim: [1]}}}\n")
     b = parse("# comment\nlayers:\n- name: d\n  input_param:\n    shape: {dim: [1]}\n  type: Input\n  top: d\n")
     assert a.config_hash == b.config_hash
+

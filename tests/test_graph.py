@@ -102,6 +102,16 @@ def test_blob_errors_name_layer_and_line():
     assert len(info.value.problems) == 4
 
 
+def test_a_wrong_bottom_on_an_in_place_layer_is_the_only_error():
+    with pytest.raises(ConfigError) as info:
+        graph(HEAD + """
+  - {name: fc, type: InnerProduct, bottom: data, top: fc, inner_product_param: {num_output: 4}}
+  - {name: relu, type: ReLU, bottom: fcc, top: fc}
+""")
+    assert [str(p) for p in info.value.problems] == [
+        "<string>:6: layer 'relu': bottom: bottom 'fcc' is not produced by any earlier layer; did you mean 'fc'?"]
+
+
 def test_self_cycle_is_reported():
     with pytest.raises(ConfigError, match="cycle"):
         graph(HEAD + "  - {name: a, type: Eltwise, bottom: [data, a], top: a}\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import signal
@@ -13,7 +14,7 @@ import yaml
 import netspec
 from netspec.data.hdf5 import write_arrays, write_file_list
 from netspec.engine.registry import solver_types
-from netspec.errors import ConfigError, TrainingError
+from netspec.errors import ConfigError, StateError, TrainingError
 from netspec.solvers.lr_policies import learning_rate
 from netspec.spec.solver_spec import SolverParams
 from netspec.training.log import TrainingLog
@@ -242,6 +243,66 @@ def test_resume_continues_bit_identically(tmp_path):
     for a, b in zip(param_arrays(straight), param_arrays(resumed)):
         assert np.array_equal(a, b)
     assert list(straight.losses) == list(resumed.losses)
+
+
+def test_testing_never_changes_what_training_computes(tmp_path):
+    # the test net's HDF5Data reshuffles when it wraps around: test nets draw from a generator of their own
+    runs = [data_solver(tmp_path, batch=5, shuffle=True, dropout=True, **tests)
+            for tests in ({}, {"test_iter": [3], "test_interval": 2}, {"test_iter": [7], "test_interval": 3})]
+    for solver in runs:
+        solver.step(12)
+    for other in runs[1:]:
+        for a, b in zip(param_arrays(runs[0]), param_arrays(other)):
+            assert np.array_equal(a, b)
+
+
+def resumed_log(solver_args: dict, state: str, **changes) -> tuple[object, str]:
+    """A data solver with ``changes`` resumed from ``state``, and what its log said."""
+    stream = io.StringIO()
+    solver = data_solver(**{**solver_args, **changes}, log=TrainingLog(stream=stream, progress=False))
+    solver.restore(state)
+    return solver, stream.getvalue()
+
+
+def test_resume_accepts_changes_that_cannot_alter_training_and_lists_them(tmp_path):
+    args = {"tmp_path": tmp_path, "batch": 5, "shuffle": True, "dropout": True, "test_iter": [2], "test_interval": 4}
+    straight = data_solver(**args)
+    straight.step(14)
+    first = data_solver(**args)
+    first.step(6)
+    changes = {"display": 3, "test_iter": [3], "test_interval": 5, "snapshot": 4, "keep_last": 2, "max_iter": 200,
+               "snapshot_best": {"output": "loss", "mode": "min"}, "snapshot_prefix": str(tmp_path / "elsewhere")}
+    resumed, said = resumed_log(args, first.snapshot(), **changes)
+    resumed.step(8)
+    for a, b in zip(param_arrays(straight), param_arrays(resumed)):
+        assert np.array_equal(a, b)
+    (line,) = [line for line in said.splitlines() if line.startswith("resuming with changed settings")]
+    assert line.startswith("resuming with changed settings that do not alter training: ")
+    for shown in ("max_iter 100 -> 200", "test_iter [2] -> [3]", "test_interval 4 -> 5", "display 0 -> 3",
+                  "snapshot 0 -> 4", "keep_last null -> 2", 'snapshot_best null -> {"output": "loss"',
+                  f'snapshot_prefix "{tmp_path}/snap/run" -> "{tmp_path}/elsewhere"'):
+        assert shown in line
+
+
+@pytest.mark.parametrize(("first", "changes", "shown"), [
+    ({}, {"base_lr": 0.1}, "base_lr 0.05 -> 0.1"),
+    ({}, {"random_seed": 6, "momentum": 0.5}, "momentum 0.9 -> 0.5, random_seed 5 -> 6"),
+    ({}, {"iter_size": 2, "weight_decay": 1e-3}, "weight_decay 0.0 -> 0.001, iter_size 1 -> 2"),
+    ({"lr_policy": "poly", "power": 1.0}, {"max_iter": 200}, "max_iter 100 -> 200"),  # poly reads max_iter
+])
+def test_resume_refuses_changes_that_alter_training_unless_forced(tmp_path, first, changes, shown):
+    args = {"tmp_path": tmp_path, "batch": 5, **first}
+    solver = data_solver(**args)
+    solver.step(2)
+    state = solver.snapshot()
+    with pytest.raises(StateError) as error:
+        resumed_log(args, state, **changes)
+    assert str(error.value) == (f"{state}: the solver changed since this state was written ({shown}), which alters "
+                                "training; resume with --force to continue anyway")
+    forced = data_solver(**{**args, **changes}, log=TrainingLog(stream=io.StringIO(), progress=False))
+    forced.restore(state, force=True)
+    assert f"resuming with --force despite changes that alter training: {shown}" in forced.log.stream.getvalue()
+    assert forced.iter == 2
 
 
 def test_test_nets_share_the_train_nets_weights(tmp_path):

@@ -84,17 +84,17 @@ def test_the_adamw_example_counts_epochs_keeps_the_best_and_stops_early(digits):
     result = run("train", digits / "adamw_solver.yaml")
     assert result.returncode == 0, result.stderr
     assert "AdamW, 899 iterations (40.04 epochs)" in result.stdout
-    assert ("early stop at iteration 720: test loss has not improved by more than 0.001 in 3 test passes"
+    assert ("early stop at iteration 810: test loss has not improved by more than 0.001 in 3 test passes"
             in result.stdout)
     run_dir = digits / "runs"
     tests = events(run_dir, "TEST")
-    assert [e["iter"] for e in tests] == list(range(0, 721, 90))
+    assert [e["iter"] for e in tests] == list(range(0, 811, 90))
     best = max(tests, key=lambda e: e["accuracy"])
     assert best["accuracy"] >= 0.97
     assert f"best test accuracy = {best['accuracy']:.4g} at iteration {best['iter']}" in result.stdout
     assert sorted(p.name for p in run_dir.glob("digits_adamw_*")) == [
         "digits_adamw_best.weights.h5", "digits_adamw_iter_675.solverstate.h5", "digits_adamw_iter_675.weights.h5",
-        "digits_adamw_iter_720.solverstate.h5", "digits_adamw_iter_720.weights.h5"]
+        "digits_adamw_iter_810.solverstate.h5", "digits_adamw_iter_810.weights.h5"]
     scored = run("test", digits / "digits_net.yaml", "--weights", run_dir / "digits_adamw_best.weights.h5",
                  "--iterations", "3", "--json")
     assert json.loads(scored.stdout.splitlines()[-1])["outputs"]["accuracy"] == pytest.approx(best["accuracy"])
@@ -153,7 +153,8 @@ def test_bad_solver_files_get_one_located_message_each(tmp_path, digits):
     }
     for name, (text, message) in cases.items():
         stderr = fails("train", write(tmp_path, f"{name}.yaml", text))
-        assert stderr.strip().splitlines()[0].endswith(message), (name, stderr)
+        assert stderr.strip().splitlines() == [stderr.strip()], (name, stderr)  # the one mistake, no follow-on
+        assert stderr.strip().endswith(message), (name, stderr)
 
 
 def test_every_solver_error_is_reported_at_once(tmp_path):
@@ -220,3 +221,28 @@ def test_bad_resume_states_and_weights_leave_snapshots_untouched(digits, tmp_pat
     stderr = fails("train", digits / "solver.yaml", "--weights", foreign_weights, "--out", out)
     assert "share no layer with net 'DigitsNet'" in stderr
     assert {p.name: p.read_bytes() for p in out.glob("*.h5")} == before
+
+
+def test_resume_after_editing_the_solver_file(digits, tmp_path):
+    out = tmp_path / "run"
+    assert run("train", digits / "solver.yaml", "--max-iter", "2", "--out", out).returncode == 0
+    state = out / "digits_iter_2.solverstate.h5"
+    edited = tmp_path / "edited"
+    shutil.copytree(digits, edited, ignore=shutil.ignore_patterns("runs", "data"))
+    (edited / "data").symlink_to(digits / "data")
+    text = (digits / "solver.yaml").read_text()
+    (edited / "solver.yaml").write_text(text.replace("display: 50", "display: 1").replace("snapshot: 500",
+                                                                                         "snapshot: 2"))
+    result = run("train", edited / "solver.yaml", "--max-iter", "4", "--out", out, "--resume", state)
+    assert result.returncode == 0, result.stderr
+    assert ("resuming with changed settings that do not alter training: max_iter 2 -> 4, display 50 -> 1, "
+            "snapshot 500 -> 2\n") in result.stdout
+    assert (out / "digits_iter_4.weights.h5").exists()
+
+    (edited / "solver.yaml").write_text(text.replace("base_lr: 0.01", "base_lr: 2e-2"))
+    stderr = fails("train", edited / "solver.yaml", "--max-iter", "2", "--out", out, "--resume", state)
+    assert stderr == (f"error: {state}: the solver changed since this state was written (base_lr 0.01 -> 0.02), "
+                      "which alters training; resume with --force to continue anyway\n")
+    forced = run("train", edited / "solver.yaml", "--max-iter", "3", "--out", out, "--resume", state, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert "resuming with --force despite changes that alter training: base_lr 0.01 -> 0.02\n" in forced.stdout

@@ -47,6 +47,7 @@ class Backend:
         With several ranks the per-iteration generator of rank R is seeded
         with ``(seed, R)``, so ranks draw different dropout masks.
         """
+        self.seed_value = seed
         self.host_rng = numpy.random.default_rng(seed)
         if self.is_gpu:
             self.rng = self.xp.random.default_rng(seed)
@@ -54,6 +55,16 @@ class Backend:
             self.rng = numpy.random.default_rng(None if seed is None else [seed, self.comm.rank])
         else:
             self.rng = self.host_rng
+
+    def fork(self) -> Backend:
+        """A backend on the same device and ranks with generators of its own, seeded from this one's seed.
+
+        Test nets draw from one, so testing never changes the random numbers training sees.
+        """
+        seed = self.seed_value
+        if seed is not None:
+            seed = int(numpy.random.SeedSequence([seed, 1]).generate_state(1)[0])
+        return Backend(self.device, seed, self.comm)
 
     def rng_state(self) -> str:
         """The host generator's state as JSON text, for solver states.

@@ -144,7 +144,8 @@ class _Compiler:
                 elif not in_place and blob in spec.bottoms:
                     self.fail(spec, f"top '{blob}' is also bottom #{spec.bottoms.index(blob)}; in-place "
                                     "use needs the top at the same position as its bottom", "top")
-                elif not in_place and blob in current:
+                elif not in_place and blob in current and not (j < len(spec.bottoms) and bottom_versions[j] < 0):
+                    # (with its bottom missing, a layer meant to run in place already has its error)
                     producer = self.nodes[self.versions[current[blob]].producer].spec
                     self.fail(spec, f"top '{blob}' is already produced by layer '{producer.name}' "
                                     f"(line {producer.line}); each blob is produced once", "top")

@@ -203,7 +203,7 @@ def _check_values(p: SolverParams, ctx: Context, tree: YamlMap, solver_types) ->
         bad("warmup_iter", f"must be less than max_iter ({p.max_iter}), got {p.warmup_iter}")
     if "min_lr" in tree and p.lr_policy != "cosine":
         bad("min_lr", f"only the cosine policy uses min_lr (lr_policy is '{p.lr_policy}')")
-    if p.base_lr is not None and p.min_lr > p.base_lr:
+    if p.base_lr is not None and p.base_lr > 0 and p.min_lr > p.base_lr:
         bad("min_lr", f"must not exceed base_lr ({p.base_lr}), got {p.min_lr}")
     if p.keep_last is not None and p.keep_last < 1:
         bad("keep_last", f"must be at least 1 (the newest snapshot is always kept), got {p.keep_last}")

@@ -10,12 +10,23 @@ snapshots kept and the watched outputs.  Both functions here take the
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import json
 import os
 
 from netspec.errors import StateError
-from netspec.solvers.lr_policies import multistep_count
+from netspec.solvers.lr_policies import READS_MAX_ITER, multistep_count
 from netspec.training import run_folder, solver_state
+
+# Solver settings whose change cannot alter the weights a resumed run computes: they decide what is logged, tested
+# and written, and when training ends.  Any other change (the rule and its constants, the lr schedule, decay,
+# clipping, iter_size, the seed, the device, the states of the nets) needs --force.
+RESUME_MAY_CHANGE = frozenset({
+    "display", "average_loss", "test_iter", "test_interval", "test_interval_epochs", "test_initialization",
+    "snapshot", "snapshot_epochs", "snapshot_prefix", "snapshot_after_train", "snapshot_best", "keep_last",
+    "early_stop", "max_iter", "max_epoch"})
+LENGTH_KEYS = frozenset({"max_iter", "max_epoch"})  # part of the lr schedule for the policies that read max_iter
 
 
 def save(solver) -> str:
@@ -63,13 +74,20 @@ def _state_of(solver, weights: str, kept: list[int], rank_rng_states: list[str])
         weights_file=os.path.basename(weights), weights_sha256=solver_state.file_sha256(weights),
         lr_step=multistep_count(solver.params, solver.iter), history=solver.optimizer.state(), runtime=runtime,
         loss_window=list(solver.losses), progress=progress, world_size=solver.comm.size,
-        rank_rng_states=rank_rng_states)
+        rank_rng_states=rank_rng_states, test_rng_state=solver.test_backend.rng_state(), params=_params_of(solver))
+
+
+def _params_of(solver) -> dict:
+    """The solver parameters the run uses (overrides applied, epochs in iterations), as JSON data."""
+    return json.loads(json.dumps(dataclasses.asdict(solver.params)))
 
 
 def restore(solver, path: str | os.PathLike, force: bool = False) -> None:
     """Continue ``solver`` from a solver state: weights, history, data positions, generators and iteration.
 
-    A state from another net or solver file is refused (with a diff) unless ``force``.
+    Changed settings that cannot alter training (display, snapshots, tests,
+    the length) are listed and accepted; a changed net or other setting is
+    refused unless ``force``.
     """
     path = os.fspath(path)
     state = solver_state.read_state(path)
@@ -83,6 +101,8 @@ def restore(solver, path: str | os.PathLike, force: bool = False) -> None:
     for index, net in enumerate(solver.test_nets):
         net.restore_runtime_state(state.runtime.get(f"test{index}", {}))
     solver.backend.set_rng_state(state.rng_state)
+    if state.test_rng_state:
+        solver.test_backend.set_rng_state(state.test_rng_state)
     if state.rank_rng_states:
         solver.backend.set_rank_rng_state(state.rank_rng_states[solver.comm.rank])
     solver.snapshots = [int(it) for it in state.progress.get("snapshots", [state.iteration])]
@@ -99,8 +119,7 @@ def _check_resumable(solver, path: str, state: solver_state.SolverState, force: 
         raise StateError(f"{path}: the state was written by a run of {state.world_size} process(es), this run "
                          f"has {solver.comm.size}; resume with the same number (mpiexec -n {state.world_size}), "
                          "or start a new run from its weights with --weights")
-    if not force:
-        _refuse_changed_config(solver, path, state)
+    _review_changes(solver, path, state, force)
     if state.solver_type != solver.params.type:
         raise StateError(f"{path}: the state is of a {state.solver_type} solver, this solver is "
                          f"{solver.params.type}; their histories differ, so it cannot continue")
@@ -112,21 +131,50 @@ def _check_resumable(solver, path: str, state: solver_state.SolverState, force: 
     return weights
 
 
-def _refuse_changed_config(solver, path: str, state: solver_state.SolverState) -> None:
-    """Raise StateError with a diff when the solver file or the train net differ from the state's."""
-    spec = solver.spec
-    changes = []
-    if state.solver_config_hash != spec.config_hash:
-        changes.append(("solver", state.solver_yaml, spec.text))
+def _review_changes(solver, path: str, state: solver_state.SolverState, force: bool) -> None:
+    """Accept changed settings that cannot alter training, listing them; refuse the others unless ``force``.
+
+    Raises StateError naming the changed solver settings (old and new values)
+    and showing the train net's diff.
+    """
+    accepted, altering = _solver_changes(solver, state)
     if state.net_config_hash != solver.net.graph.config_hash:
-        # an inline net's text is the solver file's
-        changes.append(("net", state.net_yaml or state.solver_yaml, spec.train_net_text or spec.text))
-    if not changes:
+        altering.append("the net")
+    if accepted:
+        solver.log.message(f"resuming with changed settings that do not alter training: {', '.join(accepted)}")
+    if not altering:
         return
-    lines = []
-    for what, before, after in changes:
-        lines.extend(difflib.unified_diff(before.splitlines(), after.splitlines(), f"{what} in the state",
-                                          f"{what} now", lineterm="", n=1))
-    names = " and ".join(dict.fromkeys(what for what, _, _ in changes))
-    raise StateError(f"{path}: the {names} changed since this state was written; resume with --force to "
-                     "continue anyway. Changes:\n" + "\n".join(lines))
+    if force:
+        solver.log.message(f"resuming with --force despite changes that alter training: {', '.join(altering)}")
+        return
+    settings = [change for change in altering if change != "the net"]
+    names = " and ".join(name for name, changed in (("solver", settings), ("net", "the net" in altering)) if changed)
+    message = f"{path}: the {names} changed since this state was written"
+    if settings:
+        message += f" ({', '.join(settings)}), which alters training"
+    message += "; resume with --force to continue anyway"
+    if "the net" in altering:
+        spec = solver.spec
+        before, after = state.net_yaml or state.solver_yaml, spec.train_net_text or spec.text  # inline: the solver's
+        message += ". Changes:\n" + "\n".join(difflib.unified_diff(
+            before.splitlines(), after.splitlines(), "net in the state", "net now", lineterm="", n=1))
+    raise StateError(message)
+
+
+def _solver_changes(solver, state: solver_state.SolverState) -> tuple[list[str], list[str]]:
+    """The solver settings that differ from the state's, as ``key old -> new``: (harmless, altering training)."""
+    if not state.params:  # a state from before settings were recorded: only the file's hash is known
+        same = state.solver_config_hash == solver.spec.config_hash
+        return [], [] if same else ["the solver file"]
+    now = _params_of(solver)
+    harmless = RESUME_MAY_CHANGE - (LENGTH_KEYS if solver.params.lr_policy in READS_MAX_ITER else set())
+    accepted, altering = [], []
+    for key, value in now.items():
+        before = state.params.get(key, value)
+        if before != value:
+            (accepted if key in harmless else altering).append(f"{key} {_shown(before)} -> {_shown(value)}")
+    return accepted, altering
+
+
+def _shown(value) -> str:
+    return json.dumps(value) if isinstance(value, (dict, list, str)) or value is None else str(value)

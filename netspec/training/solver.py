@@ -60,16 +60,17 @@ class Solver:
             seed = p.random_seed
         self.comm = comm = comm or SingleProcess()
         self.backend = Backend(device, agreed_seed(comm, seed, device), comm)
-        self.net = self._build(spec.train_net, "TRAIN", p.train_state, stages, level, dtype)
+        self.net = self._build(spec.train_net, "TRAIN", p.train_state, stages, level, dtype, self.backend)
         self.loss_weights = self.net.output_loss_weights
         if not self.net.has_loss():
             raise ConfigError(Problem(f"net '{self.net.name}' has no loss in the TRAIN phase, so there is nothing "
                                       "to minimise (add e.g. a SoftmaxWithLoss layer, or a loss_weight)",
                                       file=spec.train_net.file or spec.file or "<string>"))
+        self.test_backend = self.backend.fork()  # testing draws its own random numbers, never training's
         self.test_nets = []
         for index, net_spec in enumerate(spec.test_nets):
             state = p.test_state[index] if p.test_state else None
-            net = self._build(net_spec, "TEST", state, stages, level, dtype)
+            net = self._build(net_spec, "TEST", state, stages, level, dtype, self.test_backend)
             net.share_trained_layers(self.net)
             self.test_nets.append(net)
         self.iterations_per_epoch = self._iterations_per_epoch()
@@ -115,13 +116,14 @@ class Solver:
         """Records one update learns from: the batch size times ``iter_size`` times the number of ranks."""
         return self.net.batch_size * self.spec.params.iter_size * self.comm.size
 
-    def _build(self, net_spec, phase, state, stages, level, dtype) -> Net:
+    @staticmethod
+    def _build(net_spec, phase, state, stages, level, dtype, backend) -> Net:
         if stages is None and state is not None:
             stages = state.stage
         if level is None and state is not None:
             level = state.level
         graph = compile_net(net_spec, phase=phase, stages=stages, level=level)
-        return Net(graph, dtype=dtype, backend=self.backend)
+        return Net(graph, dtype=dtype, backend=backend)
 
     @property
     def rule(self):

@@ -7,7 +7,10 @@ Layout (HDF5, written atomically beside its weights file)::
                                               solver_yaml, net_yaml, weights_file, weights_sha256,
                                               progress (JSON: periodic snapshots kept, watched outputs),
                                               world_size (processes of the run), rank_rng_states (JSON:
-                                              each rank's own generator, distributed runs only)
+                                              each rank's own generator, distributed runs only),
+                                              test_rng_state (the test nets' generator),
+                                              params (JSON: the solver parameters the run used, with
+                                              command-line overrides and epochs in iterations)
     /history/<layer>/<blob>/<name>     the update rule's buffers, per learnable blob (layer names escaped as
                                        in weights files: % and / percent-escaped)
     /runtime/<net>/<layer>/<key>       layer run-time state (data positions); <net> is train, test0, ...
@@ -62,6 +65,8 @@ class SolverState:
     progress: dict = field(default_factory=dict)
     world_size: int = 1
     rank_rng_states: list[str] = field(default_factory=list)
+    params: dict = field(default_factory=dict)  # empty in states written before it was recorded
+    test_rng_state: str = ""  # empty in states written before test nets had their own generator
 
 
 _ATTRS = ("iteration", "solver_type", "lr_step", "rng_state", "net_name", "net_config_hash", "solver_config_hash",
@@ -79,6 +84,8 @@ def write_state(path: str | os.PathLike, state: SolverState) -> None:
         handle.attrs["progress"] = json.dumps(state.progress)
         handle.attrs["world_size"] = state.world_size
         handle.attrs["rank_rng_states"] = json.dumps(state.rank_rng_states)
+        handle.attrs["params"] = json.dumps(state.params)
+        handle.attrs["test_rng_state"] = state.test_rng_state
         for layer, blobs in state.history.items():
             for index, buffers in blobs.items():
                 for name, array in buffers.items():
@@ -105,7 +112,9 @@ def read_state(path: str | os.PathLike) -> SolverState:
             values["lr_step"] = int(values["lr_step"])
             state = SolverState(**values, progress=json.loads(handle.attrs.get("progress", "{}")),
                                 world_size=int(handle.attrs.get("world_size", 1)),
-                                rank_rng_states=json.loads(handle.attrs.get("rank_rng_states", "[]")))
+                                rank_rng_states=json.loads(handle.attrs.get("rank_rng_states", "[]")),
+                                params=json.loads(handle.attrs.get("params", "{}")),
+                                test_rng_state=str(handle.attrs.get("test_rng_state", "")))
             for layer, blobs in handle.get("history", {}).items():
                 state.history[unescape_name(layer)] = {int(index): {name: buf[()] for name, buf in buffers.items()}
                                         for index, buffers in blobs.items()}
