@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import h5py
@@ -86,7 +89,7 @@ def test_the_adamw_example_counts_epochs_keeps_the_best_and_stops_early(digits):
     assert "AdamW, 899 iterations (40.04 epochs)" in result.stdout
     assert ("early stop at iteration 810: test loss has not improved by more than 0.001 in 3 test passes"
             in result.stdout)
-    run_dir = digits / "runs"
+    run_dir = digits / "runs-adamw"
     tests = events(run_dir, "TEST")
     assert [e["iter"] for e in tests] == list(range(0, 811, 90))
     best = max(tests, key=lambda e: e["accuracy"])
@@ -218,7 +221,7 @@ def test_bad_resume_states_and_weights_leave_snapshots_untouched(digits, tmp_pat
     import netspec
 
     netspec.load_net(str(foreign)).save_weights(foreign_weights)
-    stderr = fails("train", digits / "solver.yaml", "--weights", foreign_weights, "--out", out)
+    stderr = fails("train", digits / "solver.yaml", "--weights", foreign_weights, "--out", tmp_path / "fine-tuned")
     assert "share no layer with net 'DigitsNet'" in stderr
     assert {p.name: p.read_bytes() for p in out.glob("*.h5")} == before
 
@@ -246,3 +249,47 @@ def test_resume_after_editing_the_solver_file(digits, tmp_path):
     forced = run("train", edited / "solver.yaml", "--max-iter", "3", "--out", out, "--resume", state, "--force")
     assert forced.returncode == 0, forced.stderr
     assert "resuming with --force despite changes that alter training: base_lr 0.01 -> 0.02\n" in forced.stdout
+
+
+def interrupt(args: list, number: signal.Signals) -> tuple[int, str]:
+    """Start ``netspec train ARGS``, send signal ``number`` once it has logged iteration 50, and wait for the end."""
+    process = subprocess.Popen([sys.executable, "-m", "netspec", "train", *map(str, args)], text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    output = []
+    for line in process.stdout:
+        output.append(line)
+        if line.startswith("iter 50 "):
+            process.send_signal(number)
+    return process.wait(timeout=120), "".join(output)
+
+
+@pytest.mark.parametrize(("number", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_run_stopped_by_a_signal_snapshots_and_exits_non_zero(digits, tmp_path, number, status):
+    solver = tmp_path / "solver.yaml"
+    solver.write_text((digits / "solver.yaml").read_text().replace("net: digits_net.yaml",
+                                                                   f"net: {digits / 'digits_net.yaml'}")
+                      + "snapshot_after_train: false\n")  # the snapshot of an interrupt is written all the same
+    code, output = interrupt([solver, "--max-iter", "1_000_000", "--out", tmp_path / "run"], number)
+    assert code == status, output
+    stopped = int(output.split(f"stop requested ({number.name}): stopping at iteration ")[1].split()[0])
+    assert (tmp_path / "run" / f"digits_iter_{stopped}.solverstate.h5").exists()
+    assert "optimization done" not in output
+    finished = run("train", solver, "--out", tmp_path / "run", "--max-iter", stopped + 1,
+                   "--resume", tmp_path / "run" / f"digits_iter_{stopped}.solverstate.h5")
+    assert finished.returncode == 0, finished.stderr  # so `netspec train ... && next step` goes on only now
+
+
+def test_a_fresh_run_refuses_a_folder_holding_another_run(digits, tmp_path):
+    out = tmp_path / "run"
+    assert run("train", digits / "solver.yaml", "--max-iter", "2", "--out", out).returncode == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    stderr = fails("train", digits / "solver.yaml", "--max-iter", "4", "--out", out)
+    assert stderr == (f"error: {out} already holds a run (metrics.jsonl, 2 snapshot file(s)); continue it with "
+                      f"--resume {out}/digits_iter_2.solverstate.h5, train into another folder with --out DIR, or "
+                      "move it away\n")
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    resumed = run("train", digits / "solver.yaml", "--max-iter", "4", "--out", out,
+                  "--resume", out / "digits_iter_2.solverstate.h5")
+    assert resumed.returncode == 0, resumed.stderr
+    assert (out / "metrics.jsonl").read_bytes().startswith(before["metrics.jsonl"])
+    assert (out / "digits_iter_4.solverstate.h5").exists()

@@ -14,6 +14,7 @@ from netspec.inspect.plots import plot_learning_rate, plot_metrics
 from netspec.training.distributed import MPICommunicator, launch
 from netspec.training.run import TrainOptions, read_solver, schedule_params
 from netspec.training.run import train as train_run
+from netspec.training.signals import exit_status
 
 
 @click.command()
@@ -64,7 +65,9 @@ def train(solver_file, device, weights, resume, force, max_iter, seed, stages, l
                            stages=stages, level=level, run_dir=run_dir, sigint_effect=sigint_effect,
                            sighup_effect=sighup_effect, debug_info=debug_info)
     with rank_errors(comm):
-        train_run(solver_file, options, comm, say=click.echo)
+        solver = train_run(solver_file, options, comm, say=click.echo)
+        if solver.interrupted:
+            sys.exit(exit_status(solver.interrupted))
 
 
 def given_arguments(context: click.Context, leave_out: set[str]) -> list[str]:

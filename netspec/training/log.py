@@ -46,10 +46,10 @@ class TrainingLog:
         self.iterations_per_epoch: float | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------
-    def start(self, first_iter: int, max_iter: int, resumed: bool) -> None:
-        """Open metrics.jsonl (a fresh run sets an older file aside, dated) and the progress bar."""
+    def start(self, first_iter: int, max_iter: int) -> None:
+        """Open metrics.jsonl (for appending: a resumed run adds to it) and the progress bar."""
         if self.run_dir:
-            self.metrics = run_folder.open_metrics(self.run_dir, resumed)
+            self.metrics = run_folder.open_metrics(self.run_dir)
         if self.show_progress and not self.quiet:
             from rich.console import Console
             from rich.progress import (

@@ -78,6 +78,8 @@ def train(solver_file: str, options: TrainOptions, comm=None, say: Callable[[str
     if options.run_dir:
         spec.params.snapshot_prefix = run_folder.prefix_in(options.run_dir, spec.snapshot_prefix)
     folder = run_folder.folder_of(spec.snapshot_prefix)
+    if root and not options.resume:
+        run_folder.refuse_used(folder)
     log = TrainingLog(run_dir=folder) if root else TrainingLog(quiet=True)
     solver = Solver(spec, device=options.device, seed=options.seed, stages=options.stages or None,
                     level=options.level, log=log, debug_info=options.debug_info, comm=comm)

@@ -4,13 +4,15 @@
 
     RUN/                                  the folder of the solver's snapshot_prefix (or --out)
       metrics.jsonl                       one JSON event a line (below); a resumed run appends
-      metrics.<YYYYmmdd-HHMMSS>.jsonl     an earlier run's events, set aside when a fresh run starts here
       config/<solver file>                the solver text exactly as read
       config/<net file>                   each net file the solver names, as read
       config/sources.json                 {"solver": path, "train_net": path or null}: where they were read
       <prefix>_iter_<N>.weights.h5        snapshot of iteration N: weights ...
       <prefix>_iter_<N>.solverstate.h5    ... and everything else a resumed run needs
       <prefix>_best.weights.h5            the weights of snapshot_best's best test pass
+
+A folder holds one run: a fresh run refuses a folder with another run's
+metrics or snapshots in it (:func:`refuse_used`); ``--resume`` continues it.
 
 An event is ``{"iter", "phase": TRAIN|TEST, "lr", ["epoch"], ["test_net"], <output>: value, ...}``;
 TRAIN events add ``smoothed_loss``, ``images_per_s`` and, distributed, ``communication_ms``.
@@ -22,12 +24,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
+import re
 from typing import TextIO
 
 from netspec.errors import NetspecError
 
 METRICS = "metrics.jsonl"
+SNAPSHOT_ENDINGS = (".weights.h5", ".solverstate.h5")
+STATE_NAME = re.compile(r".+_iter_(\d+)\.solverstate\.h5")
 CONFIG = "config"
 SOURCES = "sources.json"
 # keys of an event that are not outputs of a net
@@ -60,15 +64,26 @@ def metrics_path(folder: str) -> str:
     return os.path.join(folder, METRICS)
 
 
+def refuse_used(folder: str) -> None:
+    """Refuse a fresh run in ``folder`` when it holds another run's metrics or snapshots, saying what to do."""
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    metrics = METRICS in names and os.path.getsize(metrics_path(folder)) > 0
+    snapshots = [name for name in names if name.endswith(SNAPSHOT_ENDINGS)]
+    if not metrics and not snapshots:
+        return
+    held = [METRICS] if metrics else []
+    held += [f"{len(snapshots)} snapshot file(s)"] if snapshots else []
+    states = sorted((int(found.group(1)), name) for name in names if (found := STATE_NAME.fullmatch(name)))
+    resume = f"continue it with --resume {os.path.join(folder, states[-1][1])}, " if states else ""
+    raise NetspecError(f"{folder} already holds a run ({', '.join(held)}); {resume}train into another folder "
+                       "with --out DIR, or move it away")
+
+
 # ---- metrics ------------------------------------------------------------------------------------
-def open_metrics(folder: str, resumed: bool) -> TextIO:
-    """metrics.jsonl opened for appending; a fresh run first sets an older non-empty file aside, dated."""
+def open_metrics(folder: str) -> TextIO:
+    """metrics.jsonl opened for appending (a resumed run adds to its events)."""
     os.makedirs(folder, exist_ok=True)
-    path = metrics_path(folder)
-    if not resumed and os.path.exists(path) and os.path.getsize(path):
-        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(os.path.getmtime(path)))
-        os.replace(path, os.path.join(folder, f"metrics.{stamp}.jsonl"))
-    return open(path, "a", encoding="utf-8")
+    return open(metrics_path(folder), "a", encoding="utf-8")
 
 
 def write_event(handle: TextIO, event: dict) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import math
 import os
+import signal
 import time
 
 import numpy
@@ -91,7 +92,9 @@ class Solver:
         self.log.iterations_per_epoch = self.iterations_per_epoch
         self.debug_info = debug_info
         self.requested: str | None = None
+        self.requested_by: signal.Signals | None = None
         self.stop_reason: str | None = None
+        self.interrupted: signal.Signals | None = None  # the signal that stopped training
         self.last_test_iter: int | None = None
         self.last_snapshot: str | None = None
         self.last_snapshot_iter: int | None = None
@@ -136,10 +139,10 @@ class Solver:
         """The policy's rate at the current iteration."""
         return learning_rate(self.params, self.iter)
 
-    def request(self, action: str) -> None:
-        """Ask for ``snapshot`` or ``stop`` at the next iteration boundary (signal handlers call this)."""
+    def request(self, action: str, by: signal.Signals | None = None) -> None:
+        """Ask for ``snapshot`` or ``stop`` at the next iteration boundary; signal handlers pass their signal."""
         if action == "stop" or self.requested is None:
-            self.requested = action
+            self.requested, self.requested_by = action, by
 
     @property
     def stopped_early(self) -> bool:
@@ -163,6 +166,7 @@ class Solver:
                     break
             loss = self.forward_backward()
             asked, self.requested = self.requested, None  # a signal from now on counts at the next iteration
+            stopped_by = self.requested_by if asked == "stop" else None
             loss, asked = self.exchange.average(loss, asked, self.iter)
             if not math.isfinite(loss):
                 self.diverged(loss)
@@ -188,7 +192,8 @@ class Solver:
             if asked == "snapshot" or (p.snapshot and self.iter % p.snapshot == 0):
                 self.snapshot()
             if asked == "stop":
-                self.stop_reason = f"stop requested: stopping at iteration {self.iter}"
+                self.interrupted = stopped_by or signal.SIGINT  # (another rank's signal is not named: SIGINT)
+                self.stop_reason = f"stop requested ({self.interrupted.name}): stopping at iteration {self.iter}"
                 self.log.message(self.stop_reason)
                 break
 
@@ -200,7 +205,7 @@ class Solver:
     def solve(self) -> None:
         """Train up to ``max_iter`` (or an early stop), snapshot at the end, and test the final weights."""
         p = self.params
-        self.log.start(self.iter, p.max_iter, resumed=self.iter > 0)
+        self.log.start(self.iter, p.max_iter)
         if self.comm.size > 1:
             per_rank = self.net.batch_size * p.iter_size
             self.log.message(f"distributed over {self.comm.size} processes: each learns from {per_rank} records per "
@@ -208,7 +213,7 @@ class Solver:
                              "(learning rates are not scaled)")
         try:
             self.step(p.max_iter - self.iter)
-            if p.snapshot_after_train and self.last_snapshot_iter != self.iter:
+            if (p.snapshot_after_train or self.interrupted) and self.last_snapshot_iter != self.iter:
                 self.snapshot()
             if not self.stopped_early:
                 if p.test_interval and self.test_nets and self.last_test_iter != self.iter:
