@@ -88,6 +88,10 @@ class TrainingError(NetspecError):
     """Training cannot go on, e.g. the loss became NaN or infinite."""
 
 
+class DeviceError(NetspecError):
+    """The device asked for cannot be used: an unknown name, no CuPy, or no such GPU."""
+
+
 class DistributedError(NetspecError):
     """A multi-process run cannot go on: MPI is missing, or another rank stopped answering."""
 

@@ -124,6 +124,7 @@ def test_time_prints_table_and_json():
     assert figures["images_per_s"] > 0 and figures["ms_per_iter"] > 0
     assert [layer["name"] for layer in figures["layers"]][:3] == ["mnist", "conv1", "pool1"]
     assert "images/s" in result.stdout
+    assert "phase to build  [default: TRAIN]" in run("time", "--help").stdout  # what it does without --phase
 
 
 def test_time_reports_bad_data_files(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import signal
@@ -293,3 +294,13 @@ def test_a_fresh_run_refuses_a_folder_holding_another_run(digits, tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     assert (out / "metrics.jsonl").read_bytes().startswith(before["metrics.jsonl"])
     assert (out / "digits_iter_4.solverstate.h5").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="this machine may have a GPU to use")
+def test_a_gpu_solver_on_a_machine_without_cupy_says_to_train_on_the_cpu(digits, tmp_path):
+    solver = write(tmp_path, "gpu.yaml", (digits / "solver.yaml").read_text().replace(
+        "net: digits_net.yaml", f"net: {digits / 'digits_net.yaml'}") + "solver_mode: GPU\n")
+    stderr = fails("train", solver, "--max-iter", "1", "--out", tmp_path / "run")
+    assert stderr == (f"error: {solver}:16: solver_mode: device 'gpu:0' needs CuPy: pip install -e '.[gpu]'; pass "
+                      "--device cpu to train on the CPU\n")
+    assert run("train", solver, "--max-iter", "1", "--out", tmp_path / "run", "--device", "cpu").returncode == 0

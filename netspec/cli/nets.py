@@ -21,7 +21,7 @@ from netspec.training.log import format_outputs
 
 @click.command()
 @click.argument("net_file", type=click.Path(dir_okay=False))
-@phase_option
+@phase_option()
 @stage_option
 @level_option
 @click.option("--weights", type=click.Path(dir_okay=False), default=None,
@@ -77,7 +77,7 @@ def render(net_file):
 @click.command()
 @click.argument("net_file", type=click.Path(dir_okay=False))
 @click.option("-o", "--out", required=True, type=click.Path(dir_okay=False), help="net.dot, net.svg or net.png")
-@phase_option
+@phase_option()
 @stage_option
 @level_option
 @click.option("--rankdir", type=click.Choice(["TB", "LR"]), default="TB", show_default=True,
@@ -96,7 +96,7 @@ def draw(net_file, out, phase, stages, level, rankdir):
 @click.option("--iterations", "-n", type=Integer(min=1), default=50, show_default=True,
               help="timed forward+backward passes")
 @click.option("--warmup", type=Integer(min=0), default=5, show_default=True, help="untimed passes first")
-@phase_option
+@phase_option("TRAIN")
 @stage_option
 @level_option
 @click.option("--device", default="cpu", show_default=True, help="cpu, gpu or gpu:N")
@@ -105,8 +105,7 @@ def draw(net_file, out, phase, stages, level, rankdir):
 @user_errors
 def time_command(net_file, iterations, warmup, phase, stages, level, device, seed, as_json):
     """Time forward and backward passes of NET_FILE, layer by layer."""
-    net = load_net(net_file, phase=phase.upper() if phase else "TRAIN", device=device, stages=stages or None,
-                   level=level, seed=seed)
+    net = load_net(net_file, phase=phase.upper(), device=device, stages=stages or None, level=level, seed=seed)
     try:
         result = time_net(net, iterations=iterations, warmup=warmup)
     finally:
@@ -126,8 +125,7 @@ def time_command(net_file, iterations, warmup, phase, stages, level, device, see
 @click.option("--weights", type=click.Path(dir_okay=False), required=True, help="trained weights (.weights.h5)")
 @click.option("--iterations", "-n", type=Integer(min=1), default=50, show_default=True,
               help="batches to average over")
-@click.option("--phase", type=click.Choice(["TRAIN", "TEST"], case_sensitive=False), default="TEST",
-              show_default=True, help="phase to build")
+@phase_option("TEST")
 @stage_option
 @level_option
 @click.option("--device", default="cpu", show_default=True, help="cpu, gpu or gpu:N")

@@ -38,8 +38,13 @@ class Real(click.FloatRange):
         return number
 
 
-phase_option = click.option("--phase", type=click.Choice(["TRAIN", "TEST"], case_sensitive=False), default=None,
+def phase_option(default: str | None = None):
+    """``--phase TRAIN|TEST``; without a ``default`` the net file's ``state`` decides, else TEST."""
+    if default is None:
+        return click.option("--phase", type=click.Choice(["TRAIN", "TEST"], case_sensitive=False), default=None,
                             help="phase to build (default: the file's state, else TEST)")
+    return click.option("--phase", type=click.Choice(["TRAIN", "TEST"], case_sensitive=False), default=default,
+                        show_default=True, help="phase to build")
 
 
 stage_option = click.option("--stage", "stages", multiple=True, help="active stage (repeatable)")

@@ -19,7 +19,7 @@ import json
 import numpy
 
 from netspec.engine.comm import SingleProcess
-from netspec.errors import NetspecError
+from netspec.errors import DeviceError
 
 
 class Backend:
@@ -30,10 +30,10 @@ class Backend:
         self.comm = comm or SingleProcess()
         if device == "cpu":
             self.xp = numpy
-        elif device == "gpu" or device.startswith("gpu:"):
+        elif device == "gpu" or (device.startswith("gpu:") and device[4:].isdigit()):
             self.xp = _import_cupy(device)
         else:
-            raise NetspecError(f"unknown device '{device}': use cpu, gpu or gpu:N")
+            raise DeviceError(f"unknown device '{device}': use cpu, gpu or gpu:N")
         self.seed(seed)
 
     @property
@@ -109,7 +109,13 @@ def _import_cupy(device: str):
     try:
         import cupy
     except ImportError:
-        raise NetspecError(f"device '{device}' needs CuPy: pip install -e '.[gpu]'") from None
+        raise DeviceError(f"device '{device}' needs CuPy: pip install -e '.[gpu]'") from None
     index = int(device.split(":", 1)[1]) if ":" in device else 0
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except cupy.cuda.runtime.CUDARuntimeError:
+        count = 0
+    if index >= count:
+        raise DeviceError(f"device '{device}' is not here: CuPy sees {count} GPU(s)")
     cupy.cuda.Device(index).use()
     return cupy

@@ -29,7 +29,7 @@ from netspec.engine.backend import Backend
 from netspec.engine.comm import SingleProcess
 from netspec.engine.net import Net, compile_net
 from netspec.engine.registry import layer_schemas, solver_class, solver_types
-from netspec.errors import ConfigError, Problem, TrainingError
+from netspec.errors import ConfigError, DeviceError, Problem, TrainingError
 from netspec.solvers.lr_policies import learning_rate
 from netspec.spec.solver_spec import (
     SolverSpec,
@@ -55,12 +55,10 @@ class Solver:
                  debug_info: bool = False, comm=None):
         p = spec.params
         self.spec = spec
-        if device is None:
-            device = "cpu" if p.solver_mode == "CPU" else f"gpu:{p.device_id}"
         if seed is None and p.random_seed >= 0:
             seed = p.random_seed
         self.comm = comm = comm or SingleProcess()
-        self.backend = Backend(device, agreed_seed(comm, seed, device), comm)
+        self.backend = self._backend(device, seed)
         self.net = self._build(spec.train_net, "TRAIN", p.train_state, stages, level, dtype, self.backend)
         self.loss_weights = self.net.output_loss_weights
         if not self.net.has_loss():
@@ -100,6 +98,18 @@ class Solver:
         self.last_snapshot_iter: int | None = None
         self.snapshots: list[int] = []
         self.best, self.plateau = watches(p)
+
+    def _backend(self, device: str | None, seed: int | None) -> Backend:
+        """The device to train on: ``device``, else the file's ``solver_mode``/``device_id`` (located if unusable)."""
+        if device is not None:
+            return Backend(device, agreed_seed(self.comm, seed, device), self.comm)
+        p = self.spec.params
+        device = "cpu" if p.solver_mode == "CPU" else f"gpu:{p.device_id}"
+        try:
+            return Backend(device, agreed_seed(self.comm, seed, device), self.comm)
+        except DeviceError as exc:
+            raise ConfigError(self.spec.problem(f"{exc}; pass --device cpu to train on the CPU",
+                                                "solver_mode")) from None
 
     def _iterations_per_epoch(self) -> float | None:
         """Iterations per pass over the train data, when its data layer knows its record count."""
