@@ -33,7 +33,8 @@ class InputSpec:
     """What the deploy net takes, and how to prepare an image for it (as transform_param did in training)."""
 
     shape: list[int] = required(doc="one input as [C, H, W]")
-    channels: Literal["RGB", "GRAY"] = required(doc="channel order of the input")
+    channels: Literal["RGB", "BGR", "GRAY"] = required(doc="channel order of the input (images are decoded RGB; "
+                                                           "BGR swaps them, as for models trained in Caffe)")
     scale: float = doc(1.0, "multiply after subtracting the mean")
     mean_value: list[float] = doc([], "per-channel mean to subtract")
     mean_file: str | None = doc(None, "file of the model holding a per-pixel mean (.npy, C x H x W)")

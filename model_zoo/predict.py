@@ -1,9 +1,10 @@
 """Using a published model: ``netspec.model_zoo.load`` and ``netspec predict``.
 
 Inputs are prepared as the card says, with the same code as training's
-transform_param: images are decoded to the card's channels and resized to its
-H x W, then ``(x - mean) * scale``.  A ``.npy`` input holds raw pixel values
-(C x H x W, or N x C x H x W) that get the same ``(x - mean) * scale``.
+transform_param: images are decoded (RGB or grey) and resized to its H x W,
+swapped to BGR for a BGR card, then ``(x - mean) * scale``.  A ``.npy`` input
+holds raw pixel values as decoding would give them (C x H x W, or
+N x C x H x W, RGB for colour) and gets the same treatment.
 """
 
 from __future__ import annotations
@@ -61,8 +62,9 @@ def transformer(card: ModelCard, folder: str) -> Transformer:
     """The card's preprocessing as a Transformer (the same code that prepared the training data)."""
     spec = card.input
     mean_file = os.path.join(folder, spec.mean_file) if spec.mean_file else None
-    return Transformer(TransformParams(scale=spec.scale, mean_value=list(spec.mean_value), mean_file=mean_file),
-                       "TEST", tuple(spec.shape))
+    order = "BGR" if spec.channels == "BGR" else "RGB"
+    return Transformer(TransformParams(scale=spec.scale, mean_value=list(spec.mean_value), mean_file=mean_file,
+                                       channel_order=order), "TEST", tuple(spec.shape))
 
 
 def read_inputs(paths: list[str], card: ModelCard) -> list[tuple[str, numpy.ndarray]]:
@@ -117,7 +119,7 @@ def predict(net: Net, card: ModelCard, folder: str, inputs: list[tuple[str, nump
     for start in range(0, len(inputs), batch):
         chunk = inputs[start:start + batch]
         images = numpy.zeros((batch, *prepare.in_shape), dtype=net.dtype)
-        images[:len(chunk)] = [image for _, image in chunk]
+        images[:len(chunk)] = [prepare.prepare(image) for _, image in chunk]
         data = numpy.empty((batch, *prepare.out_shape), dtype=net.dtype)
         prepare.apply(images, prepare.draw(numpy.random.default_rng(0), batch), data)
         net.blobs[input_blob].data[...] = net.backend.asarray(data)

@@ -127,7 +127,7 @@ def publish(request: PublishRequest, zoo: Zoo) -> ModelCard:
 def _build_card(request: PublishRequest, net, shape, staged: str) -> ModelCard:
     shutil.copyfile(request.net, os.path.join(staged, "deploy.yaml"))
     shutil.copyfile(request.weights, os.path.join(staged, "weights.h5"))
-    preprocessing, provenance, metrics, extra = {}, Provenance(), {}, {}
+    preprocessing, provenance, metrics, extra, channel_order = {}, Provenance(), {}, {}, "RGB"
     if request.run_dir:
         metrics = last_test_metrics(request.run_dir)
         sources = run_folder.read_sources(request.run_dir)
@@ -135,6 +135,7 @@ def _build_card(request: PublishRequest, net, shape, staged: str) -> ModelCard:
         transform = layer.blocks.get("transform_param") if layer is not None else None
         if transform is not None:
             preprocessing = {"scale": transform.scale, "mean_value": list(transform.mean_value)}
+            channel_order = transform.channel_order
             if transform.mean_file:
                 shutil.copyfile(transform.mean_file, os.path.join(staged, "mean.npy"))
                 preprocessing["mean_file"] = "mean.npy"
@@ -151,7 +152,7 @@ def _build_card(request: PublishRequest, net, shape, staged: str) -> ModelCard:
 
     provenance.netspec_version = __version__
     provenance.date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    channels = request.channels or ("GRAY" if shape[0] == 1 else "RGB")
+    channels = request.channels or ("GRAY" if shape[0] == 1 else channel_order)
     card = ModelCard(name=request.name, version=request.version, summary=request.summary, license=request.license,
                      authors=list(request.authors), deploy_net="deploy.yaml", weights="weights.h5",
                      input=InputSpec(shape=list(shape), channels=channels, label_names=labels, **preprocessing),

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 from test_cli import run
 from test_modules import canonical
 
@@ -48,9 +49,13 @@ def imported(tmp_path, name) -> tuple[Path, str]:
     return out, result.stdout
 
 
+BGR_NOTE = ("note: Caffe nets take BGR images: publish this one with netspec zoo publish --channels BGR (and the "
+            "mean it was trained with, in B, G, R order)")
+
+
 def test_current_format_matches_the_netspec_config(tmp_path):
     out, stdout = imported(tmp_path, "cifar10_quick_deploy")
-    assert stdout.strip() == f"wrote {out} (13 layers)"
+    assert stdout.splitlines() == [f"wrote {out} (13 layers)", BGR_NOTE]
     expected = canonical(ROOT / "configs" / "cifar10" / "cifar10_quick_deploy.yaml", "TEST", mults=False)
     assert canonical(out, "TEST", mults=False) == expected
 
@@ -84,7 +89,8 @@ def test_fields_without_an_equivalent_are_listed_and_unknown_types_refused(tmp_p
     assert result.stdout.splitlines() == [f"wrote {tmp_path / 'extra.yaml'} (2 layers)",
                                           "dropped (no netspec equivalent): net: debug_info",
                                           "dropped (no netspec equivalent): layer 'c': phase",
-                                          "dropped (no netspec equivalent): layer 'c': convolution_param.engine"]
+                                          "dropped (no netspec equivalent): layer 'c': convolution_param.engine",
+                                          BGR_NOTE]
     source.write_text('layer { name: "w" type: "WindowData" top: "d" }\n')
     failed = run("import", "caffe", source, "-o", tmp_path / "w.yaml")
     assert failed.returncode == 1 and failed.stderr.strip() == (
@@ -181,3 +187,73 @@ def test_a_caffe_solver_becomes_a_netspec_solver_that_loads(tmp_path):
     assert (p.type, p.lr_policy, p.gamma, p.power, p.test_iter, p.solver_mode) == (
         "Nesterov", "inv", 0.0001, 0.75, [100], "GPU")
     assert spec.train_net.name == "LeNet" and len(spec.test_nets) == 1
+
+
+COLOUR_NET = """name: "colour"
+layer { name: "data" type: "Data" top: "data" top: "label" include { phase: TRAIN }
+  data_param { source: "examples/colour/train_lmdb" batch_size: 4 } transform_param { mean_value: 10 } }
+layer { name: "data" type: "Data" top: "data" top: "label" include { phase: TEST }
+  data_param { source: "examples/colour/train_lmdb" batch_size: 4 } }
+layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param { num_output: 2 } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" include { stage: "softmax" } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" loss_weight: 2
+  include { stage: "weighted" } }
+layer { name: "halved" type: "Power" bottom: "loss" top: "halved" power_param { scale: 0.5 } }
+"""
+COLOUR_SOLVER = """net: "examples/colour/train_val.prototxt"
+base_lr: 0.01 max_iter: 4 lr_policy: "fixed" snapshot_prefix: "examples/colour/colour"
+solver_mode: GPU train_state { stage: "softmax" }
+"""
+
+
+def caffe_checkout(tmp_path: Path) -> Path:
+    """A Caffe checkout in miniature: examples/colour holds a net, a solver and a dataset of solid red and blue
+    images, with paths relative to the checkout's root, as Caffe's examples write them."""
+    root = tmp_path / "caffe"
+    (root / "models").mkdir(parents=True)
+    colour = root / "examples" / "colour"
+    colour.mkdir(parents=True)
+    for name, rgb in (("blue", (0, 0, 255)), ("red", (255, 0, 0))):
+        (tmp_path / "images" / name).mkdir(parents=True)
+        for index in range(2):
+            Image.new("RGB", (3, 2), rgb).save(tmp_path / "images" / name / f"{index}.png")
+    assert run("convert", "imageset", tmp_path / "images", colour / "train_lmdb").returncode == 0
+    (colour / "train_val.prototxt").write_text(COLOUR_NET)
+    (colour / "solver.prototxt").write_text(COLOUR_SOLVER)
+    return root
+
+
+def test_an_imported_caffe_example_reads_what_caffe_would_and_trains(tmp_path):
+    root = caffe_checkout(tmp_path)
+    colour = root / "examples" / "colour"
+    imported = run("import", "caffe", colour / "train_val.prototxt")
+    assert imported.returncode == 0, imported.stderr
+    assert (f"note: Caffe root {root} (the nearest folder above the file holding examples/ or models/): Caffe reads "
+            "relative paths against it, so they are rewritten relative to the netspec file: "
+            "examples/colour/train_lmdb -> train_lmdb\n") in imported.stdout
+    assert "note: layer 'data': transform_param.channel_order: BGR, as Caffe decoded images" in imported.stdout
+    solver = run("import", "caffe-solver", colour / "solver.prototxt")
+    assert solver.returncode == 0, solver.stderr
+    assert "examples/colour/train_val.yaml -> train_val.yaml, examples/colour/colour -> colour" in solver.stdout
+    assert f"note: {colour / 'solver.yaml'}:7: solver_mode: GPU trains on the GPU; on a machine without one pass " \
+           "--device cpu to netspec train" in solver.stdout
+
+    # the Data layer hands the net B, G, R, as Caffe's did: a red image is (0, 0, 255) less the mean
+    net = netspec.load_net(str(colour / "train_val.yaml"), phase="TRAIN", stages=["softmax"])
+    net.forward()
+    data, labels = net.blobs["data"].data, net.blobs["label"].data
+    red = data[labels == 1][0]
+    assert [float(red[c].mean()) for c in range(3)] == [-10.0, -10.0, 245.0]
+    net.close()
+
+    # two layers named 'loss' in different stages: each stage builds; without one, the error names the stages
+    for stage in ("softmax", "weighted"):
+        assert run("check", colour / "train_val.yaml", "--phase", "TRAIN", "--stage", stage).returncode == 0
+    unstaged = run("check", colour / "train_val.yaml", "--phase", "TRAIN")
+    assert unstaged.returncode == 1
+    assert unstaged.stderr.endswith("layer 'halved': bottom: bottom 'loss' comes from layer 'loss' (line 29), which a "
+                                    "net of phase TRAIN, no stage, level 0 leaves out; the file's stages: softmax, "
+                                    "weighted\n")
+    trained = run("train", colour / "solver.yaml", "--device", "cpu", cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr
+    assert (colour / "colour_iter_4.weights.h5").exists()

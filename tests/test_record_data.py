@@ -64,6 +64,15 @@ def test_force_gray_and_force_color():
     assert all(np.array_equal(channel, rgb[0]) for channel in colour.prepare(rgb[:1]))
 
 
+def test_bgr_channel_order_swaps_colour_records_and_leaves_grey_ones():
+    rgb = images(1, (3, 2, 2))[0]
+    bgr = Transformer(TransformParams(channel_order="BGR"), "TEST", (3, 2, 2))
+    np.testing.assert_array_equal(bgr.prepare(rgb), rgb[::-1])
+    np.testing.assert_array_equal(bgr.prepare(rgb[:1]), rgb[:1])
+    coloured = Transformer(TransformParams(channel_order="BGR", force_color=True), "TEST", (1, 2, 2))
+    np.testing.assert_array_equal(coloured.prepare(rgb[:1]), np.repeat(rgb[:1], 3, axis=0))
+
+
 def test_bad_transforms_are_refused(tmp_path):
     def refused(key, message, shape=(3, 8, 8), **params):
         with pytest.raises(ParamError) as error:

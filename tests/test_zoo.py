@@ -23,6 +23,7 @@ import netspec.model_zoo
 from netspec.errors import ConfigError
 from netspec.model_zoo.builtin import builtin_cards
 from netspec.model_zoo.card import parse_card
+from netspec.model_zoo.predict import transformer
 from netspec.model_zoo.publish import PublishRequest, publish
 from netspec.model_zoo.zoo import Zoo, ZooError
 
@@ -90,13 +91,24 @@ def test_cards_are_validated_with_their_line():
         ("path: deploy.yaml", "path: other.yaml", "model.yaml:5: files: 'deploy.yaml' is named by the card but not "
                                                   "listed in files"),
         ("size: 20", "size: -1", "model.yaml:5: files: 'weights.h5' needs a size >= 0 and a 64-digit hex sha256"),
-        ("channels: GRAY", "channels: BGR", "model.yaml:3: input.channels: 'BGR' is not one of RGB, GRAY"),
+        ("channels: GRAY", "channels: YUV", "model.yaml:3: input.channels: 'YUV' is not one of RGB, BGR, GRAY"),
     ]:
         with pytest.raises(ConfigError) as error:
             parse_card(CARD.replace(old, new), "model.yaml")
         assert str(error.value).startswith(message), str(error.value)
     with pytest.raises(ConfigError, match="model.yaml:1: malformed YAML"):
         parse_card("name: [", "model.yaml")
+
+
+def test_a_bgr_card_has_its_images_swapped_before_the_mean(tmp_path):
+    card = parse_card(CARD.replace("shape: [1, 8, 8], channels: GRAY", "shape: [3, 2, 2], channels: BGR, "
+                                   "mean_value: [1, 2, 3]"), "model.yaml")
+    prepare = transformer(card, str(tmp_path))
+    red = np.zeros((1, 3, 2, 2))
+    red[0, 0] = 255
+    out = np.empty_like(red)
+    prepare.apply(prepare.prepare(red[0])[None], prepare.draw(np.random.default_rng(0), 1), out)
+    assert [float(out[0, c].mean()) for c in range(3)] == [-1.0, -2.0, 252.0]
 
 
 # ---- publish and the local zoo -----------------------------------------------------------------
@@ -232,8 +244,8 @@ def test_download_refuses_bad_sources_and_leaves_the_zoo_as_it_was(zoo_a, tmp_pa
     (source / "index.json").write_text(json.dumps(dict(index) | {
         "models": {"digits": index["models"]["digits"]}}))
     card = source / "models" / "digits" / "2" / "model.yaml"
-    card.write_text(card.read_text().replace("channels: GRAY", "channels: BGR"))
-    assert attempt().startswith(f"error: {source}/models/digits/2/model.yaml:8: input.channels: 'BGR' is not one of")
+    card.write_text(card.read_text().replace("channels: GRAY", "channels: YUV"))
+    assert attempt().startswith(f"error: {source}/models/digits/2/model.yaml:8: input.channels: 'YUV' is not one of")
     (source / "index.json").write_text("{not json")
     assert "no source has digits@2" in attempt()
     assert fails("zoo", "download", "digits@9", "--from", server, "--zoo", zoo_b) == (

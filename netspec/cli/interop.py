@@ -40,6 +40,9 @@ def import_group():
 
 imported_yaml_option = click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
                                     help="the YAML to write [default: beside the input, .yaml]")
+caffe_root_option = click.option("--caffe-root", type=click.Path(file_okay=False, exists=True), default=None,
+                                 help="the folder Caffe runs from, which its relative paths are read against "
+                                      "[default: the nearest folder above the file holding examples/ or models/]")
 
 
 def echo_report(report) -> None:
@@ -53,10 +56,11 @@ def echo_report(report) -> None:
 @import_group.command("caffe")
 @click.argument("prototxt", type=click.Path(dir_okay=False))
 @imported_yaml_option
+@caffe_root_option
 @user_errors
-def import_caffe(prototxt, out):
+def import_caffe(prototxt, out, caffe_root):
     """Convert a Caffe net (.prototxt, current or V1 format) into a netspec net file."""
-    out, net, report = import_net_file(prototxt, out)
+    out, net, report = import_net_file(prototxt, out, caffe_root)
     click.echo(f"wrote {out} ({len(net['layers'])} layers)")
     echo_report(report)
 
@@ -79,9 +83,10 @@ def import_caffemodel(prototxt, caffemodel, out):
 @import_group.command("caffe-solver")
 @click.argument("prototxt", type=click.Path(dir_okay=False))
 @imported_yaml_option
+@caffe_root_option
 @user_errors
-def import_caffe_solver(prototxt, out):
+def import_caffe_solver(prototxt, out, caffe_root):
     """Convert a Caffe solver (.prototxt) into a netspec solver file."""
-    out, report = import_solver_file(prototxt, out)
+    out, report = import_solver_file(prototxt, out, caffe_root)
     click.echo(f"wrote {out}")
     echo_report(report)

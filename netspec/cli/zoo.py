@@ -54,8 +54,9 @@ def zoo():
 @click.option("--author", "authors", multiple=True, help="an author (repeatable)")
 @click.option("--scale", type=Real(), default=None, help="input scale (default: the run's transform_param, else 1)")
 @click.option("--mean-value", default=None, help="per-channel input mean, e.g. 104,117,123")
-@click.option("--channels", type=click.Choice(["RGB", "GRAY"]), default=None,
-              help="input channels [default: GRAY for 1 channel, RGB for 3]")
+@click.option("--channels", type=click.Choice(["RGB", "BGR", "GRAY"]), default=None,
+              help="input channels [default: GRAY for 1 channel, else the run's transform_param.channel_order, "
+                   "else RGB]")
 @zoo_option
 @click.option("--force", is_flag=True, help="replace an existing name@version")
 @user_errors

@@ -4,13 +4,16 @@ For a record (uint8, C x H x W) the output is, in Caffe's order,
 ``(crop(x) - crop(mean)) * scale``, mirrored left-right when drawn: the crop
 is random in TRAIN and centred in TEST, and ``mirror`` flips half the records
 at random in either phase.  ``force_gray``/``force_color`` first make the
-record one or three channels.  Channels are in RGB order (Caffe's were BGR,
-because OpenCV decodes that way), so ``mean_value`` lists R, G, B.
+record one or three channels.  Records hold RGB (as ``netspec convert`` and
+Pillow decode them); ``channel_order: BGR`` then swaps a colour record to BGR,
+the order Caffe's OpenCV decoding gave the nets it trained.  ``mean_value``
+and ``mean_file`` are in the net's order (R, G, B by default; B, G, R with BGR).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy
 
@@ -32,6 +35,8 @@ class TransformParams:
     mean_value: list[float] = doc([], "per-channel mean: one value for all channels, or one per channel")
     force_color: bool = doc(False, "make one-channel records three channels")
     force_gray: bool = doc(False, "make three-channel records one grey channel")
+    channel_order: Literal["RGB", "BGR"] = doc("RGB", "channel order of colour records in the net: BGR for nets "
+                                                      "trained in Caffe (records are RGB and get swapped)")
 
 
 class Transformer:
@@ -82,11 +87,13 @@ class Transformer:
         return 0.0
 
     def prepare(self, image: numpy.ndarray) -> numpy.ndarray:
-        """The record with the channels force_color/force_gray ask for."""
+        """The record (RGB or grey) with the channels force_color/force_gray ask for, in ``channel_order``."""
         if self.params.force_color and image.shape[0] == 1:
-            return numpy.repeat(image, 3, axis=0)
+            image = numpy.repeat(image, 3, axis=0)
         if self.params.force_gray and image.shape[0] == 3:
             return numpy.tensordot(LUMA, image, axes=1)[None]
+        if self.params.channel_order == "BGR" and image.shape[0] == 3:
+            return image[::-1]
         return image
 
     def shape_error(self, image: numpy.ndarray, where: str) -> DataError:

@@ -12,38 +12,75 @@ import yaml
 
 from netspec.engine.net import Net, load_net
 from netspec.engine.registry import layer_schemas
-from netspec.interop.caffe_import import ImportReport, copy_caffemodel, import_net, import_solver
+from netspec.interop.caffe_import import (
+    CaffePaths,
+    ImportReport,
+    copy_caffemodel,
+    find_caffe_root,
+    import_net,
+    import_solver,
+)
 from netspec.interop.caffemodel import read_caffemodel
 from netspec.interop.prototxt import read_prototxt
 from netspec.spec.net_spec import parse_net
 
 
-def _write(prototxt: str, out: str | None, data: dict, command: str, check=None) -> str:
-    """Write ``data`` as YAML (default: beside the .prototxt, .yaml); ``check(text)`` may refuse it first."""
-    out = out or os.path.splitext(prototxt)[0] + ".yaml"
+def _out_path(prototxt: str, out: str | None) -> str:
+    """Where an imported file goes: ``out``, else beside the .prototxt with .yaml."""
+    return out or os.path.splitext(prototxt)[0] + ".yaml"
+
+
+def _write(prototxt: str, out: str, data: dict, command: str, check=None) -> str:
+    """Write ``data`` as YAML to ``out``; ``check(text)`` may refuse it first.  Returns the text."""
     text = (f"# imported from {os.path.basename(prototxt)} by netspec import {command}\n"
             + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120))
     if check is not None:
         check(text)
     with open(out, "w", encoding="utf-8") as handle:
         handle.write(text)
-    return out
+    return text
 
 
-def import_net_file(prototxt: str, out: str | None = None) -> tuple[str, dict, ImportReport]:
+def _imported(prototxt: str, out: str | None, caffe_root: str | None, convert):
+    """``convert(message, paths)`` of the parsed .prototxt, its paths read against the Caffe root; the report notes it.
+
+    The root is ``caffe_root``, else the Caffe checkout around the file, if any.
+    """
+    out = _out_path(prototxt, out)
+    root = caffe_root or find_caffe_root(prototxt)
+    how = "--caffe-root" if caffe_root else "the nearest folder above the file holding examples/ or models/"
+    paths = CaffePaths(root and os.path.abspath(root), os.path.dirname(os.path.abspath(out)), how)
+    data, report = convert(read_prototxt(prototxt), paths)
+    if paths.note(prototxt):
+        report.notes.insert(0, paths.note(prototxt))
+    return out, data, report
+
+
+def import_net_file(prototxt: str, out: str | None = None,
+                    caffe_root: str | None = None) -> tuple[str, dict, ImportReport]:
     """Convert a Caffe net (current or V1 format) into a netspec net file, validated before it is written.
 
-    Returns the path written, the net as plain data, and the import report.
+    Relative paths are read as Caffe run from ``caffe_root`` would (default: the
+    checkout around the file).  Returns the path written, the net as plain data, and the import report.
     """
-    net, report = import_net(read_prototxt(prototxt))
-    out = _write(prototxt, out, net, "caffe", check=lambda text: parse_net(text, layer_schemas()))
+    out, net, report = _imported(prototxt, out, caffe_root, import_net)
+    _write(prototxt, out, net, "caffe", check=lambda text: parse_net(text, layer_schemas()))
     return out, net, report
 
 
-def import_solver_file(prototxt: str, out: str | None = None) -> tuple[str, ImportReport]:
-    """Convert a Caffe solver into a netspec solver file; returns the path written and the report."""
-    solver, report = import_solver(read_prototxt(prototxt))
-    return _write(prototxt, out, solver, "caffe-solver"), report
+def import_solver_file(prototxt: str, out: str | None = None,
+                       caffe_root: str | None = None) -> tuple[str, ImportReport]:
+    """Convert a Caffe solver into a netspec solver file; returns the path written and the report.
+
+    Paths are rewritten as for :func:`import_net_file`.
+    """
+    out, solver, report = _imported(prototxt, out, caffe_root, import_solver)
+    text = _write(prototxt, out, solver, "caffe-solver")
+    if solver.get("solver_mode") == "GPU":
+        line = next(n for n, row in enumerate(text.splitlines(), 1) if row.startswith("solver_mode:"))
+        report.notes.append(f"{out}:{line}: solver_mode: GPU trains on the GPU; on a machine without one pass "
+                            "--device cpu to netspec train (or set solver_mode: CPU)")
+    return out, report
 
 
 def import_caffemodel_file(prototxt: str, caffemodel: str, out: str) -> tuple[Net, list[str], list[str]]:

@@ -10,6 +10,7 @@ netspec lacks is an error naming it.  Deploy headers (``input:`` with
 from __future__ import annotations
 
 import dataclasses
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from netspec.engine.registry import layer_schemas
 from netspec.errors import ConfigError
 from netspec.interop.prototxt import Message
 from netspec.spec.net_spec import NetState, NetStateRule, ParamSpec
+from netspec.spec.schema import FilePath
 
 # V1LayerParameter.LayerType names and the current type names
 V1_TYPES = {
@@ -42,6 +44,55 @@ class ImportReport:
     notes: list[str] = field(default_factory=list)
 
 
+ROOT_MARKS = ("examples", "models")  # folders a Caffe checkout has at its root
+
+
+def find_caffe_root(path: str) -> str | None:
+    """The nearest folder above ``path`` holding ``examples/`` or ``models/`` (a Caffe checkout), or None."""
+    folder = os.path.dirname(os.path.abspath(path))
+    while True:
+        if any(os.path.isdir(os.path.join(folder, mark)) for mark in ROOT_MARKS):
+            return folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
+@dataclass
+class CaffePaths:
+    """Caffe reads relative paths against the folder it runs in (``root``); netspec against the file's folder.
+
+    :meth:`rewrite` turns one into the other for a file written to ``out_dir``
+    (with no ``root`` known, paths stay as they are); :meth:`note` reports it.
+    """
+
+    root: str | None
+    out_dir: str
+    how: str = ""  # how the root was chosen, for the report
+    seen: list[tuple[str, str]] = field(default_factory=list)
+
+    def rewrite(self, path: str) -> str:
+        """``path`` as Caffe reads it, relative to the netspec file (absolute paths stay)."""
+        if os.path.isabs(path) or path.startswith("~"):
+            return path
+        moved = path if self.root is None else os.path.relpath(os.path.join(self.root, path), self.out_dir)
+        self.seen.append((path, moved))
+        return moved
+
+    def note(self, source: str) -> str | None:
+        """The report's line on the relative paths of ``source``, or None when it has none."""
+        if not self.seen:
+            return None
+        if self.root is None:
+            kept = ", ".join(dict.fromkeys(old for old, _ in self.seen))
+            return (f"no folder above {source} holds examples/ or models/, so its paths ({kept}) are kept relative "
+                    "to the file; --caffe-root DIR reads them as Caffe run from DIR would")
+        moved = ", ".join(dict.fromkeys(f"{old} -> {new}" for old, new in self.seen))
+        return (f"Caffe root {self.root} ({self.how}): Caffe reads relative paths against it, so they are rewritten "
+                f"relative to the netspec file: {moved}")
+
+
 def _scalar_or_list(values: list, tp):
     """A repeated field as a list (one value as itself, which netspec reads as a list too), else the last value."""
     if typing.get_origin(tp) is list:
@@ -55,8 +106,11 @@ def _plain_type(tp):
     return args[0] if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1 else tp
 
 
-def convert_message(message: Message, cls, where: str, report: ImportReport) -> dict:
-    """A Caffe message as the mapping netspec's ``cls`` block reads; unknown fields go to the report."""
+def convert_message(message: Message, cls, where: str, report: ImportReport, paths: CaffePaths | None = None) -> dict:
+    """A Caffe message as the mapping netspec's ``cls`` block reads; unknown fields go to the report.
+
+    File paths are rewritten by ``paths`` (when given) to point where Caffe would read.
+    """
     hints = typing.get_type_hints(cls)
     out = {}
     for name, values in message.items():
@@ -66,15 +120,18 @@ def convert_message(message: Message, cls, where: str, report: ImportReport) -> 
         tp = _plain_type(hints[name])
         item = typing.get_args(tp)[0] if typing.get_origin(tp) is list else tp
         if dataclasses.is_dataclass(item):
-            converted = [convert_message(v, item, f"{where}.{name}", report) if isinstance(v, Message) else v
+            converted = [convert_message(v, item, f"{where}.{name}", report, paths) if isinstance(v, Message) else v
                          for v in values]
             out[name] = converted if typing.get_origin(tp) is list else converted[-1]
+        elif item is FilePath and paths is not None:
+            out[name] = _scalar_or_list([paths.rewrite(str(v)) for v in values], tp)
         else:
             out[name] = _scalar_or_list(values, tp)
     return out
 
 
-def _layer(message: Message, index: int, v1: bool, schemas: dict, report: ImportReport) -> dict:
+def _layer(message: Message, index: int, v1: bool, schemas: dict, report: ImportReport,
+           paths: CaffePaths | None) -> dict:
     name = message.one("name", f"layer{index}")
     kind = message.one("type", "")
     if v1:
@@ -105,9 +162,16 @@ def _layer(message: Message, index: int, v1: bool, schemas: dict, report: Import
         if key in LAYER_FIELDS or (v1 and key in V1_PARAM_FIELDS):
             continue
         if key in schemas[kind]:
-            layer[key] = convert_message(values[-1], schemas[kind][key], f"{where}{key}", report)
+            layer[key] = convert_message(values[-1], schemas[kind][key], f"{where}{key}", report, paths)
         else:
             report.dropped.append(f"{where}{key}")
+    if kind == "ImageData" and paths is not None and not layer.get("image_data_param", {}).get("root_folder"):
+        # Caffe reads the list's lines against the folder it runs in; netspec, by default, against the list's
+        layer.setdefault("image_data_param", {})["root_folder"] = paths.rewrite(".")
+    if "transform_param" in schemas[kind]:
+        layer.setdefault("transform_param", {})["channel_order"] = "BGR"
+        report.notes.append(f"{where}transform_param.channel_order: BGR, as Caffe decoded images (netspec's records "
+                            "are RGB and get swapped), so the imported weights see what they saw in Caffe")
     if kind in ("Data", "ImageData") and "data_param" in layer:
         report.notes.append(f"{where}Caffe's LMDB/LevelDB hold Datum records; convert the images with "
                             "netspec convert imageset and point data_param.source at the result")
@@ -133,8 +197,8 @@ def _input_layers(net: Message) -> list[dict]:
             for name, shape in zip(names, shapes)]
 
 
-def import_net(net: Message) -> tuple[dict, ImportReport]:
-    """A parsed NetParameter as a netspec net (plain data), and the report."""
+def import_net(net: Message, paths: CaffePaths | None = None) -> tuple[dict, ImportReport]:
+    """A parsed NetParameter as a netspec net (plain data), and the report; ``paths`` rewrites file paths."""
     report = ImportReport()
     schemas = layer_schemas()
     for key in net:
@@ -144,14 +208,26 @@ def import_net(net: Message) -> tuple[dict, ImportReport]:
     if current and legacy:
         raise ConfigError("the net mixes 'layer' and legacy 'layers' entries; Caffe itself refuses that")
     layers = _input_layers(net)
-    layers += [_layer(m, i, bool(legacy), schemas, report) for i, m in enumerate(current or legacy)]
+    layers += [_layer(m, i, bool(legacy), schemas, report, paths) for i, m in enumerate(current or legacy)]
     result = {"name": net.one("name", "")} if net.one("name") else {}
     if net.one("force_backward"):
         result["force_backward"] = True
     if net.get("state"):
         result["state"] = convert_message(net.one("state"), NetState, "net: state", report)
     result["layers"] = layers
+    if any(_takes_colour(layer) for layer in layers):
+        report.notes.append("Caffe nets take BGR images: publish this one with netspec zoo publish --channels BGR "
+                            "(and the mean it was trained with, in B, G, R order)")
     return result, report
+
+
+def _takes_colour(layer: dict) -> bool:
+    """True for an Input layer with a three-channel (N x 3 x H x W) top."""
+    if layer["type"] != "Input":
+        return False
+    shapes = layer.get("input_param", {}).get("shape", [])
+    shapes = shapes if isinstance(shapes, list) else [shapes]
+    return any(len(dims) == 4 and dims[1] == 3 for dims in (list(shape.get("dim", [])) for shape in shapes))
 
 
 def copy_caffemodel(net, stored: dict, path: str) -> tuple[list[str], list[str]]:
@@ -191,8 +267,11 @@ SOLVER_TYPES = {"SGD": "SGD", "NESTEROV": "Nesterov", "ADAGRAD": "AdaGrad", "RMS
 NET_FIELDS = ("net", "train_net", "test_net")
 
 
-def import_solver(solver: Message) -> tuple[dict, ImportReport]:
-    """A parsed SolverParameter as a netspec solver (plain data); net paths are pointed at .yaml files."""
+def import_solver(solver: Message, paths: CaffePaths | None = None) -> tuple[dict, ImportReport]:
+    """A parsed SolverParameter as a netspec solver (plain data); net paths are pointed at .yaml files.
+
+    ``paths`` rewrites file paths (nets, snapshot_prefix) to point where Caffe would read and write.
+    """
     from netspec.spec.solver_spec import SolverParams
 
     report = ImportReport()
@@ -200,12 +279,13 @@ def import_solver(solver: Message) -> tuple[dict, ImportReport]:
     result = {}
     for key, values in solver.items():
         if key in NET_FIELDS:
-            paths = [str(v).rsplit(".prototxt", 1)[0] + ".yaml" for v in values]
-            result[key] = paths if key == "test_net" else paths[-1]
-            report.notes.append(f"{key}: {', '.join(map(str, values))} -> {', '.join(paths)} "
+            nets = [str(v).rsplit(".prototxt", 1)[0] + ".yaml" for v in values]
+            nets = [paths.rewrite(net) for net in nets] if paths is not None else nets
+            result[key] = nets if key == "test_net" else nets[-1]
+            report.notes.append(f"{key}: {', '.join(map(str, values))} -> {', '.join(nets)} "
                                 "(import the net with netspec import caffe)")
         elif key in ("net_param", "train_net_param"):
-            result["net" if key == "net_param" else "train_net"] = import_net(values[-1])[0]
+            result["net" if key == "net_param" else "train_net"] = import_net(values[-1], paths)[0]
         elif key == "solver_type":
             result["type"] = SOLVER_TYPES.get(str(values[-1]), str(values[-1]))
         elif key in hints:
@@ -214,6 +294,8 @@ def import_solver(solver: Message) -> tuple[dict, ImportReport]:
             if dataclasses.is_dataclass(item):
                 converted = [convert_message(v, item, f"solver: {key}", report) for v in values]
                 result[key] = converted if typing.get_origin(tp) is list else converted[-1]
+            elif item is FilePath and paths is not None:
+                result[key] = paths.rewrite(str(values[-1]))
             else:
                 result[key] = list(values) if typing.get_origin(tp) is list else values[-1]
         else:
