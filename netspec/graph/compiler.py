@@ -133,8 +133,8 @@ class _Compiler:
                     self.fail(spec, f"bottom '{blob}' is this layer's own top: a cycle", "bottom")
                 elif (left_out := self.left_out_producer(blob, spec)) is not None:
                     self.fail(spec, f"bottom '{blob}' comes from layer '{left_out.name}' (line {left_out.line}), "
-                                    f"which a net of {self.describe_state()} leaves out; the file's stages: "
-                                    f"{', '.join(self.stages_named()) or 'none'}", "bottom")
+                                    f"which a net of {self.state.describe()} leaves out; the file's stages: "
+                                    f"{', '.join(self.spec.stages_named()) or 'none'}", "bottom")
                 else:
                     self.fail(spec, f"bottom '{blob}' is not produced by any earlier layer"
                                     f"{_blob_hint(blob, current)}", "bottom")
@@ -163,16 +163,6 @@ class _Compiler:
         """The last layer before ``consumer`` in the file producing ``blob`` that this net's state filtered out."""
         earlier = self.spec.layers[:next(i for i, s in enumerate(self.spec.layers) if s is consumer)]
         return next((s for s in reversed(earlier) if blob in s.tops and not included(s, self.state)), None)
-
-    def describe_state(self) -> str:
-        """The state this net is built for, as a user would say it."""
-        stages = f"stage {', '.join(self.state.stage)}" if self.state.stage else "no stage"
-        return f"phase {self.state.phase}, {stages}, level {self.state.level}"
-
-    def stages_named(self) -> list[str]:
-        """Every stage the file's include and exclude rules name, sorted."""
-        rules = [rule for s in self.spec.layers for rule in (*s.include, *s.exclude)]
-        return sorted({stage for rule in rules for stage in (*rule.stage, *rule.not_stage)})
 
     def insert_splits(self) -> None:
         """Give every blob read by several bottoms a Split whose tops each feed one reader."""

@@ -61,6 +61,11 @@ class NetState:
     level: int = 0
     stage: list[str] = doc([], "active stages")
 
+    def describe(self) -> str:
+        """The state as a user would say it: ``phase TRAIN, stage a, b, level 0``."""
+        stages = f"stage {', '.join(self.stage)}" if self.stage else "no stage"
+        return f"phase {self.phase}, {stages}, level {self.level}"
+
 
 @dataclass
 class LayerSpec:
@@ -102,6 +107,11 @@ class NetSpec:
     state: NetState
     file: str | None
     config_hash: str
+
+    def stages_named(self) -> list[str]:
+        """Every stage the layers' include and exclude rules name, sorted."""
+        rules = [rule for layer in self.layers for rule in (*layer.include, *layer.exclude)]
+        return sorted({stage for rule in rules for stage in (*rule.stage, *rule.not_stage)})
 
 
 _LAYER_KEYS = ("name", "type", "bottom", "top", "param", "include", "exclude",
