@@ -37,10 +37,15 @@ CHUNK = 1 << 16
 SOURCES_CONFIG = "zoo.yaml"
 
 
-def configured_sources() -> list[str]:
-    """The ``sources: [...]`` of ``$NETSPEC_CONFIG_DIR/zoo.yaml`` (default ``~/.config/netspec/zoo.yaml``)."""
+def sources_config_path() -> str:
+    """``$NETSPEC_CONFIG_DIR/zoo.yaml`` (default ``~/.config/netspec/zoo.yaml``), where sources are configured."""
     folder = os.environ.get("NETSPEC_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".config", "netspec")
-    path = os.path.join(folder, SOURCES_CONFIG)
+    return os.path.join(folder, SOURCES_CONFIG)
+
+
+def configured_sources() -> list[str]:
+    """The ``sources: [...]`` of :func:`sources_config_path` ([] when the file does not exist)."""
+    path = sources_config_path()
     if not os.path.isfile(path):
         return []
     with open(path, encoding="utf-8") as handle:
@@ -168,7 +173,10 @@ def find(ref: str, sources: list) -> tuple[object, str, str]:
             reasons.append(f"{source.label}: has no {ref}")
             continue
         return source, name, version or max(entry["versions"], key=version_key)
-    raise ZooError(f"no source has {ref}: " + "; ".join(reasons) if reasons else "no sources given (--from)")
+    if not sources:
+        raise ZooError(f"no zoo sources to look for {ref} in: give one with --from FOLDER|URL, or list them under "
+                       f"'sources:' in {sources_config_path()}")
+    raise ZooError(f"no source has {ref}: " + "; ".join(reasons))
 
 
 def download(ref: str, sources: list, zoo: Zoo, force: bool = False, progress_factory=None) -> ModelCard:

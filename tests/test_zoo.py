@@ -301,6 +301,10 @@ def test_sources_can_come_from_the_config_file(zoo_a, tmp_path, monkeypatch):
     (config / "zoo.yaml").write_text("sources: nowhere\n")
     assert fails("zoo", "download", "digits", "--zoo", tmp_path / "zooC") == (
         f"error: {config}/zoo.yaml: 'sources' must be a list of folders or URLs")
+    (config / "zoo.yaml").unlink()
+    assert fails("zoo", "download", "digits", "--zoo", tmp_path / "zooC") == (
+        "error: no zoo sources to look for digits in: give one with --from FOLDER|URL, or list them under "
+        f"'sources:' in {config}/zoo.yaml")
 
 
 def test_the_server_answers_ranges_and_refuses_paths_outside_the_zoo(zoo_a, server):
