@@ -129,6 +129,18 @@ def test_bad_sources_and_outputs_get_one_clear_message(class_folders, tmp_path):
                                                          "--resize", "32").stderr
 
 
+def test_images_of_different_sizes_are_refused_unless_resized_or_allowed(class_folders, tmp_path):
+    save_png(class_folders / "dog" / "wide.png", np.zeros((6, 9, 3), dtype=np.uint8))
+    result = run("convert", "imageset", class_folders, tmp_path / "ds", "--workers", "1")
+    assert result.returncode == 1
+    assert result.stderr == (f"error: {class_folders}/dog/wide.png is 9x6 but {class_folders}/cat/0.png is 5x6: "
+                             "resize them all with --resize HxW, or keep their sizes with --allow-mixed-sizes\n")
+    assert not (tmp_path / "ds").exists()
+    assert "wrote 13 records" in converted(class_folders, tmp_path / "ds", "--allow-mixed-sizes")
+    assert read_manifest(str(tmp_path / "ds"))["shapes"] == [[3, 6, 5], [3, 6, 9]]
+    assert "wrote 13 records" in converted(class_folders, tmp_path / "resized", "--resize", "6x5")
+
+
 def test_a_damaged_record_stops_training_with_its_key(class_folders, tmp_path):
     import lmdb
 

@@ -43,6 +43,7 @@ class ImagesetOptions:
     val_fraction: float = 0.0
     strict: bool = False
     overwrite: bool = False
+    allow_mixed_sizes: bool = False
 
 
 @dataclass
@@ -145,7 +146,7 @@ def write_dataset(items, out: str, options: ImagesetOptions, label_names: list[s
                   advance) -> None:
     """Prepare ``items`` (in parallel) and write them, in order, as the dataset ``out``."""
     writer = DatasetWriter(out, options.backend, options.encoding, options.overwrite)
-    written = []
+    written, first_shape = [], None
     try:
         with _pool(options.workers) as pool:
             results = pool.map(prepare, [p for p, _ in items], [label for _, label in items],
@@ -156,6 +157,11 @@ def write_dataset(items, out: str, options: ImagesetOptions, label_names: list[s
                         raise DataError(f"{problem} (stopped: --strict)")
                     report.skipped.append(problem)
                 else:
+                    if not options.allow_mixed_sizes and written and image.shape != first_shape:
+                        raise DataError(f"{path} is {_size(image.shape)} but {written[0][0]} is "
+                                        f"{_size(first_shape)}: resize them all with --resize HxW, or keep their "
+                                        "sizes with --allow-mixed-sizes")
+                    first_shape = first_shape or image.shape
                     writer.add(image, label, record)
                     written.append((path, label))
                 advance()
@@ -169,6 +175,11 @@ def write_dataset(items, out: str, options: ImagesetOptions, label_names: list[s
         writer.abandon()
         raise
     report.written[out] = len(written)
+
+
+def _size(shape: tuple[int, ...]) -> str:
+    """An image's C x H x W shape as ``WxH``, the way image sizes are written."""
+    return f"{shape[2]}x{shape[1]}"
 
 
 class _InlinePool:

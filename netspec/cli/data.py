@@ -59,9 +59,11 @@ def parse_size(value: str | None) -> tuple[int, int] | None:
               help="class names, one a line (line k names label k); with class folders it fixes their labels")
 @click.option("--strict", is_flag=True, help="stop at the first image that cannot be read instead of skipping it")
 @click.option("--overwrite", is_flag=True, help="replace OUT if it exists (once the new dataset is complete)")
+@click.option("--allow-mixed-sizes", is_flag=True,
+              help="without --resize, keep images of different sizes (LMDB; a net then needs a crop_size)")
 @user_errors
 def convert_imageset_command(paths, backend, resize, gray, shuffle, seed, encoded, workers, val_fraction,
-                             labels_file, strict, overwrite):
+                             labels_file, strict, overwrite, allow_mixed_sizes):
     """Convert the images under ROOT into a dataset folder OUT that the Data layer reads.
 
     With LISTFILE, its lines are Caffe's 'relative/path label'; without it,
@@ -74,7 +76,8 @@ def convert_imageset_command(paths, backend, resize, gray, shuffle, seed, encode
         raise click.UsageError("--encoded stores image files in LMDB records; HDF5 datasets hold raw pixels")
     options = ImagesetOptions(backend=backend, resize=parse_size(resize), gray=gray, shuffle=shuffle, seed=seed,
                               encoding="raw" if encoded == "none" else encoded, workers=workers,
-                              val_fraction=val_fraction, strict=strict, overwrite=overwrite)
+                              val_fraction=val_fraction, strict=strict, overwrite=overwrite,
+                              allow_mixed_sizes=allow_mixed_sizes)
     report = convert_imageset(root, out, list_file, labels_file, options,
                               progress_factory=lambda total: progress_bar(total, "converting"))
     for problem in report.skipped:
