@@ -51,8 +51,9 @@ def _imported(prototxt: str, out: str | None, caffe_root: str | None, convert):
     how = "--caffe-root" if caffe_root else "the nearest folder above the file holding examples/ or models/"
     paths = CaffePaths(root and os.path.abspath(root), os.path.dirname(os.path.abspath(out)), how)
     data, report = convert(read_prototxt(prototxt), paths)
-    if paths.note(prototxt):
-        report.notes.insert(0, paths.note(prototxt))
+    note = paths.note(prototxt)
+    if note:
+        report.notes.insert(0, note)
     return out, data, report
 
 

@@ -123,8 +123,8 @@ def convert_value(tp, value, ctx: Context, key: str, line: int):
         return out
     if dataclasses.is_dataclass(tp):
         return read_block(tp, value, ctx, key, line)
-    if tp is int and as_int(value) is not None:
-        return as_int(value)
+    if tp is int and (whole := as_int(value)) is not None:
+        return whole
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     ok = (
         (tp is bool and isinstance(value, bool))

@@ -138,22 +138,21 @@ def _review_changes(solver, path: str, state: solver_state.SolverState, force: b
     and showing the train net's diff.
     """
     accepted, altering = _solver_changes(solver, state)
-    if state.net_config_hash != solver.net.graph.config_hash:
-        altering.append("the net")
+    net_changed = state.net_config_hash != solver.net.graph.config_hash
     if accepted:
         solver.log.message(f"resuming with changed settings that do not alter training: {', '.join(accepted)}")
-    if not altering:
+    if not (altering or net_changed):
         return
     if force:
-        solver.log.message(f"resuming with --force despite changes that alter training: {', '.join(altering)}")
+        forced = altering + (["the net"] if net_changed else [])
+        solver.log.message(f"resuming with --force despite changes that alter training: {', '.join(forced)}")
         return
-    settings = [change for change in altering if change != "the net"]
-    names = " and ".join(name for name, changed in (("solver", settings), ("net", "the net" in altering)) if changed)
+    names = " and ".join(name for name, changed in (("solver", altering), ("net", net_changed)) if changed)
     message = f"{path}: the {names} changed since this state was written"
-    if settings:
-        message += f" ({', '.join(settings)}), which alters training"
+    if altering:
+        message += f" ({', '.join(altering)}), which alters training"
     message += "; resume with --force to continue anyway"
-    if "the net" in altering:
+    if net_changed:
         spec = solver.spec
         before, after = state.net_yaml or state.solver_yaml, spec.train_net_text or spec.text  # inline: the solver's
         message += ". Changes:\n" + "\n".join(difflib.unified_diff(

@@ -31,10 +31,7 @@ from netspec.engine.net import Net, compile_net
 from netspec.engine.registry import layer_schemas, solver_class, solver_types
 from netspec.errors import ConfigError, DeviceError, Problem, TrainingError
 from netspec.solvers.lr_policies import learning_rate
-from netspec.spec.solver_spec import (
-    SolverSpec,
-    parse_solver,
-)
+from netspec.spec.solver_spec import SolverSpec, parse_solver
 from netspec.training import checkpoint, run_folder
 from netspec.training.distributed import GradientExchange, agreed_seed, mean_over_ranks, share_weights
 from netspec.training.log import TrainingLog, format_value
@@ -101,13 +98,13 @@ class Solver:
 
     def _backend(self, device: str | None, seed: int | None) -> Backend:
         """The device to train on: ``device``, else the file's ``solver_mode``/``device_id`` (located if unusable)."""
-        if device is not None:
-            return Backend(device, agreed_seed(self.comm, seed, device), self.comm)
         p = self.spec.params
-        device = "cpu" if p.solver_mode == "CPU" else f"gpu:{p.device_id}"
+        chosen = device if device is not None else "cpu" if p.solver_mode == "CPU" else f"gpu:{p.device_id}"
         try:
-            return Backend(device, agreed_seed(self.comm, seed, device), self.comm)
+            return Backend(chosen, agreed_seed(self.comm, seed, chosen), self.comm)
         except DeviceError as exc:
+            if device is not None:
+                raise
             raise ConfigError(self.spec.problem(f"{exc}; pass --device cpu to train on the CPU",
                                                 "solver_mode")) from None
 
