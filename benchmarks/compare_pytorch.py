@@ -21,7 +21,7 @@ import netspec
 from netspec.inspect.timing import time_net
 from netspec.layers.pooling import pool_geometry
 
-DEFAULT_NETS = ["configs/lenet/lenet_train_test.yaml", "configs/cifar10/cifar10_quick_train_test.yaml"]
+DEFAULT_NETS = ["configs/lenet/lenet_timing.yaml", "configs/cifar10/cifar10_quick_timing.yaml"]
 
 
 def torch_forward(net, torch):

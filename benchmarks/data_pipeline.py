@@ -28,7 +28,7 @@ from netspec.tools.imageset import ImagesetOptions, convert_imageset
 from netspec.tools.mean import compute_mean
 from netspec.training.log import TrainingLog
 
-CIFAR = Path(__file__).parent.parent / "configs" / "cifar10" / "cifar10_quick_train_test.yaml"
+CIFAR = Path(__file__).parent.parent / "configs" / "cifar10" / "cifar10_quick_timing.yaml"
 
 
 def synthetic_images(root: Path, count: int, size: int, classes: int = 10) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from netspec.training.distributed import find_mpiexec
 
-CIFAR = Path(__file__).parent.parent / "configs" / "cifar10" / "cifar10_quick_train_test.yaml"
+CIFAR = Path(__file__).parent.parent / "configs" / "cifar10" / "cifar10_quick_timing.yaml"
 MPIEXEC = find_mpiexec()
 
 

@@ -1,7 +1,7 @@
 """netspec: declarative, config-driven deep learning in the tradition of Caffe.
 
 >>> import netspec
->>> net = netspec.load_net("configs/lenet/lenet_train_test.yaml", phase="TRAIN")
+>>> net = netspec.load_net("configs/lenet/lenet_timing.yaml", phase="TRAIN")
 >>> loss = net.forward(); net.backward()
 
 Importing netspec registers the built-in layer types and update rules

@@ -12,7 +12,7 @@ import numpy as np
 import netspec
 
 ROOT = Path(__file__).parent.parent
-LENET = ROOT / "configs" / "lenet" / "lenet_train_test.yaml"
+LENET = ROOT / "configs" / "lenet" / "lenet_timing.yaml"
 
 
 def run(*args, cwd=None):

@@ -73,7 +73,7 @@ def test_onnxruntime_computes_what_netspec_computes(tmp_path, name, source):
 
 
 def test_layers_without_an_onnx_equivalent_are_named(tmp_path):
-    lenet = ROOT / "configs" / "lenet" / "lenet_train_test.yaml"
+    lenet = ROOT / "configs" / "lenet" / "lenet_timing.yaml"
     weights = tmp_path / "w.h5"
     netspec.load_net(str(lenet), phase="TEST").save_weights(weights)
     result = run("export", "onnx", lenet, "--weights", weights, "-o", tmp_path / "m.onnx")

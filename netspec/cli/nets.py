@@ -1,20 +1,21 @@
-"""Commands about nets: check, layers, solvers, render, draw, time, test."""
+"""Commands about nets: check, layers, solvers, render, deploy-net, draw, time, test."""
 
 from __future__ import annotations
 
 import json
 
 import click
-import yaml
 
+from netspec.atomic import atomic_path
 from netspec.cli.errors import user_errors
-from netspec.cli.options import Integer, level_option, phase_option, stage_option
+from netspec.cli.options import Dims, Integer, level_option, phase_option, stage_option
+from netspec.engine.deploy import deploy_net_yaml, derive_deploy_net
 from netspec.engine.net import Net, compile_net, load_net
 from netspec.engine.registry import layer_class, layer_schemas, layer_types, solver_class, solver_types
 from netspec.inspect.drawing import draw as draw_graph
 from netspec.inspect.report import first_line, format_table, layer_doc, net_summary, solver_doc
 from netspec.inspect.timing import time_net
-from netspec.spec.modules import render_net
+from netspec.spec.modules import net_yaml, render_net
 from netspec.spec.net_spec import parse_net
 from netspec.training.log import format_outputs
 
@@ -70,8 +71,28 @@ def echo_types(types: dict[str, type]) -> None:
 @user_errors
 def render(net_file):
     """Print NET_FILE with its modules, repeats and includes expanded: a plain net file."""
+    click.echo(net_yaml(render_net(net_file)), nl=False)
 
-    click.echo(yaml.safe_dump(render_net(net_file), sort_keys=False, default_flow_style=None, width=120), nl=False)
+
+@click.command("deploy-net")
+@click.argument("net_file", type=click.Path(dir_okay=False))
+@click.option("-o", "--out", type=click.Path(dir_okay=False), default=None, help="write here [default: print it]")
+@click.option("--input-shape", type=Dims(), default=None,
+              help="C,H,W of one input [default: what the TEST data layer produces, read from its data]")
+@click.option("--batch-size", type=Integer(min=1), default=1, show_default=True, help="the Input's first axis")
+@stage_option
+@level_option
+@user_errors
+def deploy_net(net_file, out, input_shape, batch_size, stages, level):
+    """Derive the deploy net of a train/val net: Input for the data, losses and accuracy dropped, Softmax added."""
+    derived = derive_deploy_net(net_file, input_shape, batch_size, stages=list(stages) or None, level=level)
+    text = deploy_net_yaml(derived, net_file)
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    with atomic_path(out) as temporary, open(temporary, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    click.echo(f"wrote {out} ({len(derived['layers'])} layers)")
 
 
 @click.command()

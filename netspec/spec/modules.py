@@ -28,6 +28,8 @@ import os
 import string
 from dataclasses import dataclass
 
+import yaml
+
 from netspec.errors import ConfigError, did_you_mean
 from netspec.spec.placeholders import PLACEHOLDER, strings_in, substitute
 from netspec.spec.schema import Context
@@ -299,3 +301,8 @@ def render_net(source) -> dict:
     if ctx.problems:
         raise ConfigError(ctx.problems)
     return to_plain(expanded)
+
+
+def net_yaml(net: dict) -> str:
+    """A plain net (as :func:`render_net` gives) as YAML text: layers one block each, short values inline."""
+    return yaml.safe_dump(net, sort_keys=False, default_flow_style=None, width=120)
