@@ -10,6 +10,7 @@ N x C x H x W, RGB for colour) and gets the same treatment.
 from __future__ import annotations
 
 import os
+import warnings
 
 import numpy
 
@@ -34,11 +35,12 @@ def model_folder(name_or_path: str, zoo: str | None = None) -> str:
 
 
 def load(name_or_path: str, zoo: str | None = None, device: str = "cpu", batch_size: int | None = None,
-         dtype=numpy.float32) -> tuple[Net, ModelCard]:
-    """A ready deploy net with the model's weights, and its card; every file is verified first.
+         dtype=numpy.float32) -> Model:
+    """The model, ready to predict: its deploy net with its weights, and its card; every file is verified first.
 
     ``name_or_path`` is a model folder or ``name[@version]`` in the zoo;
     ``batch_size`` sets the input's first axis (default: the deploy net's).
+    ``netspec.model_zoo.load("digits").predict("digit.png")`` is the whole of using one.
     """
     folder = model_folder(name_or_path, zoo)
     card = read_card(folder)
@@ -55,7 +57,57 @@ def load(name_or_path: str, zoo: str | None = None, device: str = "cpu", batch_s
                 break
     net = Net(compile_net(spec, phase="TEST"), device=device, dtype=dtype)
     net.load_weights(os.path.join(folder, card.weights))
-    return net, card
+    return Model(net, card, folder)
+
+
+class Model:
+    """A published model loaded for use: ``net`` (its deploy net, weights loaded), ``card`` and ``folder``."""
+
+    def __init__(self, net: Net, card: ModelCard, folder: str):
+        self.net, self.card, self.folder = net, card, folder
+
+    def predict(self, inputs, top_k: int = 5):
+        """The top-k classes of an image file, a raw pixel array (C x H x W), or a list or batch of them.
+
+        One input gives one ``{"input", "predictions": [{"label", "name",
+        "probability"}]}``; a list or an N x C x H x W array gives a list.
+        Images of another size or colour are converted as the card says, with a warning.
+        """
+        single = isinstance(inputs, (str, os.PathLike)) or (isinstance(inputs, numpy.ndarray) and inputs.ndim == 3)
+        items = [inputs] if single else list(inputs)
+        prepared, adjustments = [], Adjustments(self.card)
+        for index, item in enumerate(items):
+            if isinstance(item, numpy.ndarray):
+                prepared += check_array(item, f"input {index}", self.card)
+            else:
+                prepared += read_inputs([os.fspath(item)], self.card, adjustments)[0]
+        if adjustments:
+            warnings.warn(str(adjustments), stacklevel=2)
+        results = self.classify(prepared, top_k)
+        return results[0] if single else results
+
+    def classify(self, inputs: list[tuple[str, numpy.ndarray]], top_k: int = 5) -> list[dict]:
+        """Top-k classes of raw inputs as :func:`read_inputs` gives them."""
+        prepare = transformer(self.card, self.folder)
+        input_blob = self.net.data_layer().spec.tops[0]
+        batch = self.net.blobs[input_blob].shape[0]
+        results = []
+        for start in range(0, len(inputs), batch):
+            chunk = inputs[start:start + batch]
+            images = numpy.zeros((batch, *prepare.in_shape), dtype=self.net.dtype)
+            images[:len(chunk)] = [prepare.prepare(image) for _, image in chunk]
+            data = numpy.empty((batch, *prepare.out_shape), dtype=self.net.dtype)
+            prepare.apply(images, prepare.draw(numpy.random.default_rng(0), batch), data)
+            self.net.blobs[input_blob].data[...] = self.net.backend.asarray(data)
+            self.net.forward()
+            for (name, _), row in zip(chunk, probabilities(self.net)):
+                results.append({"input": name, "predictions": self._top(row, top_k)})
+        return results
+
+    def _top(self, row: numpy.ndarray, top_k: int) -> list[dict]:
+        names = self.card.input.label_names
+        return [{"label": int(i), "name": names[i] if i < len(names) else str(int(i)), "probability": float(row[i])}
+                for i in numpy.argsort(-row, kind="stable")[:top_k]]
 
 
 def transformer(card: ModelCard, folder: str) -> Transformer:
@@ -67,8 +119,48 @@ def transformer(card: ModelCard, folder: str) -> Transformer:
                                        channel_order=order), "TEST", tuple(spec.shape))
 
 
-def read_inputs(paths: list[str], card: ModelCard) -> list[tuple[str, numpy.ndarray]]:
-    """``(name, raw C x H x W array)`` for every image file or every row of every .npy."""
+class Adjustments:
+    """What reading the inputs changed to fit the model: sizes and colours, said once."""
+
+    def __init__(self, card: ModelCard):
+        self.card = card
+        self.resized: list[tuple[str, tuple[int, ...]]] = []
+        self.converted: list[str] = []
+
+    def __str__(self) -> str:
+        shape, channels = self.card.input.shape, self.card.input.channels
+        changes = []
+        if self.resized:
+            name, size = self.resized[0]
+            changes.append(f"resized {len(self.resized)} input(s) to {shape[1]}x{shape[2]} ({name} was "
+                           f"{size[0]}x{size[1]})")
+        if self.converted:
+            kind = "colour to grey" if shape[0] == 1 else "grey to colour"
+            changes.append(f"converted {len(self.converted)} from {kind} ({self.converted[0]})")
+        return f"note: {' and '.join(changes)}: the model takes {'x'.join(map(str, shape))} {channels} images"
+
+    def __bool__(self) -> bool:
+        return bool(self.resized or self.converted)
+
+
+def check_array(array: numpy.ndarray, name: str, card: ModelCard) -> list[tuple[str, numpy.ndarray]]:
+    """``(name, row)`` for a raw C x H x W array or each row of an N x C x H x W one, of the card's shape."""
+    shape = tuple(card.input.shape)
+    rows = [array] if array.ndim == 3 else list(array) if array.ndim == 4 else None
+    if rows is None or any(row.shape != shape for row in rows):
+        raise DataError(f"{name}: holds an array of shape {list(array.shape)}; the model takes "
+                        f"{list(shape)} (or N x {list(shape)})")
+    return [(name if len(rows) == 1 else f"{name}[{i}]", row) for i, row in enumerate(rows)]
+
+
+def read_inputs(paths: list[str], card: ModelCard,
+                adjustments: Adjustments | None = None) -> tuple[list[tuple[str, numpy.ndarray]], Adjustments]:
+    """``(name, raw C x H x W array)`` for every image file or every row of every .npy, and what was adjusted.
+
+    Images of another size are resized, and colour ones made grey (or grey
+    ones colour) to fit the card; ``str(adjustments)`` says so in one line.
+    """
+    adjustments = Adjustments(card) if adjustments is None else adjustments
     shape = tuple(card.input.shape)
     inputs = []
     for path in paths:
@@ -77,22 +169,22 @@ def read_inputs(paths: list[str], card: ModelCard) -> list[tuple[str, numpy.ndar
                 array = numpy.load(path, allow_pickle=False)
             except (OSError, ValueError) as exc:
                 raise DataError(f"{path}: cannot read: {exc}") from None
-            rows = [array] if array.ndim == 3 else list(array) if array.ndim == 4 else None
-            if rows is None or any(row.shape != shape for row in rows):
-                raise DataError(f"{path}: holds an array of shape {list(array.shape)}; the model takes "
-                                f"{list(shape)} (or N x {list(shape)})")
-            inputs += [(path if len(rows) == 1 else f"{path}[{i}]", row) for i, row in enumerate(rows)]
+            inputs += check_array(array, path, card)
             continue
         try:
             with open(path, "rb") as handle:
                 data = handle.read()
         except OSError as exc:
             raise DataError(f"{path}: cannot read: {exc.strerror}") from None
-        image = decode_image(data, path, channels=1 if card.input.channels == "GRAY" else 3)
+        image = decode_image(data, path)
+        if image.shape[0] != shape[0]:
+            adjustments.converted.append(path)
+            image = decode_image(data, path, channels=shape[0])
         if image.shape[1:] != shape[1:]:
+            adjustments.resized.append((path, image.shape[1:]))
             image = resized(image, shape[1:])
         inputs.append((path, image))
-    return inputs
+    return inputs, adjustments
 
 
 def probabilities(net: Net) -> numpy.ndarray:
@@ -104,30 +196,3 @@ def probabilities(net: Net) -> numpy.ndarray:
         return values
     shifted = numpy.exp(values - values.max(axis=1, keepdims=True))
     return shifted / shifted.sum(axis=1, keepdims=True)
-
-
-def predict(net: Net, card: ModelCard, folder: str, inputs: list[tuple[str, numpy.ndarray]],
-            top_k: int = 5) -> list[dict]:
-    """Top-k classes of each input: ``{"input", "predictions": [{"label", "name", "probability"}]}``.
-
-    ``folder`` is the model's folder (for its mean file).
-    """
-    prepare = transformer(card, folder)
-    input_blob = net.data_layer().spec.tops[0]
-    batch = net.blobs[input_blob].shape[0]
-    results = []
-    for start in range(0, len(inputs), batch):
-        chunk = inputs[start:start + batch]
-        images = numpy.zeros((batch, *prepare.in_shape), dtype=net.dtype)
-        images[:len(chunk)] = [prepare.prepare(image) for _, image in chunk]
-        data = numpy.empty((batch, *prepare.out_shape), dtype=net.dtype)
-        prepare.apply(images, prepare.draw(numpy.random.default_rng(0), batch), data)
-        net.blobs[input_blob].data[...] = net.backend.asarray(data)
-        net.forward()
-        for (name, _), row in zip(chunk, probabilities(net)):
-            best = numpy.argsort(-row, kind="stable")[:top_k]
-            names = card.input.label_names
-            results.append({"input": name, "predictions": [
-                {"label": int(i), "name": names[i] if i < len(names) else str(int(i)), "probability": float(row[i])}
-                for i in best]})
-    return results

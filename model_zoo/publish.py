@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import shutil
 from dataclasses import dataclass, field
 
 import h5py
 
+from netspec.data.dataset import read_manifest
+from netspec.engine.deploy import deploy_net_yaml, derive_deploy_net
 from netspec.engine.net import load_net
 from netspec.errors import NetspecError
 from netspec.graph.compiler import included
@@ -28,14 +31,16 @@ from netspec.spec.net_spec import NetState
 from netspec.training import run_folder
 from netspec.version import __version__
 
+DEPLOY, WEIGHTS = "deploy.yaml", "weights.h5"  # the names of the two files in a model folder
+
 
 @dataclass
 class PublishRequest:
     """What ``netspec zoo publish`` was asked."""
 
     name: str
-    net: str
-    weights: str
+    net: str | None = None  # default: derived from the run's train net
+    weights: str | None = None  # default: the run's latest snapshot
     version: str = "1"
     run_dir: str | None = None
     labels_file: str | None = None
@@ -85,6 +90,14 @@ def dataset_sha256(layer) -> str | None:
     return None
 
 
+def dataset_label_names(layer) -> list[str]:
+    """The label names in the manifest of the dataset a Data layer reads, or []."""
+    source = getattr(layer.blocks.get("data_param"), "source", None)
+    if not source or not os.path.isfile(os.path.join(source, "manifest.json")):
+        return []
+    return [str(name) for name in read_manifest(source).get("label_names") or []]
+
+
 def last_test_metrics(run_dir: str) -> dict[str, float]:
     """The outputs of the run's last test pass of test net 0."""
     path = run_folder.metrics_path(run_dir)
@@ -104,16 +117,28 @@ def publish(request: PublishRequest, zoo: Zoo) -> ModelCard:
     if not request.force and os.path.exists(zoo.folder(request.name, request.version)):
         raise ZooError(f"{request.name}@{request.version} is already in the zoo {zoo.root}; pass --force to "
                        "replace it")
-    net = load_net(request.net, phase="TEST")
-    report = net.load_weights(request.weights)
+    if request.run_dir is None and (request.net is None or request.weights is None):
+        raise ZooError("give the deploy net (--net) and the weights (--weights), or the run folder (--run) they "
+                       "come from")
+    sources = run_folder.read_sources(request.run_dir) if request.run_dir else {}
+    deploy = request.net or run_deploy_net(request.run_dir, sources)
+    weights = request.weights or run_weights(request.run_dir)
+    net = load_net(deploy, phase="TEST")
+    report = net.load_weights(weights)
     missing = [name for name in report.missing if net.params.get(name)]
     if missing:
-        raise ZooError(f"{request.weights} does not hold the weights of layer(s) {', '.join(missing)} of the deploy "
-                       f"net {request.net}")
+        raise ZooError(f"{weights} does not hold the weights of layer(s) {', '.join(missing)} of the deploy "
+                       f"net {request.net or '(derived from the run)'}")
     _, shape = deploy_input(net)
     staged = zoo.staging_folder(request.name)
     try:
-        card = _build_card(request, net, shape, staged)
+        if request.net:
+            shutil.copyfile(request.net, os.path.join(staged, DEPLOY))
+        else:
+            with open(os.path.join(staged, DEPLOY), "w", encoding="utf-8") as handle:
+                handle.write(deploy)
+        shutil.copyfile(weights, os.path.join(staged, WEIGHTS))
+        card = _build_card(request, net, shape, sources, staged)
         with open(os.path.join(staged, CARD), "w", encoding="utf-8") as handle:
             handle.write(card_yaml(card))
         write_readme(staged, card)
@@ -124,13 +149,27 @@ def publish(request: PublishRequest, zoo: Zoo) -> ModelCard:
     return card
 
 
-def _build_card(request: PublishRequest, net, shape, staged: str) -> ModelCard:
-    shutil.copyfile(request.net, os.path.join(staged, "deploy.yaml"))
-    shutil.copyfile(request.weights, os.path.join(staged, "weights.h5"))
-    preprocessing, provenance, metrics, extra, channel_order = {}, Provenance(), {}, {}, "RGB"
+def run_deploy_net(run_dir: str, sources: dict) -> str:
+    """The deploy net (YAML text) derived from the train net the run read, where it read it."""
+    train_net = sources.get("train_net")
+    if not train_net or not os.path.isfile(train_net):
+        where = f"its train net {train_net} is gone" if train_net else "it does not name a train net file"
+        raise ZooError(f"{run_dir}: cannot derive the deploy net from the run ({where}); give it with --net")
+    return deploy_net_yaml(derive_deploy_net(train_net), train_net)
+
+
+def run_weights(run_dir: str) -> str:
+    """The weights of the run's latest snapshot."""
+    weights = run_folder.last_snapshot_weights(run_dir)
+    if weights is None:
+        raise ZooError(f"{run_dir}: no snapshot weights (*_iter_N.weights.h5) to publish; give them with --weights")
+    return weights
+
+
+def _build_card(request: PublishRequest, net, shape, sources: dict, staged: str) -> ModelCard:
+    preprocessing, provenance, metrics, extra, channel_order, labels = {}, Provenance(), {}, {}, "RGB", []
     if request.run_dir:
         metrics = last_test_metrics(request.run_dir)
-        sources = run_folder.read_sources(request.run_dir)
         layer = train_data_layer(sources)
         transform = layer.blocks.get("transform_param") if layer is not None else None
         if transform is not None:
@@ -140,13 +179,16 @@ def _build_card(request: PublishRequest, net, shape, staged: str) -> ModelCard:
                 shutil.copyfile(transform.mean_file, os.path.join(staged, "mean.npy"))
                 preprocessing["mean_file"] = "mean.npy"
         provenance.dataset_sha256 = dataset_sha256(layer) if layer is not None else None
+        labels = dataset_label_names(layer) if layer is not None else []
         extra = _copy_training_configs(request.run_dir, sources, staged)
     if request.scale is not None:
         preprocessing["scale"] = request.scale
     if request.mean_value is not None:
         preprocessing["mean_value"] = request.mean_value
-    labels = _label_names(request.labels_file)
-    with h5py.File(request.weights, "r") as handle:
+    if request.labels_file:
+        labels = _label_names(request.labels_file)
+    _check_label_count(labels, net, request)
+    with h5py.File(os.path.join(staged, WEIGHTS), "r") as handle:
         provenance.iterations = int(handle.attrs.get("iteration", 0))
         provenance.config_hash = str(handle.attrs.get("config_hash", ""))
 
@@ -154,12 +196,23 @@ def _build_card(request: PublishRequest, net, shape, staged: str) -> ModelCard:
     provenance.date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     channels = request.channels or ("GRAY" if shape[0] == 1 else channel_order)
     card = ModelCard(name=request.name, version=request.version, summary=request.summary, license=request.license,
-                     authors=list(request.authors), deploy_net="deploy.yaml", weights="weights.h5",
+                     authors=list(request.authors), deploy_net=DEPLOY, weights=WEIGHTS,
                      input=InputSpec(shape=list(shape), channels=channels, label_names=labels, **preprocessing),
                      metrics=metrics, provenance=provenance, **extra)
     card.files = [ModelFile(path=name, size=os.path.getsize(os.path.join(staged, name)),
                             sha256=file_sha256(os.path.join(staged, name))) for name in sorted(os.listdir(staged))]
     return card
+
+
+def _check_label_count(labels: list[str], net, request: PublishRequest) -> None:
+    """Label names, when there are any, must name exactly the classes the net scores."""
+    output = net.outputs[0]
+    classes = math.prod(net.blobs[output].shape[1:])
+    if labels and len(labels) != classes:
+        where = request.labels_file or "the run's dataset manifest"
+        raise ZooError(f"{where} names {len(labels)} classes but the deploy net scores {classes} ('{output}'); "
+                       "set the last layer's num_output to the number of classes and train again, or give the "
+                       "label names that match with --labels")
 
 
 def _copy_training_configs(run_dir: str, sources: dict, staged: str) -> dict[str, str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from test_cli import fails, ok
+from test_cli import fails, ok, run
 
 import netspec
 import netspec.model_zoo
@@ -345,8 +345,31 @@ def test_predict_matches_the_original_net(zoo_a, weights, tmp_path):
     assert fails("predict", "digits", tmp_path / "wrong.npy", "--zoo", zoo_a) == (
         f"error: {tmp_path}/wrong.npy: holds an array of shape [3, 8, 8]; the model takes [1, 8, 8] (or N x [1, 8, 8])")
     assert fails("predict", tmp_path, png) == f"error: {tmp_path}: not a model folder (no model.yaml)"
-    net, card = netspec.model_zoo.load("digits@1", zoo=str(zoo_a))
-    assert card.ref == "digits@1" and net.outputs == ["prob"]
+    model = netspec.model_zoo.load("digits@1", zoo=str(zoo_a))
+    assert model.card.ref == "digits@1" and model.net.outputs == ["prob"]
+
+
+def test_python_predicts_in_one_line_and_inputs_of_another_size_or_colour_are_converted_with_a_note(
+        zoo_a, weights, tmp_path):
+    png = digit_png(tmp_path / "five.png")
+    expected = original_probabilities(weights, png)
+    model = netspec.model_zoo.load("digits", zoo=str(zoo_a))
+    one = model.predict(png, top_k=3)
+    assert one["input"] == str(png) and [p["label"] for p in one["predictions"]] == list(
+        np.argsort(-expected, kind="stable")[:3])
+    pixels = np.asarray(Image.open(png))[None]
+    assert [r["predictions"] for r in model.predict([png, pixels], top_k=3)] == [one["predictions"]] * 2
+    assert len(model.predict(np.stack([pixels] * 3))) == 3
+
+    big = tmp_path / "big.png"
+    Image.open(png).convert("RGB").resize((16, 16)).save(big)
+    note = (f"note: resized 1 input(s) to 8x8 ({big} was 16x16) and converted 1 from colour to grey ({big}): "
+            "the model takes 1x8x8 GRAY images")
+    result = run("predict", "digits", png, big, "--zoo", zoo_a)
+    assert result.returncode == 0 and result.stderr == note + "\n" and len(result.stdout.splitlines()) == 2
+    assert run("predict", "digits", png, "--zoo", zoo_a).stderr == ""
+    with pytest.warns(UserWarning, match="resized 1 input"):
+        model.predict(big)
 
 
 def test_train_publish_serve_download_predict(tmp_path):

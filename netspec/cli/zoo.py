@@ -16,7 +16,6 @@ from netspec.model_zoo.builtin import builtin_cards
 from netspec.model_zoo.card import read_card, readme
 from netspec.model_zoo.download import configured_sources, download, open_source, read_index
 from netspec.model_zoo.predict import load, model_folder, read_inputs
-from netspec.model_zoo.predict import predict as predict_inputs
 from netspec.model_zoo.publish import PublishRequest, publish
 from netspec.model_zoo.serve import make_server
 from netspec.model_zoo.zoo import Zoo, ZooError
@@ -43,12 +42,15 @@ def zoo():
 @zoo.command("publish")
 @click.option("--name", required=True, help="model name (lower-case letters, digits, '.', '_', '-')")
 @click.option("--version", "version", default="1", show_default=True)
-@click.option("--net", "net_file", required=True, type=click.Path(dir_okay=False), help="the deploy net")
-@click.option("--weights", required=True, type=click.Path(dir_okay=False), help="trained weights (.weights.h5)")
+@click.option("--net", "net_file", type=click.Path(dir_okay=False), default=None,
+              help="the deploy net [default: derived from the run's train net, as netspec deploy-net does]")
+@click.option("--weights", type=click.Path(dir_okay=False), default=None,
+              help="trained weights (.weights.h5) [default: the run's latest snapshot]")
 @click.option("--run", "run_dir", type=click.Path(file_okay=False), default=None,
-              help="the training run folder: metrics, provenance, preprocessing and configs come from it")
+              help="the training run folder: metrics, provenance, preprocessing, label names and configs come "
+                   "from it")
 @click.option("--labels", "labels_file", type=click.Path(dir_okay=False), default=None,
-              help="class names, one a line")
+              help="class names, one a line [default: those of the run's dataset]")
 @click.option("--license", "license_", default="unspecified", show_default=True)
 @click.option("--summary", default="", help="one line describing the model")
 @click.option("--author", "authors", multiple=True, help="an author (repeatable)")
@@ -62,7 +64,7 @@ def zoo():
 @user_errors
 def zoo_publish(name, version, net_file, weights, run_dir, labels_file, license_, summary, authors, scale, mean_value,
                 channels, zoo_dir, force):
-    """Publish a deploy net and its trained weights as NAME@VERSION in a zoo."""
+    """Publish a deploy net and its trained weights as NAME@VERSION in a zoo (from a run folder: --run)."""
     request = PublishRequest(name=name, version=version, net=net_file, weights=weights, run_dir=run_dir,
                              labels_file=labels_file, license=license_, summary=summary, authors=list(authors),
                              scale=scale, mean_value=parse_floats(mean_value, "--mean-value"), channels=channels,
@@ -182,11 +184,13 @@ def zoo_download(ref, sources, zoo_dir, timeout, force):
 def predict(model, inputs, top_k, as_json, device, zoo_dir):
     """Classify image files (or .npy arrays) with MODEL, a zoo name[@version] or a model folder."""
     folder = model_folder(model, zoo_dir)
-    prepared = read_inputs(list(inputs), read_card(folder))
-    net, card = load(folder, device=device, batch_size=min(len(prepared), 64))
-    results = predict_inputs(net, card, folder, prepared, top_k)
+    prepared, adjustments = read_inputs(list(inputs), read_card(folder))
+    if adjustments:
+        click.echo(str(adjustments), err=True)
+    loaded = load(folder, device=device, batch_size=min(len(prepared), 64))
+    results = loaded.classify(prepared, top_k)
     if as_json:
-        click.echo(json.dumps({"model": card.ref, "results": results}))
+        click.echo(json.dumps({"model": loaded.card.ref, "results": results}))
         return
     for result in results:
         best = ", ".join(f"{p['name']} {p['probability']:.4f}" for p in result["predictions"])

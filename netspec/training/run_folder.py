@@ -32,6 +32,7 @@ from netspec.errors import NetspecError
 METRICS = "metrics.jsonl"
 SNAPSHOT_ENDINGS = (".weights.h5", ".solverstate.h5")
 STATE_NAME = re.compile(r".+_iter_(\d+)\.solverstate\.h5")
+WEIGHTS_NAME = re.compile(r".+_iter_(\d+)\.weights\.h5")
 CONFIG = "config"
 SOURCES = "sources.json"
 # keys of an event that are not outputs of a net
@@ -57,6 +58,13 @@ def snapshot_paths(prefix: str, iteration: int) -> tuple[str, str]:
 def best_weights_path(prefix: str) -> str:
     """Where ``snapshot_best`` keeps the best weights."""
     return f"{prefix}_best.weights.h5"
+
+
+def last_snapshot_weights(folder: str) -> str | None:
+    """The weights of the run's latest snapshot (the highest iteration), or None when it has none."""
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    found = sorted((int(match.group(1)), name) for name in names if (match := WEIGHTS_NAME.fullmatch(name)))
+    return os.path.join(folder, found[-1][1]) if found else None
 
 
 def metrics_path(folder: str) -> str:
