@@ -25,13 +25,21 @@ from netspec.spec.net_spec import parse_net
 
 
 def model_folder(name_or_path: str, zoo: str | None = None) -> str:
-    """A model folder given directly, or ``name[@version]`` found in the zoo."""
+    """A model folder given directly, or ``name[@version]`` found in the zoo.
+
+    A name that is also a folder without a card (a project folder named like its model) is looked up in the zoo.
+    """
     if os.path.isfile(os.path.join(name_or_path, CARD)):
         return name_or_path
-    if os.path.exists(name_or_path) or os.sep in name_or_path:
+    if os.sep in name_or_path or (os.path.exists(name_or_path) and not os.path.isdir(name_or_path)):
         raise ZooError(f"{name_or_path}: not a model folder (no {CARD})")
     zoo_ = Zoo(zoo)
-    return zoo_.folder(*zoo_.resolve(name_or_path))
+    try:
+        return zoo_.folder(*zoo_.resolve(name_or_path))
+    except ZooError as exc:
+        if os.path.isdir(name_or_path):
+            raise ZooError(f"{name_or_path}: not a model folder (no {CARD}), and {exc}") from None
+        raise
 
 
 def load(name_or_path: str, zoo: str | None = None, device: str = "cpu", batch_size: int | None = None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,9 +16,10 @@ ROOT = Path(__file__).parent.parent
 LENET = ROOT / "configs" / "lenet" / "lenet_timing.yaml"
 
 
-def run(*args, cwd=None):
+def run(*args, cwd=None, env=None):
+    """Run ``netspec ARGS`` (in ``cwd``, with ``env`` added to the environment); no traceback allowed."""
     result = subprocess.run([sys.executable, "-m", "netspec", *map(str, args)], capture_output=True, text=True,
-                            cwd=cwd)
+                            cwd=cwd, env={**os.environ, **(env or {})})
     assert "Traceback" not in result.stderr, result.stderr
     return result
 

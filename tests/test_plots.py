@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import yaml
-from test_cli import run
+from test_cli import fails, run
 from test_solver import hdf5_source
 
 from netspec.errors import NetspecError
@@ -72,8 +72,9 @@ def test_bad_metrics_files_are_named_with_their_line(tmp_path):
     foreign = write_metrics(tmp_path / "foreign.jsonl", [{"step": 3}])
     with pytest.raises(NetspecError, match=r"foreign.jsonl:1: not a training event \(needs 'iter' and 'phase'\)"):
         read_metrics(foreign)
-    with pytest.raises(NetspecError, match="empty.jsonl: no training events in the file"):
-        read_metrics(write_metrics(tmp_path / "empty.jsonl", []))
+    assert read_metrics(write_metrics(tmp_path / "empty.jsonl", [])) == []
+    assert fails("plot", tmp_path / "empty.jsonl", "-o", tmp_path / "x.png") == (
+        f"error: {tmp_path}/empty.jsonl: no training events in the file")
     with pytest.raises(NetspecError, match="missing.jsonl: cannot read metrics: No such file or directory"):
         read_metrics(tmp_path / "missing.jsonl")
     assert not (tmp_path / "x.png").exists()

@@ -396,9 +396,41 @@ def test_train_publish_serve_download_predict(tmp_path):
         process.terminate()
         process.wait(5)
     assert ok("zoo", "verify", "digits", "--zoo", tmp_path / "B").startswith("digits in ")
-    png = digit_png(tmp_path / "digit.png", index=0)
+    png = ROOT / "configs" / "digits" / "seven.png"  # the README's example image
     expected = original_probabilities(weights, png)
     result = json.loads(ok("predict", "digits", png, "--zoo", tmp_path / "B", "--json", "--top-k", "10"))
     got = {p["label"]: p["probability"] for p in result["results"][0]["predictions"]}
     np.testing.assert_allclose([got[i] for i in range(10)], expected, rtol=1e-5)
-    assert result["results"][0]["predictions"][0]["name"] == str(int(np.argmax(expected)))
+    assert result["results"][0]["predictions"][0]["name"] == str(int(np.argmax(expected))) == "7"
+
+
+def test_publish_from_a_run_takes_its_labels_and_channel_order_and_checks_the_labels_fit(tmp_path):
+    rng = np.random.default_rng(0)
+    for name in ("ant", "bee", "cow"):
+        (tmp_path / "images" / name).mkdir(parents=True)
+        for i in range(2):
+            Image.fromarray(rng.integers(0, 256, (6, 6, 3), dtype=np.uint8)).save(tmp_path / "images" / name / f"{i}.png")
+    ok("convert", "imageset", tmp_path / "images", tmp_path / "data", "--val-fraction", "0.5")
+    (tmp_path / "net.yaml").write_text("""
+layers:
+  - {name: data, type: Data, top: [data, label], data_param: {source: data/train, batch_size: 3},
+     transform_param: {channel_order: BGR, scale: 0.004}}
+  - {name: ip, type: InnerProduct, bottom: data, top: ip, inner_product_param: {num_output: 3}}
+  - {name: loss, type: SoftmaxWithLoss, bottom: [ip, label], top: loss}
+""")
+    (tmp_path / "solver.yaml").write_text("net: net.yaml\nbase_lr: 0.01\nmax_iter: 2\nsnapshot_prefix: run/bgr\n")
+    ok("train", tmp_path / "solver.yaml")
+    zoo = tmp_path / "zoo"
+    assert fails("zoo", "publish", "--name", "x", "--zoo", zoo) == (
+        "error: give the deploy net (--net) and the weights (--weights), or the run folder (--run) they come from")
+    (tmp_path / "two.txt").write_text("a\nb\n")
+    assert fails("zoo", "publish", "--name", "x", "--run", tmp_path / "run", "--labels", tmp_path / "two.txt",
+                 "--zoo", zoo) == (
+        f"error: {tmp_path}/two.txt names 2 classes but the deploy net scores 3 ('prob'); set the last layer's "
+        "num_output to the number of classes and train again, or give the label names that match with --labels")
+    assert not (zoo / "models").exists()
+    ok("zoo", "publish", "--name", "bgr", "--run", tmp_path / "run", "--zoo", zoo)
+    card = Zoo(str(zoo)).card("bgr")
+    assert (card.input.channels, card.input.label_names, card.input.scale) == ("BGR", ["ant", "bee", "cow"], 0.004)
+    assert card.provenance.iterations == 2
+    assert "type: Softmax" in (zoo / "models" / "bgr" / "1" / "deploy.yaml").read_text()

@@ -51,6 +51,9 @@ def plot_metrics(paths: list[str], out: str | os.PathLike):
     Returns the matplotlib Figure.
     """
     runs = [read_metrics(path) for path in paths]
+    for path, events in zip(paths, runs):
+        if not events:
+            raise NetspecError(f"{path}: no training events in the file")
     figure, (loss_axes, test_axes, lr_axes) = _figure(3)
     for label, events, colour in zip(_run_labels(paths), runs, _colours(len(runs))):
         train = [e for e in events if e["phase"] == "TRAIN"]

@@ -105,8 +105,8 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
     """The events of a metrics.jsonl, one per (phase, test net, iteration), sorted by iteration.
 
     A resumed run appends to the file; where it repeats an iteration, its
-    later event wins.  A line that is not a JSON event is a NetspecError
-    naming the file and line.
+    later event wins.  A run that neither displayed nor tested has none.  A
+    line that is not a JSON event is a NetspecError naming the file and line.
     """
     path = os.fspath(path)
     latest: dict[tuple, dict] = {}
@@ -124,8 +124,6 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
                 latest[(event["phase"], event.get("test_net", 0), event["iter"])] = event
     except OSError as exc:
         raise NetspecError(f"{path}: cannot read metrics: {exc.strerror}") from None
-    if not latest:
-        raise NetspecError(f"{path}: no training events in the file")
     return sorted(latest.values(), key=lambda e: e["iter"])
 
 
