@@ -142,7 +142,7 @@ class Data(RecordBatches):
 
     ``source`` is a folder written by ``netspec convert imageset`` (or any
     writer of the record format in the README's "Data formats").  Each record
-    passes through ``transform_param`` (crop, mirror, mean, scale).  With
+    passes through ``transform_param`` (crop, mirror, mean, scale, augmentation).  With
     ``shuffle_buffer: S`` each epoch reads blocks of S consecutive records in a
     random order, shuffled within each block.  A background thread makes
     ``prefetch`` batches ahead; the order and the random crops are the same

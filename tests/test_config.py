@@ -35,6 +35,11 @@ def test_duplicate_key_is_an_error():
     assert "duplicate key 'type'" in problems("layers:\n  - {name: a, type: ReLU, type: TanH}\n")[0]
 
 
+def test_a_mapping_as_a_key_is_an_error_not_a_crash():
+    assert problems("layers:\n  - {name: a, type: ReLU, x: {{a: 1}}}\n") == [
+        "<string>:2: malformed YAML: a mapping or list cannot be a key (one pair of braces too many?)"]
+
+
 def test_every_mistake_reported_at_once_with_suggestions():
     found = problems("""name: n
 layer: []

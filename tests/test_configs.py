@@ -76,7 +76,7 @@ def test_every_model_ships_train_val_solver_deploy_and_timing_nets():
     assert {p.relative_to(CONFIGS_DIR).as_posix() for p in ALL_CONFIGS
             if p not in CONFIGS + SOLVERS + TRAIN_VALS} == {
         "digits/digits_net.yaml", "digits/digits_deploy.yaml", "resnet50/resnet_blocks.yaml",
-        "googlenet/inception_blocks.yaml"}
+        "googlenet/inception_blocks.yaml", "augmentation/augmented_net.yaml"}
 
 
 def save_images(root: Path, size: int, gray: bool) -> None:

@@ -53,7 +53,7 @@ def test_transform_matches_the_naive_loop(tmp_path, phase, mean_kind):
     out = np.empty((40, 3, 4, 4))
     transformer.apply(records.astype(np.float64), choices, out)
     for record, choice, got in zip(records, choices, out):
-        np.testing.assert_allclose(got, naive_transform(record, *choice, 4, mean, 0.5), rtol=1e-12)
+        np.testing.assert_allclose(got, naive_transform(record, *choice[:3].astype(int), 4, mean, 0.5), rtol=1e-12)
 
 
 def test_force_gray_and_force_color():
@@ -138,7 +138,7 @@ def test_data_with_crops_and_mirrors_matches_the_naive_loop(dataset):
         indices = layer.order.indices(4 * k, 4)
         choices = layer.transform.draw(np.random.default_rng([layer.seed, k, 1]), 4)
         for row, (index, choice) in enumerate(zip(indices, choices)):
-            np.testing.assert_allclose(data[row], naive_transform(pictures[index], *choice, 4, None, 1.0))
+            np.testing.assert_allclose(data[row], naive_transform(pictures[index], *choice[:3].astype(int), 4, None, 1.0))
     net.close()
 
 

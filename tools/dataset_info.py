@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy
 
 from netspec.data.dataset import Dataset
+from netspec.data.transform import Transformer, TransformParams
+from netspec.engine.registry import layer_schemas
+from netspec.errors import NetspecError
+from netspec.graph.compiler import included
 from netspec.inspect.plots import figure_grid
+from netspec.spec.net_spec import NetState, parse_net
 
 BAR_WIDTH = 40
 
@@ -38,17 +44,67 @@ def label_name(dataset: Dataset, label: int) -> str:
     return str(label) if name == str(label) else f"{label} {name}"
 
 
-def sample_grid(dataset: Dataset, grid: int, out: str) -> list[int]:
-    """Draw ``grid`` x ``grid`` records, evenly spaced through the dataset, into ``out``; return their indices."""
-    indices = sorted(set(numpy.linspace(0, dataset.count - 1, min(grid * grid, dataset.count)).round().astype(int)))
-    rows = math.ceil(len(indices) / grid)
-    figure, axes = figure_grid(rows, grid, cell_size=(1.6, 1.6))
-    for cell, index in zip(axes.flat, indices):
-        image, label = dataset.record(int(index))
-        pixels = image[0] if image.shape[0] == 1 else image.transpose(1, 2, 0)
-        cell.imshow(pixels, cmap="gray" if image.shape[0] == 1 else None, vmin=0, vmax=255)
-        cell.set_title(label_name(dataset, label), fontsize="small")
+def spread(dataset: Dataset, count: int) -> list[int]:
+    """Up to ``count`` record indices, evenly spaced through the dataset."""
+    return sorted({int(i) for i in numpy.linspace(0, dataset.count - 1, min(count, dataset.count)).round()})
+
+
+def show(cell, image: numpy.ndarray, title: str) -> None:
+    """Draw a C x H x W image of pixel values (0-255) into a grid cell."""
+    pixels = image[0] if image.shape[0] == 1 else image.transpose(1, 2, 0)
+    cell.imshow(numpy.clip(pixels, 0, 255).astype(numpy.uint8), cmap="gray" if image.shape[0] == 1 else None,
+                vmin=0, vmax=255)
+    cell.set_title(title, fontsize="small")
+
+
+def save_grid(figure, axes, out: str) -> None:
     for cell in axes.flat:
         cell.axis("off")
     figure.savefig(out, dpi=100)
-    return [int(i) for i in indices]
+
+
+def sample_grid(dataset: Dataset, grid: int, out: str) -> list[int]:
+    """Draw ``grid`` x ``grid`` records, evenly spaced through the dataset, into ``out``; return their indices."""
+    indices = spread(dataset, grid * grid)
+    figure, axes = figure_grid(math.ceil(len(indices) / grid), grid, cell_size=(1.6, 1.6))
+    for cell, index in zip(axes.flat, indices):
+        image, label = dataset.record(index)
+        show(cell, image, label_name(dataset, label))
+    save_grid(figure, axes, out)
+    return indices
+
+
+def train_transform(net_file: str) -> TransformParams:
+    """The transform_param of the TRAIN data layer of a net file."""
+    spec = parse_net(net_file, layer_schemas())
+    state = NetState(phase="TRAIN", stage=list(spec.state.stage), level=spec.state.level)
+    for layer in spec.layers:
+        if not layer.bottoms and included(layer, state) and "transform_param" in layer.blocks:
+            return layer.blocks["transform_param"]
+    raise NetspecError(f"{net_file}: no TRAIN data layer with a transform_param")
+
+
+def augmented_grid(dataset: Dataset, params: TransformParams, rows: int, draws: int, out: str,
+                   seed: int = 0) -> list[int]:
+    """Draw ``rows`` records, each as stored and as ``draws`` TRAIN transforms, into ``out``; return the indices.
+
+    Shown as pixels: the mean and scale are left out, and BGR is shown as RGB.
+    """
+    shown = dataclasses.replace(params, mean_file=None, mean_value=[], scale=1.0, channel_order="RGB")
+    indices = spread(dataset, rows)
+    first, _ = dataset.record(indices[0])
+    transform = Transformer(shown, "TRAIN", first.shape)
+    figure, axes = figure_grid(len(indices), draws + 1, cell_size=(1.6, 1.6))
+    images = numpy.stack([transform.prepare(dataset.record(index)[0]) for index in indices]).astype(numpy.float32)
+    rng = numpy.random.default_rng(seed)
+    batches = []
+    for _ in range(draws):
+        batch = numpy.empty((len(indices), *transform.out_shape), dtype=numpy.float32)
+        transform.apply(images, transform.draw(rng, len(indices)), batch)
+        batches.append(batch)
+    for row, index in enumerate(indices):
+        show(axes[row, 0], images[row], label_name(dataset, dataset.record(index)[1]))
+        for column, batch in enumerate(batches, 1):
+            show(axes[row, column], batch[row], f"draw {column}")
+    save_grid(figure, axes, out)
+    return indices

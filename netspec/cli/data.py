@@ -11,7 +11,7 @@ from netspec.cli.options import Integer, Real
 from netspec.cli.progress import progress_bar
 from netspec.data.dataset import Dataset, read_manifest
 from netspec.tools.arrays import convert_arrays
-from netspec.tools.dataset_info import describe, sample_grid
+from netspec.tools.dataset_info import augmented_grid, describe, sample_grid, train_transform
 from netspec.tools.digits import convert_digits
 from netspec.tools.imageset import ImagesetOptions, convert_imageset
 from netspec.tools.mean import compute_mean, save_mean
@@ -130,14 +130,23 @@ def data():
 @click.option("--grid", type=Integer(min=1), default=4, show_default=True, help="samples per side of the grid")
 @click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
               help="draw a grid of samples with their labels into this PNG")
+@click.option("--augmented", "net_file", type=click.Path(dir_okay=False), default=None,
+              help="with -o: draw each sample as stored and as the TRAIN transform_param of this net makes it")
+@click.option("--seed", type=Integer(), default=0, show_default=True, help="the random draws of --augmented")
 @user_errors
-def data_inspect_command(dataset, grid, out):
+def data_inspect_command(dataset, grid, out, net_file, seed):
     """Show DATASET's record count, shapes, dtype and label histogram; with -o, a grid of samples."""
+    if net_file and not out:
+        raise click.UsageError("--augmented draws a picture: give it a file with -o")
+    params = train_transform(net_file) if net_file else None
     opened = Dataset(dataset)
     try:
         for line in describe(opened):
             click.echo(line)
-        if out:
+        if params is not None:
+            shown = augmented_grid(opened, params, grid, grid, out, seed)
+            click.echo(f"wrote {len(shown)} samples, each as stored and {grid} times augmented, to {out}")
+        elif out:
             shown = sample_grid(opened, grid, out)
             click.echo(f"wrote {len(shown)} samples to {out}")
     finally:

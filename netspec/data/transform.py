@@ -8,6 +8,8 @@ record one or three channels.  Records hold RGB (as ``netspec convert`` and
 Pillow decode them); ``channel_order: BGR`` then swaps a colour record to BGR,
 the order Caffe's OpenCV decoding gave the nets it trained.  ``mean_value``
 and ``mean_file`` are in the net's order (R, G, B by default; B, G, R with BGR).
+Random resized crops, rotations, colour jitter and random erasing (TRAIN
+only) are in :mod:`netspec.data.augment`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Literal
 
 import numpy
 
+from netspec.data import augment
+from netspec.data.augment import ColorJitterParams, RandomErasingParams, RandomResizedCropParams
 from netspec.errors import DataError, ParamError
 from netspec.spec.schema import FilePath, doc
 
@@ -37,6 +41,13 @@ class TransformParams:
     force_gray: bool = doc(False, "make three-channel records one grey channel")
     channel_order: Literal["RGB", "BGR"] = doc("RGB", "channel order of colour records in the net: BGR for nets "
                                                       "trained in Caffe (records are RGB and get swapped)")
+    random_resized_crop: RandomResizedCropParams | None = doc(
+        None, "TRAIN: a box of random area and shape resized to crop_size, e.g. {scale: [0.08, 1]}")
+    rotation: float = doc(0.0, "TRAIN: turn records by a random angle in [-rotation, rotation] degrees")
+    color_jitter: ColorJitterParams | None = doc(
+        None, "TRAIN: random brightness, contrast, saturation, e.g. {brightness: 0.4, contrast: 0.4, saturation: 0.4}")
+    random_erasing: RandomErasingParams | None = doc(
+        None, "TRAIN: blank a random box of the output, e.g. {probability: 0.5}")
 
 
 class Transformer:
@@ -61,6 +72,13 @@ class Transformer:
             raise ParamError("transform_param.crop_size", f"{crop} is larger than the records "
                                                           f"({self.in_shape[1]}x{self.in_shape[2]})")
         self.out_shape = (channels, crop, crop) if crop else self.in_shape
+        augment.check(params)
+        training = phase == "TRAIN"
+        self.resized_crop = params.random_resized_crop if training else None
+        self.color_jitter = params.color_jitter if training else None
+        self.random_erasing = params.random_erasing if training else None
+        self.rotation = params.rotation if training else 0.0
+        self.luma = LUMA[::-1] if params.channel_order == "BGR" else LUMA
         self.pixel_mean = self._pixel_mean()
         self.channel_mean = self._channel_mean(channels)
 
@@ -102,17 +120,39 @@ class Transformer:
                          "records must share a shape (convert with --resize)")
 
     def draw(self, rng: numpy.random.Generator, count: int) -> numpy.ndarray:
-        """Random choices for ``count`` records: rows of (crop top, crop left, mirror)."""
-        crop = self.params.crop_size
-        choices = numpy.zeros((count, 3), dtype=numpy.int64)
-        if crop:
-            if self.phase == "TRAIN":
-                choices[:, 0] = rng.integers(0, self.in_shape[1] - crop + 1, count)
-                choices[:, 1] = rng.integers(0, self.in_shape[2] - crop + 1, count)
-            else:
-                choices[:, 0], choices[:, 1] = (self.in_shape[1] - crop) // 2, (self.in_shape[2] - crop) // 2
+        """Random choices for ``count`` records: a row each, with the columns of :data:`augment.COLUMNS`."""
+        crop, (height, width), (out_height, out_width) = self.params.crop_size, self.in_shape[1:], self.out_shape[1:]
+        choices = numpy.zeros((count, len(augment.COLUMNS)))
+        column = augment.C
+        if crop and self.phase == "TRAIN" and self.resized_crop is None:
+            choices[:, column["top"]] = rng.integers(0, height - crop + 1, count)
+            choices[:, column["left"]] = rng.integers(0, width - crop + 1, count)
+        elif crop:
+            choices[:, column["top"]], choices[:, column["left"]] = (height - crop) // 2, (width - crop) // 2
         if self.params.mirror:
-            choices[:, 2] = rng.integers(0, 2, count)
+            choices[:, column["mirror"]] = rng.integers(0, 2, count)
+        choices[:, column["box_height"]], choices[:, column["box_width"]] = out_height, out_width
+        if self.resized_crop is not None:
+            box = augment.draw_boxes(rng, count, height, width, self.resized_crop.scale, self.resized_crop.ratio,
+                                     ratio_is_width=True)
+            boxes = [numpy.where(box[0] > 0, box[0], height), numpy.where(box[0] > 0, box[1], width)]
+            choices[:, column["box_height"]], choices[:, column["box_width"]] = boxes
+            choices[:, column["top"]] = augment.place(rng, boxes[0], height)
+            choices[:, column["left"]] = augment.place(rng, boxes[1], width)
+        if self.rotation:
+            choices[:, column["angle"]] = rng.uniform(-self.rotation, self.rotation, count)
+        for name in ("brightness", "contrast", "saturation"):
+            amount = getattr(self.color_jitter, name) if self.color_jitter is not None else 0.0
+            choices[:, column[name]] = rng.uniform(1 - amount, 1 + amount, count) if amount else 1.0
+        if self.random_erasing is not None:
+            erasing = self.random_erasing
+            drawn = rng.uniform(0, 1, count) < erasing.probability
+            heights, widths = augment.draw_boxes(rng, count, out_height, out_width, erasing.scale, erasing.ratio,
+                                                 ratio_is_width=False)
+            choices[:, column["erase"]] = drawn & (heights > 0)
+            choices[:, column["erase_height"]], choices[:, column["erase_width"]] = heights, widths
+            choices[:, column["erase_top"]] = augment.place(rng, heights, out_height)
+            choices[:, column["erase_left"]] = augment.place(rng, widths, out_width)
         return choices
 
     def apply(self, images: numpy.ndarray, choices: numpy.ndarray, out: numpy.ndarray) -> None:
@@ -121,16 +161,28 @@ class Transformer:
         ``choices`` come from :meth:`draw`.  Subtracting the mean before
         cropping equals Caffe's cropped mean, and lets the whole batch go at once.
         """
+        if self.color_jitter is not None:
+            images = images.copy()
+            augment.jitter(images, choices, self.luma)
         mean = self.pixel_mean if self.pixel_mean is not None else self.channel_mean
         centred = images - numpy.asarray(mean, dtype=images.dtype)
+        if self.resized_crop is not None or self.rotation:
+            augment.warp(centred, choices, out)
+        else:
+            self._crop_and_mirror(centred, choices, out)
+        out *= self.params.scale
+        if self.random_erasing is not None:
+            augment.erase(out, choices, self.random_erasing.value)
+
+    def _crop_and_mirror(self, centred: numpy.ndarray, choices: numpy.ndarray, out: numpy.ndarray) -> None:
         height, width = self.out_shape[1:]
+        corners = choices[:, :2].astype(numpy.int64)
         if self.params.crop_size and self.phase == "TRAIN":
-            for row, (top, left) in enumerate(choices[:, :2]):
+            for row, (top, left) in enumerate(corners):
                 out[row] = centred[row, :, top:top + height, left:left + width]
         else:
-            top, left = (int(c) for c in choices[0, :2]) if len(choices) else (0, 0)
+            top, left = (int(c) for c in corners[0]) if len(corners) else (0, 0)
             out[...] = centred[:, :, top:top + height, left:left + width]
-        out *= self.params.scale
-        flipped = choices[:, 2].astype(bool)
+        flipped = choices[:, augment.C["mirror"]].astype(bool)
         if flipped.any():
             out[flipped] = out[flipped][..., ::-1]

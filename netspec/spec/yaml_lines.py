@@ -56,6 +56,9 @@ def _construct_map(loader: _LineLoader, node: yaml.MappingNode) -> YamlMap:
     result.line = node.start_mark.line + 1
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
+        if isinstance(key, (dict, list)):
+            raise yaml.constructor.ConstructorError(
+                None, None, "a mapping or list cannot be a key (one pair of braces too many?)", key_node.start_mark)
         if key in result:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key '{key}' (first on line {result.key_lines[key]})",
