@@ -78,7 +78,8 @@ class Model:
         """The top-k classes of an image file, a raw pixel array (C x H x W), or a list or batch of them.
 
         One input gives one ``{"input", "predictions": [{"label", "name",
-        "probability"}]}``; a list or an N x C x H x W array gives a list.
+        "probability"}]}``; a list, an N x C x H x W array or a .npy file of
+        several rows gives a list.
         Images of another size or colour are converted as the card says, with a warning.
         """
         single = isinstance(inputs, (str, os.PathLike)) or (isinstance(inputs, numpy.ndarray) and inputs.ndim == 3)
@@ -92,7 +93,7 @@ class Model:
         if adjustments:
             warnings.warn(str(adjustments), stacklevel=2)
         results = self.classify(prepared, top_k)
-        return results[0] if single else results
+        return results[0] if single and len(results) == 1 else results
 
     def classify(self, inputs: list[tuple[str, numpy.ndarray]], top_k: int = 5) -> list[dict]:
         """Top-k classes of raw inputs as :func:`read_inputs` gives them."""
@@ -196,11 +197,11 @@ def read_inputs(paths: list[str], card: ModelCard,
 
 
 def probabilities(net: Net) -> numpy.ndarray:
-    """The net's class scores as probabilities (a Softmax output is taken as it is)."""
+    """The net's class scores as probabilities (a Softmax or Sigmoid output is taken as it is)."""
     output = net.outputs[0]
     values = net.backend.to_host(net.blobs[output].data).reshape(net.blobs[output].shape[0], -1).astype(numpy.float64)
     producer = next(node for node in net.nodes if output in node.tops)
-    if producer.layer.type == "Softmax":
+    if producer.layer.type in ("Softmax", "Sigmoid"):  # already probabilities (a Sigmoid's: one per class)
         return values
     shifted = numpy.exp(values - values.max(axis=1, keepdims=True))
     return shifted / shifted.sum(axis=1, keepdims=True)

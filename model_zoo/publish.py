@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import math
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -155,7 +154,11 @@ def run_deploy_net(run_dir: str, sources: dict) -> str:
     if not train_net or not os.path.isfile(train_net):
         where = f"its train net {train_net} is gone" if train_net else "it does not name a train net file"
         raise ZooError(f"{run_dir}: cannot derive the deploy net from the run ({where}); give it with --net")
-    return deploy_net_yaml(derive_deploy_net(train_net), train_net)
+    try:
+        return deploy_net_yaml(derive_deploy_net(train_net), train_net)
+    except NetspecError as exc:
+        raise ZooError(f"{run_dir}: cannot derive the deploy net from the run's train net ({exc}); give it with "
+                       "--net") from None
 
 
 def run_weights(run_dir: str) -> str:
@@ -207,7 +210,7 @@ def _build_card(request: PublishRequest, net, shape, sources: dict, staged: str)
 def _check_label_count(labels: list[str], net, request: PublishRequest) -> None:
     """Label names, when there are any, must name exactly the classes the net scores."""
     output = net.outputs[0]
-    classes = math.prod(net.blobs[output].shape[1:])
+    classes = net.blobs[output].shape[1]
     if labels and len(labels) != classes:
         where = request.labels_file or "the run's dataset manifest"
         raise ZooError(f"{where} names {len(labels)} classes but the deploy net scores {classes} ('{output}'); "

@@ -21,7 +21,7 @@ EVERYTHING = {"crop_size": 5, "mirror": True, "random_resized_crop": {"scale": [
 
 
 def naive_warp(image, top, left, box_h, box_w, angle, mirror, out_h, out_w):
-    """Each output pixel's centre mapped into the box, turned about its centre, sampled bilinearly (zeros outside)."""
+    """Each output pixel's centre mapped into the box, turned about its centre, sampled bilinearly (0 off the record)."""
     channels, height, width = image.shape
     out = np.zeros((channels, out_h, out_w))
     cos, sin = math.cos(math.radians(angle)), math.sin(math.radians(angle))
@@ -32,6 +32,9 @@ def naive_warp(image, top, left, box_h, box_w, angle, mirror, out_h, out_w):
             x, y = (u - 0.5) * box_w, ((i + 0.5) / out_h - 0.5) * box_h
             xs = left + box_w / 2 + cos * x - sin * y - 0.5
             ys = top + box_h / 2 + sin * x + cos * y - 0.5
+            if not (-0.5 <= xs <= width - 0.5 and -0.5 <= ys <= height - 0.5):
+                continue  # off the record: the mean, 0
+            xs, ys = min(max(xs, 0), width - 1), min(max(ys, 0), height - 1)  # the edge pixels, extended
             for row in (math.floor(ys), math.floor(ys) + 1):
                 for column in (math.floor(xs), math.floor(xs) + 1):
                     if 0 <= row < height and 0 <= column < width:
@@ -64,6 +67,10 @@ def test_warping_matches_the_naive_loop_and_is_exact_for_whole_boxes_and_right_a
     np.testing.assert_allclose(whole[0], square[0][..., ::-1], atol=1e-9)
     np.testing.assert_allclose(whole[1], square[1][:, ::-1, ::-1], atol=1e-9)
     np.testing.assert_allclose(whole[2], np.rot90(square[2], k=1, axes=(1, 2)), atol=1e-9)
+    constant = np.full((1, 3, 6, 6), 100.0)  # a small box at a corner, enlarged: the edge stays the record's value
+    corner = np.empty((1, 3, 8, 8))
+    augment.warp(constant, choices_for(1, box_height=2, box_width=2), corner)
+    np.testing.assert_allclose(corner, 100.0)
 
 
 def test_colour_jitter_matches_the_naive_formulas():
@@ -169,7 +176,7 @@ def test_data_inspect_draws_augmented_samples(dataset, tmp_path):
                    "batch_size: 2}, transform_param: {crop_size: 6, rotation: 10, color_jitter: {brightness: 0.5}}}\n")
     out = tmp_path / "augmented.png"
     printed = ok("data", "inspect", dataset, "--augmented", net, "-o", out, "--grid", "3")
-    assert printed.splitlines()[-1] == f"wrote 3 samples, each as stored and 3 times augmented, to {out}"
+    assert printed.splitlines()[-1] == f"wrote 3 samples, each as stored and in 3 augmented draws, to {out}"
     assert out.stat().st_size > 1000
     assert "give it a file with -o" in run("data", "inspect", dataset, "--augmented", net).stderr
 
@@ -182,3 +189,18 @@ def test_the_shipped_example_net_sets_every_augmentation():
     params = train_transform(str(ROOT / "configs" / "augmentation" / "augmented_net.yaml"))
     assert params.random_resized_crop.scale == [0.25, 1.0] and params.rotation == 15
     assert params.color_jitter.saturation == 0.4 and params.random_erasing.probability == 0.5
+
+
+def test_data_inspect_refuses_records_of_another_size_in_one_line(tmp_path):
+    from PIL import Image
+
+    for name, size in (("a", 8), ("b", 10)):
+        (tmp_path / "images" / name).mkdir(parents=True)
+        Image.fromarray(np.zeros((size, size, 3), dtype=np.uint8)).save(tmp_path / "images" / name / "0.png")
+    ok("convert", "imageset", tmp_path / "images", tmp_path / "mixed", "--allow-mixed-sizes")
+    net = tmp_path / "net.yaml"
+    net.write_text("layers:\n  - {name: data, type: Data, top: data, data_param: {source: mixed, batch_size: 1}, "
+                   "transform_param: {crop_size: 6, rotation: 10}}\n")
+    result = run("data", "inspect", tmp_path / "mixed", "--augmented", net, "-o", tmp_path / "x.png")
+    assert result.returncode == 1 and result.stderr.count("\n") == 1
+    assert "has shape [3, 10, 10], but the first record's is [3, 8, 8]" in result.stderr

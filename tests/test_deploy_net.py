@@ -82,5 +82,7 @@ def test_a_net_without_its_data_needs_the_input_shape(tmp_path):
     assert message.endswith("pass the input shape (--input-shape C,H,W) to derive the deploy net without the data")
     net = yaml.safe_load(ok("deploy-net", path, "--input-shape", "3x6x6"))
     assert net["layers"][0]["input_param"] == {"shape": {"dim": [1, 3, 6, 6]}}
-    bad = run("deploy-net", path, "--input-shape", "3,six")
-    assert bad.returncode == 2 and "'3,six' is not positive whole numbers" in bad.stderr
+    for shape in ("3,six", "6,6"):
+        bad = run("deploy-net", path, "--input-shape", shape)
+        assert bad.returncode == 2 and f"'{shape}' is not 3 positive whole numbers" in bad.stderr
+    assert yaml.safe_load(ok("deploy-net", path, "--input-shape", "3X6X6")) == net

@@ -360,6 +360,8 @@ def test_python_predicts_in_one_line_and_inputs_of_another_size_or_colour_are_co
     pixels = np.asarray(Image.open(png))[None]
     assert [r["predictions"] for r in model.predict([png, pixels], top_k=3)] == [one["predictions"]] * 2
     assert len(model.predict(np.stack([pixels] * 3))) == 3
+    np.save(tmp_path / "two.npy", np.stack([pixels] * 2))
+    assert [r["input"] for r in model.predict(tmp_path / "two.npy")] == [f"{tmp_path}/two.npy[{i}]" for i in (0, 1)]
 
     big = tmp_path / "big.png"
     Image.open(png).convert("RGB").resize((16, 16)).save(big)

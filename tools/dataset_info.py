@@ -95,7 +95,12 @@ def augmented_grid(dataset: Dataset, params: TransformParams, rows: int, draws: 
     first, _ = dataset.record(indices[0])
     transform = Transformer(shown, "TRAIN", first.shape)
     figure, axes = figure_grid(len(indices), draws + 1, cell_size=(1.6, 1.6))
-    images = numpy.stack([transform.prepare(dataset.record(index)[0]) for index in indices]).astype(numpy.float32)
+    images = numpy.empty((len(indices), *transform.in_shape), dtype=numpy.float32)
+    for row, index in enumerate(indices):
+        image = transform.prepare(dataset.record(index)[0])
+        if image.shape != transform.in_shape:
+            raise transform.shape_error(image, dataset.where(index))
+        images[row] = image
     rng = numpy.random.default_rng(seed)
     batches = []
     for _ in range(draws):

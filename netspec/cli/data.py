@@ -145,7 +145,7 @@ def data_inspect_command(dataset, grid, out, net_file, seed):
             click.echo(line)
         if params is not None:
             shown = augmented_grid(opened, params, grid, grid, out, seed)
-            click.echo(f"wrote {len(shown)} samples, each as stored and {grid} times augmented, to {out}")
+            click.echo(f"wrote {len(shown)} samples, each as stored and in {grid} augmented draws, to {out}")
         elif out:
             shown = sample_grid(opened, grid, out)
             click.echo(f"wrote {len(shown)} samples to {out}")

@@ -12,6 +12,7 @@ from netspec.cli.options import Dims, Integer, level_option, phase_option, stage
 from netspec.engine.deploy import deploy_net_yaml, derive_deploy_net
 from netspec.engine.net import Net, compile_net, load_net
 from netspec.engine.registry import layer_class, layer_schemas, layer_types, solver_class, solver_types
+from netspec.errors import NetspecError
 from netspec.inspect.drawing import draw as draw_graph
 from netspec.inspect.report import first_line, format_table, layer_doc, net_summary, solver_doc
 from netspec.inspect.timing import time_net
@@ -77,7 +78,7 @@ def render(net_file):
 @click.command("deploy-net")
 @click.argument("net_file", type=click.Path(dir_okay=False))
 @click.option("-o", "--out", type=click.Path(dir_okay=False), default=None, help="write here [default: print it]")
-@click.option("--input-shape", type=Dims(), default=None,
+@click.option("--input-shape", type=Dims(3), default=None,
               help="C,H,W of one input [default: what the TEST data layer produces, read from its data]")
 @click.option("--batch-size", type=Integer(min=1), default=1, show_default=True, help="the Input's first axis")
 @stage_option
@@ -85,7 +86,13 @@ def render(net_file):
 @user_errors
 def deploy_net(net_file, out, input_shape, batch_size, stages, level):
     """Derive the deploy net of a train/val net: Input for the data, losses and accuracy dropped, Softmax added."""
-    derived = derive_deploy_net(net_file, input_shape, batch_size, stages=list(stages) or None, level=level)
+    try:
+        derived = derive_deploy_net(net_file, input_shape, batch_size, stages=list(stages) or None, level=level)
+    except NetspecError as exc:
+        if input_shape is not None:
+            raise
+        raise NetspecError(f"{exc}; pass the input shape (--input-shape C,H,W) to derive the deploy net without "
+                           "the data") from None
     text = deploy_net_yaml(derived, net_file)
     if out is None:
         click.echo(text, nl=False)

@@ -39,19 +39,23 @@ class Real(click.FloatRange):
 
 
 class Dims(click.ParamType):
-    """Positive whole numbers separated by commas or x: ``3,224,224`` or ``3x224x224``."""
+    """``length`` positive whole numbers separated by commas or x: ``3,224,224`` or ``3x224x224``."""
 
     name = "dims"
+
+    def __init__(self, length: int):
+        self.length = length
 
     def convert(self, value, param, ctx):
         if isinstance(value, tuple):
             return value
         try:
-            dims = [as_int(parse_number(part)) for part in str(value).replace("x", ",").split(",")]
+            dims = [as_int(parse_number(part)) for part in str(value).lower().replace("x", ",").split(",")]
         except ValueError:
             dims = [None]
-        if any(d is None or d < 1 for d in dims):
-            self.fail(f"{value!r} is not positive whole numbers separated by commas, e.g. 3,224,224", param, ctx)
+        if len(dims) != self.length or any(d is None or d < 1 for d in dims):
+            self.fail(f"{value!r} is not {self.length} positive whole numbers separated by commas, e.g. 3,224,224",
+                      param, ctx)
         return tuple(dims)
 
 

@@ -13,7 +13,8 @@ after whatever resume, it is made.
   whole record.
 - ``rotation: D`` turns each record about its centre by an angle drawn
   uniformly in [-D, D] degrees; corners that come from outside the record get
-  the mean (0 after subtraction).  Boxes and rotations are sampled bilinearly.
+  the mean (0 after subtraction).  Boxes and rotations are sampled bilinearly,
+  the record's edge pixels extended by half a pixel.
 - ``color_jitter`` multiplies brightness, contrast (distance from the
   record's mean grey) and saturation (distance from each pixel's grey) by
   factors drawn in [1 - x, 1 + x], in that order, on the pixel values before
@@ -157,6 +158,9 @@ def warp(images: numpy.ndarray, choices: numpy.ndarray, out: numpy.ndarray) -> N
     centre_y = choices[:, C["top"], None, None] + box_h / 2
     xs = centre_x + cos * x - sin * y - 0.5  # in pixel-centre coordinates
     ys = centre_y + sin * x + cos * y - 0.5
+    # a point on the record (within half a pixel of its edge pixels) takes the nearest edge value; beyond, the mean
+    on_record = (xs >= -0.5) & (xs <= width - 0.5) & (ys >= -0.5) & (ys <= height - 0.5)
+    xs, ys = numpy.clip(xs, 0, width - 1), numpy.clip(ys, 0, height - 1)
     x0, y0 = numpy.floor(xs), numpy.floor(ys)
     fx, fy = (xs - x0).astype(out.dtype), (ys - y0).astype(out.dtype)
     flat = images.reshape(count, channels, height * width)
@@ -167,7 +171,7 @@ def warp(images: numpy.ndarray, choices: numpy.ndarray, out: numpy.ndarray) -> N
         inside = (row >= 0) & (row < height) & (column >= 0) & (column < width)
         index = numpy.where(inside, row * width + column, 0).reshape(count, 1, -1)
         picked = numpy.take_along_axis(flat, numpy.broadcast_to(index, (count, channels, index.shape[2])), axis=2)
-        out += picked.reshape(out.shape) * (weight * inside)[:, None]
+        out += picked.reshape(out.shape) * (weight * (inside & on_record))[:, None]
 
 
 def erase(out: numpy.ndarray, choices: numpy.ndarray, value: float) -> None:

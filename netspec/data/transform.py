@@ -176,7 +176,7 @@ class Transformer:
 
     def _crop_and_mirror(self, centred: numpy.ndarray, choices: numpy.ndarray, out: numpy.ndarray) -> None:
         height, width = self.out_shape[1:]
-        corners = choices[:, :2].astype(numpy.int64)
+        corners = choices[:, [augment.C["top"], augment.C["left"]]].astype(numpy.int64)
         if self.params.crop_size and self.phase == "TRAIN":
             for row, (top, left) in enumerate(corners):
                 out[row] = centred[row, :, top:top + height, left:left + width]

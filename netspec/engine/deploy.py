@@ -16,7 +16,6 @@ import os
 
 from netspec.engine.net import compile_net
 from netspec.engine.registry import layer_class, layer_schemas
-from netspec.errors import ConfigError, NetspecError
 from netspec.graph.compiler import included
 from netspec.spec.modules import net_yaml, render_net
 from netspec.spec.net_spec import LayerSpec, NetState, parse_net
@@ -30,7 +29,7 @@ def derive_deploy_net(path: str, input_shape: tuple[int, ...] | None = None, bat
     """The deploy net of the train/val net file ``path``, as plain data ready for YAML.
 
     ``input_shape`` (C, H, W) sizes the input; without it the data layer's
-    TEST top says, which needs its data to be there.
+    TEST top says, which needs its data to be there (else the data layer's error).
     """
     spec = parse_net(path, layer_schemas())
     state = NetState(phase="TEST", stage=list(stages if stages is not None else spec.state.stage),
@@ -74,11 +73,7 @@ def _input_shapes(layers: list[LayerSpec], spec, state: NetState, input_shape) -
     tops = [layer.tops[0] for layer in layers if not layer.bottoms and layer.type != "Input"]
     if input_shape is not None:
         return {top: tuple(input_shape) for top in tops}
-    try:
-        graph = compile_net(spec, phase=state.phase, stages=state.stage, level=state.level)
-    except NetspecError as exc:
-        raise ConfigError(f"{exc}; pass the input shape (--input-shape C,H,W) to derive the deploy net without "
-                          "the data") from None
+    graph = compile_net(spec, phase=state.phase, stages=state.stage, level=state.level)
     return {top: graph.blob_shapes[top][1:] for top in tops}
 
 
