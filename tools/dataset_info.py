@@ -96,8 +96,11 @@ def augmented_grid(dataset: Dataset, params: TransformParams, rows: int, draws: 
     transform = Transformer(shown, "TRAIN", first.shape)
     figure, axes = figure_grid(len(indices), draws + 1, cell_size=(1.6, 1.6))
     images = numpy.empty((len(indices), *transform.in_shape), dtype=numpy.float32)
+    labels = []
     for row, index in enumerate(indices):
-        image = transform.prepare(dataset.record(index)[0])
+        record, label = dataset.record(index)
+        labels.append(label)
+        image = transform.prepare(record)
         if image.shape != transform.in_shape:
             raise transform.shape_error(image, dataset.where(index))
         images[row] = image
@@ -107,8 +110,8 @@ def augmented_grid(dataset: Dataset, params: TransformParams, rows: int, draws: 
         batch = numpy.empty((len(indices), *transform.out_shape), dtype=numpy.float32)
         transform.apply(images, transform.draw(rng, len(indices)), batch)
         batches.append(batch)
-    for row, index in enumerate(indices):
-        show(axes[row, 0], images[row], label_name(dataset, dataset.record(index)[1]))
+    for row, label in enumerate(labels):
+        show(axes[row, 0], images[row], label_name(dataset, label))
         for column, batch in enumerate(batches, 1):
             show(axes[row, column], batch[row], f"draw {column}")
     save_grid(figure, axes, out)

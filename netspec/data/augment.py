@@ -124,21 +124,25 @@ def jitter(images: numpy.ndarray, choices: numpy.ndarray, luma: numpy.ndarray) -
     def factor(name):
         return choices[:, C[name]].astype(images.dtype).reshape(-1, 1, 1, 1)
 
-    images *= factor("brightness")
-    numpy.clip(images, 0, 255, out=images)
-    grey = numpy.tensordot(images, luma.astype(images.dtype), axes=([1], [0]))[:, None] if images.shape[1] == 3 \
-        else images
-    mean_grey = grey.mean(axis=(1, 2, 3), keepdims=True)
-    images -= mean_grey
-    images *= factor("contrast")
-    images += mean_grey
-    numpy.clip(images, 0, 255, out=images)
+    _scale_about(images, 0.0, factor("brightness"))
+    _scale_about(images, _grey(images, luma).mean(axis=(1, 2, 3), keepdims=True), factor("contrast"))
     if images.shape[1] == 3:
-        grey = numpy.tensordot(images, luma.astype(images.dtype), axes=([1], [0]))[:, None]
-        images -= grey
-        images *= factor("saturation")
-        images += grey
-        numpy.clip(images, 0, 255, out=images)
+        _scale_about(images, _grey(images, luma), factor("saturation"))
+
+
+def _grey(images: numpy.ndarray, luma: numpy.ndarray) -> numpy.ndarray:
+    """The grey of each pixel (N x 1 x H x W): the luma of colour records, grey records as they are."""
+    if images.shape[1] != 3:
+        return images
+    return numpy.tensordot(images, luma.astype(images.dtype), axes=([1], [0]))[:, None]
+
+
+def _scale_about(images: numpy.ndarray, reference, factor: numpy.ndarray) -> None:
+    """Multiply each record's distance from ``reference`` by its factor, in place, clipped to [0, 255]."""
+    images -= reference
+    images *= factor
+    images += reference
+    numpy.clip(images, 0, 255, out=images)
 
 
 def warp(images: numpy.ndarray, choices: numpy.ndarray, out: numpy.ndarray) -> None:
