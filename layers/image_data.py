@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from netspec.data.images import decode_image, read_list_file, resized
+from netspec.data.images import decode_image, read_image_file, read_list_file, resized
 from netspec.data.transform import TransformParams
 from netspec.engine.registry import register_layer
 from netspec.errors import DataError, ParamError
@@ -25,12 +25,7 @@ class ImageFiles:
 
     def record(self, index: int):
         path, label = self.items[index]
-        try:
-            with open(path, "rb") as handle:
-                data = handle.read()
-        except OSError as exc:
-            raise DataError(f"{path}: cannot read: {exc.strerror}") from None
-        image = decode_image(data, path, self.channels)
+        image = decode_image(read_image_file(path), path, self.channels)
         return (resized(image, self.size) if self.size else image), label
 
     def close(self) -> None:

@@ -10,10 +10,12 @@ from __future__ import annotations
 import csv
 import os
 import zipfile
+import zlib
 
 import numpy
 
 from netspec.data.hdf5 import ArrayWriter
+from netspec.data.hdf5_policy import NUMBER_KINDS
 from netspec.errors import DataError, did_you_mean
 
 FORMATS = (".npz", ".npy", ".csv")
@@ -33,11 +35,27 @@ def _npz_arrays(path: str, data_key: str, label_key: str | None, label_given: bo
             raise DataError(f"{path}: no array '{label_key}'{did_you_mean(label_key, keys)} (the file has: "
                             f"{', '.join(keys)}); choose one with --label-key")
         label_key = None
-    data = archive[data_key]
-    labels = archive[label_key] if label_key else None
+    data = _member(archive, path, data_key)
+    labels = _member(archive, path, label_key) if label_key else None
     if labels is not None and len(labels) != len(data):
         raise DataError(f"{path}: '{data_key}' has {len(data)} rows but '{label_key}' has {len(labels)}")
     return data, labels
+
+
+def _member(archive, path: str, key: str) -> numpy.ndarray:
+    """Array ``key`` of an .npz archive, checked by :func:`_rows`."""
+    try:
+        array = archive[key]
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+        raise DataError(f"{path}: cannot read array '{key}': {exc}") from None
+    return _rows(array, f"{path}: array '{key}'")
+
+
+def _rows(array: numpy.ndarray, what: str) -> numpy.ndarray:
+    """``array`` if it holds rows of numbers; DataError starting with ``what`` otherwise."""
+    if array.ndim == 0 or array.dtype.kind not in NUMBER_KINDS:
+        raise DataError(f"{what} holds {'one ' if array.ndim == 0 else ''}{array.dtype}, not rows of numbers")
+    return array
 
 
 def _csv_chunks(path: str, label_key: str, label_given: bool, chunk: int):
@@ -104,6 +122,7 @@ def convert_arrays(source: str, out: str, data_key: str = "data", label_key: str
             data = numpy.load(source, mmap_mode="r", allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise DataError(f"{source}: cannot read the .npy file: {exc}") from None
+        data = _rows(data, source)
         chunks = ((data[i:i + chunk], None) for i in range(0, len(data), chunk))
     elif extension == ".npz":
         data, labels = _npz_arrays(source, data_key, label_key, label_given)
@@ -115,11 +134,11 @@ def convert_arrays(source: str, out: str, data_key: str = "data", label_key: str
     try:
         for rows, row_labels in chunks:
             writer.append({"data": rows, **({"label": row_labels} if row_labels is not None else {})})
-        if "data" not in writer.handle:
+        if "data" not in writer.datasets:
             raise DataError(f"{source}: no rows to convert")
-        shapes = {name: writer.handle[name].shape for name in writer.handle}
+        shapes = {name: dataset.shape for name, dataset in writer.datasets.items()}
+        writer.finish()
     except BaseException:
         writer.abandon()
         raise
-    writer.finish()
     return shapes

@@ -1,16 +1,27 @@
-"""``netspec data inspect``: what a dataset folder holds, and a grid of sample records with their labels."""
+"""``netspec data inspect``: what a dataset folder holds, a grid of sample records with their labels, the full check.
+
+The full check (``--verify``) reads every record in a child process: liblmdb
+meets some damaged pages with a failed assertion that aborts the process
+reading them, and that must not be the one that reports it.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import multiprocessing
+import os
+import signal
+import tempfile
 
 import numpy
 
+from netspec.atomic import atomic_path
 from netspec.data.dataset import Dataset
+from netspec.data.files import one_line, writing
 from netspec.data.transform import Transformer, TransformParams
 from netspec.engine.registry import layer_schemas
-from netspec.errors import NetspecError
+from netspec.errors import DataError, NetspecError
 from netspec.graph.compiler import included
 from netspec.inspect.plots import figure_grid
 from netspec.spec.net_spec import NetState, parse_net
@@ -37,6 +48,55 @@ def describe(dataset: Dataset) -> list[str]:
     return lines
 
 
+def verify_in_child(dataset: Dataset, advance=lambda: None) -> None:
+    """:meth:`Dataset.verify` in a child process, calling ``advance`` once per record read.
+
+    Its DataError is raised here; a child that dies (liblmdb's abort on a damaged page) is a DataError
+    naming the record it was reading, with the last line the child wrote on stderr.
+    """
+    context = multiprocessing.get_context("spawn")  # a fresh process: LMDB environments do not survive fork()
+    receiver, sender = context.Pipe(duplex=False)
+    with tempfile.NamedTemporaryFile() as stderr:
+        child = context.Process(target=_verify_child, args=(dataset.path, sender, stderr.name))
+        child.start()
+        sender.close()
+        reached, problem = 0, None
+        with receiver:
+            while (message := _receive(receiver)) is not None:
+                if message is True:
+                    reached += 1
+                    advance()
+                else:
+                    problem = message
+        child.join()
+        last_words = stderr.read().decode(errors="replace").strip().splitlines()[-1:]
+    if problem is not None:
+        raise DataError(problem)
+    if child.exitcode:
+        death = f"killed the reader ({signal.Signals(-child.exitcode).name})" if child.exitcode < 0 else \
+            f"stopped the reader (exit status {child.exitcode})"
+        raise DataError(f"{dataset.where(reached)}: damaged: reading it {death}" +
+                        "".join(f": {one_line(line)}" for line in last_words))
+
+
+def _receive(receiver):
+    """The next message from the child, or None when it has gone."""
+    try:
+        return receiver.recv()
+    except EOFError:
+        return None
+
+
+def _verify_child(path: str, sender, stderr: str) -> None:
+    """In the child: verify ``path``, sending True per record and the DataError's message if there is one."""
+    os.dup2(os.open(stderr, os.O_WRONLY), 2)  # liblmdb's last words, for the parent to quote
+    try:
+        dataset = Dataset(path)
+        dataset.verify(lambda: sender.send(True))
+    except DataError as exc:
+        sender.send(str(exc))
+
+
 def label_name(dataset: Dataset, label: int) -> str:
     """``label`` and its class name when the dataset has one that says more than the number."""
     names = dataset.label_names
@@ -58,9 +118,11 @@ def show(cell, image: numpy.ndarray, title: str) -> None:
 
 
 def save_grid(figure, axes, out: str) -> None:
+    """Write the grid of samples to ``out`` atomically (in the format its extension names), cells without axes."""
     for cell in axes.flat:
         cell.axis("off")
-    figure.savefig(out, dpi=100)
+    with writing(out), atomic_path(out) as temporary:
+        figure.savefig(temporary, dpi=100, format=os.path.splitext(out)[1][1:] or "png")
 
 
 def sample_grid(dataset: Dataset, grid: int, out: str) -> list[int]:

@@ -4,6 +4,9 @@ Sources come from a list file of ``relative/path label`` lines, or, without
 one, from ROOT's subfolders: each is a class, labelled by the sorted order of
 the names (or by ``--labels``).  Images are decoded and prepared in worker
 processes (Pillow) and written in order by :class:`netspec.data.dataset.DatasetWriter`.
+A file that is not a regular image file (a link loop, a device, a FIFO, a
+decompression bomb) is skipped and named, or stops the conversion under
+``--strict``; a failed write (a full disk) leaves no dataset behind.
 """
 
 from __future__ import annotations
@@ -18,11 +21,14 @@ from dataclasses import dataclass, field
 import numpy
 from PIL import Image
 
+from netspec.atomic import atomic_path
 from netspec.data.dataset import DatasetWriter
+from netspec.data.files import writing
 from netspec.data.images import (
     IMAGE_EXTENSIONS,
     PIL_FORMATS,
     decode_image,
+    read_image_file,
     read_list_file,
     resized,
 )
@@ -66,12 +72,27 @@ def read_label_names(path: str) -> list[str]:
     return names
 
 
-def scan_class_folders(root: str, label_names: list[str] | None) -> tuple[list[tuple[str, int]], list[str]]:
-    """``(path, label)`` for every image in ROOT's class subfolders, and the class names by label."""
+def _list_folder(folder: str) -> list[os.DirEntry]:
     try:
-        folders = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+        return list(os.scandir(folder))
     except OSError as exc:
-        raise DataError(f"{root}: cannot list the folder: {exc.strerror}") from None
+        raise DataError(f"{folder}: cannot list the folder: {exc.strerror}") from None
+
+
+def _is_folder(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:  # a link loop: not a folder; as an image it is named when it cannot be read
+        return False
+
+
+def scan_class_folders(root: str, label_names: list[str] | None) -> tuple[list[tuple[str, int]], list[str]]:
+    """``(path, label)`` for every image in ROOT's class subfolders, and the class names by label.
+
+    Every entry named like an image that is not a folder is listed, so a broken link or a link loop is
+    reported when it cannot be read instead of silently left out.
+    """
+    folders = sorted(e.name for e in _list_folder(root) if _is_folder(e) and not e.name.startswith("."))
     if not folders:
         raise DataError(f"{root}: no class subfolders (give a list file, or put each class's images in a folder)")
     names = label_names or folders
@@ -80,8 +101,8 @@ def scan_class_folders(root: str, label_names: list[str] | None) -> tuple[list[t
         raise DataError(f"{root}: class folder(s) {', '.join(unknown)} are not in the label names")
     items = []
     for folder in folders:
-        files = sorted(e.name for e in os.scandir(os.path.join(root, folder))
-                       if e.is_file() and e.name.lower().endswith(IMAGE_EXTENSIONS))
+        files = sorted(e.name for e in _list_folder(os.path.join(root, folder))
+                       if e.name.lower().endswith(IMAGE_EXTENSIONS) and not _is_folder(e))
         if not files:
             raise DataError(f"{os.path.join(root, folder)}: the class folder holds no images "
                             f"({', '.join(IMAGE_EXTENSIONS)})")
@@ -96,13 +117,10 @@ def prepare(path: str, label: int, options: ImagesetOptions) -> tuple[numpy.ndar
     when they already are what was asked (same format and colour, no resize).
     """
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-        if not data:
-            return None, None, f"{path}: empty file"
+        data = read_image_file(path)
         image = decode_image(data, path, channels=1 if options.gray else 3)
-    except (OSError, DataError) as exc:
-        return None, None, str(exc) if isinstance(exc, DataError) else f"{path}: {exc.strerror}"
+    except DataError as exc:
+        return None, None, str(exc)
     if options.resize:
         image = resized(image, options.resize)
     if options.backend != "lmdb":
@@ -232,6 +250,7 @@ def convert_imageset(root: str, out: str, list_file: str | None = None, labels_f
         for path, part in parts.items():
             write_dataset(part, path, options, names, root, report, advance)
     if names:
-        with open(os.path.join(out, "labels.txt"), "w", encoding="utf-8") as handle:
+        labels = os.path.join(out, "labels.txt")
+        with writing(labels), atomic_path(labels) as temporary, open(temporary, "w", encoding="utf-8") as handle:
             handle.write("".join(f"{name}\n" for name in names))
     return report

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy
 
 from netspec.atomic import atomic_path
 from netspec.data.dataset import Dataset
+from netspec.data.files import writing
 from netspec.errors import DataError
 
 
@@ -26,6 +29,12 @@ def compute_mean(path: str, advance=lambda: None) -> numpy.ndarray:
 
 
 def save_mean(mean: numpy.ndarray, out: str) -> None:
-    """Write ``mean`` to the .npy file ``out`` atomically (transform_param.mean_file reads it)."""
-    with atomic_path(out) as temporary, open(temporary, "wb") as handle:
-        numpy.save(handle, mean)
+    """Write ``mean`` to the .npy file ``out`` atomically (transform_param.mean_file reads it).
+
+    The bytes are made in memory and written by Python: numpy.save into a file writes through C stdio,
+    which loses a failed write (a full disk) without a word.
+    """
+    buffer = io.BytesIO()
+    numpy.save(buffer, mean)
+    with writing(out), atomic_path(out) as temporary, open(temporary, "wb") as handle:
+        handle.write(buffer.getvalue())

@@ -11,7 +11,7 @@ from netspec.cli.options import Integer, Real
 from netspec.cli.progress import progress_bar
 from netspec.data.dataset import Dataset, read_manifest
 from netspec.tools.arrays import convert_arrays
-from netspec.tools.dataset_info import augmented_grid, describe, sample_grid, train_transform
+from netspec.tools.dataset_info import augmented_grid, describe, sample_grid, train_transform, verify_in_child
 from netspec.tools.digits import convert_digits
 from netspec.tools.imageset import ImagesetOptions, convert_imageset
 from netspec.tools.mean import compute_mean, save_mean
@@ -133,16 +133,26 @@ def data():
 @click.option("--augmented", "net_file", type=click.Path(dir_okay=False), default=None,
               help="with -o: draw each sample as stored and as the TRAIN transform_param of this net makes it")
 @click.option("--seed", type=Integer(), default=0, show_default=True, help="the random draws of --augmented")
+@click.option("--verify", is_flag=True, help="read and decode every record, and check them against the manifest")
 @user_errors
-def data_inspect_command(dataset, grid, out, net_file, seed):
-    """Show DATASET's record count, shapes, dtype and label histogram; with -o, a grid of samples."""
+def data_inspect_command(dataset, grid, out, net_file, seed, verify):
+    """Show DATASET's record count, shapes, dtype and label histogram; with -o, a grid of samples.
+
+    Opening the dataset checks its files against the manifest without reading the records; --verify reads
+    them all.
+    """
     if net_file and not out:
         raise click.UsageError("--augmented draws a picture: give it a file with -o")
     params = train_transform(net_file) if net_file else None
     opened = Dataset(dataset)
     try:
+        if verify:
+            with progress_bar(opened.count, "verifying") as advance:
+                verify_in_child(opened, advance)
         for line in describe(opened):
             click.echo(line)
+        if verify:
+            click.echo(f"  verified: all {opened.count} records read, decode and match the manifest")
         if params is not None:
             shown = augmented_grid(opened, params, grid, grid, out, seed)
             click.echo(f"wrote {len(shown)} samples, each as stored and in {grid} augmented draws, to {out}")

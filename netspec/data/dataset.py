@@ -11,13 +11,24 @@ record shapes), ``dtype``, ``encoding``, ``label_names``, ``label_counts``,
 ``source_sha256`` (the hash of the list of sources) and the converter's
 ``options``.  A writer fills ``<folder>.partial`` and renames it into place
 only when the manifest is written, so an interrupted conversion never leaves a
-folder that looks complete.
+folder that looks complete; a failed write (a full disk) removes the partial
+folder and names the dataset.
+
+Opening a dataset checks it cheaply against its manifest: the manifest's
+fields, ``data.mdb`` as long as the LMDB's own map says (a truncated file
+would kill the reader with SIGBUS) and as many records as counted, or
+``data.h5``'s datasets of the counted rows, shape and an integer label.
+:meth:`Dataset.verify` (``netspec data inspect --verify``) reads and decodes
+every record.  Every read failure is a DataError naming the dataset and record.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import reprlib
 import shutil
 import threading
 from collections import Counter
@@ -26,22 +37,30 @@ import h5py
 import lmdb
 import numpy
 
-from netspec.data.records import decode_record, read_header, record_key
+from netspec.data import hdf5
+from netspec.data.files import one_line, regular_file, writing
+from netspec.data.images import checked_label
+from netspec.data.records import decode_record, read_header, record_key, valid_shape
 from netspec.errors import DataError
 
 FORMAT = "netspec-dataset-1"
 BACKENDS = ("lmdb", "hdf5")
 MANIFEST = "manifest.json"
+MAX_MANIFEST_BYTES = 1 << 24
+LMDB_FILE = "data.mdb"
 HDF5_FILE = "data.h5"
 INITIAL_MAP_SIZE = 1 << 26
 HDF5_CHUNK_ROWS = 64
 FLUSH_EVERY = 256
+_WRITE_ERRORS = (*hdf5.WRITE_ERRORS, lmdb.Error)
 
 
 class DatasetWriter:
     """Writes records in index order into ``<path>.partial``; :meth:`finish` writes the manifest and renames.
 
-    ``overwrite`` allows replacing an existing dataset (only once the new one is complete).
+    ``overwrite`` allows replacing an existing dataset (only once the new one is complete).  A write that
+    fails raises a DataError naming the dataset; the caller then calls :meth:`abandon` (:meth:`finish` does it
+    itself).
     """
 
     def __init__(self, path: str, backend: str = "lmdb", encoding: str = "raw", overwrite: bool = False):
@@ -49,17 +68,24 @@ class DatasetWriter:
         if os.path.exists(self.path) and not overwrite:
             raise DataError(f"{self.path}: already exists; choose another output or pass --overwrite")
         self.partial = self.path + ".partial"
-        shutil.rmtree(self.partial, ignore_errors=True)
-        os.makedirs(self.partial)
         self.backend, self.encoding = backend, encoding
         self.count = 0
         self.shapes: list[tuple[int, ...]] = []
         self.labels: Counter = Counter()
         self.pending: list = []  # (key, record) for LMDB, (image, label) for HDF5
-        if backend == "lmdb":
-            self.env = lmdb.open(self.partial, map_size=INITIAL_MAP_SIZE, subdir=True, sync=False, metasync=False)
-        else:
-            self.h5 = h5py.File(os.path.join(self.partial, HDF5_FILE), "w")
+        self.env = self.h5 = self.h5_data = self.h5_label = None  # datasets kept open: see hdf5.close_discarding
+        shutil.rmtree(self.partial, ignore_errors=True)
+        try:
+            with writing(self.path, _WRITE_ERRORS):
+                os.makedirs(self.partial)
+                if backend == "lmdb":
+                    self.env = lmdb.open(self.partial, map_size=INITIAL_MAP_SIZE, subdir=True, sync=False,
+                                         metasync=False)
+                else:
+                    self.h5 = h5py.File(os.path.join(self.partial, HDF5_FILE), "w")
+        except DataError:
+            self.abandon()
+            raise
 
     def add(self, image: numpy.ndarray, label: int, record: bytes | None = None) -> None:
         """Append one sample; LMDB stores ``record`` (its encoded bytes), HDF5 the ``image`` array."""
@@ -76,10 +102,11 @@ class DatasetWriter:
             self._flush()
 
     def _flush(self) -> None:
-        if self.backend == "lmdb":
-            self._flush_lmdb()
-        else:
-            self._flush_hdf5()
+        with writing(self.path, _WRITE_ERRORS):
+            if self.backend == "lmdb":
+                self._flush_lmdb()
+            else:
+                self._flush_hdf5()
 
     def _flush_lmdb(self) -> None:
         """Write the pending records in one transaction, doubling the map while it is full."""
@@ -96,12 +123,12 @@ class DatasetWriter:
         if not self.pending:
             return
         shape = self.pending[0][0].shape
-        if "data" not in self.h5:
-            self.h5.create_dataset("data", shape=(0, *shape), maxshape=(None, *shape), dtype=numpy.uint8,
-                                   chunks=(HDF5_CHUNK_ROWS, *shape))
-            self.h5.create_dataset("label", shape=(0,), maxshape=(None,), dtype=numpy.int64,
-                                   chunks=(HDF5_CHUNK_ROWS * 16,))
-        data, labels = self.h5["data"], self.h5["label"]
+        if self.h5_data is None:
+            self.h5_data = self.h5.create_dataset("data", shape=(0, *shape), maxshape=(None, *shape),
+                                                  dtype=numpy.uint8, chunks=(HDF5_CHUNK_ROWS, *shape))
+            self.h5_label = self.h5.create_dataset("label", shape=(0,), maxshape=(None,), dtype=numpy.int64,
+                                                   chunks=(HDF5_CHUNK_ROWS * 16,))
+        data, labels = self.h5_data, self.h5_label
         start = data.shape[0]
         data.resize(start + len(self.pending), axis=0)
         labels.resize(start + len(self.pending), axis=0)
@@ -110,30 +137,39 @@ class DatasetWriter:
         self.pending = []
 
     def finish(self, label_names: list[str], source_sha256: str, options: dict) -> dict:
-        """Close the data, write the manifest last, move the folder into place; return the manifest."""
-        self._flush()
-        if self.backend == "lmdb":
-            self.env.sync(True)
-            self.env.close()
-        else:
-            self.h5.close()
+        """Close the data, write the manifest last, move the folder into place; return the manifest.
+
+        When a write fails (a DataError), the unfinished folder is removed.
+        """
         manifest = {"format": FORMAT, "backend": self.backend, "count": self.count,
                     "shapes": [list(s) for s in self.shapes], "dtype": "uint8", "encoding": self.encoding,
                     "label_names": label_names, "label_counts": {str(k): v for k, v in sorted(self.labels.items())},
                     "source_sha256": source_sha256, "options": options}
-        with open(os.path.join(self.partial, MANIFEST), "w", encoding="utf-8") as handle:
-            json.dump(manifest, handle, indent=1)
-        if os.path.exists(self.path):
-            shutil.rmtree(self.path)
-        os.replace(self.partial, self.path)
+        try:
+            self._flush()
+            with writing(self.path, _WRITE_ERRORS):
+                if self.backend == "lmdb":
+                    self.env.sync(True)
+                    self.env.close()
+                else:
+                    self.h5.flush()  # a full disk fails here; a close that fails cannot be taken back
+                    self.h5.close()
+                with open(os.path.join(self.partial, MANIFEST), "w", encoding="utf-8") as handle:
+                    json.dump(manifest, handle, indent=1)
+                if os.path.exists(self.path):
+                    shutil.rmtree(self.path)
+                os.replace(self.partial, self.path)
+        except DataError:
+            self.abandon()
+            raise
         return manifest
 
     def abandon(self) -> None:
-        """Close without a manifest; the unfinished ``.partial`` folder is removed."""
-        if self.backend == "lmdb":
+        """Close without a manifest; the unfinished ``.partial`` folder is removed (once; later calls do nothing)."""
+        if self.env is not None:
             self.env.close()
-        else:
-            self.h5.close()
+        if self.h5 is not None:
+            hdf5.close_discarding(self.h5)
         shutil.rmtree(self.partial, ignore_errors=True)
 
 
@@ -142,18 +178,43 @@ def read_manifest(path: str) -> dict:
     manifest_path = os.path.join(path, MANIFEST)
     if not os.path.isdir(path):
         raise DataError(f"{path}: no such dataset folder")
-    if not os.path.isfile(manifest_path):
+    if not os.path.lexists(manifest_path):
         partial = " (an interrupted conversion?)" if path.endswith(".partial") else ""
         raise DataError(f"{path}: not a finished netspec dataset: no {MANIFEST}{partial}; convert it again with "
                         "netspec convert")
+    regular_file(manifest_path, MAX_MANIFEST_BYTES)
     try:
         with open(manifest_path, encoding="utf-8") as handle:
             manifest = json.load(handle)
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{manifest_path}: cannot read the manifest: {exc}") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise DataError(f"{manifest_path}: cannot read the manifest: {one_line(exc)}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("backend") not in BACKENDS:
         raise DataError(f"{manifest_path}: not a {FORMAT} manifest")
+    for key, (meaning, valid) in _MANIFEST_FIELDS.items():
+        if not valid(manifest.get(key)):
+            raise DataError(f"{manifest_path}: '{key}' must be {meaning}, not {reprlib.repr(manifest.get(key))}")
     return manifest
+
+
+def _positive(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _strings(value) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+_MANIFEST_FIELDS = {  # key: (what it must be, its test)
+    "count": ("a positive integer", _positive),
+    "shapes": ("a list of record shapes [C, H, W]", lambda value: isinstance(value, list) and value and all(
+        isinstance(shape, list) and all(_positive(size) for size in shape) and valid_shape(shape) for shape in value)),
+    "dtype": ("a string", lambda value: isinstance(value, str)),
+    "encoding": ("a string", lambda value: isinstance(value, str)),
+    "source_sha256": ("a string", lambda value: isinstance(value, str)),
+    "label_names": ("a list of strings", lambda value: value is None or _strings(value)),
+    "label_counts": ("a map of labels to counts", lambda value: isinstance(value, dict) and all(
+        re.fullmatch(r"-?[0-9]+", label) and _positive(count) for label, count in value.items())),
+}
 
 
 _OPEN_ENVIRONMENTS: dict[str, list] = {}  # path -> [environment, users]; LMDB allows one per process
@@ -164,14 +225,29 @@ def _open_environment(path: str) -> lmdb.Environment:
     """The read-only LMDB environment of ``path``, shared by every reader in this process."""
     with _OPEN_LOCK:
         if path not in _OPEN_ENVIRONMENTS:
-            try:
-                env = lmdb.open(path, readonly=True, lock=False, readahead=False, subdir=True, max_readers=1024)
-            except lmdb.Error as exc:
-                raise DataError(f"{path}: cannot open the LMDB database: {exc}") from None
-            _OPEN_ENVIRONMENTS[path] = [env, 0]
+            _OPEN_ENVIRONMENTS[path] = [_checked_environment(path), 0]
         entry = _OPEN_ENVIRONMENTS[path]
         entry[1] += 1
         return entry[0]
+
+
+def _checked_environment(path: str) -> lmdb.Environment:
+    """``path``'s LMDB opened read-only; DataError when data.mdb is shorter than the LMDB's own map says.
+
+    The map's size comes from the meta pages at the start of the file; reading a page past the end of a
+    truncated file would kill the process with SIGBUS.
+    """
+    size = regular_file(os.path.join(path, LMDB_FILE))
+    try:
+        env = lmdb.open(path, readonly=True, lock=False, readahead=False, subdir=True, max_readers=1024)
+    except lmdb.Error as exc:
+        raise DataError(f"{path}: cannot open the LMDB database: {one_line(exc)}") from None
+    needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    if size < needed:
+        env.close()
+        raise DataError(f"{path}: damaged: {LMDB_FILE} holds {size} bytes, its LMDB pages need {needed} (a truncated "
+                        "copy?); copy or convert it again")
+    return env
 
 
 def _release_environment(path: str) -> None:
@@ -186,69 +262,131 @@ def _release_environment(path: str) -> None:
 class Dataset:
     """A finished dataset folder opened for reading: ``count``, ``shapes``, ``label_names`` and records by index.
 
-    Safe to read from several threads (each gets its own LMDB transaction).
+    Opening checks the files against the manifest without reading the records (see the module's
+    docstring); :meth:`verify` reads them all.  Safe to read from several threads (each gets its own LMDB
+    transaction).
     """
 
     def __init__(self, path: str):
         self.path = os.path.abspath(path)
         self.manifest = read_manifest(self.path)
         self.backend = self.manifest["backend"]
-        self.count = int(self.manifest["count"])
+        self.count = self.manifest["count"]
         self.shapes = [tuple(s) for s in self.manifest["shapes"]]
-        self.label_names = list(self.manifest.get("label_names", []))
+        self.label_names = list(self.manifest.get("label_names") or [])
         self._local = threading.local()
-        if self.backend == "lmdb":
-            self.env = _open_environment(self.path)
-        else:
-            self.h5 = h5py.File(os.path.join(self.path, HDF5_FILE), "r")
-            self.h5_lock = threading.Lock()
+        self.env = self.h5 = None
+        try:
+            if self.backend == "lmdb":
+                self._open_lmdb()
+            else:
+                self._open_hdf5()
+        except DataError:
+            self.close()
+            raise
+
+    def _open_lmdb(self) -> None:
+        self.env = _open_environment(self.path)
+        entries = self.env.stat()["entries"]
+        if entries != self.count:
+            raise DataError(f"{self.path}: the manifest counts {self.count} records, {LMDB_FILE} holds {entries}; "
+                            "convert it again")
+
+    def _open_hdf5(self) -> None:
+        path = os.path.join(self.path, HDF5_FILE)
+        self.h5 = hdf5.open_file(path)
+        self.h5_lock = threading.Lock()
+        self.h5_data = hdf5.stored_dataset(self.h5, path, "data")
+        self.h5_label = hdf5.stored_dataset(self.h5, path, "label")
+        if self.h5_label.dtype.kind not in "iu":
+            raise DataError(f"{path}: dataset 'label' holds {self.h5_label.dtype}, not integers")
+        if len(self.shapes) > 1 or self.h5_data.shape != (self.count, *self.shapes[0]) or \
+                self.h5_label.shape != (self.count,):
+            raise DataError(f"{path}: datasets data {list(self.h5_data.shape)} and label {list(self.h5_label.shape)} "
+                            f"do not hold the manifest's {self.count} records of shape {self._shapes_text()}")
+
+    def _shapes_text(self) -> str:
+        return " or ".join(str(list(shape)) for shape in self.shapes)
 
     def where(self, index: int) -> str:
         """How errors name a record: ``<folder> record <key>``."""
         return f"{self.path} record {record_key(index).decode()}"
 
+    @contextlib.contextmanager
+    def _reading(self, index: int):
+        """Turn LMDB's and HDF5's read errors (a damaged page or chunk) into a DataError naming record ``index``."""
+        try:
+            yield
+        except (lmdb.Error, OSError) as exc:
+            raise DataError(f"{self.where(index)}: cannot read: {one_line(exc)}") from None
+
     def _raw(self, index: int) -> bytes:
         txn = getattr(self._local, "txn", None)
-        if txn is None:
-            txn = self._local.txn = self.env.begin(buffers=False)
-        value = txn.get(record_key(index))
+        with self._reading(index):
+            if txn is None:
+                txn = self._local.txn = self.env.begin(buffers=False)
+            value = txn.get(record_key(index))
         if value is None:
             raise DataError(f"{self.where(index)}: missing (the manifest counts {self.count} records)")
         return value
 
     def record(self, index: int) -> tuple[numpy.ndarray, int]:
-        """``(image C x H x W uint8, label)`` of record ``index`` (0 <= index < count)."""
+        """``(image C x H x W, label)`` of record ``index`` (0 <= index < count)."""
         if self.backend == "lmdb":
             return decode_record(self._raw(index), self.where(index))
-        with self.h5_lock:
-            return self.h5["data"][index], int(self.h5["label"][index])
+        with self._reading(index), self.h5_lock:
+            image, label = self.h5_data[index], self.h5_label[index]
+        return image, checked_label(label, self.where(index))
 
     def records(self):
-        """Every ``(image, label)`` in index order, read sequentially (an LMDB cursor, HDF5 chunks)."""
+        """Every ``(image, label)`` in index order: LMDB records by key, HDF5 rows a chunk at a time.
+
+        Not with an LMDB cursor: stepping onto a damaged page, a cursor fails an assertion in liblmdb,
+        which aborts the process; a lookup by key reports the damage.
+        """
         if self.backend == "lmdb":
-            with self.env.begin(buffers=False) as txn:
-                for index, (key, value) in enumerate(txn.cursor()):
-                    if key != record_key(index):
-                        raise DataError(f"{self.where(index)}: missing (found key {key.decode(errors='replace')})")
-                    yield decode_record(value, self.where(index))
+            for index in range(self.count):
+                yield self.record(index)
             return
-        for start in range(0, self.count, HDF5_CHUNK_ROWS * 16):
-            with self.h5_lock:
-                images = self.h5["data"][start:start + HDF5_CHUNK_ROWS * 16]
-                labels = self.h5["label"][start:start + HDF5_CHUNK_ROWS * 16]
-            yield from zip(images, (int(label) for label in labels))
+        step = HDF5_CHUNK_ROWS * 16
+        for start in range(0, self.count, step):
+            with self._reading(start), self.h5_lock:
+                images, labels = self.h5_data[start:start + step], self.h5_label[start:start + step]
+            for index, image, label in zip(range(start, start + step), images, labels):
+                yield image, checked_label(label, self.where(index))
 
     def label(self, index: int) -> int:
         """Record ``index``'s label, without decoding its image."""
         if self.backend == "lmdb":
             return read_header(self._raw(index), self.where(index))[0]["label"]
-        with self.h5_lock:
-            return int(self.h5["label"][index])
+        with self._reading(index), self.h5_lock:
+            label = self.h5_label[index]
+        return checked_label(label, self.where(index))
+
+    def verify(self, advance=lambda: None) -> None:
+        """Read and decode every record, calling ``advance`` after each: the full check of a dataset.
+
+        DataError names the first record that cannot be read or decoded, has a bad label or a shape the
+        manifest does not list, or the first label whose count is not the manifest's ``label_counts``.
+        """
+        counts: Counter = Counter()
+        for index, (image, label) in enumerate(self.records()):
+            if image.shape not in self.shapes:
+                raise DataError(f"{self.where(index)}: shape {list(image.shape)}, the manifest lists "
+                                f"{self._shapes_text()}")
+            counts[label] += 1
+            advance()
+        listed = {int(label): count for label, count in self.manifest["label_counts"].items()}
+        for label in sorted(set(counts) | set(listed)):
+            if counts[label] != listed.get(label, 0):
+                raise DataError(f"{self.path}: {counts[label]} records have label {label}, the manifest's "
+                                f"label_counts say {listed.get(label, 0)}")
 
     def close(self) -> None:
         """Release the files (once; later calls do nothing)."""
-        if self.backend == "lmdb" and self.env is not None:
+        if self.env is not None:
             self.env = None
             _release_environment(self.path)
-        elif self.backend == "hdf5":
+        if self.h5 is not None:
             self.h5.close()
+            self.h5 = None

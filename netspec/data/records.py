@@ -8,21 +8,26 @@ A record is::
 
 Records are stored under the key ``f"{index:08d}"`` (ASCII), so key order is
 index order.  Nothing here is pickled: any language with JSON and an image
-decoder can read and write the format.
+decoder can read and write the format.  A header is refused unless its dtype
+is a number type, its shape three positive sizes of at most MAX_RECORD_VALUES
+values in all, and its label an integer in int32's range.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import struct
 
 import numpy
 
-from netspec.data.images import decode_image, encode_image
+from netspec.data.images import checked_label, decode_image, encode_image
 from netspec.errors import DataError
 
 ENCODINGS = ("raw", "png", "jpg")
 KEY_DIGITS = 8
+MAX_RECORD_VALUES = 1 << 28  # C x H x W: 256 MiB of uint8, three channels at Pillow's pixel limit
+NUMBER_KINDS = "uif"  # the numpy.dtype kinds a record may hold: unsigned, signed, floating
 _LENGTH = struct.Struct("<I")
 
 
@@ -56,14 +61,22 @@ def read_header(data: bytes, where: str) -> tuple[dict, memoryview]:
     try:
         header = json.loads(bytes(view[_LENGTH.size:_LENGTH.size + length]).decode("utf-8"))
         shape, dtype = tuple(int(d) for d in header["shape"]), numpy.dtype(header["dtype"])
-        label, encoding = int(header["label"]), header["encoding"]
-    except (ValueError, KeyError, TypeError) as exc:
+        label, encoding = header["label"], header["encoding"]
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:
         raise DataError(f"{where}: bad record header ({type(exc).__name__}: {exc})") from None
-    if encoding not in ENCODINGS or len(shape) != 3:
+    if encoding not in ENCODINGS or not valid_shape(shape):
         raise DataError(f"{where}: bad record header: encoding '{encoding}', shape {list(shape)} "
-                        f"(expected one of {', '.join(ENCODINGS)} and [C, H, W])")
-    header.update(shape=shape, dtype=dtype, label=label)
+                        f"(expected one of {', '.join(ENCODINGS)} and [C, H, W] of at most {MAX_RECORD_VALUES} "
+                        "values)")
+    if dtype.kind not in NUMBER_KINDS:
+        raise DataError(f"{where}: bad record header: dtype '{dtype.name}' is not a number type")
+    header.update(shape=shape, dtype=dtype, label=checked_label(label, where))
     return header, view[_LENGTH.size + length:]
+
+
+def valid_shape(shape) -> bool:
+    """True for a record shape: three positive sizes (C, H, W) of at most MAX_RECORD_VALUES values in all."""
+    return len(shape) == 3 and all(size > 0 for size in shape) and math.prod(shape) <= MAX_RECORD_VALUES
 
 
 def decode_record(data: bytes, where: str) -> tuple[numpy.ndarray, int]:
@@ -71,7 +84,7 @@ def decode_record(data: bytes, where: str) -> tuple[numpy.ndarray, int]:
     header, payload = read_header(data, where)
     shape, dtype = header["shape"], header["dtype"]
     if header["encoding"] == "raw":
-        expected = int(numpy.prod(shape)) * dtype.itemsize
+        expected = math.prod(shape) * dtype.itemsize
         if len(payload) != expected:
             raise DataError(f"{where}: bad record: {len(payload)} payload bytes, the header's shape {list(shape)} "
                             f"of {dtype.name} needs {expected}")

@@ -21,6 +21,7 @@ import numpy
 
 from netspec.data import augment
 from netspec.data.augment import ColorJitterParams, RandomErasingParams, RandomResizedCropParams
+from netspec.data.files import regular_file
 from netspec.errors import DataError, ParamError
 from netspec.spec.schema import FilePath, doc
 
@@ -86,9 +87,14 @@ class Transformer:
         p = self.params
         if p.mean_file:
             try:
-                mean = numpy.load(p.mean_file, allow_pickle=False)
+                regular_file(p.mean_file)
+                mean = numpy.load(p.mean_file, mmap_mode="r", allow_pickle=False)  # its shape first, then its values
+            except DataError as exc:
+                raise ParamError("transform_param.mean_file", str(exc)) from None
             except (OSError, ValueError) as exc:
                 raise ParamError("transform_param.mean_file", f"{p.mean_file}: cannot read: {exc}") from None
+            if not isinstance(mean, numpy.ndarray) or mean.dtype.kind not in "uif":
+                raise ParamError("transform_param.mean_file", f"{p.mean_file}: not a .npy array of numbers")
             if mean.shape != self.in_shape:
                 raise ParamError("transform_param.mean_file", f"{p.mean_file} has shape {list(mean.shape)}, "
                                                               f"the records are {list(self.in_shape)}")
