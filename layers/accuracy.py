@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError, ShapeError
+from netspec.layers.losses import class_labels
 from netspec.layers.softmax import softmax_view
 from netspec.spec.schema import doc
 
@@ -64,9 +65,7 @@ class Accuracy(Layer):
         p = self.block("accuracy_param")
         outer, classes, inner = self.view(bottom[0].shape)
         scores = bottom[0].data.reshape(outer, classes, inner)
-        labels = bottom[1].data.reshape(outer, 1, inner).astype(xp.int64)
-        valid = labels != p.ignore_label if p.ignore_label is not None else xp.ones(labels.shape, dtype=bool)
-        safe = xp.where(valid & (labels >= 0) & (labels < classes), labels, 0)
+        safe, valid = class_labels(self, bottom[1].data.reshape(outer, 1, inner), classes, p.ignore_label)
         label_scores = xp.take_along_axis(scores, safe, axis=1)
         better = (scores > label_scores).sum(axis=1, keepdims=True)
         correct = (better < p.top_k) & valid

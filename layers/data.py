@@ -81,7 +81,8 @@ class DummyData(Layer):
     Used to time or smoke-test a net without a dataset.  Tops: any number,
     shaped by ``dummy_data_param.shape``; ``data_filler`` gives none (zeros),
     one filler for every top, or one per top.  A label top filled
-    ``uniform`` in ``[0, K)`` gives class indices (SoftmaxWithLoss truncates).
+    ``randint`` with ``min: 0, max: K`` gives class indices 0 to K-1 (a loss
+    refuses labels that are not whole class indices).
 
     Example::
 
@@ -90,7 +91,7 @@ class DummyData(Layer):
           top: [data, label]
           dummy_data_param:
             shape: [{dim: [64, 1, 28, 28]}, {dim: [64]}]
-            data_filler: [{type: gaussian, std: 1}, {type: uniform, min: 0, max: 9}]
+            data_filler: [{type: gaussian, std: 1}, {type: randint, min: 0, max: 10}]
     """
 
     type = "DummyData"

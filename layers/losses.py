@@ -47,14 +47,22 @@ class Loss(Layer):
         return {"FULL": outer * inner, "VALID": outer * inner, "BATCH_SIZE": outer, "NONE": 1}[mode]
 
 
-def check_labels(layer: Layer, labels, classes: int, valid) -> None:
-    """Raise DataError when a (non-ignored) class label lies outside [0, classes)."""
+def class_labels(layer: Layer, values, classes: int, ignore_label: int | None = None):
+    """``(labels as int64, valid)`` from the values of a label blob (class indices stored as floats).
+
+    ``valid`` marks the labels other than ``ignore_label``; a valid one that is
+    not a whole number in [0, classes) (1.7, -1, 1e30, NaN) is a DataError
+    naming the layer, the bottom and the value, never truncated or wrapped.
+    """
     xp = layer.xp
-    bad = valid & ((labels < 0) | (labels >= classes))
+    valid = values != ignore_label if ignore_label is not None else xp.ones(values.shape, dtype=bool)
+    bad = valid & ~((values >= 0) & (values < classes) & (values == xp.floor(values)))
     if bool(bad.any()):
-        value = int(labels[bad].ravel()[0])
-        raise DataError(f"layer '{layer.name}': label {value} is outside [0, {classes}) for bottom "
-                        f"'{layer.spec.bottoms[1]}' ({int(xp.count_nonzero(bad))} such labels in the batch)")
+        value = values[bad].ravel()[0]  # as the blob holds it: float32 1.7 shows as 1.7
+        shown = int(value) if float(value).is_integer() and abs(float(value)) < 2 ** 53 else str(value)
+        raise DataError(f"layer '{layer.name}': label {shown} of bottom '{layer.spec.bottoms[1]}' is not a class "
+                        f"index 0 to {classes - 1} ({int(xp.count_nonzero(bad))} such labels in the batch)")
+    return xp.where(valid, values, 0).astype(xp.int64), valid
 
 
 @register_layer
@@ -90,11 +98,8 @@ class SoftmaxWithLoss(Loss):
         if not hasattr(self, "prob") or self.prob.shape != (outer, classes, inner):
             self.prob = xp.empty((outer, classes, inner), dtype=self.dtype)
         softmax(xp, bottom[0].data.reshape(outer, classes, inner), self.prob)
-        labels = bottom[1].data.reshape(outer, 1, inner).astype(xp.int64)
-        ignore = self.block("loss_param").ignore_label
-        self.valid = labels != ignore if ignore is not None else xp.ones(labels.shape, dtype=bool)
-        check_labels(self, labels, classes, self.valid)
-        self.labels = xp.where(self.valid, labels, 0)
+        self.labels, self.valid = class_labels(self, bottom[1].data.reshape(outer, 1, inner), classes,
+                                               self.block("loss_param").ignore_label)
         picked = xp.take_along_axis(self.prob, self.labels, axis=1)
         log_p = xp.log(xp.maximum(picked, xp.finfo(self.dtype).tiny))
         self.norm = self.normalizer(outer, inner, self.valid)
@@ -223,8 +228,7 @@ class HingeLoss(Layer):
         xp = self.xp
         n = bottom[0].shape[0]
         x = bottom[0].data.reshape(n, -1)
-        labels = bottom[1].data.reshape(n, 1).astype(xp.int64)
-        check_labels(self, labels, x.shape[1], xp.ones(labels.shape, dtype=bool))
+        labels, _ = class_labels(self, bottom[1].data.reshape(n, 1), x.shape[1])
         self.sign = xp.ones(x.shape, dtype=self.dtype)
         xp.put_along_axis(self.sign, labels, -1, axis=1)
         self.margin = xp.maximum(0, 1 + self.sign * x)

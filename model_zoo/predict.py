@@ -14,9 +14,10 @@ import warnings
 
 import numpy
 
-from netspec.data.images import decode_image, resized
+from netspec.data.images import decode_image, read_image_file, resized
 from netspec.data.transform import Transformer, TransformParams
 from netspec.engine.net import Net, compile_net
+from netspec.engine.outputs import check_sandbox
 from netspec.engine.registry import layer_schemas
 from netspec.errors import DataError
 from netspec.model_zoo.card import CARD, ModelCard, read_card
@@ -43,12 +44,17 @@ def model_folder(name_or_path: str, zoo: str | None = None) -> str:
 
 
 def load(name_or_path: str, zoo: str | None = None, device: str = "cpu", batch_size: int | None = None,
-         dtype=numpy.float32) -> Model:
+         dtype=numpy.float32, allow_side_effects: bool = False, allow_missing_weights: bool = False) -> Model:
     """The model, ready to predict: its deploy net with its weights, and its card; every file is verified first.
 
     ``name_or_path`` is a model folder or ``name[@version]`` in the zoo;
     ``batch_size`` sets the input's first axis (default: the deploy net's).
     ``netspec.model_zoo.load("digits").predict("digit.png")`` is the whole of using one.
+
+    A model is someone else's code: a deploy net with layers that write files
+    is refused unless ``allow_side_effects`` (their files then go inside the
+    current directory), and weights that leave a learnable layer at its
+    fillers are refused unless ``allow_missing_weights``.
     """
     folder = model_folder(name_or_path, zoo)
     card = read_card(folder)
@@ -63,8 +69,16 @@ def load(name_or_path: str, zoo: str | None = None, device: str = "cpu", batch_s
             if layer.type == "Input":
                 layer.blocks["input_param"].shape[0].dim[0] = batch_size
                 break
-    net = Net(compile_net(spec, phase="TEST"), device=device, dtype=dtype)
-    net.load_weights(os.path.join(folder, card.weights))
+    graph = compile_net(spec, phase="TEST")
+    if not allow_side_effects:
+        check_sandbox(graph, os.path.join(folder, card.deploy_net))
+    net = Net(graph, device=device, dtype=dtype)
+    scores_blob(net, os.path.join(folder, card.deploy_net))
+    report = net.load_weights(os.path.join(folder, card.weights))
+    if report.missing and not allow_missing_weights:
+        raise ZooError(f"{os.path.join(folder, card.weights)}: holds no weights for layer(s) "
+                       f"{', '.join(report.missing)} of the deploy net, so its predictions would be meaningless; "
+                       "pass --allow-missing-weights to predict anyway")
     return Model(net, card, folder)
 
 
@@ -110,6 +124,8 @@ class Model:
             self.net.blobs[input_blob].data[...] = self.net.backend.asarray(data)
             self.net.forward()
             for (name, _), row in zip(chunk, probabilities(self.net)):
+                if not numpy.isfinite(row).all():
+                    raise DataError(f"{name}: the model's output is NaN or infinite for this input")
                 results.append({"input": name, "predictions": self._top(row, top_k)})
         return results
 
@@ -159,6 +175,8 @@ def check_array(array: numpy.ndarray, name: str, card: ModelCard) -> list[tuple[
     if rows is None or any(row.shape != shape for row in rows):
         raise DataError(f"{name}: holds an array of shape {list(array.shape)}; the model takes "
                         f"{list(shape)} (or N x {list(shape)})")
+    if array.dtype.kind not in "biuf" or not numpy.isfinite(array).all():
+        raise DataError(f"{name}: holds values that are not finite numbers ({array.dtype})")
     return [(name if len(rows) == 1 else f"{name}[{i}]", row) for i, row in enumerate(rows)]
 
 
@@ -174,17 +192,13 @@ def read_inputs(paths: list[str], card: ModelCard,
     inputs = []
     for path in paths:
         if path.lower().endswith(".npy"):
-            try:
-                array = numpy.load(path, allow_pickle=False)
+            try:  # mapped, not read: its shape is checked against the card before its values are used
+                array = numpy.load(path, mmap_mode="r", allow_pickle=False)
             except (OSError, ValueError) as exc:
                 raise DataError(f"{path}: cannot read: {exc}") from None
             inputs += check_array(array, path, card)
             continue
-        try:
-            with open(path, "rb") as handle:
-                data = handle.read()
-        except OSError as exc:
-            raise DataError(f"{path}: cannot read: {exc.strerror}") from None
+        data = read_image_file(path)
         image = decode_image(data, path)
         if image.shape[0] != shape[0]:
             adjustments.converted.append(path)
@@ -194,6 +208,14 @@ def read_inputs(paths: list[str], card: ModelCard,
             image = resized(image, shape[1:])
         inputs.append((path, image))
     return inputs, adjustments
+
+
+def scores_blob(net: Net, where: str) -> str:
+    """The blob holding a deploy net's class scores: its first output; ZooError (naming ``where``) without one."""
+    if not net.outputs:
+        raise ZooError(f"{where}: the deploy net has no output (every top is read by another layer), so it "
+                       "scores nothing")
+    return net.outputs[0]
 
 
 def probabilities(net: Net) -> numpy.ndarray:

@@ -11,7 +11,9 @@ import h5py
 
 from netspec.data.dataset import read_manifest
 from netspec.engine.deploy import deploy_net_yaml, derive_deploy_net
-from netspec.engine.net import load_net
+from netspec.engine.net import Net, compile_net
+from netspec.engine.outputs import OutputFolder, check_sandbox
+from netspec.engine.registry import layer_schemas
 from netspec.errors import NetspecError
 from netspec.graph.compiler import included
 from netspec.model_zoo.card import (
@@ -25,8 +27,9 @@ from netspec.model_zoo.card import (
     check_version,
     file_sha256,
 )
+from netspec.model_zoo.predict import scores_blob
 from netspec.model_zoo.zoo import Zoo, ZooError, write_readme
-from netspec.spec.net_spec import NetState
+from netspec.spec.net_spec import NetState, parse_net
 from netspec.training import run_folder
 from netspec.version import __version__
 
@@ -50,6 +53,7 @@ class PublishRequest:
     mean_value: list[float] | None = None
     channels: str | None = None
     force: bool = False
+    allow_side_effects: bool = False  # publish a net with layers that write files (its users must allow them too)
 
 
 def deploy_input(net) -> tuple[str, tuple[int, ...]]:
@@ -122,7 +126,10 @@ def publish(request: PublishRequest, zoo: Zoo) -> ModelCard:
     sources = run_folder.read_sources(request.run_dir) if request.run_dir else {}
     deploy = request.net or run_deploy_net(request.run_dir, sources)
     weights = request.weights or run_weights(request.run_dir)
-    net = load_net(deploy, phase="TEST")
+    graph = compile_net(parse_net(deploy, layer_schemas()), phase="TEST")
+    if not request.allow_side_effects:
+        check_sandbox(graph, request.net or "the deploy net derived from the run")
+    net = Net(graph, output_folder=OutputFolder(anywhere=True))  # publishing never runs the net
     report = net.load_weights(weights)
     missing = [name for name in report.missing if net.params.get(name)]
     if missing:
@@ -209,7 +216,7 @@ def _build_card(request: PublishRequest, net, shape, sources: dict, staged: str)
 
 def _check_label_count(labels: list[str], net, request: PublishRequest) -> None:
     """Label names, when there are any, must name exactly the classes the net scores."""
-    output = net.outputs[0]
+    output = scores_blob(net, request.net or "the deploy net derived from the run")
     classes = net.blobs[output].shape[1]
     if labels and len(labels) != classes:
         where = request.labels_file or "the run's dataset manifest"

@@ -11,6 +11,7 @@ Importing netspec registers the built-in layer types and update rules
 from netspec import layers, solvers  # noqa: F401 - importing them registers the built-in types
 from netspec.engine.builder import L, NetSpec
 from netspec.engine.net import Net, load_net
+from netspec.engine.outputs import OutputFolder
 from netspec.errors import (
     ConfigError,
     DataError,
@@ -23,5 +24,5 @@ from netspec.errors import (
 from netspec.training.solver import Solver, load_solver
 from netspec.version import __version__
 
-__all__ = ["ConfigError", "DataError", "L", "Net", "NetSpec", "NetspecError", "ShapeError", "Solver", "StateError",
-           "TrainingError", "WeightsError", "load_net", "load_solver", "__version__"]
+__all__ = ["ConfigError", "DataError", "L", "Net", "NetSpec", "NetspecError", "OutputFolder", "ShapeError", "Solver",
+           "StateError", "TrainingError", "WeightsError", "load_net", "load_solver", "__version__"]

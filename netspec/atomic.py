@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+
+TEMPORARY_NAME = re.compile(r"\..+\.tmp-\d+")  # what temporary_path names look like
 
 
 def temporary_path(path: str | os.PathLike) -> str:
@@ -24,3 +27,14 @@ def atomic_path(path: str | os.PathLike):
     finally:
         if os.path.exists(temporary):
             os.remove(temporary)
+
+
+def write_bytes(path: str | os.PathLike, data) -> None:
+    """Write ``data`` to ``path`` atomically and durably (flushed to the disk before the rename).
+
+    A full disk is an OSError from here, with no partial file left behind.
+    """
+    with atomic_path(path) as temporary, open(temporary, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())

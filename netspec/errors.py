@@ -8,6 +8,7 @@ or ``KeyError``.
 from __future__ import annotations
 
 import difflib
+import reprlib
 from dataclasses import dataclass
 
 
@@ -94,6 +95,26 @@ class DeviceError(NetspecError):
 
 class DistributedError(NetspecError):
     """A multi-process run cannot go on: MPI is missing, or another rank stopped answering."""
+
+
+class _Short(reprlib.Repr):
+    """reprlib's shortened repr, applied to dict and list subclasses too (YAML's mappings and lists)."""
+
+    def repr1(self, x, level):
+        if isinstance(x, dict) and type(x) is not dict:
+            return self.repr_dict(x, level)
+        if isinstance(x, list) and type(x) is not list:
+            return self.repr_list(x, level)
+        return super().repr1(x, level)
+
+
+_SHORT = _Short()
+_SHORT.maxstring = _SHORT.maxother = 60
+
+
+def shown(value) -> str:
+    """``repr(value)`` cut short (a few items, a few levels, 60 characters a string), for error messages."""
+    return _SHORT.repr(value)
 
 
 def did_you_mean(word: str, candidates) -> str:

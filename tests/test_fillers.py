@@ -49,3 +49,10 @@ def test_positive_unitball_rows_sum_to_one():
     values = draw((5, 2, 3), type="positive_unitball")
     assert (values >= 0).all()
     np.testing.assert_allclose(values.reshape(5, -1).sum(axis=1), np.ones(5))
+
+
+def test_randint_draws_every_whole_number_below_max():
+    values = fill(FillerParams(type="randint", min=2, max=5), (10_000,), np.random.default_rng(0))
+    assert values.dtype == np.float32 and set(np.unique(values)) == {2.0, 3.0, 4.0}
+    with pytest.raises(ParamError, match="randint needs whole numbers min < max, got min 0.0 and max 9.5"):
+        fill(FillerParams(type="randint", min=0, max=9.5), (3,), np.random.default_rng(0))

@@ -253,8 +253,9 @@ def test_hdf5_output_saves_what_reaches_it(tmp_path):
                "dummy_data_param": {"shape": [{"dim": [3, 2]}, {"dim": [3]}],
                                     "data_filler": [{"type": "gaussian"}]}},
               {"name": "save", "type": "HDF5Output", "bottom": ["x", "y"],
-               "hdf5_output_param": {"file_name": str(tmp_path / "out.h5")}}]
-    net = netspec.load_net(yaml.safe_dump({"name": "o", "layers": layers}), seed=0)
+               "hdf5_output_param": {"file_name": "out.h5"}}]
+    net = netspec.load_net(yaml.safe_dump({"name": "o", "layers": layers}), seed=0,
+                           output_folder=netspec.OutputFolder(tmp_path))
     seen = []
     for _ in range(2):
         net.forward()
@@ -266,6 +267,29 @@ def test_hdf5_output_saves_what_reaches_it(tmp_path):
     with h5py.File(tmp_path / "out.h5") as handle:
         assert handle["data"].shape == (6, 2) and handle["label"].shape == (6,)
         np.testing.assert_array_equal(handle["data"][()], np.concatenate(seen))
+
+
+@pytest.mark.parametrize("file_name", ["/tmp/elsewhere.h5", "../elsewhere.h5", "sub/../../elsewhere.h5", "~/x.h5"])
+def test_hdf5_output_stays_in_its_output_folder(tmp_path, file_name):
+    layers = [{"name": "data", "type": "DummyData", "top": "x", "dummy_data_param": {"shape": [{"dim": [3, 2]}]}},
+              {"name": "save", "type": "HDF5Output", "bottom": "x", "hdf5_output_param": {"file_name": file_name}}]
+    text = yaml.safe_dump({"name": "o", "layers": layers})
+    with pytest.raises(netspec.ConfigError, match=r"^<string>:\d+: layer 'save': hdf5_output_param.file_name: '.*' "
+                                                  r"(is outside|climbs out of) the output folder"):
+        netspec.load_net(text, output_folder=netspec.OutputFolder(tmp_path / "run"))
+
+
+def test_hdf5_output_writes_anywhere_when_allowed(tmp_path):
+    layers = [{"name": "data", "type": "DummyData", "top": "x", "dummy_data_param": {"shape": [{"dim": [3, 2]}]}},
+              {"name": "save", "type": "HDF5Output", "bottom": "x",
+               "hdf5_output_param": {"file_name": str(tmp_path / "abs.h5")}},
+              {"name": "save2", "type": "HDF5Output", "bottom": "x",
+               "hdf5_output_param": {"file_name": "../up.h5"}}]
+    net = netspec.load_net(yaml.safe_dump({"name": "o", "layers": layers}),
+                           output_folder=netspec.OutputFolder(tmp_path / "run", anywhere=True))
+    net.forward()
+    net.close()
+    assert (tmp_path / "abs.h5").is_file() and (tmp_path / "up.h5").is_file()
 
 
 def test_an_image_of_another_shape_stops_with_its_name(tmp_path):

@@ -283,16 +283,24 @@ def test_a_run_stopped_by_a_signal_snapshots_and_exits_non_zero(digits, tmp_path
 def test_a_fresh_run_refuses_a_folder_holding_another_run(digits, tmp_path):
     out = tmp_path / "run"
     assert run("train", digits / "solver.yaml", "--max-iter", "2", "--out", out).returncode == 0
-    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    def run_files():
+        return {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != ".lock"}  # lock: a pid
+
+    before = run_files()
     stderr = fails("train", digits / "solver.yaml", "--max-iter", "4", "--out", out)
     assert stderr == (f"error: {out} already holds a run (metrics.jsonl, 2 snapshot file(s)); continue it with "
                       f"--resume {out}/digits_iter_2.solverstate.h5, train into another folder with --out DIR, or "
                       "move it away\n")
-    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    assert run_files() == before
     resumed = run("train", digits / "solver.yaml", "--max-iter", "4", "--out", out,
                   "--resume", out / "digits_iter_2.solverstate.h5")
     assert resumed.returncode == 0, resumed.stderr
-    assert (out / "metrics.jsonl").read_bytes().startswith(before["metrics.jsonl"])
+    # the resumed run redoes the events of iteration 2 on: metrics.jsonl holds each event once
+    kept = b"".join(line for line in before["metrics.jsonl"].splitlines(keepends=True) if json.loads(line)["iter"] < 2)
+    after = (out / "metrics.jsonl").read_bytes()
+    assert after.startswith(kept) and len(after) > len(kept)
+    events = [(e["phase"], e["iter"]) for e in map(json.loads, after.splitlines())]
+    assert len(events) == len(set(events)) and ("TEST", 2) in events
     assert (out / "digits_iter_4.solverstate.h5").exists()
 
 

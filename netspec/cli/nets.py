@@ -8,9 +8,10 @@ import click
 
 from netspec.atomic import atomic_path
 from netspec.cli.errors import user_errors
-from netspec.cli.options import Dims, Integer, level_option, phase_option, stage_option
+from netspec.cli.options import Dims, Integer, level_option, outputs_anywhere_option, phase_option, stage_option
 from netspec.engine.deploy import deploy_net_yaml, derive_deploy_net
 from netspec.engine.net import Net, compile_net, load_net
+from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_class, layer_schemas, layer_types, solver_class, solver_types
 from netspec.errors import NetspecError
 from netspec.inspect.drawing import draw as draw_graph
@@ -130,10 +131,12 @@ def draw(net_file, out, phase, stages, level, rankdir):
 @click.option("--device", default="cpu", show_default=True, help="cpu, gpu or gpu:N")
 @click.option("--seed", type=Integer(), default=0, show_default=True, help="seed for fillers and data")
 @click.option("--json", "as_json", is_flag=True, help="end with one JSON line holding every figure")
+@outputs_anywhere_option
 @user_errors
-def time_command(net_file, iterations, warmup, phase, stages, level, device, seed, as_json):
+def time_command(net_file, iterations, warmup, phase, stages, level, device, seed, as_json, outputs_anywhere):
     """Time forward and backward passes of NET_FILE, layer by layer."""
-    net = load_net(net_file, phase=phase.upper(), device=device, stages=stages or None, level=level, seed=seed)
+    net = load_net(net_file, phase=phase.upper(), device=device, stages=stages or None, level=level, seed=seed,
+                   output_folder=OutputFolder(anywhere=outputs_anywhere))
     try:
         result = time_net(net, iterations=iterations, warmup=warmup)
     finally:
@@ -158,10 +161,12 @@ def time_command(net_file, iterations, warmup, phase, stages, level, device, see
 @level_option
 @click.option("--device", default="cpu", show_default=True, help="cpu, gpu or gpu:N")
 @click.option("--json", "as_json", is_flag=True, help="end with one JSON line holding every figure")
+@outputs_anywhere_option
 @user_errors
-def test_command(net_file, weights, iterations, phase, stages, level, device, as_json):
+def test_command(net_file, weights, iterations, phase, stages, level, device, as_json, outputs_anywhere):
     """Score trained WEIGHTS on NET_FILE: each output averaged over N batches."""
-    net = load_net(net_file, phase=phase.upper(), device=device, stages=stages or None, level=level)
+    net = load_net(net_file, phase=phase.upper(), device=device, stages=stages or None, level=level,
+                   output_folder=OutputFolder(anywhere=outputs_anywhere))
     net.load_weights(weights)
     try:
         scores = net.score(iterations)

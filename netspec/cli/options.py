@@ -72,3 +72,13 @@ stage_option = click.option("--stage", "stages", multiple=True, help="active sta
 
 
 level_option = click.option("--level", type=Integer(), default=None, help="net level for include/exclude rules")
+
+
+outputs_anywhere_option = click.option(
+    "--allow-absolute-outputs", "outputs_anywhere", is_flag=True,
+    help="let layers that write files (HDF5Output) write outside the run folder or current directory")
+
+
+side_effects_option = click.option(
+    "--allow-side-effects", is_flag=True,
+    help="run a net from someone else even though it has layers that write files (HDF5Output)")

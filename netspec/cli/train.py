@@ -8,7 +8,7 @@ import sys
 import click
 
 from netspec.cli.errors import rank_errors, user_errors
-from netspec.cli.options import Integer, Real, level_option, stage_option
+from netspec.cli.options import Integer, Real, level_option, outputs_anywhere_option, stage_option
 from netspec.engine.comm import SingleProcess
 from netspec.inspect.plots import plot_learning_rate, plot_metrics
 from netspec.training.distributed import MPICommunicator, launch
@@ -34,6 +34,7 @@ from netspec.training.signals import exit_status
               help="what Ctrl-C does, at the next iteration boundary")
 @click.option("--sighup-effect", type=click.Choice(["snapshot", "stop", "none"]), default="snapshot",
               show_default=True, help="what SIGHUP does")
+@outputs_anywhere_option
 @click.option("--debug-info", is_flag=True,
               help="at every display, log each blob's mean |data| and |diff| and each parameter's update ratio")
 @click.option("--distributed", is_flag=True,
@@ -46,7 +47,7 @@ from netspec.training.signals import exit_status
               help="start this many ranks on this machine (through mpiexec) and train as --distributed")
 @user_errors
 def train(solver_file, device, weights, resume, force, max_iter, seed, stages, level, run_dir, sigint_effect,
-          sighup_effect, debug_info, distributed, collective_timeout, bucket_mb, processes):
+          sighup_effect, outputs_anywhere, debug_info, distributed, collective_timeout, bucket_mb, processes):
     """Train the net of SOLVER_FILE, testing, logging and snapshotting as it says.
 
     With --distributed, run it as `mpiexec -n N netspec train SOLVER_FILE --distributed`:
@@ -63,7 +64,7 @@ def train(solver_file, device, weights, resume, force, max_iter, seed, stages, l
     comm = MPICommunicator(collective_timeout, bucket_mb * 2 ** 20) if distributed else SingleProcess()
     options = TrainOptions(device=device, weights=weights, resume=resume, force=force, max_iter=max_iter, seed=seed,
                            stages=stages, level=level, run_dir=run_dir, sigint_effect=sigint_effect,
-                           sighup_effect=sighup_effect, debug_info=debug_info)
+                           sighup_effect=sighup_effect, outputs_anywhere=outputs_anywhere, debug_info=debug_info)
     with rank_errors(comm):
         solver = train_run(solver_file, options, comm, say=click.echo)
         if solver.interrupted:

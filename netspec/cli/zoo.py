@@ -8,7 +8,7 @@ import sys
 import click
 
 from netspec.cli.errors import user_errors
-from netspec.cli.options import Integer, Real
+from netspec.cli.options import Integer, Real, side_effects_option
 from netspec.cli.progress import progress_bar
 from netspec.errors import NetspecError
 from netspec.inspect.report import format_table
@@ -61,14 +61,15 @@ def zoo():
                    "else RGB]")
 @zoo_option
 @click.option("--force", is_flag=True, help="replace an existing name@version")
+@side_effects_option
 @user_errors
 def zoo_publish(name, version, net_file, weights, run_dir, labels_file, license_, summary, authors, scale, mean_value,
-                channels, zoo_dir, force):
+                channels, zoo_dir, force, allow_side_effects):
     """Publish a deploy net and its trained weights as NAME@VERSION in a zoo (from a run folder: --run)."""
     request = PublishRequest(name=name, version=version, net=net_file, weights=weights, run_dir=run_dir,
                              labels_file=labels_file, license=license_, summary=summary, authors=list(authors),
                              scale=scale, mean_value=parse_floats(mean_value, "--mean-value"), channels=channels,
-                             force=force)
+                             force=force, allow_side_effects=allow_side_effects)
     target = Zoo(zoo_dir)
     card = publish(request, target)
     metrics = ", ".join(f"{k} {v:.4g}" for k, v in card.metrics.items())
@@ -179,15 +180,19 @@ def zoo_download(ref, sources, zoo_dir, timeout, force):
 @click.option("--top-k", type=Integer(min=1), default=5, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of lines")
 @click.option("--device", default="cpu", show_default=True, help="cpu, gpu or gpu:N")
+@side_effects_option
+@click.option("--allow-missing-weights", is_flag=True,
+              help="predict even though the weights leave some learnable layers at their initial values")
 @zoo_option
 @user_errors
-def predict(model, inputs, top_k, as_json, device, zoo_dir):
+def predict(model, inputs, top_k, as_json, device, allow_side_effects, allow_missing_weights, zoo_dir):
     """Classify image files (or .npy arrays) with MODEL, a zoo name[@version] or a model folder."""
     folder = model_folder(model, zoo_dir)
     prepared, adjustments = read_inputs(list(inputs), read_card(folder))
     if adjustments:
         click.echo(str(adjustments), err=True)
-    loaded = load(folder, device=device, batch_size=min(len(prepared), 64))
+    loaded = load(folder, device=device, batch_size=min(len(prepared), 64), allow_side_effects=allow_side_effects,
+                  allow_missing_weights=allow_missing_weights)
     results = loaded.classify(prepared, top_k)
     if as_json:
         click.echo(json.dumps({"model": loaded.card.ref, "results": results}))

@@ -25,7 +25,7 @@ import dataclasses
 import yaml
 
 from netspec.engine.registry import layer_class, layer_schemas, layer_types
-from netspec.errors import ConfigError, ParamError, ShapeError, did_you_mean
+from netspec.errors import ConfigError, ParamError, ShapeError, did_you_mean, shown
 from netspec.spec.net_spec import parse_layer
 from netspec.spec.schema import Context
 from netspec.spec.yaml_lines import YamlList, YamlMap
@@ -102,7 +102,7 @@ class _LayerFactory:
         def make(*bottoms, ntop: int = 1, in_place: bool = False, **params):
             for bottom in bottoms:
                 if not isinstance(bottom, Top):
-                    raise ConfigError(f"L.{type_name}: bottoms must be tops of other layers, got {bottom!r}")
+                    raise ConfigError(f"L.{type_name}: bottoms must be tops of other layers, got {shown(bottom)}")
             function = Function(type_name, bottoms, params, ntop, in_place)
             return function.tops[0] if ntop == 1 else tuple(function.tops)
 

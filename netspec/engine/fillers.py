@@ -16,7 +16,7 @@ import numpy
 from netspec.errors import ParamError
 from netspec.spec.schema import doc
 
-FILLER_TYPES = ("constant", "uniform", "gaussian", "xavier", "msra", "bilinear", "positive_unitball")
+FILLER_TYPES = ("constant", "uniform", "randint", "gaussian", "xavier", "msra", "bilinear", "positive_unitball")
 
 
 @dataclass
@@ -25,8 +25,8 @@ class FillerParams:
 
     type: Literal[FILLER_TYPES] = doc("constant", "filler type")
     value: float = doc(0.0, "constant: the value")
-    min: float = doc(0.0, "uniform: lower bound")
-    max: float = doc(1.0, "uniform: upper bound")
+    min: float = doc(0.0, "uniform, randint: lower bound")
+    max: float = doc(1.0, "uniform: upper bound; randint: one past the largest value (class labels: the class count)")
     mean: float = doc(0.0, "gaussian: mean")
     std: float = doc(1.0, "gaussian: standard deviation")
     sparse: int = doc(-1, "gaussian: expected non-zeros per output (-1: dense)")
@@ -59,6 +59,11 @@ def fill(params: FillerParams, shape, rng: numpy.random.Generator, dtype=numpy.f
         return numpy.full(shape, params.value, dtype=dtype)
     if kind == "uniform":
         return (params.min + (params.max - params.min) * rng.random(shape, dtype=dtype)).astype(dtype, copy=False)
+    if kind == "randint":  # whole numbers min, min+1, ..., max-1: random class labels for DummyData
+        if not (float(params.min).is_integer() and float(params.max).is_integer() and params.min < params.max):
+            raise ParamError(key, f"randint needs whole numbers min < max, got min {float(params.min)} and max "
+                                  f"{float(params.max)}")
+        return rng.integers(int(params.min), int(params.max), size=shape).astype(dtype)
     if kind == "gaussian":
         values = params.mean + params.std * rng.standard_normal(shape, dtype=dtype)
         if params.sparse >= 0:

@@ -19,6 +19,7 @@ from typing import ClassVar
 
 from netspec.engine.blob import Blob
 from netspec.engine.fillers import FillerParams, constant, fill
+from netspec.engine.outputs import OutputFolder
 from netspec.errors import ShapeError
 from netspec.spec.net_spec import LayerSpec
 
@@ -42,6 +43,8 @@ class Layer:
     is_loss: ClassVar[bool] = False
     label_bottoms: ClassVar[tuple[int, ...]] = ()
     learnable: ClassVar[bool] = True
+    writes_files: ClassVar[bool] = False  # a side effect: its paths go through output_folder, sandboxes refuse it
+    output_folder: OutputFolder = OutputFolder()  # the net sets its own before setup
 
     def __init__(self, spec: LayerSpec, phase: str = "TEST"):
         self.spec = spec

@@ -11,8 +11,9 @@ import numpy
 from netspec.engine import weights
 from netspec.engine.backend import Backend
 from netspec.engine.blob import Blob
+from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_schemas, layer_types
-from netspec.errors import WeightsError
+from netspec.errors import ConfigError, ParamError, WeightsError
 from netspec.graph.compiler import compile_graph
 from netspec.graph.graph import Graph
 from netspec.spec.net_spec import NetSpec, parse_net
@@ -33,11 +34,12 @@ class Net:
 
     ``blobs`` maps every blob name to its Blob; ``params`` maps each layer with
     learnable blobs to their list (shared blobs appear under every user, as
-    views of one memory).
+    views of one memory).  Layers that write files write inside
+    ``output_folder`` (default: the current directory, nowhere outside it).
     """
 
     def __init__(self, graph: Graph, device: str = "cpu", dtype=numpy.float32, seed: int | None = None,
-                 backend: Backend | None = None):
+                 backend: Backend | None = None, output_folder: OutputFolder | None = None):
         self.graph = graph
         self.backend = backend or Backend(device, seed)
         self.dtype = numpy.dtype(dtype)
@@ -58,7 +60,12 @@ class Net:
                 if name not in self.blobs:
                     self.blobs[name] = Blob(graph.blob_shapes[name], xp, self.dtype, name)
                 top.append(self.blobs[name])
-            layer.setup(bottom, top, self.backend, self.dtype)
+            if output_folder is not None:
+                layer.output_folder = output_folder
+            try:
+                layer.setup(bottom, top, self.backend, self.dtype)
+            except ParamError as exc:
+                raise ConfigError(node.spec.problem(str(exc), exc.key)) from None
             for index, owner in enumerate(node.param_owners):
                 if owner is not None:
                     layer.blobs[index].share(self.layers[owner[0]].blobs[owner[1]])
@@ -168,6 +175,15 @@ class Net:
                     return layer.name, blob.name
         return None
 
+    def first_non_finite_param(self) -> tuple[str, int] | None:
+        """``(layer, blob index)`` of the first learnable blob holding a NaN or an infinity, if any."""
+        xp = self.backend.xp
+        for name, blobs in self.owned_params().items():
+            for index, blob in blobs:
+                if not bool(xp.isfinite(blob.data).all()):
+                    return name, index
+        return None
+
     def close(self) -> None:
         """Stop the data layers' background threads and close their files."""
         for layer in self.layers:
@@ -262,12 +278,13 @@ def compile_net(spec: NetSpec, phase: str | None = None, stages=None, level: int
 
 
 def load_net(source, phase: str | None = None, device: str = "cpu", stages=None, level: int | None = None,
-             dtype=numpy.float32, seed: int | None = None) -> Net:
+             dtype=numpy.float32, seed: int | None = None, output_folder: OutputFolder | None = None) -> Net:
     """Read, compile and instantiate a net from a YAML path or YAML text.
 
     ``phase`` (TRAIN/TEST), ``stages`` and ``level`` select layers by their
-    include/exclude rules; they default to the file's ``state``.
+    include/exclude rules; they default to the file's ``state``.  Layers that
+    write files write inside ``output_folder`` (default: the current directory).
     """
     spec = parse_net(source, layer_schemas())
     graph = compile_net(spec, phase=phase, stages=stages, level=level)
-    return Net(graph, device=device, dtype=dtype, seed=seed)
+    return Net(graph, device=device, dtype=dtype, seed=seed, output_folder=output_folder)

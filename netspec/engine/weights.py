@@ -13,13 +13,16 @@ Shared blobs are stored once, under the layer that owns them.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 from dataclasses import dataclass, field
 
 import h5py
 import numpy
 
-from netspec.atomic import atomic_path
+from netspec.atomic import write_bytes
+from netspec.data import hdf5_policy
 from netspec.data.hdf5 import escape_name, open_failure, unescape_name
 from netspec.errors import WeightsError
 from netspec.version import __version__
@@ -49,9 +52,13 @@ class LoadReport:
 
 
 def save_weights(net, path: str | os.PathLike, iteration: int = 0) -> None:
-    """Write every owned parameter blob of ``net`` to ``path`` atomically."""
+    """Write every owned parameter blob of ``net`` to ``path`` atomically (OSError when the disk refuses).
 
-    with atomic_path(path) as temporary, h5py.File(temporary, "w") as handle:
+    The file is built in memory and written in one piece, so a full disk fails
+    cleanly in Python rather than inside the HDF5 library.
+    """
+    image = io.BytesIO()
+    with h5py.File(image, "w") as handle:
         handle.attrs["format"] = FORMAT
         handle.attrs["netspec_version"] = __version__
         handle.attrs["net_name"] = net.graph.name
@@ -62,18 +69,28 @@ def save_weights(net, path: str | os.PathLike, iteration: int = 0) -> None:
             group.attrs["type"] = net.layer_by_name[name].type
             for index, blob in blobs:
                 group.create_dataset(str(index), data=net.backend.to_host(blob.data))
+    write_bytes(path, image.getbuffer())
 
 
-def read_weights(path: str | os.PathLike) -> tuple[dict[str, dict[int, numpy.ndarray]], dict]:
-    """``({layer: {blob index: array}}, root attributes)`` from a weights file."""
+@contextlib.contextmanager
+def open_weights(path: str | os.PathLike):
+    """``({layer: {blob index: dataset}}, root attributes)`` of a weights file, open for reading; nothing is read.
+
+    The file is checked by :mod:`netspec.data.hdf5_policy` first: links,
+    external storage and anything but numeric datasets are refused.
+    """
     path = os.fspath(path)
     try:
         with h5py.File(path, "r") as handle:
             if handle.attrs.get("format") != FORMAT:
                 raise WeightsError(f"{path}: not a netspec weights file (no '{FORMAT}' format mark)")
-            layers = {unescape_name(name): {int(key): group[key][()] for key in group}
-                      for name, group in handle.items() if isinstance(group, h5py.Group)}
-            return layers, dict(handle.attrs)
+            hdf5_policy.check_structure(handle, WeightsError)
+            layers = {}
+            for name, group in handle.items():
+                if not isinstance(group, h5py.Group) or not all(key.isdigit() for key in group):
+                    raise WeightsError(f"{path}: /{name} is not a layer's group of blobs 0, 1, ...")
+                layers[unescape_name(name)] = {int(key): group[key] for key in group}
+            yield layers, dict(handle.attrs)
     except OSError as exc:
         raise WeightsError(f"{path}: cannot read weights file: {open_failure(path, exc)}") from None
 
@@ -85,37 +102,44 @@ def load_weights(net, path: str | os.PathLike, strict: bool = True) -> LoadRepor
     ``missing``).  A blob whose shape differs is a WeightsError naming the
     file, layer and blob, unless ``strict`` is False (fine-tuning): then that
     layer keeps its fillers and is reported as ``reinitialised``.  A file
-    sharing no layer with the net is always an error.
+    sharing no layer with the net, and values that are not finite, are
+    always errors.  Only the blobs the net takes are read, each after its
+    shape is checked.
     """
-    stored, attrs = read_weights(path)
     report = LoadReport()
     owned = net.owned_params()
-    mismatches = []
-    for name, blobs in owned.items():
-        if name not in stored:
-            report.missing.append(name)
-            continue
-        problems = []
-        for index, blob in blobs:
-            if index not in stored[name]:
-                problems.append(f"layer '{name}' blob {index} is missing from the file")
-            elif tuple(stored[name][index].shape) != blob.shape:
-                problems.append(f"layer '{name}' blob {index} has shape {tuple(stored[name][index].shape)} "
-                                f"in the file but {blob.shape} in the net")
-        if problems and not strict:
-            report.reinitialised.append(name)
-        else:
-            mismatches.extend(problems)
-            report.copied.append(name)
-    report.unused = [name for name in stored if name not in owned]
-    if mismatches:
-        raise WeightsError(f"{os.fspath(path)}: {'; '.join(mismatches)}")
-    if owned and not report.copied:
-        raise WeightsError(
-            f"{os.fspath(path)}: the weights are of net '{attrs.get('net_name', '?')}' and share no layer "
-            f"with net '{net.graph.name}' (file: {', '.join(sorted(stored)) or 'none'}; "
-            f"net: {', '.join(owned)})")
+    with open_weights(path) as (stored, attrs):
+        mismatches = []
+        for name, blobs in owned.items():
+            if name not in stored:
+                report.missing.append(name)
+                continue
+            problems = []
+            for index, blob in blobs:
+                if index not in stored[name]:
+                    problems.append(f"layer '{name}' blob {index} is missing from the file")
+                elif tuple(stored[name][index].shape) != blob.shape:
+                    problems.append(f"layer '{name}' blob {index} has shape {tuple(stored[name][index].shape)} "
+                                    f"in the file but {blob.shape} in the net")
+            if problems and not strict:
+                report.reinitialised.append(name)
+            else:
+                mismatches.extend(problems)
+                report.copied.append(name)
+        report.unused = [name for name in stored if name not in owned]
+        if mismatches:
+            raise WeightsError(f"{os.fspath(path)}: {'; '.join(mismatches)}")
+        if owned and not report.copied:
+            raise WeightsError(
+                f"{os.fspath(path)}: the weights are of net '{attrs.get('net_name', '?')}' and share no layer "
+                f"with net '{net.graph.name}' (file: {', '.join(sorted(stored)) or 'none'}; "
+                f"net: {', '.join(owned)})")
+        values = {(name, index): hdf5_policy.read_dataset(stored[name][index], WeightsError, blob.shape)
+                  for name in report.copied for index, blob in owned[name]}
+    for (name, index), array in values.items():
+        if not numpy.isfinite(array).all():
+            raise WeightsError(f"{os.fspath(path)}: layer '{name}' blob {index} holds NaN or infinite values")
     for name in report.copied:
         for index, blob in owned[name]:
-            blob.data[...] = net.backend.asarray(stored[name][index], dtype=blob.dtype)
+            blob.data[...] = net.backend.asarray(values[name, index], dtype=blob.dtype)
     return report

@@ -11,7 +11,7 @@ import os
 import yaml
 
 from netspec.engine.net import Net, load_net
-from netspec.engine.registry import layer_schemas
+from netspec.engine.registry import layer_class, layer_schemas
 from netspec.interop.caffe_import import (
     CaffePaths,
     ImportReport,
@@ -66,6 +66,11 @@ def import_net_file(prototxt: str, out: str | None = None,
     """
     out, net, report = _imported(prototxt, out, caffe_root, import_net)
     _write(prototxt, out, net, "caffe", check=lambda text: parse_net(text, layer_schemas()))
+    writers = [f"{layer['name']} ({layer['type']})" for layer in net.get("layers", [])
+               if layer_class(layer["type"]).writes_files]
+    if writers:
+        report.notes.append(f"{out}: layer {', '.join(writers)} writes files: inside the run folder when training, "
+                            "the current directory otherwise (--allow-absolute-outputs lets it write elsewhere)")
     return out, net, report
 
 

@@ -235,7 +235,8 @@ def copy_caffemodel(net, stored: dict, path: str) -> tuple[list[str], list[str]]
 
     Legacy 4-axis blob shapes are reshaped when the counts agree, as Caffe
     did.  Returns ``(layers left with their fillers, file layers the net
-    lacks)``; blobs that do not fit are a DataError naming each.
+    lacks)``; blobs that do not fit, or a file that matches no layer, are a
+    DataError naming them.
     """
     from netspec.errors import DataError
 
@@ -255,6 +256,9 @@ def copy_caffemodel(net, stored: dict, path: str) -> tuple[list[str], list[str]]
                                 f"{list(blob.shape)} in the net")
     if problems:
         raise DataError(f"{path}: the blobs do not match the net: " + "; ".join(problems))
+    if owned and len(missing) == len(owned):
+        raise DataError(f"{path}: no layer of the file has the name of a layer of net '{net.graph.name}' "
+                        f"(file: {', '.join(stored)}; net: {', '.join(owned)})")
     for name, blobs in owned.items():
         for (_, blob), array in zip(blobs, stored.get(name, [])):
             blob.data[...] = net.backend.asarray(array.reshape(blob.shape), dtype=blob.dtype)

@@ -11,6 +11,7 @@ V1 ``layers`` entries (field 2).  Field numbers follow caffe.proto:
 
 from __future__ import annotations
 
+import math
 import struct
 
 import numpy
@@ -85,8 +86,8 @@ def read_blob(data: bytes, where: str) -> numpy.ndarray:
         if (floats or doubles) else numpy.zeros(0)
     if shape is None:
         shape = [legacy.get(i, 1) for i in (1, 2, 3, 4)] if legacy else [values.size]
-    if int(numpy.prod(shape)) != values.size:
-        raise DataError(f"{where}: the blob's shape {shape} holds {int(numpy.prod(shape))} values, "
+    if math.prod(shape) != values.size or any(d >= 1 << 31 for d in shape):
+        raise DataError(f"{where}: the blob's shape {shape} holds {math.prod(shape)} values, "
                         f"the data has {values.size}")
     return values.reshape(shape)
 

@@ -3,7 +3,8 @@
 A message becomes a :class:`Message`: an ordered mapping from field name to
 the list of its values (every field may repeat), each value a number, a
 string, an enum identifier (kept as a string), a bool, or a nested Message.
-``lines`` records the line of each field's first occurrence.  A syntax error
+``lines`` records the line of each field's first occurrence.  A syntax error,
+a file that is not UTF-8, or messages nested deeper than :data:`MAX_DEPTH`
 is a DataError naming the file, line and column.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from netspec.errors import DataError
+from netspec.errors import DataError, shown
 
 TOKEN = re.compile(r"""
     (?P<space>[ \t\r\n]+|\#[^\n]*)
@@ -20,6 +21,7 @@ TOKEN = re.compile(r"""
   | (?P<name>[A-Za-z_][A-Za-z0-9_.]*)
   | (?P<punct>[{}\[\]:;,<>])
 """, re.VERBOSE | re.IGNORECASE)
+MAX_DEPTH = 100  # nested messages; Caffe's deepest (a filler in a param in a layer) is 3
 ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "a": "\a", "b": "\b", "f": "\f",
            "v": "\v", "?": "?"}
 
@@ -96,6 +98,7 @@ class _Parser:
             position = match.end()
         self.tokens.append(("end", "", line, position - line_start + 1))
         self.index = 0
+        self.depth = 0
 
     def fail(self, line: int, column: int, message: str):
         raise DataError(f"{self.where}:{line}:{column}: {message}")
@@ -109,6 +112,14 @@ class _Parser:
         return token
 
     def message(self, closing: str | None, line: int = 1) -> Message:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            self.fail(line, self.peek()[3], f"messages nested deeper than {MAX_DEPTH} levels")
+        result = self._fields(closing, line)
+        self.depth -= 1
+        return result
+
+    def _fields(self, closing: str | None, line: int) -> Message:
         result = Message(line)
         while True:
             kind, value, line, column = self.peek()
@@ -120,7 +131,7 @@ class _Parser:
                 self.take()
                 return result
             if kind != "name":
-                self.fail(line, column, f"expected a field name, found {value!r}")
+                self.fail(line, column, f"expected a field name, found {shown(value)}")
             self.take()
             self.field(result, value, line)
             if self.peek()[1] in (",", ";"):
@@ -162,8 +173,8 @@ class _Parser:
             return _number(value)
         if kind == "name":
             return {"true": True, "false": False, "True": True, "False": False}.get(value, value)
-        self.fail(line, column, f"expected a value, found {value!r}" if value else "expected a value before the end "
-                  "of the file")
+        self.fail(line, column, f"expected a value, found {shown(value)}" if value
+                  else "expected a value before the end of the file")
 
 
 def parse_prototxt(text: str, where: str = "<string>") -> Message:
@@ -178,4 +189,6 @@ def read_prototxt(path: str) -> Message:
             text = handle.read()
     except OSError as exc:
         raise DataError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not a text file (byte {exc.start} is not UTF-8)") from None
     return parse_prototxt(text, path)

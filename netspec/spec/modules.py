@@ -17,7 +17,9 @@ Placeholders follow :mod:`netspec.spec.placeholders`; ``${name}`` is the
 use's name.  A repeat expands its module ``count`` times, copy i reading the
 previous copy's top, with ``${index}`` (start + i), ``${number}`` (index + 1)
 and ``${letter}`` (a, b, ... for index 0, 1, ...) in its name, top and ``with``.
-Nothing is evaluated: expansion only copies and substitutes.  Layers that come
+Nothing is evaluated: expansion only copies and substitutes, each included
+file is read once however often it is included, and a net that would expand
+past :data:`MAX_LAYERS` layers is refused as soon as it does.  Layers that come
 from a module keep their lines in the module's file and say where the module
 was used, so an error names both.
 """
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from netspec.errors import ConfigError, did_you_mean
+from netspec.errors import ConfigError, Problem, did_you_mean, shown
 from netspec.spec.placeholders import PLACEHOLDER, strings_in, substitute
 from netspec.spec.schema import Context
 from netspec.spec.yaml_lines import YamlList, YamlMap, load_yaml, read_source, to_plain
@@ -40,6 +42,7 @@ USE_KEYS = ("use", "name", "bottom", "top", "with")
 REPEAT_KEYS = ("count", "start", "use", "name", "bottom", "top", "with")
 INDEX_NAMES = ("index", "number", "letter")
 MAX_DEPTH = 32
+MAX_LAYERS = 100_000  # layers a net may expand to; ResNet-152 has about 500
 
 
 @dataclass
@@ -65,7 +68,7 @@ def uses_modules(tree: YamlMap) -> bool:
 def expand_net(tree: YamlMap, ctx: Context) -> YamlMap:
     """The net with every module use and repeat expanded into plain layers (problems go to ``ctx``)."""
     modules: dict[str, Module] = {}
-    _collect(tree, ctx.file, ctx.base_dir, ctx, modules, visiting=())
+    _collect(tree, ctx.file, ctx.base_dir, ctx, modules, visiting=(), collected=set())
     expander = _Expander(modules, ctx)
     layers = tree.get("layers")
     expanded = YamlList(expander.layers(layers, ctx.file, None, ())) if isinstance(layers, YamlList) else layers
@@ -79,14 +82,17 @@ def expand_net(tree: YamlMap, ctx: Context) -> YamlMap:
     return result
 
 
-def _collect(tree, file, base_dir, ctx: Context, modules: dict, visiting: tuple) -> None:
-    """Read the modules of ``tree`` and of the files it includes (each file once; cycles refused)."""
+def _collect(tree, file, base_dir, ctx: Context, modules: dict, visiting: tuple, collected: set) -> None:
+    """Read the modules of ``tree`` and of the files it includes (each file once; cycles refused).
+
+    ``visiting`` is the chain of includes being read, ``collected`` every file already read.
+    """
     includes = tree.get("include", [])
     includes = includes if isinstance(includes, list) else [includes]
     for value in includes:
         line = tree.line_of("include")
         if not isinstance(value, str):
-            ctx.add_at(file, line, f"include: expected a file path, got {value!r}")
+            ctx.add_at(file, line, f"include: expected a file path, got {shown(value)}")
             continue
         path = os.path.normpath(os.path.join(base_dir, os.path.expanduser(value)))
         if path in visiting:
@@ -95,12 +101,15 @@ def _collect(tree, file, base_dir, ctx: Context, modules: dict, visiting: tuple)
         if not os.path.isfile(path):
             ctx.add_at(file, line, f"include: '{path}' does not exist")
             continue
+        if path in collected:
+            continue
+        collected.add(path)
         text, filename = read_source(path)
         included = load_yaml(text, filename)
         if not isinstance(included, YamlMap):
             ctx.add_at(filename, 1, "an included file must be a mapping with 'modules'")
             continue
-        _collect(included, filename, os.path.dirname(path), ctx, modules, visiting + (path,))
+        _collect(included, filename, os.path.dirname(path), ctx, modules, visiting + (path,), collected)
     if "modules" not in tree:
         return
     declared = tree["modules"]
@@ -150,6 +159,7 @@ class _Expander:
 
     def __init__(self, modules: dict[str, Module], ctx: Context):
         self.modules, self.ctx = modules, ctx
+        self.expanded = 0  # plain layers produced so far
 
     def layers(self, nodes, file, via, stack) -> list:
         result = []
@@ -159,6 +169,10 @@ class _Expander:
             elif isinstance(node, YamlMap) and "repeat" in node:
                 result += self.repeat(node, file, via, stack)
             else:
+                self.expanded += 1
+                if self.expanded > MAX_LAYERS:
+                    raise ConfigError(Problem(f"the modules and repeats expand to more than {MAX_LAYERS:,} layers",
+                                              file=file or "<string>", line=getattr(node, "line", None), via=via))
                 if isinstance(node, YamlMap):
                     self._check_leftovers(node, file, node.line, via)
                     node = _located(node, file, via)
@@ -241,10 +255,11 @@ class _Expander:
         count, start = spec.get("count"), spec.get("start", 0)
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             self.ctx.add_at(file, spec.line_of("count"),
-                            f"repeat count must be an integer of at least 1, got {count!r}", via)
+                            f"repeat count must be an integer of at least 1, got {shown(count)}", via)
             return []
         if not isinstance(start, int) or isinstance(start, bool) or start < 0:
-            self.ctx.add_at(file, spec.line_of("start"), f"repeat start must be an integer >= 0, got {start!r}", via)
+            self.ctx.add_at(file, spec.line_of("start"), f"repeat start must be an integer >= 0, got {shown(start)}",
+                            via)
             return []
         if count > 1 and not PLACEHOLDER.search(str(spec.get("top", ""))):
             self.ctx.add_at(file, spec.line_of("top"), "a repeat's top needs ${index}, ${number} or ${letter} so that "

@@ -139,6 +139,10 @@ def parse_layer(node, index: int, layer_schemas: dict[str, dict[str, type]], ctx
         ctx.origin = (getattr(node, "file", None) or ctx.file, getattr(node, "via", None))
     if not isinstance(name, str) or not name:
         ctx.add("every layer needs a 'name' (a non-empty string)", node.line, "name")
+    elif name in (".", "..") or any(ord(c) < 32 or ord(c) == 127 for c in name):
+        ctx.layer = repr(name)[1:-1]
+        ctx.add(f"a layer name cannot be '.' or '..' or hold control characters, got {name!r} (weight files "
+                "store layers by name)", node.line_of("name"), "name")
     type_name = node.get("type")
     schema: dict[str, type] = {}
     if not isinstance(type_name, str):

@@ -16,13 +16,18 @@ import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
-from netspec.errors import Problem, did_you_mean
+from netspec.errors import Problem, did_you_mean, shown
 from netspec.spec.numbers import as_int
 from netspec.spec.yaml_lines import YamlList, YamlMap
 
 
 class FilePath(str):
     """Annotation for a parameter naming a file; relative values resolve against the config's folder."""
+
+
+class OutputPath(str):
+    """Annotation for a file a layer writes; kept as written, resolved by the net's output folder
+    (:mod:`netspec.engine.outputs`), never against the config's folder."""
 
 
 class Limit(float):
@@ -73,7 +78,7 @@ def type_name(tp) -> str:
         return f"a mapping of {type_name(typing.get_args(tp)[1])}"
     if dataclasses.is_dataclass(tp):
         return "a mapping"
-    if tp is FilePath:
+    if tp in (FilePath, OutputPath):
         return "a file path"
     if tp is Limit:
         return "float (or .inf, -.inf)"
@@ -111,7 +116,7 @@ def convert_value(tp, value, ctx: Context, key: str, line: int):
     if origin is dict:
         key_tp, value_tp = typing.get_args(tp)
         if not isinstance(value, dict):
-            ctx.add(f"expected a mapping, got {type(value).__name__} {value!r}", line, key)
+            ctx.add(f"expected a mapping, got {type(value).__name__} {shown(value)}", line, key)
             return INVALID
         out = {}
         for name, item in value.items():
@@ -129,10 +134,10 @@ def convert_value(tp, value, ctx: Context, key: str, line: int):
     ok = (
         (tp is bool and isinstance(value, bool))
         or (tp in (float, Limit) and number)
-        or (tp in (str, FilePath) and isinstance(value, str))
+        or (tp in (str, FilePath, OutputPath) and isinstance(value, str) and (tp is str or value))
     )
     if not ok:
-        ctx.add(f"expected {type_name(tp)}, got {type(value).__name__} {value!r}", line, key)
+        ctx.add(f"expected {type_name(tp)}, got {type(value).__name__} {shown(value)}", line, key)
         return INVALID
     if tp in (float, Limit):
         value = float(value)
@@ -154,7 +159,7 @@ def read_block(cls, node, ctx: Context, prefix: str, line: int):
     if node is None:
         node = YamlMap()
     if not isinstance(node, dict):
-        ctx.add(f"expected a mapping of parameters, got {type(node).__name__} {node!r}", line, prefix)
+        ctx.add(f"expected a mapping of parameters, got {type(node).__name__} {shown(node)}", line, prefix)
         return INVALID
     hints = typing.get_type_hints(cls)
     known = {f.name: f for f in dataclasses.fields(cls)}

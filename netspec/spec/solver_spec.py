@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal
 
-from netspec.errors import ConfigError, Problem, did_you_mean
+from netspec.errors import ConfigError, Problem, did_you_mean, shown
 from netspec.spec.net_spec import NetSpec, NetState, config_hash, read_net
 from netspec.spec.schema import Context, FilePath, doc, read_block, required
 from netspec.spec.yaml_lines import YamlList, YamlMap, load_yaml, read_source
@@ -174,7 +174,8 @@ def _read_net_value(value, ctx: Context, key: str, line: int, layer_schemas,
         return spec
     if isinstance(value, YamlMap):
         return read_net(value, ctx, layer_schemas, line)
-    ctx.add(f"expected a net file path or an inline net (a mapping), got {type(value).__name__} {value!r}", line, key)
+    ctx.add(f"expected a net file path or an inline net (a mapping), got {type(value).__name__} {shown(value)}",
+            line, key)
     return None
 
 

@@ -5,6 +5,12 @@ plus the numbers YAML 1.1 leaves as strings (:mod:`netspec.spec.numbers`);
 mappings and lists come back as :class:`YamlMap` / :class:`YamlList`, which
 remember the line of each key and item so that every problem can be reported
 as ``file:line``.
+
+Whatever the file, the work of reading it is bounded: nesting deeper than
+:data:`MAX_DEPTH`, more than :data:`MAX_ALIASES` aliases, or a tree that
+aliases would expand to more than :data:`MAX_NODES` nodes (an "alias bomb":
+a few hundred bytes that unfold into billions of values) is refused while
+the file is read, before anything walks the tree.
 """
 
 from __future__ import annotations
@@ -16,6 +22,10 @@ import yaml
 
 from netspec.errors import ConfigError, Problem
 from netspec.spec.numbers import FIRST_CHARACTERS, FLOAT_YAML_1_1_MISSES
+
+MAX_DEPTH = 100  # nesting levels; a net file needs about 6
+MAX_ALIASES = 10_000  # '*name' references in one file
+MAX_NODES = 1_000_000  # keys, values and items once aliases are expanded; GoogLeNet written out needs about 20,000
 
 
 class YamlMap(dict):
@@ -47,7 +57,52 @@ class YamlList(list):
 
 
 class _LineLoader(yaml.SafeLoader):
-    """SafeLoader whose mappings and sequences keep their line numbers, and which reads ``1e-3`` as a number."""
+    """SafeLoader whose mappings and sequences keep their line numbers, reads ``1e-3`` as a number,
+    and refuses documents deeper, more aliased or larger than the module's limits."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self.depth = 0
+        self.aliases = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            self.aliases += 1
+            if self.aliases > MAX_ALIASES:
+                raise _OverLimit(None, None, f"more than {MAX_ALIASES:,} aliases",
+                                                  self.peek_event().start_mark)
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise _OverLimit(None, None, f"nested deeper than {MAX_DEPTH} levels",
+                                              self.peek_event().start_mark)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def compose_document(self):
+        node = super().compose_document()
+        if expanded_size(node, {}) > MAX_NODES:
+            raise _OverLimit(
+                None, None, f"its aliases expand to more than {MAX_NODES:,} values", node.start_mark)
+        return node
+
+
+class _OverLimit(yaml.composer.ComposerError):
+    """A document past one of the module's limits (not a syntax error)."""
+
+
+def expanded_size(node: yaml.Node, sizes: dict) -> int:
+    """How many nodes ``node`` stands for once every alias is copied out (``sizes`` memoises shared nodes)."""
+    if id(node) not in sizes:
+        if isinstance(node, yaml.MappingNode):
+            children = [child for pair in node.value for child in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = node.value
+        else:
+            children = []
+        sizes[id(node)] = 1 + sum(expanded_size(child, sizes) for child in children)
+    return sizes[id(node)]
 
 
 def _construct_map(loader: _LineLoader, node: yaml.MappingNode) -> YamlMap:
@@ -95,6 +150,8 @@ def read_source(source: str | os.PathLike) -> tuple[str, str | None]:
             return handle.read(), text
     except OSError as exc:
         raise ConfigError(Problem(f"cannot read the file: {exc.strerror}", file=text)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(Problem(f"not a text file (byte {exc.start} is not UTF-8)", file=text)) from None
 
 
 def load_yaml(text: str, filename: str | None = None) -> Any:
@@ -106,7 +163,8 @@ def load_yaml(text: str, filename: str | None = None) -> Any:
         line = mark.line + 1 if mark else None
         reason = getattr(exc, "problem", None) or str(exc)
         context = getattr(exc, "context", None)
-        message = f"malformed YAML: {reason}" + (f" ({context})" if context else "")
+        kind = "YAML past netspec's limits" if isinstance(exc, _OverLimit) else "malformed YAML"
+        message = f"{kind}: {reason}" + (f" ({context})" if context else "")
         raise ConfigError(Problem(message, file=filename or "<string>", line=line)) from None
 
 

@@ -15,7 +15,7 @@ import difflib
 import json
 import os
 
-from netspec.errors import StateError
+from netspec.errors import StateError, TrainingError
 from netspec.solvers.lr_policies import READS_MAX_ITER, multistep_count
 from netspec.training import run_folder, solver_state
 
@@ -45,8 +45,13 @@ def save(solver) -> str:
     rank_rng_states = comm.gather_object(solver.backend.rank_rng_state(),
                                          f"writing the snapshot of iteration {iteration}")
     if comm.rank == 0:
-        solver.net.save_weights(weights, iteration)
-        solver_state.write_state(state, _state_of(solver, weights, kept, rank_rng_states if comm.size > 1 else []))
+        try:
+            solver.net.save_weights(weights, iteration)
+            solver_state.write_state(state, _state_of(solver, weights, kept, rank_rng_states if comm.size > 1 else []))
+        except OSError as exc:
+            if os.path.exists(weights) and solver.last_snapshot_iter != iteration:
+                os.remove(weights)  # its state could not be written: a weights file alone is no snapshot
+            _unwritten(solver, "the snapshot", weights, exc)
         for old in dropped:
             for path in run_folder.snapshot_paths(solver.spec.snapshot_prefix, old):
                 if os.path.exists(path):
@@ -55,6 +60,21 @@ def save(solver) -> str:
     solver.snapshots = kept
     solver.log.message(f"snapshot at iteration {iteration}: {weights}")
     return state
+
+
+def save_best(solver) -> None:
+    """Write the weights of the best test pass so far (``snapshot_best``), replacing the previous best."""
+    try:
+        solver.net.save_weights(solver.best_weights_path, solver.iter)
+    except OSError as exc:
+        _unwritten(solver, "the best weights", solver.best_weights_path, exc)
+
+
+def _unwritten(solver, what: str, path: str, exc: OSError) -> None:
+    """Raise TrainingError for a file the disk refused; the snapshots written before are intact."""
+    kept = f"the last snapshot, {solver.last_snapshot}, is intact" if solver.last_snapshot else "no snapshot exists"
+    raise TrainingError(f"cannot write {what} of iteration {solver.iter} to {os.path.dirname(path)}: "
+                        f"{exc.strerror or exc}; {kept}. Training stopped")
 
 
 def _state_of(solver, weights: str, kept: list[int], rank_rng_states: list[str]) -> solver_state.SolverState:
@@ -92,7 +112,7 @@ def restore(solver, path: str | os.PathLike, force: bool = False) -> None:
     path = os.fspath(path)
     state = solver_state.read_state(path)
     weights = _check_resumable(solver, path, state, force)
-    solver.optimizer.load_state(state.history, path)
+    solver.optimizer.load_state(solver_state.read_history(path, solver.optimizer.history_shapes()), path)
     solver.net.load_weights(weights)
     solver.iter = state.iteration
     solver.losses.clear()

@@ -71,14 +71,21 @@ class Optimizer:
                 name: self.backend.to_host(buffer) for name, buffer in zip(self.rule.history_names, buffers)}
         return history
 
+    def history_shapes(self) -> dict[str, dict[int, tuple]]:
+        """``{layer: {blob index: shape}}`` of every learnable blob, the shape of each of its history buffers."""
+        shapes: dict[str, dict[int, tuple]] = {}
+        for lp in self.learnable:
+            shapes.setdefault(lp.layer, {})[lp.index] = tuple(lp.blob.shape)
+        return shapes
+
     def load_state(self, history: dict, path: str) -> None:
-        """Take back what :meth:`state` returned (read from the solver state ``path``, named in errors)."""
+        """Take back what :meth:`state` returned (read from the solver state ``path``, named in errors).
+
+        The buffers' shapes are the net's: :func:`netspec.training.solver_state.read_history` checked them.
+        """
         for lp, buffers in zip(self.learnable, self.rule.history):
             saved = history.get(lp.layer, {}).get(lp.index)
             if saved is None or any(name not in saved for name in self.rule.history_names):
                 raise StateError(f"{path}: no update history for layer '{lp.layer}' blob {lp.index}")
             for name, buffer in zip(self.rule.history_names, buffers):
-                if saved[name].shape != buffer.shape:
-                    raise StateError(f"{path}: layer '{lp.layer}' blob {lp.index} has shape {saved[name].shape} "
-                                     f"in the state but {buffer.shape} in the net")
                 buffer[...] = self.backend.asarray(saved[name], dtype=buffer.dtype)

@@ -40,6 +40,7 @@ class TrainOptions:
     sigint_effect: str = "stop"
     sighup_effect: str = "snapshot"
     debug_info: bool = False
+    outputs_anywhere: bool = False  # layers that write files may write outside the run folder
 
 
 def read_solver(solver_file: str, max_iter: int | None = None) -> SolverSpec:
@@ -72,20 +73,33 @@ def train(solver_file: str, options: TrainOptions, comm=None, say: Callable[[str
     """
     comm = comm or SingleProcess()
     root = comm.rank == 0
-    if not root:
-        say = _silent
     spec = read_solver(solver_file, options.max_iter)
     if options.run_dir:
         spec.params.snapshot_prefix = run_folder.prefix_in(options.run_dir, spec.snapshot_prefix)
     folder = run_folder.folder_of(spec.snapshot_prefix)
-    if root and not options.resume:
-        run_folder.refuse_used(folder)
+    if not root:
+        return _train(spec, folder, options, comm, _silent)
+    with run_folder.locked(folder):
+        left = run_folder.remove_leftovers(folder)
+        if left:
+            say(f"removed {len(left)} temporary file(s) an interrupted run left in {folder}")
+        if not options.resume:
+            run_folder.refuse_used(folder)
+        return _train(spec, folder, options, comm, say)
+
+
+def _train(spec: SolverSpec, folder: str, options: TrainOptions, comm, say: Callable[[str], None]) -> Solver:
+    """The run itself, in ``folder`` (whose lock rank 0 holds)."""
+    root = comm.rank == 0
     log = TrainingLog(run_dir=folder) if root else TrainingLog(quiet=True)
     solver = Solver(spec, device=options.device, seed=options.seed, stages=options.stages or None,
-                    level=options.level, log=log, debug_info=options.debug_info, comm=comm)
+                    level=options.level, log=log, debug_info=options.debug_info, comm=comm,
+                    outputs_anywhere=options.outputs_anywhere)
     try:
         if options.resume:
             solver.restore(options.resume, force=options.force)
+            if root:
+                run_folder.truncate_metrics(folder, solver.iter, solver.tests_at(solver.iter))
         if options.weights:
             say(solver.net.load_weights(options.weights, strict=False).summary(options.weights))
         if root:

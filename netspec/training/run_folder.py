@@ -10,9 +10,15 @@
       <prefix>_iter_<N>.weights.h5        snapshot of iteration N: weights ...
       <prefix>_iter_<N>.solverstate.h5    ... and everything else a resumed run needs
       <prefix>_best.weights.h5            the weights of snapshot_best's best test pass
+      .lock                               the pid of the training that writes here, locked while it runs
 
 A folder holds one run: a fresh run refuses a folder with another run's
 metrics or snapshots in it (:func:`refuse_used`); ``--resume`` continues it.
+While a training writes to the folder it holds an OS lock on ``.lock``
+(:func:`locked`; the OS releases it when the process ends, however it ends),
+and a second training there is refused.  Taking the lock removes the
+temporary files a killed run left (:func:`remove_leftovers`); a resumed run
+drops the events after its snapshot from metrics.jsonl (:func:`truncate_metrics`).
 
 An event is ``{"iter", "phase": TRAIN|TEST, "lr", ["epoch"], ["test_net"], <output>: value, ...}``;
 TRAIN events add ``smoothed_loss``, ``images_per_s`` and, distributed, ``communication_ms``.
@@ -21,12 +27,15 @@ Non-finite values are written as strings (``"nan"``), since JSON has no such num
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
 import re
 from typing import TextIO
 
+from netspec.atomic import TEMPORARY_NAME, atomic_path
 from netspec.errors import NetspecError
 
 METRICS = "metrics.jsonl"
@@ -35,6 +44,7 @@ STATE_NAME = re.compile(r".+_iter_(\d+)\.solverstate\.h5")
 WEIGHTS_NAME = re.compile(r".+_iter_(\d+)\.weights\.h5")
 CONFIG = "config"
 SOURCES = "sources.json"
+LOCK = ".lock"
 # keys of an event that are not outputs of a net
 EVENT_KEYS = {"iter", "epoch", "phase", "lr", "test_net", "smoothed_loss", "images_per_s", "communication_ms"}
 
@@ -87,6 +97,45 @@ def refuse_used(folder: str) -> None:
                        "with --out DIR, or move it away")
 
 
+@contextlib.contextmanager
+def locked(folder: str):
+    """Hold the run folder's lock while the block runs; NetspecError naming the holder's pid if another has it.
+
+    A folder the lock created is removed again when the run wrote nothing into it.
+    """
+    created = not os.path.isdir(folder)
+    os.makedirs(folder, exist_ok=True)
+    lock = os.path.join(folder, LOCK)
+    handle = open(lock, "a+", encoding="utf-8")  # noqa: SIM115 - closed below
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            raise NetspecError(f"{folder} is in use by another training (pid {holder}); wait for it to end, or "
+                               "train into another folder with --out DIR") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        yield
+    finally:
+        handle.close()  # closing releases the lock
+        if created and os.listdir(folder) == [LOCK]:
+            os.remove(lock)
+            os.rmdir(folder)
+
+
+def remove_leftovers(folder: str) -> list[str]:
+    """Delete the temporary files a killed run left in ``folder`` (call it holding the lock); their names."""
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    left = [name for name in names if TEMPORARY_NAME.fullmatch(name)]
+    for name in left:
+        os.remove(os.path.join(folder, name))
+    return left
+
+
 # ---- metrics ------------------------------------------------------------------------------------
 def open_metrics(folder: str) -> TextIO:
     """metrics.jsonl opened for appending (a resumed run adds to its events)."""
@@ -125,6 +174,37 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
     except OSError as exc:
         raise NetspecError(f"{path}: cannot read metrics: {exc.strerror}") from None
     return sorted(latest.values(), key=lambda e: e["iter"])
+
+
+def truncate_metrics(folder: str, iteration: int, retest: bool) -> None:
+    """Drop from metrics.jsonl the events a run resumed at ``iteration`` writes again.
+
+    Those are its training events from ``iteration`` on and its tests after
+    it; the test at ``iteration`` too when the resumed run ``retest``s there.
+    """
+    path = metrics_path(folder)
+    if not os.path.isfile(path):
+        return
+    with open(path, encoding="utf-8") as handle:
+        lines = handle.readlines()
+    kept = [line for line in lines if not line.strip() or _kept(line, iteration, retest)]
+    if len(kept) != len(lines):
+        with atomic_path(path) as temporary, open(temporary, "w", encoding="utf-8") as handle:
+            handle.writelines(kept)
+
+
+def _kept(line: str, iteration: int, retest: bool) -> bool:
+    """Whether an event line stays in a run resumed at ``iteration`` (a line that is no event stays, for
+    :func:`read_metrics` to report)."""
+    try:
+        event = json.loads(line)
+    except json.JSONDecodeError:
+        return True
+    if not isinstance(event, dict) or not isinstance(event.get("iter"), int):
+        return True
+    if event.get("phase") == "TEST" and not retest:
+        return event["iter"] <= iteration
+    return event["iter"] < iteration
 
 
 def event_outputs(event: dict) -> list[str]:

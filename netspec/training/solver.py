@@ -28,6 +28,7 @@ import numpy
 from netspec.engine.backend import Backend
 from netspec.engine.comm import SingleProcess
 from netspec.engine.net import Net, compile_net
+from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_schemas, solver_class, solver_types
 from netspec.errors import ConfigError, DeviceError, Problem, TrainingError
 from netspec.solvers.lr_policies import learning_rate
@@ -45,17 +46,20 @@ class Solver:
     ``device``, ``seed``, ``stages`` and ``level`` override the solver file
     (``solver_mode``/``device_id``, ``random_seed``, ``train_state``/``test_state``).
     ``comm`` is the distributed run this process is a rank of (default: none).
+    Layers that write files write inside the run folder, or anywhere with
+    ``outputs_anywhere``.
     """
 
     def __init__(self, spec: SolverSpec, device: str | None = None, seed: int | None = None, stages=None,
                  level: int | None = None, dtype=numpy.float32, log: TrainingLog | None = None,
-                 debug_info: bool = False, comm=None):
+                 debug_info: bool = False, comm=None, outputs_anywhere: bool = False):
         p = spec.params
         self.spec = spec
         if seed is None and p.random_seed >= 0:
             seed = p.random_seed
         self.comm = comm = comm or SingleProcess()
         self.backend = self._backend(device, seed)
+        self.output_folder = OutputFolder(run_folder.folder_of(spec.snapshot_prefix), outputs_anywhere)
         self.net = self._build(spec.train_net, "TRAIN", p.train_state, stages, level, dtype, self.backend)
         self.loss_weights = self.net.output_loss_weights
         if not self.net.has_loss():
@@ -126,14 +130,13 @@ class Solver:
         """Records one update learns from: the batch size times ``iter_size`` times the number of ranks."""
         return self.net.batch_size * self.spec.params.iter_size * self.comm.size
 
-    @staticmethod
-    def _build(net_spec, phase, state, stages, level, dtype, backend) -> Net:
+    def _build(self, net_spec, phase, state, stages, level, dtype, backend) -> Net:
         if stages is None and state is not None:
             stages = state.stage
         if level is None and state is not None:
             level = state.level
         graph = compile_net(net_spec, phase=phase, stages=stages, level=level)
-        return Net(graph, dtype=dtype, backend=backend)
+        return Net(graph, dtype=dtype, backend=backend, output_folder=self.output_folder)
 
     @property
     def rule(self):
@@ -165,8 +168,7 @@ class Solver:
         stop_at = self.iter + iterations
         window_start, window_iter, window_comm = time.perf_counter(), self.iter, self.comm.seconds
         while self.iter < stop_at:
-            if (p.test_interval and self.iter % p.test_interval == 0 and (self.iter > 0 or p.test_initialization)
-                    and self.last_test_iter != self.iter):
+            if self.tests_at(self.iter) and self.last_test_iter != self.iter:
                 self.test_all()
                 if self.plateau is not None and self.plateau.stale >= p.early_stop.patience:
                     self.stop_early()
@@ -203,6 +205,12 @@ class Solver:
                 self.stop_reason = f"stop requested ({self.interrupted.name}): stopping at iteration {self.iter}"
                 self.log.message(self.stop_reason)
                 break
+
+    def tests_at(self, iteration: int) -> bool:
+        """Whether the schedule tests before training iteration ``iteration`` (``test_interval``)."""
+        p = self.params
+        return bool(p.test_interval and self.test_nets and iteration % p.test_interval == 0
+                    and (iteration > 0 or p.test_initialization))
 
     def stop_early(self) -> None:
         """End training because the ``early_stop`` output has not improved for ``patience`` test passes."""
@@ -267,9 +275,12 @@ class Solver:
             where = f"; the first non-finite output is layer '{self.culprit[0]}' top '{self.culprit[1]}'"
         else:
             where = "; it became non-finite on another rank" if self.comm.size > 1 else ""
+        self._stop(f"iteration {self.iter}: the loss is {loss}{where}")
+
+    def _stop(self, what: str) -> None:
+        """Raise TrainingError saying ``what`` went wrong and which snapshot is the last good one."""
         kept = f"the last snapshot is {self.last_snapshot}" if self.last_snapshot else "no snapshot was written"
-        error = TrainingError(f"iteration {self.iter}: the loss is {loss}{where}. Training stopped; {kept} "
-                              "(try a lower base_lr or clip_gradients)")
+        error = TrainingError(f"{what}. Training stopped; {kept} (try a lower base_lr or clip_gradients)")
         error.every_rank = True
         raise error
 
@@ -288,7 +299,7 @@ class Solver:
             results[index] = scores
         if self.best is not None and self.best.update(self.iter, results):
             if self.comm.rank == 0:
-                self.net.save_weights(self.best_weights_path, self.iter)
+                checkpoint.save_best(self)
             self.log.message(f"best {self.best.output} so far ({format_value(self.best.best)}): "
                              f"{self.best_weights_path}")
         if self.plateau is not None:
@@ -297,7 +308,15 @@ class Solver:
 
     # ---- snapshots ------------------------------------------------------------------------------
     def snapshot(self) -> str:
-        """Write this iteration's weights and solver state (see :func:`netspec.training.checkpoint.save`)."""
+        """Write this iteration's weights and solver state (see :func:`netspec.training.checkpoint.save`).
+
+        Weights holding a NaN or an infinity are never written: training stops
+        instead, naming the blob and the last snapshot, which is still good.
+        """
+        bad = self.net.first_non_finite_param()
+        if bad is not None:
+            self._stop(f"iteration {self.iter}: layer '{bad[0]}' blob {bad[1]} holds NaN or infinite values, so "
+                       "no snapshot is written")
         return checkpoint.save(self)
 
     def restore(self, path: str | os.PathLike, force: bool = False) -> None:

@@ -19,7 +19,9 @@ Layout (HDF5, written atomically beside its weights file)::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 from dataclasses import dataclass, field
@@ -27,12 +29,14 @@ from dataclasses import dataclass, field
 import h5py
 import numpy
 
-from netspec.atomic import atomic_path
+from netspec.atomic import write_bytes
+from netspec.data import hdf5_policy
 from netspec.data.hdf5 import escape_name, open_failure, unescape_name
 from netspec.errors import StateError
 from netspec.version import __version__
 
 FORMAT = "netspec-solverstate-1"
+MAX_UNCHECKED_BYTES = 1 << 28  # a dataset no net shape vouches for: data positions, the loss window
 
 
 def file_sha256(path: str | os.PathLike) -> str:
@@ -74,9 +78,12 @@ _ATTRS = ("iteration", "solver_type", "lr_step", "rng_state", "net_name", "net_c
 
 
 def write_state(path: str | os.PathLike, state: SolverState) -> None:
-    """Write ``state`` to ``path`` atomically; ``weights_file`` is stored relative to the state's folder."""
+    """Write ``state`` to ``path`` atomically (OSError when the disk refuses), built in memory first.
 
-    with atomic_path(path) as temporary, h5py.File(temporary, "w") as handle:
+    ``weights_file`` is stored relative to the state's folder.
+    """
+    image = io.BytesIO()
+    with h5py.File(image, "w") as handle:
         handle.attrs["format"] = FORMAT
         handle.attrs["netspec_version"] = __version__
         for name in _ATTRS:
@@ -95,37 +102,79 @@ def write_state(path: str | os.PathLike, state: SolverState) -> None:
                 for key, value in values.items():
                     handle.create_dataset(f"runtime/{net}/{escape_name(layer)}/{key}", data=numpy.asarray(value))
         handle.create_dataset("loss_window", data=numpy.asarray(state.loss_window, dtype=numpy.float64))
+    write_bytes(path, image.getbuffer())
 
 
 def read_state(path: str | os.PathLike) -> SolverState:
-    """Read a solver state file; a missing, truncated or foreign file is a StateError naming it."""
+    """Read a solver state file but its update history (:func:`read_history` reads that).
+
+    A missing, truncated, foreign or unsafe file is a StateError naming it:
+    the file is checked by :mod:`netspec.data.hdf5_policy` before anything is
+    read, and each dataset is bounded by :data:`MAX_UNCHECKED_BYTES`.
+    """
+    with _open(path) as handle:
+        missing = [name for name in _ATTRS if name not in handle.attrs]
+        if missing:
+            raise StateError(f"{os.fspath(path)}: incomplete solver state, missing {', '.join(missing)}")
+        values = {name: handle.attrs[name] for name in _ATTRS}
+        values["iteration"] = int(values["iteration"])
+        values["lr_step"] = int(values["lr_step"])
+        state = SolverState(**values, progress=json.loads(handle.attrs.get("progress", "{}")),
+                            world_size=int(handle.attrs.get("world_size", 1)),
+                            rank_rng_states=json.loads(handle.attrs.get("rank_rng_states", "[]")),
+                            params=json.loads(handle.attrs.get("params", "{}")),
+                            test_rng_state=str(handle.attrs.get("test_rng_state", "")))
+        for net, layers in handle.get("runtime", {}).items():
+            state.runtime[net] = {unescape_name(layer): {key: _read(data) for key, data in values.items()}
+                                  for layer, values in layers.items()}
+        state.loss_window = [float(v) for v in _read(handle["loss_window"])]
+        return state
+
+
+def read_history(path: str | os.PathLike, shapes: dict[str, dict[int, tuple]]) -> dict:
+    """The update history of a state, ``{layer: {blob index: {buffer name: array}}}``, for the blobs of ``shapes``.
+
+    ``shapes`` (``{layer: {blob index: shape}}``) is the net's: only that
+    history is read, each buffer after its shape is checked against it.
+    """
+    history = {}
+    with _open(path) as handle:
+        for escaped, blobs in handle.get("history", {}).items():
+            layer = unescape_name(escaped)
+            for index, buffers in blobs.items() if layer in shapes else ():
+                expected = shapes[layer].get(int(index))
+                if expected is None:
+                    continue
+                for buffer in buffers.values():
+                    if tuple(buffer.shape) != expected:
+                        raise StateError(f"{os.fspath(path)}: layer '{layer}' blob {index} has shape "
+                                         f"{tuple(buffer.shape)} in the state but {expected} in the net")
+                history.setdefault(layer, {})[int(index)] = {name: _read(buffer, expected)
+                                                             for name, buffer in buffers.items()}
+    return history
+
+
+@contextlib.contextmanager
+def _open(path: str | os.PathLike):
+    """A solver state file open for reading, its format and structure checked.
+
+    Failures to read, and a file of another layout, become StateError naming it.
+    """
     path = os.fspath(path)
     try:
         with h5py.File(path, "r") as handle:
             if handle.attrs.get("format") != FORMAT:
                 raise StateError(f"{path}: not a netspec solver state (no '{FORMAT}' format mark)")
-            missing = [name for name in _ATTRS if name not in handle.attrs]
-            if missing:
-                raise StateError(f"{path}: incomplete solver state, missing {', '.join(missing)}")
-            values = {name: handle.attrs[name] for name in _ATTRS}
-            values["iteration"] = int(values["iteration"])
-            values["lr_step"] = int(values["lr_step"])
-            state = SolverState(**values, progress=json.loads(handle.attrs.get("progress", "{}")),
-                                world_size=int(handle.attrs.get("world_size", 1)),
-                                rank_rng_states=json.loads(handle.attrs.get("rank_rng_states", "[]")),
-                                params=json.loads(handle.attrs.get("params", "{}")),
-                                test_rng_state=str(handle.attrs.get("test_rng_state", "")))
-            for layer, blobs in handle.get("history", {}).items():
-                state.history[unescape_name(layer)] = {int(index): {name: buf[()] for name, buf in buffers.items()}
-                                        for index, buffers in blobs.items()}
-            for net, layers in handle.get("runtime", {}).items():
-                state.runtime[net] = {unescape_name(layer): {key: data[()] for key, data in values.items()}
-                                      for layer, values in layers.items()}
-            state.loss_window = [float(v) for v in handle["loss_window"][()]]
-            return state
-    except (OSError, KeyError) as exc:
-        reason = open_failure(path, exc) if isinstance(exc, OSError) else f"incomplete file ({exc})"
-        raise StateError(f"{path}: cannot read solver state: {reason}") from None
+            hdf5_policy.check_structure(handle, StateError)
+            yield handle
+    except OSError as exc:
+        raise StateError(f"{path}: cannot read solver state: {open_failure(path, exc)}") from None
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise StateError(f"{path}: cannot read solver state: incomplete or malformed file ({exc})") from None
+
+
+def _read(dataset, shape: tuple | None = None) -> numpy.ndarray:
+    return hdf5_policy.read_dataset(dataset, StateError, shape, None if shape else MAX_UNCHECKED_BYTES)
 
 
 def weights_path(state_path: str | os.PathLike, state: SolverState) -> str:

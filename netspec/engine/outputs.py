@@ -1,0 +1,55 @@
+"""Where layers that write files may write, and which nets may hold such layers at all.
+
+A layer type that writes files (``HDF5Output``) declares ``writes_files``.
+Its paths go through the net's :class:`OutputFolder`: a relative path
+resolves inside the folder (the run folder when training, the current
+directory for ``netspec test`` and ``predict``); an absolute path, or a
+relative one that climbs out with ``..``, is refused unless the user allows
+writing anywhere.
+
+A net from someone else (a zoo model, an imported Caffe net) runs as an
+inference sandbox: :func:`check_sandbox` refuses it while it holds a layer
+with side effects, unless the user allows them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from netspec.errors import ConfigError, ParamError
+
+
+@dataclass(frozen=True)
+class OutputFolder:
+    """The folder relative output paths resolve in; ``anywhere`` lets paths leave it."""
+
+    root: str = "."
+    anywhere: bool = False
+
+    def resolve(self, path: str, key: str) -> str:
+        """``path`` resolved inside the folder; ParamError naming ``key`` when it would leave it."""
+        root = os.path.abspath(self.root)
+        if self.anywhere:
+            return os.path.join(root, os.path.expanduser(path))
+        if os.path.isabs(path) or path.startswith("~"):
+            raise ParamError(key, f"'{path}' is outside the output folder {root}; write a path relative to it, "
+                                  "or allow writing anywhere (--allow-absolute-outputs)")
+        resolved = os.path.normpath(os.path.join(root, path))
+        if os.path.commonpath([root, resolved]) != root:
+            raise ParamError(key, f"'{path}' climbs out of the output folder {root}; write a path inside it, "
+                                  "or allow writing anywhere (--allow-absolute-outputs)")
+        return resolved
+
+
+def side_effect_layers(graph) -> list[str]:
+    """``name (type)`` of each layer of ``graph`` that writes files or otherwise acts outside the net."""
+    return [f"{node.name} ({node.layer.type})" for node in graph.nodes if node.layer.writes_files]
+
+
+def check_sandbox(graph, where: str) -> None:
+    """Refuse ``graph`` (a net from someone else, read from ``where``) when it has layers with side effects."""
+    found = side_effect_layers(graph)
+    if found:
+        raise ConfigError(f"{where}: layer {', '.join(found)} writes files; a net from someone else runs without "
+                          "side effects unless you allow them (--allow-side-effects)")

@@ -1,0 +1,327 @@
+"""Models from someone else: nets that write files, weights and states that reach outside their file, configs
+that explode, and weights that would give silent wrong answers.  Each is refused in one line, in bounded time
+and memory, and nothing is written outside the folder the user runs in."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from hostile import files_under, refuses, run
+
+import netspec
+
+ROOT = Path(__file__).parent.parent.parent
+DEPLOY = ROOT / "configs" / "digits" / "digits_deploy.yaml"
+
+
+def writer_net(folder: Path, file_name: str) -> Path:
+    """The digits deploy net with an HDF5Output saving its scores to ``file_name``."""
+    path = folder / "evil_deploy.yaml"
+    path.write_text(DEPLOY.read_text() + f"  - {{name: save, type: HDF5Output, bottom: ip2, "
+                                         f"hdf5_output_param: {{file_name: '{file_name}'}}}}\n")
+    return path
+
+
+@pytest.fixture
+def weights(tmp_path) -> Path:
+    """Weights of the digits deploy net, from its fillers."""
+    path = tmp_path / "digits.weights.h5"
+    netspec.load_net(str(DEPLOY), seed=3).save_weights(path)
+    return path
+
+
+def digits_input(folder: Path, value=0.5) -> Path:
+    path = folder / "input.npy"
+    np.save(path, np.full((1, 8, 8), value, dtype=np.float32))
+    return path
+
+
+def reseal(model: Path) -> None:
+    """Make a model's card match its changed weights.h5, as a hostile zoo would (weights.h5 is listed last)."""
+    card = (model / "model.yaml").read_text().split("- path: weights.h5")[0]
+    data = (model / "weights.h5").read_bytes()
+    (model / "model.yaml").write_text(card + f"- path: weights.h5\n  size: {len(data)}\n"
+                                             f"  sha256: {hashlib.sha256(data).hexdigest()}\n")
+
+
+def publish(tmp_path, net, weights, *extra):
+    return run("zoo", "publish", "--name", "m", "--net", net, "--weights", weights, "--zoo", tmp_path / "zoo", *extra)
+
+
+# ---- nets that write files -------------------------------------------------------------------------------------
+def test_a_net_that_writes_files_is_refused_at_publish_and_at_load(tmp_path, weights):
+    outside = tmp_path / "outside"
+    net = writer_net(tmp_path, str(outside / "stolen.h5"))
+    message = refuses("zoo", "publish", "--name", "m", "--net", net, "--weights", weights, "--zoo", tmp_path / "zoo")
+    assert message == (f"error: {net}: layer save (HDF5Output) writes files; a net from someone else runs without "
+                       "side effects unless you allow them (--allow-side-effects)")
+    published = publish(tmp_path, net, weights, "--allow-side-effects")  # the author knows what the net does
+    assert published.returncode == 0, published.stderr
+    work = tmp_path / "work"
+    work.mkdir()
+    model = tmp_path / "zoo" / "models" / "m" / "1"
+    image = digits_input(tmp_path)
+    assert "writes files" in refuses("predict", model, image, cwd=work)
+    # allowed, its output still stays in the current directory: an absolute path is refused
+    assert "is outside the output folder" in refuses("predict", model, image, "--allow-side-effects", cwd=work)
+    assert "is outside the output folder" in refuses("test", model / "deploy.yaml", "--weights",
+                                                     model / "weights.h5", "-n", 1, cwd=work)
+    assert not outside.exists() and files_under(work) == set()
+
+
+@pytest.mark.parametrize("file_name", ["/tmp/netspec-hostile.h5", "../escaped.h5", "~/netspec-hostile.h5"])
+def test_output_paths_stay_in_the_current_directory(tmp_path, weights, file_name):
+    work = tmp_path / "work"
+    work.mkdir()
+    net = writer_net(tmp_path, file_name)
+    message = refuses("test", net, "--weights", weights, "-n", 1, cwd=work)
+    assert message.startswith(f"error: {net}:") and "layer 'save': hdf5_output_param.file_name:" in message
+    assert "--allow-absolute-outputs" in message
+    assert files_under(tmp_path) == {"work", "evil_deploy.yaml", "digits.weights.h5"}
+
+
+def test_a_relative_output_path_writes_in_the_current_directory(tmp_path, weights):
+    work = tmp_path / "work"
+    work.mkdir()
+    result = run("test", writer_net(tmp_path, "features/out.h5"), "--weights", weights, "-n", 2, cwd=work)
+    assert result.returncode == 0, result.stderr
+    with h5py.File(work / "features" / "out.h5") as handle:
+        assert handle["data"].shape == (2, 10)
+
+
+# ---- weights and states that reach outside their file ----------------------------------------------------------
+def hostile_weights(path: Path, weights: Path, how: str) -> Path:
+    """A copy of ``weights`` whose layer ip2 is replaced by something that reaches outside the file."""
+    path.write_bytes(weights.read_bytes())
+    secret = path.parent / "secret.h5"
+    with h5py.File(secret, "w") as handle:
+        handle["x"] = np.ones((10, 128), dtype=np.float32)
+    raw = path.parent / "raw.bin"
+    raw.write_bytes(np.ones(1280, dtype=np.float32).tobytes())
+    with h5py.File(path, "a") as handle:
+        del handle["ip2/0"]
+        group = handle["ip2"]
+        if how == "external link":
+            group["0"] = h5py.ExternalLink(str(secret), "/x")
+        elif how == "soft link":
+            group["0"] = h5py.SoftLink("/conv1/0")
+        elif how == "external storage":
+            group.create_dataset("0", shape=(10, 128), dtype="f4", external=[(str(raw), 0, 1280 * 4)])
+        elif how == "virtual dataset":
+            layout = h5py.VirtualLayout(shape=(10, 128), dtype="f4")
+            layout[:] = h5py.VirtualSource(str(secret), "x", shape=(10, 128))
+            group.create_virtual_dataset("0", layout)
+        elif how == "text":
+            group["0"] = np.array([b"a"] * 1280, dtype=object).reshape(10, 128)
+    return path
+
+
+@pytest.mark.parametrize("how", ["external link", "soft link", "external storage", "virtual dataset", "text"])
+def test_weights_that_reach_outside_their_file_are_refused(tmp_path, weights, how):
+    bad = hostile_weights(tmp_path / "bad.weights.h5", weights, how)
+    message = refuses("check", DEPLOY, "--weights", bad)
+    assert message.startswith(f"error: {bad}: /ip2/0 ")
+    assert ("netspec reads only what is inside the file" in message) or "not numbers" in message
+
+
+def test_zoo_verify_and_predict_refuse_weights_with_a_link_even_when_the_card_matches(tmp_path, weights):
+    assert publish(tmp_path, DEPLOY, weights).returncode == 0
+    model = tmp_path / "zoo" / "models" / "m" / "1"
+    hostile_weights(model / "weights.h5", weights, "external link")
+    reseal(model)
+    for name in ("secret.h5", "raw.bin"):
+        (model / name).unlink()
+    assert refuses("zoo", "verify", "--zoo", tmp_path / "zoo") == (
+        "error: 1 problem(s): m@1: weights.h5: /ip2/0 is an external link; netspec reads only what is inside the file")
+    assert "/ip2/0 is an external link" in refuses("predict", model, digits_input(tmp_path))
+
+
+def test_an_unused_dataset_of_gigabytes_is_never_read(tmp_path, weights):
+    bad = tmp_path / "bomb.weights.h5"
+    bad.write_bytes(weights.read_bytes())
+    with h5py.File(bad, "a") as handle:  # a few KB on disk, 16 GB of zeros when read
+        handle.create_group("unused").create_dataset("0", shape=(1 << 32,), dtype="f4", compression="gzip",
+                                                     chunks=(1 << 20,))
+    assert bad.stat().st_size < 1 << 20
+    result = run("check", DEPLOY, "--weights", bad)
+    assert result.returncode == 0, result.stderr  # only the net's layers are read
+    assert "in the file but not the net: unused" in result.stdout
+    with h5py.File(bad, "a") as handle:  # the same bomb in place of a layer the net reads
+        del handle["conv1/0"]
+        handle["conv1"].create_dataset("0", shape=(1 << 30, 1, 3, 3), dtype="f4", compression="gzip",
+                                       chunks=(1 << 16, 1, 3, 3))
+    assert "has shape (1073741824, 1, 3, 3) in the file but (32, 1, 3, 3) in the net" in refuses(
+        "check", DEPLOY, "--weights", bad)
+
+
+# ---- silent wrong answers --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_predict_refuses_inputs_that_are_not_finite(tmp_path, weights, value):
+    assert publish(tmp_path, DEPLOY, weights).returncode == 0
+    model = tmp_path / "zoo" / "models" / "m" / "1"
+    assert "holds values that are not finite numbers" in refuses("predict", model, digits_input(tmp_path, value))
+
+
+def test_predict_reads_nothing_of_an_npy_that_claims_a_terabyte(tmp_path, weights):
+    assert publish(tmp_path, DEPLOY, weights).returncode == 0
+    bomb = tmp_path / "bomb.npy"
+    with open(bomb, "wb") as handle:
+        np.lib.format.write_array_header_1_0(handle, {"descr": "<f4", "fortran_order": False,
+                                                      "shape": (10 ** 12, 1, 8, 8)})
+    assert refuses("predict", tmp_path / "zoo" / "models" / "m" / "1", bomb).startswith(f"error: {bomb}: cannot read")
+
+
+def test_predict_refuses_a_model_whose_weights_miss_a_layer(tmp_path, weights):
+    assert publish(tmp_path, DEPLOY, weights).returncode == 0
+    model = tmp_path / "zoo" / "models" / "m" / "1"
+    with h5py.File(model / "weights.h5", "a") as handle:  # as a hostile zoo would serve it
+        del handle["ip2"]
+    reseal(model)
+    message = refuses("predict", model, digits_input(tmp_path))
+    assert "holds no weights for layer(s) ip2 of the deploy net" in message and "--allow-missing-weights" in message
+    assert run("predict", model, digits_input(tmp_path), "--allow-missing-weights").returncode == 0
+
+
+def test_weights_holding_nan_are_refused(tmp_path, weights):
+    with h5py.File(weights, "a") as handle:
+        handle["ip2/1"][3] = np.nan
+    assert refuses("check", DEPLOY, "--weights", weights) == (
+        f"error: {weights}: layer 'ip2' blob 1 holds NaN or infinite values")
+
+
+# ---- configs that explode --------------------------------------------------------------------------------------
+def alias_bomb(levels: int = 9) -> str:
+    text = 'a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n'
+    for level in range(1, levels):
+        text += f"l{level}: &l{level} [" + ", ".join([f"*{'a' if level == 1 else f'l{level - 1}'}"] * 9) + "]\n"
+    return text + f"layers: *l{levels - 1}\n"
+
+
+@pytest.mark.parametrize("text, expected", [
+    (alias_bomb(), "YAML past netspec's limits: its aliases expand to more than 1,000,000 values"),
+    ("layers: " + "[" * 5000 + "]" * 5000 + "\n", "YAML past netspec's limits: nested deeper than 100 levels"),
+    ("layers:\n" + "".join("  " * i + "- \n" for i in range(1, 400)), "nested deeper than 100 levels"),
+    ("name: caf\xe9\n".encode("latin-1"), "not a text file (byte 9 is not UTF-8)"),
+], ids=["alias bomb", "deep flow lists", "deep block lists", "latin-1"])
+def test_yaml_bombs_and_deep_nesting_are_refused_at_once(tmp_path, text, expected):
+    net = tmp_path / "net.yaml"
+    net.write_bytes(text if isinstance(text, bytes) else text.encode())
+    started = time.perf_counter()
+    assert expected in refuses("check", net)
+    assert time.perf_counter() - started < 30
+
+
+def test_a_model_card_alias_bomb_is_refused(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.yaml").write_text(alias_bomb().replace("layers:", "name:"))
+    assert "its aliases expand to more than 1,000,000 values" in refuses("predict", model, digits_input(tmp_path))
+
+
+def test_an_include_diamond_reads_each_file_once(tmp_path):
+    for level in range(40):  # each file includes the next twice: 2**40 reads if followed naively
+        nxt = f"level{level + 1}.yaml"
+        body = f"include: [{nxt}, ./{nxt}]\n" if level < 39 else ""
+        (tmp_path / f"level{level}.yaml").write_text(body + f"modules:\n  m{level}:\n    inputs: [x]\n"
+                                                     "    outputs: [y]\n    layers: [{name: r, type: ReLU, "
+                                                     "bottom: x, top: y}]\n")
+    net = tmp_path / "net.yaml"
+    net.write_text("include: level0.yaml\nlayers:\n  - {name: data, type: Input, top: d, input_param: "
+                   "{shape: {dim: [1, 2]}}}\n  - {use: m39, name: u, bottom: d, top: u}\n")
+    started = time.perf_counter()
+    result = run("check", net)
+    assert result.returncode == 0, result.stderr
+    assert time.perf_counter() - started < 30
+
+
+def test_nested_repeats_that_expand_to_billions_of_layers_are_refused(tmp_path):
+    net = tmp_path / "net.yaml"
+    net.write_text("""modules:
+  one: {inputs: [x], outputs: [y], layers: [{name: "${name}", type: ReLU, bottom: x, top: y}]}
+  many:
+    inputs: [x]
+    outputs: [y]
+    layers: [{repeat: {count: 1000, use: one, name: "${name}_${index}", bottom: x, top: "y${index}"}},
+             {name: "${name}_out", type: ReLU, bottom: y999, top: y}]
+  more:
+    inputs: [x]
+    outputs: [y]
+    layers: [{repeat: {count: 1000, use: many, name: "${name}_${index}", bottom: x, top: "m${index}"}},
+             {name: "${name}_out", type: ReLU, bottom: m999, top: y}]
+layers:
+  - {name: data, type: Input, top: d, input_param: {shape: {dim: [1, 2]}}}
+  - {repeat: {count: 1000, use: more, name: "u${index}", bottom: d, top: "u${index}"}}
+""")
+    assert "the modules and repeats expand to more than 100,000 layers" in refuses("check", net)
+
+
+@pytest.mark.parametrize("name", [".", "..", "a\x00b", "tab\there"])
+def test_layer_names_that_cannot_be_stored_are_refused_when_the_net_is_read(tmp_path, name):
+    net = tmp_path / "net.yaml"
+    escaped = name.encode("unicode_escape").decode()
+    net.write_text(f'layers:\n  - {{name: "{escaped}", type: Input, top: d, input_param: {{shape: {{dim: [1]}}}}}}\n')
+    assert "a layer name cannot be '.' or '..' or hold control characters" in refuses("check", net)
+
+
+# ---- Caffe files -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, expected", [
+    ("layer " + "{ a " * 500 + "}" * 500, "messages nested deeper than 100 levels"),
+    ('name: "caf\xe9"'.encode("latin-1"), "not a text file (byte 10 is not UTF-8)"),
+], ids=["deep messages", "latin-1"])
+def test_hostile_prototxt_is_refused(tmp_path, text, expected):
+    path = tmp_path / "net.prototxt"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    assert expected in refuses("import", "caffe", path, "-o", tmp_path / "net.yaml")
+
+
+def varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((value & 0x7F) | (0x80 if value > 0x7F else 0))
+        value >>= 7
+        if not value:
+            return bytes(out)
+
+
+def message(number: int, payload: bytes) -> bytes:
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def caffemodel(layer: str, dims: list[int], values: int) -> bytes:
+    shape = message(1, b"".join(varint(d) for d in dims))
+    blob = message(7, shape) + message(5, np.zeros(values, dtype="<f4").tobytes())
+    return message(100, message(1, layer.encode()) + message(7, blob))
+
+
+def test_hostile_caffemodels_are_refused(tmp_path):
+    prototxt = tmp_path / "net.prototxt"
+    prototxt.write_text('name: "n"\nlayer { name: "data" type: "Input" top: "data" '
+                        'input_param { shape { dim: 1 dim: 4 } } }\n'
+                        'layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" '
+                        'inner_product_param { num_output: 2 } }\n')
+    model = tmp_path / "overflow.caffemodel"
+    model.write_bytes(caffemodel("ip", [1 << 62, 1 << 62, 0], 0))
+    assert "the blob's shape" in refuses("import", "caffemodel", prototxt, model, "-o", tmp_path / "w.h5")
+    model.write_bytes(caffemodel("other", [2, 4], 8))
+    assert "no layer of the file has the name of a layer of net 'n'" in refuses(
+        "import", "caffemodel", prototxt, model, "-o", tmp_path / "w.h5")
+    assert not (tmp_path / "w.h5").exists()
+
+
+def test_an_imported_net_that_writes_files_says_where_and_cannot_write_elsewhere(tmp_path):
+    prototxt = tmp_path / "net.prototxt"
+    prototxt.write_text('name: "n"\nlayer { name: "data" type: "Input" top: "data" '
+                        'input_param { shape { dim: 1 dim: 4 } } }\n'
+                        'layer { name: "out" type: "HDF5Output" bottom: "data" '
+                        'hdf5_output_param { file_name: "/tmp/netspec-hostile-import.h5" } }\n')
+    imported = run("import", "caffe", prototxt, "-o", tmp_path / "net.yaml")
+    assert imported.returncode == 0, imported.stderr
+    assert "layer out (HDF5Output) writes files: inside the run folder when training" in imported.stdout
+    assert "is outside the output folder" in refuses("time", tmp_path / "net.yaml", "-n", 1, "--warmup", 0,
+                                                     cwd=tmp_path)
+    assert not Path("/tmp/netspec-hostile-import.h5").exists()
