@@ -2,7 +2,9 @@
 
 A model is a folder holding its card and the files the card lists (each with
 size and sha256).  Names, versions and file names are restricted to plain
-characters, so nothing a card says can point outside its folder.
+characters, so nothing a card says can point outside its folder, and a file
+cannot take a name the zoo gives its own: the card, the README generated from
+it, a download's ``.part`` file.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from netspec.spec.yaml_lines import YamlMap, load_yaml
 
 CARD = "model.yaml"
 README = "README.md"
+PART = ".part"  # the ending of a file being downloaded
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 VERSION_PATTERN = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+_-]{0,31}$")
 FILE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -137,8 +140,11 @@ def parse_card(text: str, where: str) -> ModelCard:
         bad("version", f"'{card.version}' is not a valid version (letters, digits, '.', '+', '_', '-')")
     listed = [f.path for f in card.files]
     for entry in card.files:
-        if not FILE_PATTERN.match(entry.path) or entry.path == CARD:
+        if not FILE_PATTERN.match(entry.path):
             bad("files", f"'{entry.path}' is not a plain file name inside the model folder")
+        elif entry.path in (CARD, README) or entry.path.endswith(PART):
+            bad("files", f"'{entry.path}' is a name the zoo gives its own files ({CARD}, {README}, *{PART}); "
+                         "rename the model's file")
         if entry.size < 0 or not SHA256_PATTERN.match(entry.sha256):
             bad("files", f"'{entry.path}' needs a size >= 0 and a 64-digit hex sha256")
     if len(set(listed)) != len(listed):

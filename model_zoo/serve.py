@@ -2,7 +2,10 @@
 
 Only GET and HEAD are answered.  A path must name a regular file below the
 zoo through plain names (no ``..``, no hidden folders such as ``.partial``,
-no symbolic links); anything else is 404.
+no symbolic links); anything else is 404.  A Range header other than one
+``bytes=a-b`` range of at most 18-digit numbers is 416.  A connection that
+sends or takes nothing for ``idle_timeout`` seconds is closed, and a request
+that fails is logged in one line; the server goes on.
 """
 
 from __future__ import annotations
@@ -10,16 +13,22 @@ from __future__ import annotations
 import http.server
 import os
 import re
+import sys
 import urllib.parse
 
 CONTENT_TYPES = {".json": "application/json", ".yaml": "text/yaml; charset=utf-8", ".md": "text/markdown"}
-RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+RANGE = re.compile(r"^bytes=(\d{0,18})-(\d{0,18})$")  # larger numbers are no file's offsets
+IDLE_TIMEOUT = 60.0  # seconds a connection may stay silent
 
 
 class ZooRequestHandler(http.server.BaseHTTPRequestHandler):
     """Serves the files of ``server.zoo_root``."""
 
     server_version = "netspec-zoo"
+
+    def setup(self):
+        self.timeout = self.server.idle_timeout  # read by StreamRequestHandler.setup
+        super().setup()
 
     def log_message(self, format, *args):
         if self.server.verbose:
@@ -89,11 +98,27 @@ def _copy_range(source, out, count: int) -> None:
         remaining -= len(chunk)
 
 
-def make_server(root: str, host: str = "127.0.0.1", port: int = 8765, verbose: bool = False):
-    """A threading HTTP server for the zoo at ``root`` (port 0 picks a free one)."""
-    server = http.server.ThreadingHTTPServer((host, port), ZooRequestHandler)
-    server.daemon_threads = True
+class ZooServer(http.server.ThreadingHTTPServer):
+    """A threading HTTP server that reports a failed request in one line instead of a traceback (a client that
+    went away or fell silent only when verbose)."""
+
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        error = sys.exc_info()[1]
+        if self.verbose or not isinstance(error, (ConnectionError, TimeoutError)):
+            print(f"{client_address[0]}:{client_address[1]}: request failed: {error!r}", file=sys.stderr)
+
+
+def make_server(root: str, host: str = "127.0.0.1", port: int = 8765, verbose: bool = False,
+                idle_timeout: float = IDLE_TIMEOUT) -> ZooServer:
+    """A threading HTTP server for the zoo at ``root`` (port 0 picks a free one).
+
+    A connection that sends or takes nothing for ``idle_timeout`` seconds is closed.
+    """
+    server = ZooServer((host, port), ZooRequestHandler)
     server.zoo_root = os.path.realpath(root)
     server.verbose = verbose
+    server.idle_timeout = idle_timeout
     return server
 

@@ -18,7 +18,8 @@ import shutil
 import tempfile
 
 from netspec.atomic import atomic_path
-from netspec.errors import ConfigError, NetspecError
+from netspec.engine.weights import open_weights
+from netspec.errors import ConfigError, NetspecError, WeightsError
 from netspec.model_zoo.card import (
     CARD,
     README,
@@ -59,21 +60,44 @@ def version_key(version: str) -> tuple:
     return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"[.+_-]", version))
 
 
-def check_index(index, where: str) -> dict:
-    """``index`` if it is a valid zoo index (names and versions checked); ZooError naming ``where`` otherwise."""
+def parse_index(text: str | bytes, where: str) -> dict:
+    """The zoo index in JSON ``text``, its names, versions and summaries checked; ZooError naming ``where`` when it
+    is not one."""
+    try:
+        index = json.loads(text)
+    except ValueError as exc:
+        raise ZooError(f"{where}: not JSON ({exc})") from None
+    except RecursionError:
+        raise ZooError(f"{where}: not a netspec zoo index (nested too deeply)") from None
     if not isinstance(index, dict) or index.get("format") != INDEX_FORMAT or not isinstance(index.get("models"), dict):
         raise ZooError(f"{where}: not a netspec zoo index (no '{INDEX_FORMAT}' format)")
     for name, entry in index["models"].items():
-        versions = entry.get("versions") if isinstance(entry, dict) else None
         try:
-            check_name(name)
-            if not isinstance(versions, list) or not versions:
-                raise ConfigError(f"model '{name}' lists no versions")
-            for version in versions:
-                check_version(version)
+            _check_entry(name, entry)
         except ConfigError as exc:
             raise ZooError(f"{where}: invalid index: {exc}") from None
     return index
+
+
+def _check_entry(name: str, entry) -> None:
+    """ConfigError unless ``entry`` is a valid index entry for model ``name``."""
+    check_name(name)
+    versions = entry.get("versions") if isinstance(entry, dict) else None
+    if not isinstance(versions, list) or not versions:
+        raise ConfigError(f"model '{name}' lists no versions")
+    for version in versions:
+        if not isinstance(version, str):
+            raise ConfigError(f"model '{name}': a version must be a string such as \"1\", not {_json_kind(version)}")
+        check_version(version)
+    for key in ("summary", "task"):
+        if not isinstance(entry.get(key, ""), str):
+            raise ConfigError(f"model '{name}': '{key}' must be a string, not {_json_kind(entry[key])}")
+
+
+def _json_kind(value) -> str:
+    """What a JSON value that is not a string is, for messages (never its whole text, which may be huge)."""
+    kinds = {dict: "an object", list: "a list", bool: "true or false", type(None): "null"}
+    return kinds.get(type(value), f"the number {value}")
 
 
 class Zoo:
@@ -89,11 +113,11 @@ class Zoo:
         if not os.path.exists(path):
             return {"format": INDEX_FORMAT, "models": {}}
         try:
-            with open(path, encoding="utf-8") as handle:
-                index = json.load(handle)
-        except (OSError, ValueError) as exc:
-            raise ZooError(f"{path}: cannot read the index: {exc}") from None
-        return check_index(index, path)
+            with open(path, "rb") as handle:
+                text = handle.read()
+        except OSError as exc:
+            raise ZooError(f"{path}: cannot read the index: {exc.strerror}") from None
+        return parse_index(text, path)
 
     def resolve(self, ref: str) -> tuple[str, str]:
         """``(name, version)`` of ``name[@version]`` (latest version when none is given) in this zoo."""
@@ -102,7 +126,7 @@ class Zoo:
         if entry is None:
             raise ZooError(f"no model '{name}' in the zoo {self.root} (netspec zoo list shows what it has)")
         if version is None:
-            return name, entry["latest"]
+            return name, max(entry["versions"], key=version_key)
         if version not in entry["versions"]:
             raise ZooError(f"model '{name}' has no version {version} in {self.root} "
                            f"(it has {', '.join(entry['versions'])})")
@@ -190,7 +214,8 @@ class Zoo:
 
 
 def verify_folder(folder: str) -> list[str]:
-    """Problems with a model folder: files missing, changed, linked, or not listed; [] when it is intact."""
+    """Problems with a model folder: files missing, changed, linked, or not listed, and weights that reach outside
+    their file (:mod:`netspec.data.hdf5_policy`); [] when it is intact."""
     card = read_card(folder)
     problems = []
     for entry in card.files:
@@ -203,6 +228,12 @@ def verify_folder(folder: str) -> list[str]:
             problems.append(f"{entry.path} has {os.path.getsize(path)} bytes, the card says {entry.size}")
         elif file_sha256(path) != entry.sha256:
             problems.append(f"{entry.path} does not match its sha256 in the card")
+    if card.weights and not problems:
+        try:
+            with open_weights(os.path.join(folder, card.weights)):
+                pass
+        except WeightsError as exc:
+            problems.append(str(exc).replace(f"{folder}{os.sep}", ""))
     listed = {entry.path for entry in card.files} | {CARD, README}
     problems += [f"{name} is not listed in the card" for name in sorted(os.listdir(folder)) if name not in listed]
     return problems

@@ -1,0 +1,244 @@
+"""Hostile zoos, servers and clients: a download takes no more than the card says and the disk has, leaves no
+partial file it cannot resume, and ``zoo serve`` outlives malformed and silent clients; bad indexes, cards and
+source configs are one line each."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.client
+import http.server
+import io
+import json
+import re
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import h5py
+import pytest
+from hostile import files_under, refuses, run
+
+from netspec.engine.weights import FORMAT
+from netspec.model_zoo.serve import make_server
+
+ROOT = Path(__file__).parent.parent.parent
+
+
+def weights_bytes(size: int) -> bytes:
+    """A netspec weights file of no layer padded to ``size`` bytes (HDF5 ignores what follows its end)."""
+    image = io.BytesIO()
+    with h5py.File(image, "w") as handle:
+        handle.attrs["format"] = FORMAT
+    data = image.getvalue()
+    return data + (bytes(range(250)) * (size // 250 + 1))[:size - len(data)]
+
+
+WEIGHTS = weights_bytes(300_000)  # never loaded into a net: a download checks bytes and structure only
+FILES = {"deploy.yaml": b"name: tiny\n", "weights.h5": WEIGHTS}
+INDEX = {"format": "netspec-zoo-1", "models": {"tiny": {"versions": ["1"], "latest": "1", "summary": "",
+                                                        "task": "image-classification"}}}
+
+
+def make_zoo(root: Path, sizes: dict[str, int] | None = None, extra_files: tuple[str, ...] = ()) -> Path:
+    """A zoo folder holding tiny@1 with FILES; ``sizes`` overrides sizes the card declares, ``extra_files`` are
+    listed in the card as well (empty)."""
+    folder = root / "models" / "tiny" / "1"
+    folder.mkdir(parents=True)
+    files = FILES | dict.fromkeys(extra_files, b"")
+    lines = ["name: tiny", "version: '1'", "input: {shape: [1, 2, 2], channels: GRAY}", "files:"]
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+        size = (sizes or {}).get(name, len(data))
+        lines.append(f"  - {{path: {name}, size: {size}, sha256: {hashlib.sha256(data).hexdigest()}}}")
+    (folder / "model.yaml").write_text("\n".join(lines) + "\n")
+    (root / "index.json").write_text(json.dumps(INDEX))
+    return root
+
+
+@pytest.fixture
+def serve():
+    """Start an HTTP server in a thread; returns its URL.  Every server is shut down after the test."""
+    servers = []
+
+    def start(server) -> str:
+        servers.append(server)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+class HostileHandler(http.server.BaseHTTPRequestHandler):
+    """Serves the index and cards of ``server.zoo`` as they are, and the model's files as ``server.send`` does."""
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        path = self.server.zoo / self.path.lstrip("/")
+        if path.suffix in (".json", ".yaml"):
+            send_headers(self, len(path.read_bytes()))
+            self.wfile.write(path.read_bytes())
+        else:
+            with contextlib.suppress(ConnectionError):  # the client hung up, as it should
+                self.server.send(self, path.read_bytes())
+
+
+def send_headers(handler, length: int | None, ranges: bool = True) -> None:
+    handler.send_response(200)
+    if length is not None:
+        handler.send_header("Content-Length", str(length))
+    if ranges:
+        handler.send_header("Accept-Ranges", "bytes")
+    handler.end_headers()
+
+
+def zeros_without_end(handler, data):
+    send_headers(handler, None)
+    for _ in range(10_000):  # 640 MB at most, if the client never stopped reading
+        handler.wfile.write(bytes(1 << 16))
+
+
+def zeros_of_the_right_length(handler, data):
+    send_headers(handler, len(data))
+    handler.wfile.write(bytes(len(data)))
+
+
+def a_terabyte_announced(handler, data):
+    send_headers(handler, 10**12)
+    handler.wfile.write(data)
+
+
+def half_then_close(handler, data, ranges: bool = True):
+    send_headers(handler, len(data), ranges)
+    handler.wfile.write(data[:len(data) // 2])
+
+
+def hostile_server(zoo: Path, send) -> http.server.ThreadingHTTPServer:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HostileHandler)
+    server.daemon_threads = True
+    server.zoo, server.send = zoo, send
+    return server
+
+
+# ---- downloads ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("send, message", [
+    (zeros_without_end, "weights.h5: more than the 300000 bytes the card lists; refused"),
+    (zeros_of_the_right_length, "weights.h5: the sha256 does not match the card; the download was discarded"),
+    (a_terabyte_announced, "weights.h5: the server has 1000000000000 bytes where the card lists 300000; refused"),
+])
+def test_a_server_sending_other_bytes_than_the_card_leaves_nothing_behind(tmp_path, serve, send, message):
+    url = serve(hostile_server(make_zoo(tmp_path / "source"), send))
+    zoo = tmp_path / "zoo"
+    assert refuses("zoo", "download", "tiny", "--from", url, "--zoo", zoo).endswith(message)
+    assert files_under(zoo) == set()
+
+
+def test_a_transfer_that_breaks_off_keeps_its_part_only_for_a_server_that_can_resume(tmp_path, serve):
+    source = make_zoo(tmp_path / "source")
+    zoo = tmp_path / "zoo"
+    url = serve(hostile_server(source, half_then_close))
+    assert refuses("zoo", "download", "tiny", "--from", url, "--zoo", zoo).endswith(
+        "weights.h5: the connection closed after 150000 of 300000 bytes; run the same command again to resume")
+    assert (zoo / ".partial" / "tiny@1" / "weights.h5.part").read_bytes() == WEIGHTS[:150_000]
+    result = run("zoo", "download", "tiny", "--from", serve(make_server(source, port=0)), "--zoo", zoo)
+    assert result.returncode == 0, result.stderr
+    assert (zoo / "models" / "tiny" / "1" / "weights.h5").read_bytes() == WEIGHTS
+    assert ".partial" not in files_under(zoo)
+
+    shutil.rmtree(zoo)
+    url = serve(hostile_server(source, lambda handler, data: half_then_close(handler, data, ranges=False)))
+    assert refuses("zoo", "download", "tiny", "--from", url, "--zoo", zoo).endswith(
+        "the server cannot resume a download, so its partial files were removed")
+    assert files_under(zoo) == set()
+
+
+def test_a_card_larger_than_the_disk_is_refused_before_anything_is_written(tmp_path):
+    source = make_zoo(tmp_path / "source", sizes={"weights.h5": 10**15})
+    zoo = tmp_path / "zoo"
+    needed = 10**15 + len(FILES["deploy.yaml"])
+    spare = needed // 20 + (64 << 20)
+    assert re.fullmatch(f"error: not enough disk space to download tiny@1: its files need {needed:,} more bytes and "
+                        f"{spare:,} to spare, {re.escape(str(tmp_path))} has [0-9,]+ bytes free",
+                        refuses("zoo", "download", "tiny", "--from", source, "--zoo", zoo))
+    assert not zoo.exists()
+
+
+@pytest.mark.parametrize("name", ["README.md", "weights.h5.part"])
+def test_a_card_listing_a_name_the_zoo_writes_itself_is_refused(tmp_path, name):
+    source = make_zoo(tmp_path / "source", extra_files=(name,))
+    assert refuses("zoo", "download", "tiny", "--from", source, "--zoo", tmp_path / "zoo") == (
+        f"error: {source}/models/tiny/1/model.yaml:4: files: '{name}' is a name the zoo gives its own files "
+        "(model.yaml, README.md, *.part); rename the model's file")
+
+
+# ---- zoo serve ----------------------------------------------------------------------------------
+def test_the_server_survives_malformed_ranges_and_closes_silent_connections(tmp_path, serve):
+    source = make_zoo(tmp_path / "source")
+    port = int(serve(make_server(source, port=0, idle_timeout=1)).rsplit(":", 1)[1])
+
+    def get(path, headers=None):
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        connection.request("GET", path, headers=headers or {})
+        response = connection.getresponse()
+        return response.status, response.read()
+
+    for header in ("bytes=" + "9" * 5000 + "-", "bytes=-" + "9" * 5000, "bytes=1-2,5-6", "bytes=x-", "lines=1-2"):
+        assert get("/models/tiny/1/weights.h5", {"Range": header})[0] == 416, header
+    assert get("/models/tiny/1/weights.h5", {"Range": "bytes=10-19"}) == (206, WEIGHTS[10:20])
+
+    for opening in (b"", b"GET /index.json HTTP/1.0\r\n"):  # nothing, or a request that never ends
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as silent:
+            silent.sendall(opening)
+            started = time.monotonic()
+            assert silent.recv(1) == b""  # closed by the server
+            assert time.monotonic() - started < 5
+    assert get("/index.json") == (200, json.dumps(INDEX).encode())
+
+
+# ---- indexes and configs ------------------------------------------------------------------------
+def test_a_deep_or_mistyped_index_is_one_line_naming_it(tmp_path):
+    source = make_zoo(tmp_path / "source")
+    index = source / "index.json"
+    deep = '{"format": "netspec-zoo-1", "models": {"tiny": ' + "[" * 100_000 + "]" * 100_000 + "}}"
+    mistyped = json.dumps(INDEX | {"models": {"tiny": {"versions": [3]}}})
+    summary = json.dumps(INDEX | {"models": {"tiny": {"versions": ["1"], "summary": [[[[["deep"]]]]]}}})
+    for text, problem in [
+        (deep, "not a netspec zoo index (nested too deeply)"),
+        (mistyped, "invalid index: model 'tiny': a version must be a string such as \"1\", not the number 3"),
+        (summary, "invalid index: model 'tiny': 'summary' must be a string, not a list"),
+    ]:
+        index.write_text(text)
+        assert refuses("zoo", "list", "--zoo", source) == f"error: {index}: {problem}"
+        assert refuses("zoo", "list", "--from", source) == f"error: {index}: {problem}"
+        assert refuses("zoo", "download", "tiny", "--from", source, "--zoo", tmp_path / "zoo") == (
+            f"error: no source has tiny: {index}: {problem}")
+
+
+def test_a_malformed_or_deep_sources_config_is_one_line_naming_it(tmp_path):
+    config = tmp_path / "config" / "zoo.yaml"
+    config.parent.mkdir()
+    environment = {"NETSPEC_CONFIG_DIR": str(config.parent)}
+    for text in ("sources: [\n", "sources: " + "[" * 5000 + "]" * 5000 + "\n"):
+        config.write_text(text)
+        assert refuses("zoo", "download", "tiny", "--zoo", tmp_path / "zoo", env=environment).startswith(
+            f"error: {config}:")
+
+
+# ---- publish ------------------------------------------------------------------------------------
+def test_publish_takes_a_run_that_never_displayed_nor_tested(tmp_path):
+    work = tmp_path / "digits"
+    shutil.copytree(ROOT / "configs" / "digits", work, ignore=shutil.ignore_patterns("data", "runs"))
+    (work / "solver.yaml").write_text("net: digits_net.yaml\nbase_lr: 0.01\nmax_iter: 2\ndisplay: 0\n"
+                                      "snapshot_prefix: run/digits\n")
+    for args in (("convert", "digits", work / "data"), ("train", work / "solver.yaml"),
+                 ("zoo", "publish", "--name", "quiet", "--run", work / "run", "--zoo", tmp_path / "zoo")):
+        result = run(*args)
+        assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"published quiet@1 to {tmp_path}/zoo/models/quiet/1"
