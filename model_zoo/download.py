@@ -225,10 +225,13 @@ def download(ref: str, sources: list, zoo: Zoo, force: bool = False, progress_fa
         raise ZooError(f"{source.label}/{base}/{CARD}: the card is of {card.ref}, not {name}@{version}")
     partial_dir = os.path.join(zoo.root, ".partial", f"{name}@{version}")
     _check_room(card, partial_dir, zoo.root)
-    os.makedirs(partial_dir, exist_ok=True)
+    try:
+        os.makedirs(partial_dir, exist_ok=True)
+    except OSError as exc:
+        raise ZooError(f"{zoo.root}: cannot write to the zoo: {exc.strerror}") from None
     total = sum(entry.size for entry in card.files)
     try:
-        with progress_factory(total) as advance:
+        with (progress_factory or _without_progress)(total) as advance:
             for entry in card.files:
                 _fetch_file(source, f"{base}/{entry.path}", os.path.join(partial_dir, entry.path), entry, advance)
     except (TransferError, KeyboardInterrupt) as exc:
@@ -255,6 +258,12 @@ def download(ref: str, sources: list, zoo: Zoo, force: bool = False, progress_fa
         raise
     _remove_partial(partial_dir)
     return card
+
+
+@contextlib.contextmanager
+def _without_progress(_total: int):
+    """A progress display that shows nothing (the default of :func:`download`)."""
+    yield lambda _count: None
 
 
 def _check_room(card: ModelCard, partial_dir: str, root: str) -> None:

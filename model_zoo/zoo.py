@@ -185,10 +185,14 @@ class Zoo:
         return [f"{name}@{v}" for v in versions]
 
     def staging_folder(self, label: str) -> str:
-        """A fresh folder inside the zoo (same file system, so installing is a rename)."""
+        """A fresh folder inside the zoo (same file system, so installing is a rename); ZooError when the zoo
+        cannot be written."""
         parent = os.path.join(self.root, ".staging")
-        os.makedirs(parent, exist_ok=True)
-        return tempfile.mkdtemp(prefix=f"{label}-", dir=parent)
+        try:
+            os.makedirs(parent, exist_ok=True)
+            return tempfile.mkdtemp(prefix=f"{label}-", dir=parent)
+        except OSError as exc:
+            raise ZooError(f"{self.root}: cannot write to the zoo: {exc.strerror}") from None
 
     def _set_aside(self, folder: str) -> str:
         aside = self.staging_folder("removed")

@@ -17,7 +17,7 @@ from netspec.model_zoo.card import read_card, readme
 from netspec.model_zoo.download import configured_sources, download, open_source, read_index
 from netspec.model_zoo.predict import load, model_folder, read_inputs
 from netspec.model_zoo.publish import PublishRequest, publish
-from netspec.model_zoo.serve import make_server
+from netspec.model_zoo.serve import IDLE_TIMEOUT, make_server
 from netspec.model_zoo.zoo import Zoo, ZooError
 
 zoo_option = click.option("--zoo", "zoo_dir", type=click.Path(file_okay=False), default=None,
@@ -134,13 +134,15 @@ def zoo_remove(ref, zoo_dir):
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=Integer(0, 65535), default=8765, show_default=True, help="0 picks a free port")
 @click.option("--verbose", is_flag=True, help="log every request")
+@click.option("--idle-timeout", type=Real(min=0.1), default=IDLE_TIMEOUT, show_default=True,
+              help="seconds a connection may send or take nothing before it is closed")
 @user_errors
-def zoo_serve(zoo_dir, host, port, verbose):
+def zoo_serve(zoo_dir, host, port, verbose, idle_timeout):
     """Serve a zoo read-only over HTTP until interrupted."""
     local = Zoo(zoo_dir)
     local.index()  # refuse a broken zoo before serving it
     try:
-        server = make_server(local.root, host, port, verbose)
+        server = make_server(local.root, host, port, verbose, idle_timeout)
     except OSError as exc:
         raise NetspecError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     click.echo(f"serving {local.root} at http://{host}:{server.server_address[1]}/ (Ctrl-C stops)")

@@ -13,6 +13,8 @@ import json
 import re
 import shutil
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -202,6 +204,21 @@ def test_the_server_survives_malformed_ranges_and_closes_silent_connections(tmp_
     assert get("/index.json") == (200, json.dumps(INDEX).encode())
 
 
+def test_zoo_serve_takes_its_idle_timeout_from_the_command_line(tmp_path):
+    source = make_zoo(tmp_path / "source")
+    server = subprocess.Popen([sys.executable, "-m", "netspec", "zoo", "serve", "--zoo", source, "--port", "0",
+                               "--idle-timeout", "1"], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline().split("http://127.0.0.1:")[1].split("/")[0])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as silent:
+            started = time.monotonic()
+            assert silent.recv(1) == b""  # closed by the server
+            assert time.monotonic() - started < 5
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 # ---- indexes and configs ------------------------------------------------------------------------
 def test_a_deep_or_mistyped_index_is_one_line_naming_it(tmp_path):
     source = make_zoo(tmp_path / "source")
@@ -242,3 +259,18 @@ def test_publish_takes_a_run_that_never_displayed_nor_tested(tmp_path):
         result = run(*args)
         assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"published quiet@1 to {tmp_path}/zoo/models/quiet/1"
+
+
+def test_a_zoo_that_cannot_be_written_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    zoo = tmp_path / "file" / "zoo"
+    assert refuses("zoo", "download", "tiny", "--from", make_zoo(tmp_path / "source"), "--zoo", zoo) == (
+        f"error: {zoo}: cannot write to the zoo: Not a directory")
+
+
+def test_download_from_python_needs_no_progress_display(tmp_path):
+    from netspec.model_zoo.download import download, open_source
+    from netspec.model_zoo.zoo import Zoo
+
+    card = download("tiny", [open_source(str(make_zoo(tmp_path / "source")), 5)], Zoo(str(tmp_path / "zoo")))
+    assert card.ref == "tiny@1" and (tmp_path / "zoo" / "models" / "tiny" / "1" / "weights.h5").read_bytes() == WEIGHTS
