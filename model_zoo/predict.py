@@ -14,10 +14,11 @@ import warnings
 
 import numpy
 
+from netspec.data.files import regular_file
 from netspec.data.images import decode_image, read_image_file, resized
 from netspec.data.transform import Transformer, TransformParams
 from netspec.engine.net import Net, compile_net
-from netspec.engine.outputs import check_sandbox
+from netspec.engine.outputs import OutputFolder, check_sandbox
 from netspec.engine.registry import layer_schemas
 from netspec.errors import DataError
 from netspec.model_zoo.card import CARD, ModelCard, read_card
@@ -44,7 +45,8 @@ def model_folder(name_or_path: str, zoo: str | None = None) -> str:
 
 
 def load(name_or_path: str, zoo: str | None = None, device: str = "cpu", batch_size: int | None = None,
-         dtype=numpy.float32, allow_side_effects: bool = False, allow_missing_weights: bool = False) -> Model:
+         dtype=numpy.float32, allow_side_effects: bool = False, outputs_anywhere: bool = False,
+         allow_missing_weights: bool = False) -> Model:
     """The model, ready to predict: its deploy net with its weights, and its card; every file is verified first.
 
     ``name_or_path`` is a model folder or ``name[@version]`` in the zoo;
@@ -53,7 +55,7 @@ def load(name_or_path: str, zoo: str | None = None, device: str = "cpu", batch_s
 
     A model is someone else's code: a deploy net with layers that write files
     is refused unless ``allow_side_effects`` (their files then go inside the
-    current directory), and weights that leave a learnable layer at its
+    current directory, or anywhere with ``outputs_anywhere``), and weights that leave a learnable layer at its
     fillers are refused unless ``allow_missing_weights``.
     """
     folder = model_folder(name_or_path, zoo)
@@ -72,7 +74,7 @@ def load(name_or_path: str, zoo: str | None = None, device: str = "cpu", batch_s
     graph = compile_net(spec, phase="TEST")
     if not allow_side_effects:
         check_sandbox(graph, os.path.join(folder, card.deploy_net))
-    net = Net(graph, device=device, dtype=dtype)
+    net = Net(graph, device=device, dtype=dtype, output_folder=OutputFolder(anywhere=outputs_anywhere))
     scores_blob(net, os.path.join(folder, card.deploy_net))
     report = net.load_weights(os.path.join(folder, card.weights))
     if report.missing and not allow_missing_weights:
@@ -128,6 +130,10 @@ class Model:
                     raise DataError(f"{name}: the model's output is NaN or infinite for this input")
                 results.append({"input": name, "predictions": self._top(row, top_k)})
         return results
+
+    def close(self) -> None:
+        """Close the deploy net: files its layers wrote (with ``allow_side_effects``) are moved into place."""
+        self.net.close()
 
     def _top(self, row: numpy.ndarray, top_k: int) -> list[dict]:
         names = self.card.input.label_names
@@ -192,6 +198,7 @@ def read_inputs(paths: list[str], card: ModelCard,
     inputs = []
     for path in paths:
         if path.lower().endswith(".npy"):
+            regular_file(path)
             try:  # mapped, not read: its shape is checked against the card before its values are used
                 array = numpy.load(path, mmap_mode="r", allow_pickle=False)
             except (OSError, ValueError) as exc:

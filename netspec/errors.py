@@ -118,7 +118,9 @@ def shown(value) -> str:
 
 
 def did_you_mean(word: str, candidates) -> str:
-    """A ``"; did you mean 'x'?"`` suffix for the closest candidate, or ''."""
+    """A ``"; did you mean 'x'?"`` suffix for the closest candidate, or '' (always for words over 100 characters)."""
+    if len(str(word)) > 100:
+        return ""
     close = difflib.get_close_matches(str(word), [str(c) for c in candidates], n=1, cutoff=0.6)
     if not close:
         lowered = {str(c).lower(): str(c) for c in candidates}

@@ -275,7 +275,7 @@ def test_hdf5_output_stays_in_its_output_folder(tmp_path, file_name):
               {"name": "save", "type": "HDF5Output", "bottom": "x", "hdf5_output_param": {"file_name": file_name}}]
     text = yaml.safe_dump({"name": "o", "layers": layers})
     with pytest.raises(netspec.ConfigError, match=r"^<string>:\d+: layer 'save': hdf5_output_param.file_name: '.*' "
-                                                  r"(is outside|climbs out of) the output folder"):
+                                                  r"(is outside|leads out of) the output folder"):
         netspec.load_net(text, output_folder=netspec.OutputFolder(tmp_path / "run"))
 
 

@@ -201,7 +201,7 @@ def test_bad_resume_states_and_weights_leave_snapshots_untouched(digits, tmp_pat
     truncated = tmp_path / "truncated.solverstate.h5"
     truncated.write_bytes(state.read_bytes()[:500])
     assert f"{truncated}: cannot read solver state: not a readable HDF5 file" in fails(
-        "train", digits / "solver.yaml", "--resume", truncated, "--out", out)
+        "train", digits / "solver.yaml", "--resume", truncated)
 
     changed = tmp_path / "changed"
     shutil.copytree(digits, changed, ignore=shutil.ignore_patterns("runs"))

@@ -8,7 +8,7 @@ import sys
 import click
 
 from netspec.cli.errors import user_errors
-from netspec.cli.options import Integer, Real, side_effects_option
+from netspec.cli.options import Integer, Real, outputs_anywhere_option, side_effects_option
 from netspec.cli.progress import progress_bar
 from netspec.errors import NetspecError
 from netspec.inspect.report import format_table
@@ -183,19 +183,24 @@ def zoo_download(ref, sources, zoo_dir, timeout, force):
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of lines")
 @click.option("--device", default="cpu", show_default=True, help="cpu, gpu or gpu:N")
 @side_effects_option
+@outputs_anywhere_option
 @click.option("--allow-missing-weights", is_flag=True,
               help="predict even though the weights leave some learnable layers at their initial values")
 @zoo_option
 @user_errors
-def predict(model, inputs, top_k, as_json, device, allow_side_effects, allow_missing_weights, zoo_dir):
+def predict(model, inputs, top_k, as_json, device, allow_side_effects, outputs_anywhere, allow_missing_weights,
+            zoo_dir):
     """Classify image files (or .npy arrays) with MODEL, a zoo name[@version] or a model folder."""
     folder = model_folder(model, zoo_dir)
     prepared, adjustments = read_inputs(list(inputs), read_card(folder))
     if adjustments:
         click.echo(str(adjustments), err=True)
     loaded = load(folder, device=device, batch_size=min(len(prepared), 64), allow_side_effects=allow_side_effects,
-                  allow_missing_weights=allow_missing_weights)
-    results = loaded.classify(prepared, top_k)
+                  outputs_anywhere=outputs_anywhere, allow_missing_weights=allow_missing_weights)
+    try:
+        results = loaded.classify(prepared, top_k)
+    finally:
+        loaded.close()
     if as_json:
         click.echo(json.dumps({"model": loaded.card.ref, "results": results}))
         return

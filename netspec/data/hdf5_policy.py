@@ -20,22 +20,35 @@ path in it.
 
 from __future__ import annotations
 
+import os
+
 import h5py
 import numpy
 
 from netspec.errors import NetspecError
 
 MAX_DEPTH = 8  # group nesting; weights files have 2 levels, solver states 4
-MAX_OBJECTS = 1_000_000
+MAX_OBJECTS = 100_000  # groups and datasets; ResNet-152's weights have about 1,000
 MAX_COMPRESSION_RATIO = 1_000  # logical bytes per stored byte, checked for datasets over COMPRESSION_CHECK_BYTES
 COMPRESSION_CHECK_BYTES = 1 << 20
 STORED_LAYOUTS = (h5py.h5d.CONTIGUOUS, h5py.h5d.CHUNKED, h5py.h5d.COMPACT)
 NUMBER_KINDS = "biuf"  # the numpy.dtype kinds a dataset may hold: booleans, integers, floating point
 
 
+def regular_file(path: str, error: type[NetspecError]) -> None:
+    """Refuse ``path`` unless it is a regular file (a FIFO or a device would block or never end)."""
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise error(f"{path}: not a regular file")
+
+
 def check_structure(handle: h5py.File, error: type[NetspecError]) -> None:
-    """Refuse links, external storage, virtual datasets and non-numeric datasets anywhere in ``handle``."""
+    """Refuse links, external storage, virtual datasets and non-numeric datasets anywhere in ``handle``.
+
+    The file must be a tree of groups and datasets: an object reached by two
+    paths (hard links that make a lattice of billions of paths) is refused too.
+    """
     count = 0
+    seen = set()
     pending = [(handle, 0)]
     while pending:
         group, depth = pending.pop()
@@ -51,10 +64,17 @@ def check_structure(handle: h5py.File, error: type[NetspecError]) -> None:
                 kind = "an external link" if isinstance(link, h5py.ExternalLink) else "a soft link"
                 raise error(f"{handle.filename}: {path} is {kind}; netspec reads only what is inside the file")
             item = group[name]
+            address = h5py.h5o.get_info(item.id).addr
+            if address in seen:
+                raise error(f"{handle.filename}: {path} is a second link to an object; netspec reads files whose "
+                            "groups and datasets each have one path")
+            seen.add(address)
             if isinstance(item, h5py.Group):
                 pending.append((item, depth + 1))
-            else:
+            elif isinstance(item, h5py.Dataset):
                 check_dataset(item, f"{handle.filename}: {path}", error)
+            else:
+                raise error(f"{handle.filename}: {path} is neither a group nor a dataset")
 
 
 def check_dataset(dataset: h5py.Dataset, where: str, error: type[NetspecError]) -> None:
@@ -72,8 +92,9 @@ def read_dataset(dataset: h5py.Dataset, error: type[NetspecError], shape: tuple[
     """The values of ``dataset`` (checked by :func:`check_structure`), after checking its size first.
 
     ``shape`` is the shape the reader expects; without one, ``max_bytes``
-    bounds the dataset's size.  A compressed dataset that would expand more
-    than :data:`MAX_COMPRESSION_RATIO` times is refused too.
+    bounds the dataset's size.  A dataset that stores nothing of what it
+    declares (never written: it would read back as fill values), or that would
+    expand more than :data:`MAX_COMPRESSION_RATIO` times, is refused too.
     """
     where = f"{dataset.file.filename}: {dataset.name}"
     if shape is not None and tuple(dataset.shape) != tuple(shape):
@@ -82,6 +103,8 @@ def read_dataset(dataset: h5py.Dataset, error: type[NetspecError], shape: tuple[
     if max_bytes is not None and logical > max_bytes:
         raise error(f"{where} holds {logical:,} bytes, more than the {max_bytes:,} this file may hold there")
     stored = dataset.id.get_storage_size()
+    if logical and not stored and dataset.id.get_create_plist().get_layout() != h5py.h5d.COMPACT:
+        raise error(f"{where} declares {logical:,} bytes but stores none")
     if logical > COMPRESSION_CHECK_BYTES and logical > MAX_COMPRESSION_RATIO * stored:
         raise error(f"{where} expands from {stored:,} stored bytes to {logical:,}, more than "
                     f"{MAX_COMPRESSION_RATIO:,} times")

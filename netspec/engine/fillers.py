@@ -60,9 +60,10 @@ def fill(params: FillerParams, shape, rng: numpy.random.Generator, dtype=numpy.f
     if kind == "uniform":
         return (params.min + (params.max - params.min) * rng.random(shape, dtype=dtype)).astype(dtype, copy=False)
     if kind == "randint":  # whole numbers min, min+1, ..., max-1: random class labels for DummyData
-        if not (float(params.min).is_integer() and float(params.max).is_integer() and params.min < params.max):
-            raise ParamError(key, f"randint needs whole numbers min < max, got min {float(params.min)} and max "
-                                  f"{float(params.max)}")
+        whole = all(float(bound).is_integer() and abs(bound) <= 2 ** 53 for bound in (params.min, params.max))
+        if not (whole and params.min < params.max):
+            raise ParamError(key, f"randint needs whole numbers min < max (at most 2**53), got min "
+                                  f"{float(params.min)} and max {float(params.max)}")
         return rng.integers(int(params.min), int(params.max), size=shape).astype(dtype)
     if kind == "gaussian":
         values = params.mean + params.std * rng.standard_normal(shape, dtype=dtype)

@@ -28,7 +28,11 @@ class OutputFolder:
     anywhere: bool = False
 
     def resolve(self, path: str, key: str) -> str:
-        """``path`` resolved inside the folder; ParamError naming ``key`` when it would leave it."""
+        """``path`` resolved inside the folder; ParamError naming ``key`` when it would leave it.
+
+        The folders on the way are followed as the OS will follow them, so a
+        symbolic link inside the output folder cannot lead out of it.
+        """
         root = os.path.abspath(self.root)
         if self.anywhere:
             return os.path.join(root, os.path.expanduser(path))
@@ -36,20 +40,21 @@ class OutputFolder:
             raise ParamError(key, f"'{path}' is outside the output folder {root}; write a path relative to it, "
                                   "or allow writing anywhere (--allow-absolute-outputs)")
         resolved = os.path.normpath(os.path.join(root, path))
-        if os.path.commonpath([root, resolved]) != root:
-            raise ParamError(key, f"'{path}' climbs out of the output folder {root}; write a path inside it, "
-                                  "or allow writing anywhere (--allow-absolute-outputs)")
+        real_root = os.path.realpath(root)
+        if os.path.commonpath([real_root, os.path.realpath(os.path.dirname(resolved))]) != real_root:
+            raise ParamError(key, f"'{path}' leads out of the output folder {root} (through '..' or a link); write "
+                                  "a path inside it, or allow writing anywhere (--allow-absolute-outputs)")
         return resolved
 
 
 def side_effect_layers(graph) -> list[str]:
-    """``name (type)`` of each layer of ``graph`` that writes files or otherwise acts outside the net."""
-    return [f"{node.name} ({node.layer.type})" for node in graph.nodes if node.layer.writes_files]
+    """``'name' (type)`` of each layer of ``graph`` that writes files or otherwise acts outside the net."""
+    return [f"'{node.name}' ({node.layer.type})" for node in graph.nodes if node.layer.writes_files]
 
 
 def check_sandbox(graph, where: str) -> None:
     """Refuse ``graph`` (a net from someone else, read from ``where``) when it has layers with side effects."""
     found = side_effect_layers(graph)
     if found:
-        raise ConfigError(f"{where}: layer {', '.join(found)} writes files; a net from someone else runs without "
-                          "side effects unless you allow them (--allow-side-effects)")
+        raise ConfigError(f"{where}: layer {', '.join(found)} writes files; a net shared through a zoo runs "
+                          "without side effects unless its user allows them (--allow-side-effects)")

@@ -80,6 +80,7 @@ def open_weights(path: str | os.PathLike):
     external storage and anything but numeric datasets are refused.
     """
     path = os.fspath(path)
+    hdf5_policy.regular_file(path, WeightsError)
     try:
         with h5py.File(path, "r") as handle:
             if handle.attrs.get("format") != FORMAT:
@@ -87,12 +88,15 @@ def open_weights(path: str | os.PathLike):
             hdf5_policy.check_structure(handle, WeightsError)
             layers = {}
             for name, group in handle.items():
-                if not isinstance(group, h5py.Group) or not all(key.isdigit() for key in group):
+                if not isinstance(group, h5py.Group) or not all(
+                        key.isascii() and key.isdigit() and isinstance(group[key], h5py.Dataset) for key in group):
                     raise WeightsError(f"{path}: /{name} is not a layer's group of blobs 0, 1, ...")
                 layers[unescape_name(name)] = {int(key): group[key] for key in group}
             yield layers, dict(handle.attrs)
     except OSError as exc:
         raise WeightsError(f"{path}: cannot read weights file: {open_failure(path, exc)}") from None
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise WeightsError(f"{path}: cannot read weights file: malformed ({exc})") from None
 
 
 def load_weights(net, path: str | os.PathLike, strict: bool = True) -> LoadReport:

@@ -66,7 +66,7 @@ def import_net_file(prototxt: str, out: str | None = None,
     """
     out, net, report = _imported(prototxt, out, caffe_root, import_net)
     _write(prototxt, out, net, "caffe", check=lambda text: parse_net(text, layer_schemas()))
-    writers = [f"{layer['name']} ({layer['type']})" for layer in net.get("layers", [])
+    writers = [f"'{layer['name']}' ({layer['type']})" for layer in net.get("layers", [])
                if layer_class(layer["type"]).writes_files]
     if writers:
         report.notes.append(f"{out}: layer {', '.join(writers)} writes files: inside the run folder when training, "

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from netspec.errors import ConfigError, Problem, did_you_mean
+from netspec.errors import ConfigError, Problem, did_you_mean, shown
 from netspec.spec.modules import expand_net, uses_modules
 from netspec.spec.schema import INVALID, Context, convert_value, doc, read_block
 from netspec.spec.yaml_lines import YamlMap, load_yaml, read_source, to_plain
@@ -114,6 +114,8 @@ class NetSpec:
         return sorted({stage for rule in rules for stage in (*rule.stage, *rule.not_stage)})
 
 
+MAX_NAME = 256  # characters of a layer or blob name
+
 _LAYER_KEYS = ("name", "type", "bottom", "top", "param", "include", "exclude",
                "loss_weight", "propagate_down")
 _NET_KEYS = ("name", "layers", "force_backward", "state")
@@ -139,16 +141,16 @@ def parse_layer(node, index: int, layer_schemas: dict[str, dict[str, type]], ctx
         ctx.origin = (getattr(node, "file", None) or ctx.file, getattr(node, "via", None))
     if not isinstance(name, str) or not name:
         ctx.add("every layer needs a 'name' (a non-empty string)", node.line, "name")
-    elif name in (".", "..") or any(ord(c) < 32 or ord(c) == 127 for c in name):
-        ctx.layer = repr(name)[1:-1]
-        ctx.add(f"a layer name cannot be '.' or '..' or hold control characters, got {name!r} (weight files "
-                "store layers by name)", node.line_of("name"), "name")
+    elif name in (".", "..") or any(ord(c) < 32 or ord(c) == 127 for c in name) or len(name) > MAX_NAME:
+        ctx.layer = shown(name)[1:-1]
+        ctx.add(f"a layer name cannot be '.' or '..', hold control characters or be longer than {MAX_NAME} "
+                f"characters, got {shown(name)} (weight files store layers by name)", node.line_of("name"), "name")
     type_name = node.get("type")
     schema: dict[str, type] = {}
     if not isinstance(type_name, str):
         ctx.add("every layer needs a 'type'", node.line, "type")
     elif type_name not in layer_schemas:
-        ctx.add(f"unknown layer type '{type_name}'{did_you_mean(type_name, layer_schemas)}"
+        ctx.add(f"unknown layer type {shown(type_name)}{did_you_mean(type_name, layer_schemas)}"
                 " (netspec layers lists them)", node.line_of("type"), "type")
     else:
         schema = layer_schemas[type_name]
@@ -186,6 +188,10 @@ def parse_layer(node, index: int, layer_schemas: dict[str, dict[str, type]], ctx
         key_lines=dict(node.key_lines),
         via=ctx.origin[1] if ctx.origin else None,
     )
+    for key, names in (("bottom", spec.bottoms), ("top", spec.tops)):
+        for blob in names:
+            if len(blob) > MAX_NAME:
+                ctx.add(f"a blob name is longer than {MAX_NAME} characters: {shown(blob)}", node.line_of(key), key)
     if spec.include and spec.exclude:
         ctx.add("give 'include' or 'exclude', not both", node.line_of("exclude"), "exclude")
     ctx.layer, ctx.origin = None, None

@@ -100,7 +100,7 @@ def convert_value(tp, value, ctx: Context, key: str, line: int):
         choices = typing.get_args(tp)
         if isinstance(value, str) and value in choices:
             return value
-        ctx.add(f"'{value}' is not one of {', '.join(choices)}{did_you_mean(value, choices)}", line, key)
+        ctx.add(f"{shown(value)} is not one of {', '.join(choices)}{did_you_mean(value, choices)}", line, key)
         return INVALID
     if origin is list:
         (item_tp,) = typing.get_args(tp)

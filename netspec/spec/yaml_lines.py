@@ -82,9 +82,7 @@ class _LineLoader(yaml.SafeLoader):
 
     def compose_document(self):
         node = super().compose_document()
-        if expanded_size(node, {}) > MAX_NODES:
-            raise _OverLimit(
-                None, None, f"its aliases expand to more than {MAX_NODES:,} values", node.start_mark)
+        _measure(node, 1, {}, set())
         return node
 
 
@@ -92,17 +90,38 @@ class _OverLimit(yaml.composer.ComposerError):
     """A document past one of the module's limits (not a syntax error)."""
 
 
-def expanded_size(node: yaml.Node, sizes: dict) -> int:
-    """How many nodes ``node`` stands for once every alias is copied out (``sizes`` memoises shared nodes)."""
-    if id(node) not in sizes:
-        if isinstance(node, yaml.MappingNode):
-            children = [child for pair in node.value for child in pair]
-        elif isinstance(node, yaml.SequenceNode):
-            children = node.value
-        else:
-            children = []
-        sizes[id(node)] = 1 + sum(expanded_size(child, sizes) for child in children)
-    return sizes[id(node)]
+def _measure(node: yaml.Node, depth: int, measured: dict, open_nodes: set) -> tuple[int, int]:
+    """``(values, levels)`` that ``node``, found at ``depth``, stands for once every alias is copied out.
+
+    Refuses a tree that would be deeper than :data:`MAX_DEPTH` or larger than
+    :data:`MAX_NODES` that way, and an alias inside the node it names (a tree
+    without end).  ``measured`` memoises shared nodes; ``open_nodes`` holds
+    those being measured.
+    """
+    if depth > MAX_DEPTH:
+        raise _OverLimit(None, None, f"its aliases nest it deeper than {MAX_DEPTH} levels", node.start_mark)
+    if id(node) in measured:
+        size, levels = measured[id(node)]
+        if depth + levels - 1 > MAX_DEPTH:
+            raise _OverLimit(None, None, f"its aliases nest it deeper than {MAX_DEPTH} levels", node.start_mark)
+        return size, levels
+    if id(node) in open_nodes:
+        raise _OverLimit(None, None, "an alias refers to a value that holds it (a tree without end)",
+                         node.start_mark)
+    open_nodes.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        children = [child for pair in node.value for child in pair]
+    else:
+        children = node.value if isinstance(node, yaml.SequenceNode) else []
+    size, levels = 1, 1
+    for child in children:
+        child_size, child_levels = _measure(child, depth + 1, measured, open_nodes)
+        size, levels = size + child_size, max(levels, child_levels + 1)
+        if size > MAX_NODES:
+            raise _OverLimit(None, None, f"its aliases expand to more than {MAX_NODES:,} values", node.start_mark)
+    open_nodes.discard(id(node))
+    measured[id(node)] = size, levels
+    return size, levels
 
 
 def _construct_map(loader: _LineLoader, node: yaml.MappingNode) -> YamlMap:

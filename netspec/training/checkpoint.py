@@ -15,7 +15,7 @@ import difflib
 import json
 import os
 
-from netspec.errors import StateError, TrainingError
+from netspec.errors import StateError, TrainingError, shown
 from netspec.solvers.lr_policies import READS_MAX_ITER, multistep_count
 from netspec.training import run_folder, solver_state
 
@@ -120,11 +120,14 @@ def restore(solver, path: str | os.PathLike, force: bool = False) -> None:
     solver.net.restore_runtime_state(state.runtime.get("train", {}))
     for index, net in enumerate(solver.test_nets):
         net.restore_runtime_state(state.runtime.get(f"test{index}", {}))
-    solver.backend.set_rng_state(state.rng_state)
-    if state.test_rng_state:
-        solver.test_backend.set_rng_state(state.test_rng_state)
-    if state.rank_rng_states:
-        solver.backend.set_rank_rng_state(state.rank_rng_states[solver.comm.rank])
+    try:
+        solver.backend.set_rng_state(state.rng_state)
+        if state.test_rng_state:
+            solver.test_backend.set_rng_state(state.test_rng_state)
+        if state.rank_rng_states:
+            solver.backend.set_rank_rng_state(state.rank_rng_states[solver.comm.rank])
+    except (KeyError, ValueError, TypeError, IndexError, RecursionError) as exc:
+        raise StateError(f"{path}: its random generator states are malformed ({shown(str(exc))})") from None
     solver.snapshots = [int(it) for it in state.progress.get("snapshots", [state.iteration])]
     for key, watch in (("best", solver.best), ("early_stop", solver.plateau)):
         if watch is not None and key in state.progress:

@@ -68,14 +68,17 @@ def schedule_params(spec: SolverSpec) -> SolverParams:
 def train(solver_file: str, options: TrainOptions, comm=None, say: Callable[[str], None] = print) -> Solver:
     """Train as the solver file says, in its run folder; returns the closed solver (its state after the run).
 
-    ``comm`` makes this process one rank of a distributed run.  Signals act at
-    the next iteration boundary (``sigint_effect``, ``sighup_effect``).
+    The run folder is ``run_dir``, else the folder of the state a resumed run
+    continues, else the folder of the solver's ``snapshot_prefix``.  ``comm``
+    makes this process one rank of a distributed run.  Signals act at the
+    next iteration boundary (``sigint_effect``, ``sighup_effect``).
     """
     comm = comm or SingleProcess()
     root = comm.rank == 0
     spec = read_solver(solver_file, options.max_iter)
-    if options.run_dir:
-        spec.params.snapshot_prefix = run_folder.prefix_in(options.run_dir, spec.snapshot_prefix)
+    resumed_in = os.path.dirname(os.path.abspath(options.resume)) if options.resume else None
+    if options.run_dir or resumed_in:
+        spec.params.snapshot_prefix = run_folder.prefix_in(options.run_dir or resumed_in, spec.snapshot_prefix)
     folder = run_folder.folder_of(spec.snapshot_prefix)
     if not root:
         return _train(spec, folder, options, comm, _silent)
@@ -83,7 +86,7 @@ def train(solver_file: str, options: TrainOptions, comm=None, say: Callable[[str
         left = run_folder.remove_leftovers(folder)
         if left:
             say(f"removed {len(left)} temporary file(s) an interrupted run left in {folder}")
-        if not options.resume:
+        if folder != resumed_in:  # a fresh run, or a resumed one moving to --out: the folder must hold no other run
             run_folder.refuse_used(folder)
         return _train(spec, folder, options, comm, say)
 
@@ -99,7 +102,7 @@ def _train(spec: SolverSpec, folder: str, options: TrainOptions, comm, say: Call
         if options.resume:
             solver.restore(options.resume, force=options.force)
             if root:
-                run_folder.truncate_metrics(folder, solver.iter, solver.tests_at(solver.iter))
+                run_folder.truncate_metrics(folder, solver.iter, solver.tests_on_resuming_at(solver.iter))
         if options.weights:
             say(solver.net.load_weights(options.weights, strict=False).summary(options.weights))
         if root:

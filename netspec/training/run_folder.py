@@ -104,9 +104,12 @@ def locked(folder: str):
     A folder the lock created is removed again when the run wrote nothing into it.
     """
     created = not os.path.isdir(folder)
-    os.makedirs(folder, exist_ok=True)
     lock = os.path.join(folder, LOCK)
-    handle = open(lock, "a+", encoding="utf-8")  # noqa: SIM115 - closed below
+    try:
+        os.makedirs(folder, exist_ok=True)
+        handle = open(lock, "a+", encoding="utf-8")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise NetspecError(f"{folder}: cannot use it as the run folder: {exc.strerror}") from None
     try:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -128,12 +131,27 @@ def locked(folder: str):
 
 
 def remove_leftovers(folder: str) -> list[str]:
-    """Delete the temporary files a killed run left in ``folder`` (call it holding the lock); their names."""
+    """Delete the temporary files a killed process left in ``folder`` (call it holding the lock); their names.
+
+    A temporary file whose writer is still running (another command writing
+    into the same folder) is left alone.
+    """
     names = os.listdir(folder) if os.path.isdir(folder) else []
-    left = [name for name in names if TEMPORARY_NAME.fullmatch(name)]
+    left = [name for name in names if (found := TEMPORARY_NAME.fullmatch(name)) and not _running(int(found[1]))]
     for name in left:
         os.remove(os.path.join(folder, name))
     return left
+
+
+def _running(pid: int) -> bool:
+    """Whether a process ``pid`` exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 # ---- metrics ------------------------------------------------------------------------------------

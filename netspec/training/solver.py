@@ -212,6 +212,12 @@ class Solver:
         return bool(p.test_interval and self.test_nets and iteration % p.test_interval == 0
                     and (iteration > 0 or p.test_initialization))
 
+    def tests_on_resuming_at(self, iteration: int) -> bool:
+        """Whether a run resumed at ``iteration`` tests there: on schedule, or at once when it has nothing
+        left to train (:meth:`solve` tests the final weights)."""
+        final = iteration >= self.params.max_iter and bool(self.params.test_interval and self.test_nets)
+        return self.tests_at(iteration) or final
+
     def stop_early(self) -> None:
         """End training because the ``early_stop`` output has not improved for ``patience`` test passes."""
         self.stop_reason = self.plateau.plateau_message(self.iter)

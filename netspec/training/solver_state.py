@@ -32,11 +32,11 @@ import numpy
 from netspec.atomic import write_bytes
 from netspec.data import hdf5_policy
 from netspec.data.hdf5 import escape_name, open_failure, unescape_name
-from netspec.errors import StateError
+from netspec.errors import StateError, shown
 from netspec.version import __version__
 
 FORMAT = "netspec-solverstate-1"
-MAX_UNCHECKED_BYTES = 1 << 28  # a dataset no net shape vouches for: data positions, the loss window
+MAX_UNCHECKED_BYTES = 1 << 28  # the datasets no net shape vouches for, together: data positions, the loss window
 
 
 def file_sha256(path: str | os.PathLike) -> str:
@@ -110,7 +110,8 @@ def read_state(path: str | os.PathLike) -> SolverState:
 
     A missing, truncated, foreign or unsafe file is a StateError naming it:
     the file is checked by :mod:`netspec.data.hdf5_policy` before anything is
-    read, and each dataset is bounded by :data:`MAX_UNCHECKED_BYTES`.
+    read, and the data positions and loss window together are bounded by
+    :data:`MAX_UNCHECKED_BYTES`.
     """
     with _open(path) as handle:
         missing = [name for name in _ATTRS if name not in handle.attrs]
@@ -124,7 +125,18 @@ def read_state(path: str | os.PathLike) -> SolverState:
                             rank_rng_states=json.loads(handle.attrs.get("rank_rng_states", "[]")),
                             params=json.loads(handle.attrs.get("params", "{}")),
                             test_rng_state=str(handle.attrs.get("test_rng_state", "")))
-        for net, layers in handle.get("runtime", {}).items():
+        if os.path.basename(state.weights_file) != state.weights_file or state.weights_file in ("", ".", ".."):
+            raise StateError(f"{os.fspath(path)}: its weights_file {shown(state.weights_file)} is not a file name "
+                             "beside the state")
+        runtime = {net: {layer: dict(values.items()) for layer, values in layers.items()}
+                   for net, layers in handle.get("runtime", {}).items()}
+        unchecked = [data for layers in runtime.values() for values in layers.values() for data in values.values()]
+        unchecked.append(handle["loss_window"])
+        total = sum(data.size * data.dtype.itemsize for data in unchecked)
+        if total > MAX_UNCHECKED_BYTES:
+            raise StateError(f"{os.fspath(path)}: its data positions and loss window hold {total:,} bytes, more than "
+                             f"the {MAX_UNCHECKED_BYTES:,} a solver state may")
+        for net, layers in runtime.items():
             state.runtime[net] = {unescape_name(layer): {key: _read(data) for key, data in values.items()}
                                   for layer, values in layers.items()}
         state.loss_window = [float(v) for v in _read(handle["loss_window"])]
@@ -161,6 +173,7 @@ def _open(path: str | os.PathLike):
     Failures to read, and a file of another layout, become StateError naming it.
     """
     path = os.fspath(path)
+    hdf5_policy.regular_file(path, StateError)
     try:
         with h5py.File(path, "r") as handle:
             if handle.attrs.get("format") != FORMAT:
@@ -169,8 +182,9 @@ def _open(path: str | os.PathLike):
             yield handle
     except OSError as exc:
         raise StateError(f"{path}: cannot read solver state: {open_failure(path, exc)}") from None
-    except (KeyError, ValueError, TypeError, AttributeError) as exc:
-        raise StateError(f"{path}: cannot read solver state: incomplete or malformed file ({exc})") from None
+    except (KeyError, ValueError, TypeError, AttributeError, RecursionError) as exc:
+        raise StateError(f"{path}: cannot read solver state: incomplete or malformed file "
+                         f"({shown(str(exc))})") from None
 
 
 def _read(dataset, shape: tuple | None = None) -> numpy.ndarray:

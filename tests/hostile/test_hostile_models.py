@@ -5,6 +5,7 @@ and memory, and nothing is written outside the folder the user runs in."""
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from pathlib import Path
 
@@ -58,8 +59,15 @@ def test_a_net_that_writes_files_is_refused_at_publish_and_at_load(tmp_path, wei
     outside = tmp_path / "outside"
     net = writer_net(tmp_path, str(outside / "stolen.h5"))
     message = refuses("zoo", "publish", "--name", "m", "--net", net, "--weights", weights, "--zoo", tmp_path / "zoo")
-    assert message == (f"error: {net}: layer save (HDF5Output) writes files; a net from someone else runs without "
-                       "side effects unless you allow them (--allow-side-effects)")
+    assert message == (f"error: {net}: layer 'save' (HDF5Output) writes files; a net shared through a zoo runs "
+                       "without side effects unless its user allows them (--allow-side-effects)")
+    # allowed, its files must still stay where its users run it
+    assert "is outside the output folder" in refuses("zoo", "publish", "--name", "m", "--net", net, "--weights",
+                                                     weights, "--zoo", tmp_path / "zoo", "--allow-side-effects")
+    assert "is outside the output folder" in refuses("test", net, "--weights", weights, "-n", 1, cwd=tmp_path)
+    assert not outside.exists()
+
+    net = writer_net(tmp_path, "features/scores.h5")
     published = publish(tmp_path, net, weights, "--allow-side-effects")  # the author knows what the net does
     assert published.returncode == 0, published.stderr
     work = tmp_path / "work"
@@ -67,11 +75,23 @@ def test_a_net_that_writes_files_is_refused_at_publish_and_at_load(tmp_path, wei
     model = tmp_path / "zoo" / "models" / "m" / "1"
     image = digits_input(tmp_path)
     assert "writes files" in refuses("predict", model, image, cwd=work)
-    # allowed, its output still stays in the current directory: an absolute path is refused
-    assert "is outside the output folder" in refuses("predict", model, image, "--allow-side-effects", cwd=work)
-    assert "is outside the output folder" in refuses("test", model / "deploy.yaml", "--weights",
-                                                     model / "weights.h5", "-n", 1, cwd=work)
-    assert not outside.exists() and files_under(work) == set()
+    assert files_under(work) == set()
+    allowed = run("predict", model, image, "--allow-side-effects", cwd=work)
+    assert allowed.returncode == 0, allowed.stderr
+    assert files_under(work) == {"features", "features/scores.h5"}
+
+
+def test_an_output_path_through_a_link_is_refused_unless_allowed(tmp_path, weights):
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    (work / "sub").mkdir(parents=True)
+    elsewhere.mkdir()
+    (work / "sub" / "link").symlink_to(elsewhere)
+    net = writer_net(tmp_path, "sub/link/out.h5")
+    assert "leads out of the output folder" in refuses("test", net, "--weights", weights, "-n", 1, cwd=work)
+    assert files_under(elsewhere) == set()
+    allowed = run("test", net, "--weights", weights, "-n", 1, "--allow-absolute-outputs", cwd=work)
+    assert allowed.returncode == 0, allowed.stderr
+    assert files_under(elsewhere) == {"out.h5"}
 
 
 @pytest.mark.parametrize("file_name", ["/tmp/netspec-hostile.h5", "../escaped.h5", "~/netspec-hostile.h5"])
@@ -141,6 +161,37 @@ def test_zoo_verify_and_predict_refuse_weights_with_a_link_even_when_the_card_ma
     assert "/ip2/0 is an external link" in refuses("predict", model, digits_input(tmp_path))
 
 
+@pytest.mark.parametrize("how, expected", [
+    ("lattice", "is a second link to an object"),
+    ("named type", "/t is neither a group nor a dataset"),
+    ("odd key", "/ip2 is not a layer's group of blobs 0, 1, ..."),
+    ("unwritten", "/ip2/0 declares 5,120 bytes but stores none"),
+])
+def test_weights_of_odd_structure_are_refused_quickly(tmp_path, weights, how, expected):
+    with h5py.File(weights, "a") as handle:
+        if how == "lattice":  # 6**8 paths through 8 groups
+            groups = [handle.create_group(f"g{level}") for level in range(8)]
+            for upper, lower in zip(groups, groups[1:]):
+                for link in range(6):
+                    upper[f"l{link}"] = lower
+        elif how == "named type":
+            handle["t"] = np.dtype("f4")
+        elif how == "odd key":
+            handle["ip2"]["\u00b2"] = np.zeros(3)
+        elif how == "unwritten":
+            del handle["ip2/0"]
+            handle["ip2"].create_dataset("0", shape=(10, 128), dtype="f4", chunks=(10, 128))
+    started = time.perf_counter()
+    assert expected in refuses("check", DEPLOY, "--weights", weights)
+    assert time.perf_counter() - started < 30
+
+
+def test_a_fifo_for_weights_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "weights.h5"
+    os.mkfifo(fifo)
+    assert refuses("check", DEPLOY, "--weights", fifo, timeout=30) == f"error: {fifo}: not a regular file"
+
+
 def test_an_unused_dataset_of_gigabytes_is_never_read(tmp_path, weights):
     bad = tmp_path / "bomb.weights.h5"
     bad.write_bytes(weights.read_bytes())
@@ -207,7 +258,10 @@ def alias_bomb(levels: int = 9) -> str:
     ("layers: " + "[" * 5000 + "]" * 5000 + "\n", "YAML past netspec's limits: nested deeper than 100 levels"),
     ("layers:\n" + "".join("  " * i + "- \n" for i in range(1, 400)), "nested deeper than 100 levels"),
     ("name: caf\xe9\n".encode("latin-1"), "not a text file (byte 9 is not UTF-8)"),
-], ids=["alias bomb", "deep flow lists", "deep block lists", "latin-1"])
+    ("layers: &a [*a]\n", "an alias refers to a value that holds it (a tree without end)"),
+    ("".join(f"a{i}: &a{i} " + "[" * 60 + (f"*a{i - 1}" if i else "1") + "]" * 60 + "\n" for i in range(20))
+     + "layers: *a19\n", "its aliases nest it deeper than 100 levels"),
+], ids=["alias bomb", "deep flow lists", "deep block lists", "latin-1", "recursive alias", "deep through aliases"])
 def test_yaml_bombs_and_deep_nesting_are_refused_at_once(tmp_path, text, expected):
     net = tmp_path / "net.yaml"
     net.write_bytes(text if isinstance(text, bytes) else text.encode())
@@ -260,12 +314,14 @@ layers:
     assert "the modules and repeats expand to more than 100,000 layers" in refuses("check", net)
 
 
-@pytest.mark.parametrize("name", [".", "..", "a\x00b", "tab\there"])
+@pytest.mark.parametrize("name", [".", "..", "a\x00b", "tab\there", "n" * 3000])
 def test_layer_names_that_cannot_be_stored_are_refused_when_the_net_is_read(tmp_path, name):
     net = tmp_path / "net.yaml"
     escaped = name.encode("unicode_escape").decode()
     net.write_text(f'layers:\n  - {{name: "{escaped}", type: Input, top: d, input_param: {{shape: {{dim: [1]}}}}}}\n')
-    assert "a layer name cannot be '.' or '..' or hold control characters" in refuses("check", net)
+    message = refuses("check", net)
+    assert "a layer name cannot be '.' or '..', hold control characters or be longer than 256" in message
+    assert len(message) < 500
 
 
 # ---- Caffe files -----------------------------------------------------------------------------------------------
@@ -321,7 +377,7 @@ def test_an_imported_net_that_writes_files_says_where_and_cannot_write_elsewhere
                         'hdf5_output_param { file_name: "/tmp/netspec-hostile-import.h5" } }\n')
     imported = run("import", "caffe", prototxt, "-o", tmp_path / "net.yaml")
     assert imported.returncode == 0, imported.stderr
-    assert "layer out (HDF5Output) writes files: inside the run folder when training" in imported.stdout
+    assert "layer 'out' (HDF5Output) writes files: inside the run folder when training" in imported.stdout
     assert "is outside the output folder" in refuses("time", tmp_path / "net.yaml", "-n", 1, "--warmup", 0,
                                                      cwd=tmp_path)
     assert not Path("/tmp/netspec-hostile-import.h5").exists()

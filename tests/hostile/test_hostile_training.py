@@ -53,16 +53,19 @@ def newest_state(out: Path) -> Path | None:
 
 def test_a_second_training_into_a_busy_run_folder_is_refused(digits, tmp_path):
     out = tmp_path / "run"
-    first = subprocess.Popen([sys.executable, "-m", "netspec", "train", digits / "solver.yaml", "--out", out,
-                              "--max-iter", "1_000_000"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    solver = tmp_path / "solver.yaml"  # no periodic snapshots: the first run may go on for a while
+    solver.write_text((digits / "solver.yaml").read_text().replace("snapshot: 2", "snapshot: 0").replace(
+        "net: digits_net.yaml", f"net: {digits / 'digits_net.yaml'}").replace("display: 1", "display: 1000"))
+    first = subprocess.Popen([sys.executable, "-m", "netspec", "train", solver, "--out", out, "--max-iter", "1_000_000"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
-        while not list(out.glob("*.solverstate.h5")) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        for extra in ((), ("--resume", newest_state(out))):
-            assert refuses("train", digits / "solver.yaml", "--out", out, "--max-iter", 4, *extra) == (
-                f"error: {out} is in use by another training (pid {first.pid}); wait for it to end, or train into "
-                "another folder with --out DIR")
+        while not (out / "metrics.jsonl").exists() and time.monotonic() < deadline:  # written once it trains
+            time.sleep(0.05)
+        assert (out / ".lock").read_text() == str(first.pid)
+        assert refuses("train", solver, "--out", out, "--max-iter", 4) == (
+            f"error: {out} is in use by another training (pid {first.pid}); wait for it to end, or train into "
+            "another folder with --out DIR")
     finally:
         first.send_signal(signal.SIGTERM)
         assert first.wait(timeout=60) == 128 + signal.SIGTERM, first.stderr.read()
@@ -91,16 +94,23 @@ def test_kill_9_at_random_points_always_resumes_to_the_uninterrupted_result(digi
     assert train(digits, reference).returncode == 0
     expected = final_weights(reference / f"digits_iter_{ITERATIONS}.weights.h5")
     draws = random.Random(17)  # noqa: S311 - kill times, not secrets
-    first_snapshot, end = _run_seconds(digits, tmp_path)
+    mid_run = 0
     for attempt in range(20):
         out = tmp_path / f"run{attempt}"
+        after = draws.choice(range(0, ITERATIONS - 2, 2))  # kill once this snapshot exists (0: before the first),
+        delay = draws.uniform(0, 0.05)  # ... a moment later: during an iteration or the next snapshot
         process = subprocess.Popen([sys.executable, "-m", "netspec", "train", digits / "solver.yaml", "--out", out,
                                     "--max-iter", str(ITERATIONS)], stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL)
-        time.sleep(draws.uniform(0.9 * first_snapshot, first_snapshot + 0.7 * (end - first_snapshot)))
+        marker = out / (f"digits_iter_{after}.solverstate.h5" if after else "metrics.jsonl")
+        deadline = time.monotonic() + 120
+        while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        time.sleep(delay)
         process.send_signal(signal.SIGKILL)
         process.wait()
         state = newest_state(out)
+        mid_run += state is not None and _iteration(state) < ITERATIONS
         if state is None:  # killed before its first snapshot: nothing to continue, so start again elsewhere
             out = tmp_path / f"again{attempt}"
         resumed = train(digits, out, *(("--resume", state) if state else ()))
@@ -109,19 +119,7 @@ def test_kill_9_at_random_points_always_resumes_to_the_uninterrupted_result(digi
         assert got.keys() == expected.keys()
         assert all(np.array_equal(got[key], expected[key]) for key in expected), attempt
         assert not [name for name in os.listdir(out) if ".tmp-" in name]
-
-
-def _run_seconds(digits: Path, tmp_path: Path) -> tuple[float, float]:
-    """Seconds from starting ``netspec train`` to its first snapshot, and to its end, on this machine."""
-    out = tmp_path / "timing"
-    process = subprocess.Popen([sys.executable, "-m", "netspec", "train", digits / "solver.yaml", "--out", out,
-                                "--max-iter", str(ITERATIONS)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    started = time.monotonic()
-    while not (out / "digits_iter_2.solverstate.h5").exists() and process.poll() is None:
-        time.sleep(0.005)
-    first = time.monotonic() - started
-    process.wait()
-    return first, time.monotonic() - started
+    assert mid_run >= 10  # most kills landed between snapshots, not before the first or after the last
 
 
 def test_a_solver_state_with_an_external_link_is_refused(digits, tmp_path):
@@ -137,12 +135,21 @@ def test_a_solver_state_with_an_external_link_is_refused(digits, tmp_path):
 def test_temporary_files_of_a_killed_run_are_removed_when_it_resumes(digits, tmp_path):
     out = tmp_path / "run"
     assert train(digits, out, iterations=2).returncode == 0
-    left = out / ".digits_iter_4.weights.h5.tmp-99999"
+    left = out / f".digits_iter_4.weights.h5.tmp-{_ended_pid()}"  # its writer has ended
     left.write_bytes(b"half a snapshot")
+    busy = out / f".export.onnx.tmp-{os.getpid()}"  # a writer still running (this test) keeps its file
+    busy.write_bytes(b"being written")
     resumed = train(digits, out, "--resume", out / "digits_iter_2.solverstate.h5", iterations=4)
     assert resumed.returncode == 0, resumed.stderr
     assert f"removed 1 temporary file(s) an interrupted run left in {out}" in resumed.stdout
-    assert not left.exists()
+    assert not left.exists() and busy.exists()
+
+
+def _ended_pid() -> int:
+    """The pid of a process that has ended."""
+    process = subprocess.Popen([sys.executable, "-c", ""])
+    process.wait()
+    return process.pid
 
 
 @pytest.mark.parametrize("label, shown", [(1.7, "1.7"), (1e30, "1e+30"), (-1, "-1"), (np.nan, "nan")])
@@ -163,3 +170,55 @@ snapshot_prefix: run/s
     assert refuses("train", tmp_path / "solver.yaml") == (
         f"error: layer 'loss': label {shown} of bottom 'label' is not a class index 0 to 9 (1 such labels in the "
         "batch)")
+
+
+def test_resume_continues_in_the_states_folder_and_never_into_another_run(digits, tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert train(digits, first, iterations=2).returncode == 0
+    assert train(digits, second, iterations=2).returncode == 0
+    before = {p.name: p.read_bytes() for p in second.iterdir() if p.is_file() and p.name != ".lock"}
+    assert refuses("train", digits / "solver.yaml", "--out", second, "--max-iter", 4,
+                   "--resume", first / "digits_iter_2.solverstate.h5").startswith(f"error: {second} already holds a run")
+    assert {p.name: p.read_bytes() for p in second.iterdir() if p.is_file() and p.name != ".lock"} == before
+    resumed = run("train", digits / "solver.yaml", "--max-iter", 4, "--resume", first / "digits_iter_2.solverstate.h5")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"run folder {first}" in resumed.stdout and (first / "digits_iter_4.solverstate.h5").exists()
+    assert not (digits / "runs").exists()
+
+
+@pytest.mark.parametrize("how, expected", [
+    ("unwritten positions", "declares 1,048,576 bytes but stores none"),
+    ("many positions", "its data positions and loss window hold 1,572,875,552 bytes, more than the 268,435,456"),
+    ("deep progress", "cannot read solver state: incomplete or malformed file"),
+    ("bad generator", "its random generator states are malformed"),
+    ("weights elsewhere", "its weights_file '../../etc/passwd' is not a file name beside the state"),
+])
+def test_a_malformed_solver_state_is_refused_in_one_line(digits, tmp_path, how, expected):
+    out = tmp_path / "run"
+    assert train(digits, out, iterations=2).returncode == 0
+    state = out / "digits_iter_2.solverstate.h5"
+    with h5py.File(state, "a") as handle:
+        if how.endswith("positions"):  # a few KB on disk, a megabyte or gigabytes when read
+            for index in range(1500 if how == "many positions" else 1):
+                handle.create_dataset(f"runtime/train/digits/k{index}", shape=(1 << 18,), dtype="f4",
+                                      chunks=(1 << 16,))
+        elif how == "deep progress":
+            handle.attrs["progress"] = "[" * 100_000 + "]" * 100_000
+        elif how == "bad generator":
+            handle.attrs["rng_state"] = '{"bit_generator": "PCG64"}'
+        else:
+            handle.attrs["weights_file"] = "../../etc/passwd"
+    assert expected in refuses("train", digits / "solver.yaml", "--resume", state, "--max-iter", 4)
+
+
+def test_a_run_folder_that_cannot_be_made_is_one_line(digits, tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    assert refuses("train", digits / "solver.yaml", "--out", tmp_path / "file" / "run", "--max-iter", 2) == (
+        f"error: {tmp_path}/file/run: cannot use it as the run folder: Not a directory")
+
+
+def test_a_randint_filler_beyond_whole_float_numbers_is_refused(tmp_path):
+    net = tmp_path / "net.yaml"
+    net.write_text("layers:\n  - {name: data, type: DummyData, top: x, dummy_data_param: {shape: [{dim: [2]}], "
+                   "data_filler: [{type: randint, min: 0, max: 1e30}]}}\n")
+    assert "randint needs whole numbers min < max (at most 2**53)" in refuses("time", net, "-n", 1)

@@ -11,6 +11,7 @@ import http.server
 import io
 import json
 import re
+import select
 import shutil
 import socket
 import subprocess
@@ -209,6 +210,8 @@ def test_zoo_serve_takes_its_idle_timeout_from_the_command_line(tmp_path):
     server = subprocess.Popen([sys.executable, "-m", "netspec", "zoo", "serve", "--zoo", source, "--port", "0",
                                "--idle-timeout", "1"], stdout=subprocess.PIPE, text=True)
     try:
+        ready, _, _ = select.select([server.stdout], [], [], 60)
+        assert ready, "zoo serve did not start"
         port = int(server.stdout.readline().split("http://127.0.0.1:")[1].split("/")[0])
         with socket.create_connection(("127.0.0.1", port), timeout=10) as silent:
             started = time.monotonic()
