@@ -12,7 +12,7 @@ import h5py
 from netspec.data.dataset import read_manifest
 from netspec.engine.deploy import deploy_net_yaml, derive_deploy_net
 from netspec.engine.net import Net, compile_net
-from netspec.engine.outputs import check_sandbox
+from netspec.engine.outputs import OutputFolder, check_sandbox
 from netspec.engine.registry import layer_schemas
 from netspec.errors import NetspecError
 from netspec.graph.compiler import included
@@ -129,7 +129,7 @@ def publish(request: PublishRequest, zoo: Zoo) -> ModelCard:
     graph = compile_net(parse_net(deploy, layer_schemas()), phase="TEST")
     if not request.allow_side_effects:
         check_sandbox(graph, request.net or "the deploy net derived from the run")
-    net = Net(graph)  # its output paths must stay in the current directory, where its users will run it
+    net = Net(graph, output_folder=OutputFolder(remedy="since its users run it in folders of their own"))
     report = net.load_weights(weights)
     missing = [name for name in report.missing if net.params.get(name)]
     if missing:

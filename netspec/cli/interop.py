@@ -7,6 +7,7 @@ import click
 from netspec.cli.errors import user_errors
 from netspec.cli.options import Integer, level_option, stage_option
 from netspec.engine.net import load_net
+from netspec.engine.outputs import OutputFolder
 from netspec.interop.caffe_files import import_caffemodel_file, import_net_file, import_solver_file
 from netspec.interop.onnx_export import export_onnx
 
@@ -26,7 +27,8 @@ def export():
 @user_errors
 def export_onnx_command(net_file, weights, out, opset, stages, level):
     """Export NET_FILE's inference (TEST) graph with its weights as an ONNX model."""
-    net = load_net(net_file, phase="TEST", stages=stages or None, level=level)
+    net = load_net(net_file, phase="TEST", stages=stages or None, level=level,
+                   output_folder=OutputFolder(anywhere=True))  # exported, never run here
     net.load_weights(weights)
     export_onnx(net, out, opset)
     click.echo(f"wrote {out} (opset {opset}, {len(net.nodes)} layers, inputs "

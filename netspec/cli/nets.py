@@ -36,7 +36,8 @@ def check(net_file, phase, stages, level, weights):
     graph = compile_net(spec, phase=phase.upper() if phase else None, stages=stages or None, level=level)
     click.echo(net_summary(graph))
     if weights:
-        click.echo(Net(graph).load_weights(weights).summary(weights))
+        net = Net(graph, output_folder=OutputFolder(anywhere=True))  # checked, never run
+        click.echo(net.load_weights(weights).summary(weights))
 
 
 @click.command()

@@ -19,13 +19,20 @@ from dataclasses import dataclass
 
 from netspec.errors import ConfigError, ParamError
 
+ALLOW_ANYWHERE = "or allow writing anywhere (--allow-absolute-outputs)"
+
 
 @dataclass(frozen=True)
 class OutputFolder:
-    """The folder relative output paths resolve in; ``anywhere`` lets paths leave it."""
+    """The folder relative output paths resolve in; ``anywhere`` lets paths leave it.
+
+    ``remedy`` ends the message refusing a path that leaves it: how the user
+    can allow that where the net is built.
+    """
 
     root: str = "."
     anywhere: bool = False
+    remedy: str = ALLOW_ANYWHERE
 
     def resolve(self, path: str, key: str) -> str:
         """``path`` resolved inside the folder; ParamError naming ``key`` when it would leave it.
@@ -38,12 +45,12 @@ class OutputFolder:
             return os.path.join(root, os.path.expanduser(path))
         if os.path.isabs(path) or path.startswith("~"):
             raise ParamError(key, f"'{path}' is outside the output folder {root}; write a path relative to it, "
-                                  "or allow writing anywhere (--allow-absolute-outputs)")
+                                  f"{self.remedy}")
         resolved = os.path.normpath(os.path.join(root, path))
         real_root = os.path.realpath(root)
         if os.path.commonpath([real_root, os.path.realpath(os.path.dirname(resolved))]) != real_root:
             raise ParamError(key, f"'{path}' leads out of the output folder {root} (through '..' or a link); write "
-                                  "a path inside it, or allow writing anywhere (--allow-absolute-outputs)")
+                                  f"a path inside it, {self.remedy}")
         return resolved
 
 

@@ -62,9 +62,12 @@ def test_a_net_that_writes_files_is_refused_at_publish_and_at_load(tmp_path, wei
     assert message == (f"error: {net}: layer 'save' (HDF5Output) writes files; a net shared through a zoo runs "
                        "without side effects unless its user allows them (--allow-side-effects)")
     # allowed, its files must still stay where its users run it
-    assert "is outside the output folder" in refuses("zoo", "publish", "--name", "m", "--net", net, "--weights",
-                                                     weights, "--zoo", tmp_path / "zoo", "--allow-side-effects")
+    assert refuses("zoo", "publish", "--name", "m", "--net", net, "--weights", weights, "--zoo", tmp_path / "zoo",
+                   "--allow-side-effects", cwd=tmp_path).endswith(
+        f"hdf5_output_param.file_name: '{outside / 'stolen.h5'}' is outside the output folder {tmp_path}; write a "
+        "path relative to it, since its users run it in folders of their own")
     assert "is outside the output folder" in refuses("test", net, "--weights", weights, "-n", 1, cwd=tmp_path)
+    assert run("check", net, "--weights", weights).returncode == 0  # checking a net never runs it
     assert not outside.exists()
 
     net = writer_net(tmp_path, "features/scores.h5")
