@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy
+
 from netspec.data import hdf5
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
@@ -108,18 +110,22 @@ class HDF5Data(Layer):
         return state
 
     def restore_runtime_state(self, state):
-        order = [int(i) for i in state["file_order"]]
-        if sorted(order) != list(range(len(self.files))):
+        order, cursor = [int(i) for i in state["file_order"]], int(state["file_cursor"])
+        if sorted(order) != list(range(len(self.files))) or not 0 <= cursor < len(self.files):
             raise DataError(f"{self.block('hdf5_data_param').source}: the saved position is for "
                             f"{len(order)} files, the list now names {len(self.files)}")
-        self.file_order, self.file_cursor = order, int(state["file_cursor"])
+        self.file_order, self.file_cursor = order, cursor
         self.load_current()
         rows = len(state["row_order"]) if "row_order" in state else self.row_count
         if rows != self.row_count or not 0 <= int(state["row_cursor"]) <= self.row_count:
             raise DataError(f"{self.files[self.file_order[self.file_cursor]]}: the saved position is for a file of "
                             f"{rows} rows, the file now has {self.row_count}")
         if "row_order" in state:
-            self.row_order = state["row_order"]
+            row_order = numpy.asarray(state["row_order"])
+            if row_order.dtype.kind not in "iu" or not numpy.array_equal(numpy.sort(row_order), numpy.arange(rows)):
+                raise DataError(f"{self.files[self.file_order[self.file_cursor]]}: the saved row order is not an "
+                                f"order of the file's {rows} rows")
+            self.row_order = row_order
         self.row_cursor = int(state["row_cursor"])
 
     def forward(self, bottom, top):

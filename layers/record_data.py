@@ -109,9 +109,11 @@ class RecordBatches(Layer, abc.ABC):
         return {"seed": numpy.int64(self.seed), "next_batch": numpy.int64(self.prefetcher.next_batch)}
 
     def restore_runtime_state(self, state):
-        self.seed = int(state["seed"])
+        self.seed, next_batch = int(state["seed"]), int(state["next_batch"])
+        if next_batch < 0:
+            raise DataError(f"layer '{self.name}': the saved position is batch {next_batch}, before the first")
         self.order = self.record_order()
-        self.prefetcher.restart(int(state["next_batch"]))
+        self.prefetcher.restart(next_batch)
 
     def forward(self, bottom, top):
         data, labels = self.prefetcher.next()

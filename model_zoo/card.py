@@ -18,9 +18,11 @@ from typing import Literal
 
 import yaml
 
-from netspec.errors import ConfigError, Problem
+from netspec.errors import ConfigError, Problem, shown
 from netspec.spec.schema import Context, doc, read_block, required
 from netspec.spec.yaml_lines import YamlMap, load_yaml
+
+MAX_INPUT_PIXELS = 89_478_485  # H x W of a model's input: Pillow's decompression-bomb limit, far past any net
 
 CARD = "model.yaml"
 README = "README.md"
@@ -152,8 +154,11 @@ def parse_card(text: str, where: str) -> ModelCard:
     for name in card.referenced_files():
         if name not in listed:
             bad("files", f"'{name}' is named by the card but not listed in files")
-    if len(card.input.shape) != 3 or any(d <= 0 for d in card.input.shape):
-        bad("input.shape", f"must be [C, H, W] with positive sizes, got {card.input.shape}")
+    shape = card.input.shape
+    if (len(shape) != 3 or shape[0] not in (1, 3) or any(d <= 0 for d in shape)
+            or shape[1] * shape[2] > MAX_INPUT_PIXELS):
+        bad("input.shape", f"must be [C, H, W] with 1 or 3 channels and at most {MAX_INPUT_PIXELS:,} pixels, got "
+                           f"{shown(shape)}")
     if problems:
         raise ConfigError(problems)
     return card

@@ -6,7 +6,7 @@ import contextlib
 import os
 import re
 
-TEMPORARY_NAME = re.compile(r"\..+\.tmp-(\d+)")  # what temporary_path names look like (group 1: the writer's pid)
+TEMPORARY_NAME = re.compile(r"\..+\.tmp-(\d{1,10})")  # what temporary_path names look like (group 1: the writer's pid)
 
 
 def temporary_path(path: str | os.PathLike) -> str:

@@ -117,6 +117,11 @@ def shown(value) -> str:
     return _SHORT.repr(value)
 
 
+def shown_name(name) -> str:
+    """A name read from a file as a message shows it: control characters escaped, cut short, no quotes."""
+    return shown(str(name))[1:-1]
+
+
 def did_you_mean(word: str, candidates) -> str:
     """A ``"; did you mean 'x'?"`` suffix for the closest candidate, or '' (always for words over 100 characters)."""
     if len(str(word)) > 100:

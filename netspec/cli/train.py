@@ -29,7 +29,8 @@ from netspec.training.signals import exit_status
 @stage_option
 @level_option
 @click.option("--out", "run_dir", type=click.Path(file_okay=False), default=None,
-              help="run folder for snapshots, metrics.jsonl and config copies (default: snapshot_prefix's folder)")
+              help="run folder for snapshots, metrics.jsonl and config copies (default: the --resume state's "
+                   "folder, else snapshot_prefix's folder)")
 @click.option("--sigint-effect", type=click.Choice(["stop", "snapshot", "none"]), default="stop", show_default=True,
               help="what Ctrl-C does, at the next iteration boundary")
 @click.option("--sighup-effect", type=click.Choice(["snapshot", "stop", "none"]), default="snapshot",

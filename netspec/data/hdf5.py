@@ -87,6 +87,7 @@ def stored_dataset(handle: h5py.File, path: str, name: str) -> h5py.Dataset:
                         f"(the file has: {', '.join(available) or 'none'})")
     dataset = handle[name]
     hdf5_policy.check_dataset(dataset, f"{path}: dataset '{name}'", DataError)
+    hdf5_policy.check_stored(dataset, f"{path}: dataset '{name}'", DataError)
     return dataset
 
 

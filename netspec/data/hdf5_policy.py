@@ -92,9 +92,8 @@ def read_dataset(dataset: h5py.Dataset, error: type[NetspecError], shape: tuple[
     """The values of ``dataset`` (checked by :func:`check_structure`), after checking its size first.
 
     ``shape`` is the shape the reader expects; without one, ``max_bytes``
-    bounds the dataset's size.  A dataset that stores nothing of what it
-    declares (never written: it would read back as fill values), or that would
-    expand more than :data:`MAX_COMPRESSION_RATIO` times, is refused too.
+    bounds the dataset's size; :func:`check_stored` refuses what the file does
+    not really hold.
     """
     where = f"{dataset.file.filename}: {dataset.name}"
     if shape is not None and tuple(dataset.shape) != tuple(shape):
@@ -102,10 +101,17 @@ def read_dataset(dataset: h5py.Dataset, error: type[NetspecError], shape: tuple[
     logical = dataset.size * dataset.dtype.itemsize
     if max_bytes is not None and logical > max_bytes:
         raise error(f"{where} holds {logical:,} bytes, more than the {max_bytes:,} this file may hold there")
+    check_stored(dataset, where, error)
+    return dataset[()]
+
+
+def check_stored(dataset: h5py.Dataset, where: str, error: type[NetspecError]) -> None:
+    """Refuse a dataset that stores nothing of what it declares (never written: it would read back as fill
+    values) or that would expand more than :data:`MAX_COMPRESSION_RATIO` times when read."""
+    logical = dataset.size * dataset.dtype.itemsize
     stored = dataset.id.get_storage_size()
     if logical and not stored and dataset.id.get_create_plist().get_layout() != h5py.h5d.COMPACT:
         raise error(f"{where} declares {logical:,} bytes but stores none")
     if logical > COMPRESSION_CHECK_BYTES and logical > MAX_COMPRESSION_RATIO * stored:
         raise error(f"{where} expands from {stored:,} stored bytes to {logical:,}, more than "
                     f"{MAX_COMPRESSION_RATIO:,} times")
-    return dataset[()]

@@ -24,7 +24,7 @@ import numpy
 from netspec.atomic import write_bytes
 from netspec.data import hdf5_policy
 from netspec.data.hdf5 import escape_name, open_failure, unescape_name
-from netspec.errors import WeightsError
+from netspec.errors import WeightsError, shown_name
 from netspec.version import __version__
 
 FORMAT = "netspec-weights-1"
@@ -47,7 +47,7 @@ class LoadReport:
         if self.missing:
             parts.append(f"not in the file (keep their fillers): {', '.join(self.missing)}")
         if self.unused:
-            parts.append(f"in the file but not the net: {', '.join(self.unused)}")
+            parts.append(f"in the file but not the net: {', '.join(map(shown_name, self.unused))}")
         return "; ".join(parts)
 
 
@@ -136,7 +136,7 @@ def load_weights(net, path: str | os.PathLike, strict: bool = True) -> LoadRepor
         if owned and not report.copied:
             raise WeightsError(
                 f"{os.fspath(path)}: the weights are of net '{attrs.get('net_name', '?')}' and share no layer "
-                f"with net '{net.graph.name}' (file: {', '.join(sorted(stored)) or 'none'}; "
+                f"with net '{net.graph.name}' (file: {', '.join(map(shown_name, sorted(stored))) or 'none'}; "
                 f"net: {', '.join(owned)})")
         values = {(name, index): hdf5_policy.read_dataset(stored[name][index], WeightsError, blob.shape)
                   for name in report.copied for index, blob in owned[name]}

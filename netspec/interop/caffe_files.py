@@ -11,6 +11,7 @@ import os
 import yaml
 
 from netspec.engine.net import Net, load_net
+from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_class, layer_schemas
 from netspec.interop.caffe_import import (
     CaffePaths,
@@ -96,7 +97,8 @@ def import_caffemodel_file(prototxt: str, caffemodel: str, out: str) -> tuple[Ne
     their fillers) and the caffemodel's layers the net does not have.
     """
     spec, _ = import_net(read_prototxt(prototxt))
-    net = load_net(yaml.safe_dump(spec, sort_keys=False), phase="TEST")
+    net = load_net(yaml.safe_dump(spec, sort_keys=False), phase="TEST",
+                   output_folder=OutputFolder(anywhere=True))  # its weights are copied, it is never run
     missing, unused = copy_caffemodel(net, read_caffemodel(caffemodel), caffemodel)
     net.save_weights(out)
     return net, missing, unused

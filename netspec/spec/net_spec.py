@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from netspec.errors import ConfigError, Problem, did_you_mean, shown
+from netspec.errors import ConfigError, Problem, did_you_mean, shown, shown_name
 from netspec.spec.modules import expand_net, uses_modules
 from netspec.spec.schema import INVALID, Context, convert_value, doc, read_block
 from netspec.spec.yaml_lines import YamlMap, load_yaml, read_source, to_plain
@@ -142,7 +142,7 @@ def parse_layer(node, index: int, layer_schemas: dict[str, dict[str, type]], ctx
     if not isinstance(name, str) or not name:
         ctx.add("every layer needs a 'name' (a non-empty string)", node.line, "name")
     elif name in (".", "..") or any(ord(c) < 32 or ord(c) == 127 for c in name) or len(name) > MAX_NAME:
-        ctx.layer = shown(name)[1:-1]
+        ctx.layer = shown_name(name)
         ctx.add(f"a layer name cannot be '.' or '..', hold control characters or be longer than {MAX_NAME} "
                 f"characters, got {shown(name)} (weight files store layers by name)", node.line_of("name"), "name")
     type_name = node.get("type")

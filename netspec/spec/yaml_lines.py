@@ -23,6 +23,7 @@ import yaml
 from netspec.errors import ConfigError, Problem
 from netspec.spec.numbers import FIRST_CHARACTERS, FLOAT_YAML_1_1_MISSES
 
+MAX_FILE_BYTES = 64 << 20  # a config file; ResNet-152 written out without modules is about 200 KB
 MAX_DEPTH = 100  # nesting levels; a net file needs about 6
 MAX_ALIASES = 10_000  # '*name' references in one file
 MAX_NODES = 1_000_000  # keys, values and items once aliases are expanded; GoogLeNet written out needs about 20,000
@@ -164,6 +165,9 @@ def read_source(source: str | os.PathLike) -> tuple[str, str | None]:
     looks_like_path = "\n" not in text and (os.path.isfile(text) or text.endswith((".yaml", ".yml")))
     if not looks_like_path:
         return text, None
+    if os.path.exists(text) and (not os.path.isfile(text) or os.path.getsize(text) > MAX_FILE_BYTES):
+        raise ConfigError(Problem(f"not a config file (a regular file of at most {MAX_FILE_BYTES:,} bytes)",
+                                  file=text))
     try:
         with open(text, encoding="utf-8") as handle:
             return handle.read(), text

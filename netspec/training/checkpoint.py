@@ -10,6 +10,7 @@ snapshots kept and the watched outputs.  Both functions here take the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import json
@@ -117,23 +118,32 @@ def restore(solver, path: str | os.PathLike, force: bool = False) -> None:
     solver.iter = state.iteration
     solver.losses.clear()
     solver.losses.extend(state.loss_window)
-    solver.net.restore_runtime_state(state.runtime.get("train", {}))
-    for index, net in enumerate(solver.test_nets):
-        net.restore_runtime_state(state.runtime.get(f"test{index}", {}))
-    try:
+    with _malformed(path, "data positions"):
+        solver.net.restore_runtime_state(state.runtime.get("train", {}))
+        for index, net in enumerate(solver.test_nets):
+            net.restore_runtime_state(state.runtime.get(f"test{index}", {}))
+    with _malformed(path, "random generator states"):
         solver.backend.set_rng_state(state.rng_state)
         if state.test_rng_state:
             solver.test_backend.set_rng_state(state.test_rng_state)
         if state.rank_rng_states:
             solver.backend.set_rank_rng_state(state.rank_rng_states[solver.comm.rank])
-    except (KeyError, ValueError, TypeError, IndexError, RecursionError) as exc:
-        raise StateError(f"{path}: its random generator states are malformed ({shown(str(exc))})") from None
-    solver.snapshots = [int(it) for it in state.progress.get("snapshots", [state.iteration])]
-    for key, watch in (("best", solver.best), ("early_stop", solver.plateau)):
-        if watch is not None and key in state.progress:
-            watch.restore(state.progress[key])
+    with _malformed(path, "progress (snapshots kept, watched outputs)"):
+        solver.snapshots = [int(it) for it in state.progress.get("snapshots", [state.iteration])]
+        for key, watch in (("best", solver.best), ("early_stop", solver.plateau)):
+            if watch is not None and key in state.progress:
+                watch.restore(state.progress[key])
     solver.last_snapshot, solver.last_snapshot_iter = path, state.iteration
     solver.log.message(f"resumed from {path} at iteration {solver.iter}")
+
+
+@contextlib.contextmanager
+def _malformed(path: str, what: str):
+    """Turn what a hand-edited or hostile state makes restoring ``what`` raise into one StateError."""
+    try:
+        yield
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError, RecursionError) as exc:
+        raise StateError(f"{path}: its {what} are malformed ({shown(str(exc))})") from None
 
 
 def _check_resumable(solver, path: str, state: solver_state.SolverState, force: bool) -> str:

@@ -15,6 +15,7 @@ import numpy
 
 from netspec.engine.comm import SingleProcess
 from netspec.engine.registry import layer_schemas, solver_types
+from netspec.errors import StateError
 from netspec.spec.solver_spec import SolverParams, SolverSpec, parse_solver
 from netspec.training import run_folder
 from netspec.training.log import TrainingLog
@@ -76,6 +77,8 @@ def train(solver_file: str, options: TrainOptions, comm=None, say: Callable[[str
     comm = comm or SingleProcess()
     root = comm.rank == 0
     spec = read_solver(solver_file, options.max_iter)
+    if options.resume and not os.path.isfile(options.resume):
+        raise StateError(f"{options.resume}: no such solver state file")
     resumed_in = os.path.dirname(os.path.abspath(options.resume)) if options.resume else None
     if options.run_dir or resumed_in:
         spec.params.snapshot_prefix = run_folder.prefix_in(options.run_dir or resumed_in, spec.snapshot_prefix)

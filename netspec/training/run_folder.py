@@ -147,7 +147,7 @@ def _running(pid: int) -> bool:
     """Whether a process ``pid`` exists."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # no such process, or a number no pid can be
         return False
     except PermissionError:  # another user's
         return True

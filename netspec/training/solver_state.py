@@ -125,6 +125,11 @@ def read_state(path: str | os.PathLike) -> SolverState:
                             rank_rng_states=json.loads(handle.attrs.get("rank_rng_states", "[]")),
                             params=json.loads(handle.attrs.get("params", "{}")),
                             test_rng_state=str(handle.attrs.get("test_rng_state", "")))
+        if not (isinstance(state.progress, dict) and isinstance(state.params, dict)
+                and isinstance(state.rank_rng_states, list) and state.iteration >= 0 and state.lr_step >= 0
+                and state.world_size >= 1):
+            raise StateError(f"{os.fspath(path)}: malformed solver state (its iteration, progress, params or "
+                             "world size are not what netspec writes)")
         if os.path.basename(state.weights_file) != state.weights_file or state.weights_file in ("", ".", ".."):
             raise StateError(f"{os.fspath(path)}: its weights_file {shown(state.weights_file)} is not a file name "
                              "beside the state")

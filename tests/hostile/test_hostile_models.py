@@ -384,3 +384,38 @@ def test_an_imported_net_that_writes_files_says_where_and_cannot_write_elsewhere
     assert "is outside the output folder" in refuses("time", tmp_path / "net.yaml", "-n", 1, "--warmup", 0,
                                                      cwd=tmp_path)
     assert not Path("/tmp/netspec-hostile-import.h5").exists()
+
+
+def test_an_imported_caffemodel_of_a_net_that_writes_files_is_copied(tmp_path):
+    prototxt = tmp_path / "net.prototxt"
+    prototxt.write_text('name: "n"\nlayer { name: "data" type: "Input" top: "data" '
+                        'input_param { shape { dim: 1 dim: 4 } } }\n'
+                        'layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" '
+                        'inner_product_param { num_output: 2 bias_term: false } }\n'
+                        'layer { name: "out" type: "HDF5Output" bottom: "ip" '
+                        'hdf5_output_param { file_name: "/tmp/netspec-hostile-features.h5" } }\n')
+    model = tmp_path / "net.caffemodel"
+    model.write_bytes(caffemodel("ip", [2, 4], 8))
+    result = run("import", "caffemodel", prototxt, model, "-o", tmp_path / "w.h5")
+    assert result.returncode == 0, result.stderr  # the net is built to take its weights, never run
+    assert (tmp_path / "w.h5").is_file() and not Path("/tmp/netspec-hostile-features.h5").exists()
+
+
+def test_a_card_with_an_enormous_input_is_refused(tmp_path, weights):
+    assert publish(tmp_path, DEPLOY, weights).returncode == 0
+    model = tmp_path / "zoo" / "models" / "m" / "1"
+    card = model / "model.yaml"
+    card.write_text(card.read_text().replace("  - 8\n  - 8\n", "  - 60000\n  - 60000\n"))
+    assert "input.shape: must be [C, H, W] with 1 or 3 channels and at most 89,478,485 pixels" in refuses(
+        "predict", model, digits_input(tmp_path))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero"])
+def test_a_config_that_is_no_regular_file_is_refused_at_once(tmp_path, kind):
+    net = tmp_path / "net.yaml"
+    if kind == "fifo":
+        os.mkfifo(net)
+    else:
+        net.symlink_to("/dev/zero")
+    assert refuses("check", net, timeout=30) == (
+        f"error: {net}: not a config file (a regular file of at most 67,108,864 bytes)")

@@ -192,6 +192,12 @@ def test_resume_continues_in_the_states_folder_and_never_into_another_run(digits
     ("deep progress", "cannot read solver state: incomplete or malformed file"),
     ("bad generator", "its random generator states are malformed"),
     ("weights elsewhere", "its weights_file '../../etc/passwd' is not a file name beside the state"),
+    ("list progress", "malformed solver state (its iteration, progress, params or world size"),
+    ("negative iteration", "malformed solver state (its iteration, progress, params or world size"),
+    ("odd snapshots", "its progress (snapshots kept, watched outputs) are malformed"),
+    ("generator overflow", "its random generator states are malformed"),
+    ("file cursor", "the saved position is for 1 files, the list now names 1"),
+    ("row order", "the saved row order is not an order of the file's 1437 rows"),
 ])
 def test_a_malformed_solver_state_is_refused_in_one_line(digits, tmp_path, how, expected):
     out = tmp_path / "run"
@@ -206,8 +212,20 @@ def test_a_malformed_solver_state_is_refused_in_one_line(digits, tmp_path, how, 
             handle.attrs["progress"] = "[" * 100_000 + "]" * 100_000
         elif how == "bad generator":
             handle.attrs["rng_state"] = '{"bit_generator": "PCG64"}'
-        else:
+        elif how == "weights elsewhere":
             handle.attrs["weights_file"] = "../../etc/passwd"
+        elif how == "list progress":
+            handle.attrs["progress"] = "[1, 2]"
+        elif how == "negative iteration":
+            handle.attrs["iteration"] = -5
+        elif how == "odd snapshots":
+            handle.attrs["progress"] = '{"snapshots": ["x"]}'
+        elif how == "generator overflow":
+            handle.attrs["rng_state"] = '{"bit_generator": "PCG64", "state": {"state": -1, "inc": -1}}'
+        elif how == "file cursor":
+            handle["runtime/train/digits/file_cursor"][()] = 99
+        else:  # a row order of the right length that repeats rows
+            handle["runtime/train/digits/row_order"][:2] = 0
     assert expected in refuses("train", digits / "solver.yaml", "--resume", state, "--max-iter", 4)
 
 
@@ -222,3 +240,29 @@ def test_a_randint_filler_beyond_whole_float_numbers_is_refused(tmp_path):
     net.write_text("layers:\n  - {name: data, type: DummyData, top: x, dummy_data_param: {shape: [{dim: [2]}], "
                    "data_filler: [{type: randint, min: 0, max: 1e30}]}}\n")
     assert "randint needs whole numbers min < max (at most 2**53)" in refuses("time", net, "-n", 1)
+
+
+def test_a_mistyped_resume_path_is_one_line_and_creates_nothing(digits, tmp_path):
+    typo = tmp_path / "typo1" / "typo2" / "digits_iter_2.solverstate.h5"
+    assert refuses("train", digits / "solver.yaml", "--resume", typo) == f"error: {typo}: no such solver state file"
+    assert not (tmp_path / "typo1").exists()
+
+
+def test_a_leftover_with_a_pid_no_process_can_have_is_removed(digits, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    left = out / ".x.tmp-9999999999"
+    left.write_bytes(b"")
+    assert train(digits, out, iterations=2).returncode == 0
+    assert not left.exists()
+
+
+def test_a_caffe_hdf5_file_declaring_billions_of_unwritten_rows_is_refused(tmp_path):
+    with h5py.File(tmp_path / "train.h5", "w") as handle:
+        handle.create_dataset("data", shape=(10 ** 10, 3), dtype="f4", chunks=(1024, 3))
+        handle.create_dataset("label", shape=(10 ** 10,), dtype="f4", chunks=(1024,))
+    (tmp_path / "train.txt").write_text("train.h5\n")
+    net = tmp_path / "net.yaml"
+    net.write_text("layers:\n  - {name: data, type: HDF5Data, top: [data, label], "
+                   "hdf5_data_param: {source: train.txt, batch_size: 4}}\n")
+    assert "dataset 'data' declares 120,000,000,000 bytes but stores none" in refuses("time", net, "-n", 1)
