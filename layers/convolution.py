@@ -1,9 +1,12 @@
-"""Convolution: 2-D cross-correlation by im2col and one matrix product per group."""
+"""Convolution: 2-D cross-correlation by im2col and one matrix product per group, or by oneDNN on the CPU."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy
+
+from netspec.engine import onednn
 from netspec.engine.fillers import FillerParams
 from netspec.engine.layer import Layer, weighted_flops
 from netspec.engine.registry import register_layer
@@ -143,7 +146,9 @@ class Convolution(Layer):
     ``H' = floor((H + 2*pad - (dilation*(kernel-1) + 1)) / stride) + 1``.
     Learnable: weights (num_output, C/group, kh, kw), bias (num_output,) if
     ``bias_term``.  Fillers default to constant 0, as in Caffe: set
-    ``weight_filler``.  Not in place.
+    ``weight_filler``.  Not in place.  On the CPU in float32 the passes run
+    as oneDNN primitives when the library is there (``NETSPEC_ONEDNN=0``
+    turns them off); otherwise, and for a geometry oneDNN refuses, by im2col.
 
     Example::
 
@@ -195,6 +200,19 @@ class Convolution(Layer):
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
         self.geo = self.geometry(bottom[0].shape)
+        self.fast = self._onednn(bottom[0].shape, top[0].shape)
+
+    def _onednn(self, bottom_shape, top_shape) -> onednn.Convolution | None:
+        """oneDNN's primitives for this geometry, or None when they cannot run it (the im2col path does)."""
+        lib = onednn.library()
+        if lib is None or self.backend.is_gpu or self.dtype != numpy.float32:
+            return None
+        geo, p = self.geo, self.params
+        try:
+            return onednn.Convolution(lib, bottom_shape, self.blobs[0].shape, top_shape, p.group, geo.stride,
+                                      geo.pad, geo.dilation, p.bias_term)
+        except onednn.OneDnnError:
+            return None
 
     def grouped_weights(self):
         """Weights as (G, O/G, C/G*kh*kw)."""
@@ -203,6 +221,10 @@ class Convolution(Layer):
         return weights.reshape(g, weights.shape[0] // g, -1)
 
     def forward(self, bottom, top):
+        if self.fast is not None:
+            bias = self.blobs[1].data if self.params.bias_term else None
+            self.fast.forward(bottom[0].data, self.blobs[0].data, bias, top[0].data)
+            return
         xp, g = self.xp, self.params.group
         o = top[0].shape[1]
         self.cols = im2col(xp, bottom[0].data, self.geo)
@@ -213,6 +235,9 @@ class Convolution(Layer):
         top[0].data[...] = out.reshape(o, *self.cols.shape[3:]).transpose(self.geo.inverse)
 
     def backward(self, top, propagate_down, bottom):
+        if self.fast is not None:
+            self._backward_onednn(top[0], propagate_down[0], bottom[0])
+            return
         xp, g = self.xp, self.params.group
         dy = top[0].diff
         o = dy.shape[1]
@@ -225,3 +250,19 @@ class Convolution(Layer):
         if propagate_down[0]:
             dcols = xp.matmul(self.grouped_weights().transpose(0, 2, 1), dy_cols)
             bottom[0].diff[...] = col2im(xp, dcols.reshape(self.cols.shape), bottom[0].shape, self.geo)
+
+    def _backward_onednn(self, top, propagate_down: bool, bottom) -> None:
+        """Backward by oneDNN: its gradients overwrite, so the parameters' are computed aside and added."""
+        weights, bias = self.blobs[0], self.blobs[1] if self.params.bias_term else None
+        learn_weights = self.param_propagate_down[0]
+        learn_bias = bias is not None and self.param_propagate_down[1]
+        if learn_weights or learn_bias:
+            dw = numpy.empty_like(weights.diff)
+            db = numpy.empty_like(bias.diff) if bias is not None else None
+            self.fast.backward_weights(bottom.data, top.diff, dw, db)
+            if learn_weights:
+                weights.diff += dw
+            if learn_bias:
+                bias.diff += db
+        if propagate_down:
+            self.fast.backward_data(top.diff, weights.data, bottom.diff)

@@ -8,6 +8,10 @@ Importing netspec registers the built-in layer types and update rules
 (``netspec.layers``, ``netspec.solvers``); ARCHITECTURE.md maps the packages.
 """
 
+from netspec import threads
+
+threads.size_pools()  # before anything below imports NumPy
+
 from netspec import layers, solvers  # noqa: F401 - importing them registers the built-in types
 from netspec.engine.builder import L, NetSpec
 from netspec.engine.net import Net, load_net

@@ -146,6 +146,7 @@ def time_command(net_file, iterations, warmup, phase, stages, level, device, see
     rows.append(["total", "", f"{result['forward_ms']:.3f}", f"{result['backward_ms']:.3f}"])
     click.echo(f"net '{result['net']}' ({result['phase']}) on {result['device']}, batch {result['batch_size']}, "
                f"{iterations} iterations after {warmup} warm-up")
+    click.echo(f"paths: {result['paths']}")
     click.echo(format_table(["layer", "type", "forward ms", "backward ms"], rows, right={2, 3}))
     click.echo(f"{result['ms_per_iter']:.3f} ms per iteration, {result['images_per_s']:.1f} images/s")
     if as_json:

@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import numpy
 
-from netspec.engine import weights
+from netspec.engine import onednn, weights
 from netspec.engine.backend import Backend
 from netspec.engine.blob import Blob
 from netspec.engine.outputs import OutputFolder
@@ -174,6 +174,16 @@ class Net:
                 if not bool(xp.isfinite(blob.data).all()):
                     return layer.name, blob.name
         return None
+
+    def paths(self) -> str:
+        """Which implementations run the layers, in a line: the layers oneDNN runs, and the array library's."""
+        if self.backend.is_gpu:
+            return "CuPy"
+        lib = onednn.library()
+        if lib is None:
+            return f"NumPy (oneDNN off: {onednn.why_unavailable()})"
+        fast = [layer.name for layer in self.layers if getattr(layer, "fast", None) is not None]
+        return f"oneDNN {lib.version} for {', '.join(fast) or 'no layer'}; NumPy for the rest"
 
     def first_non_finite_param(self) -> tuple[str, int] | None:
         """``(layer, blob index)`` of the first learnable blob holding a NaN or an infinity, if any."""

@@ -10,7 +10,7 @@ from netspec.engine.net import Net
 def time_net(net: Net, iterations: int = 50, warmup: int = 5) -> dict:
     """Run ``warmup`` untimed iterations, then ``iterations`` timed ones; return averages in ms.
 
-    The result holds ``ms_per_iter``, ``forward_ms``, ``backward_ms``,
+    The result holds ``paths`` (:meth:`Net.paths`), ``ms_per_iter``, ``forward_ms``, ``backward_ms``,
     ``images_per_s`` (batch size of the first top over the time per
     iteration) and ``layers``, a list of per-layer forward/backward times.
     """
@@ -45,6 +45,7 @@ def time_net(net: Net, iterations: int = 50, warmup: int = 5) -> dict:
         "net": net.name,
         "phase": net.phase,
         "device": backend.device,
+        "paths": net.paths(),
         "iterations": iterations,
         "batch_size": batch,
         "ms_per_iter": ms_per_iter,

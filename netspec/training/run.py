@@ -116,6 +116,7 @@ def _train(spec: SolverSpec, folder: str, options: TrainOptions, comm, say: Call
         say(f"training net '{solver.net.name}' on {solver.backend.device}: {solver.params.type}, "
             f"{solver.params.max_iter} iterations" + (f" ({epochs:.2f} epochs)" if epochs else "")
             + f"; run folder {folder}")
+        say(f"paths: {solver.net.paths()}")
         # a loss gone NaN or infinite is reported by the solver, naming the layer; NumPy's warnings would only add noise
         with signal_effects(solver, options.sigint_effect, options.sighup_effect), \
                 numpy.errstate(over="ignore", invalid="ignore"):

@@ -23,9 +23,13 @@ def run(*args, cwd=None, env=None, timeout: float = TIME_LIMIT, memory: int = ME
     def limit_memory():
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
-    environment = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run([sys.executable, "-m", "netspec", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=environment, timeout=timeout, preexec_fn=limit_memory)
+                          cwd=cwd, env=environment(env), timeout=timeout, preexec_fn=limit_memory)
+
+
+def environment(extra: dict | None = None) -> dict:
+    """The environment every command here runs in: one thread per math library (results depend on the count)."""
+    return {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", **(extra or {})}
 
 
 def refuses(*args, **kwargs) -> str:

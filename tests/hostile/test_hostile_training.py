@@ -14,7 +14,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from hostile import file_size_limit, refuses, run
+from hostile import environment, file_size_limit, refuses, run
 
 ROOT = Path(__file__).parent.parent.parent
 ITERATIONS = 12
@@ -57,7 +57,7 @@ def test_a_second_training_into_a_busy_run_folder_is_refused(digits, tmp_path):
     solver.write_text((digits / "solver.yaml").read_text().replace("snapshot: 2", "snapshot: 0").replace(
         "net: digits_net.yaml", f"net: {digits / 'digits_net.yaml'}").replace("display: 1", "display: 1000"))
     first = subprocess.Popen([sys.executable, "-m", "netspec", "train", solver, "--out", out, "--max-iter", "1_000_000"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=environment())
     try:
         deadline = time.monotonic() + 60
         while not (out / "metrics.jsonl").exists() and time.monotonic() < deadline:  # written once it trains
@@ -101,7 +101,7 @@ def test_kill_9_at_random_points_always_resumes_to_the_uninterrupted_result(digi
         delay = draws.uniform(0, 0.05)  # ... a moment later: during an iteration or the next snapshot
         process = subprocess.Popen([sys.executable, "-m", "netspec", "train", digits / "solver.yaml", "--out", out,
                                     "--max-iter", str(ITERATIONS)], stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL)
+                                   stderr=subprocess.DEVNULL, env=environment())
         marker = out / (f"digits_iter_{after}.solverstate.h5" if after else "metrics.jsonl")
         deadline = time.monotonic() + 120
         while not marker.exists() and process.poll() is None and time.monotonic() < deadline:

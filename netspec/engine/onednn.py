@@ -1,0 +1,253 @@
+"""oneDNN, Intel's CPU primitives for deep learning, through its C API (``libdnnl.so.3``, loaded with ctypes).
+
+The library comes from the ``onednn-cpu-gomp`` package (oneDNN 3.2), which
+installs it in the environment's ``lib`` folder (:mod:`netspec.threads` finds
+it, and sizes the thread pools).  :func:`library` loads it
+once; it is None when ``NETSPEC_ONEDNN=0``, on a machine without it, or when
+it fails to load, and :func:`why_unavailable` then says why in a few words,
+so layers keep their NumPy path.
+
+The binding stays thin: a primitive is created once per layer and shape, its
+memory objects wrap the NumPy arrays it is given at each call (no copies of
+float32 arrays in the plain layout NumPy uses), and where a primitive computes
+faster in a blocked layout of its own choosing, the arrays are reordered into
+buffers of that layout and back.  The constants
+below are oneDNN's documented C API values (``dnnl_types.h``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+
+import numpy
+
+from netspec import threads
+
+CPU_ENGINE = 1
+IN_ORDER_STREAM = 1
+F32 = 3
+FORMAT_TAGS = {1: 2, 2: 3, 3: 4, 4: 5, 5: 6}  # ndims -> the plain tag a, ab, abc, abcd, abcde
+ANY = 1  # format tag: the layout the primitive computes fastest in
+FORWARD_TRAINING = 64
+CONVOLUTION_DIRECT = 1
+ARG_SRC, ARG_DST, ARG_WEIGHTS, ARG_BIAS = 1, 17, 33, 41
+ARG_DIFF_SRC, ARG_DIFF_DST, ARG_DIFF_WEIGHTS, ARG_DIFF_BIAS = 129, 145, 161, 169
+QUERY_SRC, QUERY_DIFF_SRC, QUERY_WEIGHTS, QUERY_DIFF_WEIGHTS, QUERY_DST, QUERY_DIFF_DST = 129, 130, 131, 132, 133, 134
+MAX_DIMS = 12
+
+Handle = ctypes.c_void_p
+Dims = ctypes.c_int64 * MAX_DIMS
+
+
+class OneDnnError(RuntimeError):
+    """oneDNN refused a call (a primitive it has no implementation for); the caller falls back to NumPy."""
+
+
+class ExecArg(ctypes.Structure):
+    """``dnnl_exec_arg_t``: which argument of a primitive a memory object is."""
+
+    _fields_ = [("arg", ctypes.c_int), ("memory", Handle)]
+
+
+class Library:
+    """The loaded library, its CPU engine and one in-order stream."""
+
+    def __init__(self, path: str):
+        self.dll = ctypes.CDLL(path)
+        version = self.dll.dnnl_version
+        version.restype = ctypes.POINTER(ctypes.c_int * 4)
+        self.version = ".".join(map(str, version().contents[:3]))
+        self.dll.dnnl_primitive_desc_query_md.restype = ctypes.c_void_p
+        self.dll.dnnl_memory_desc_get_size.restype = ctypes.c_size_t
+        self.engine = Handle()
+        self.call("dnnl_engine_create", ctypes.byref(self.engine), CPU_ENGINE, ctypes.c_size_t(0))
+        self.stream = Handle()
+        self.call("dnnl_stream_create", ctypes.byref(self.stream), self.engine, ctypes.c_uint(IN_ORDER_STREAM))
+
+    def call(self, name: str, *args) -> None:
+        """Call ``name``; OneDnnError when it does not return dnnl_success."""
+        status = getattr(self.dll, name)(*args)
+        if status != 0:
+            raise OneDnnError(f"{name} failed (oneDNN status {status})")
+
+    def memory_desc(self, shape: tuple[int, ...], tag: int | None = None) -> Handle:
+        """A float32 memory descriptor in the plain (C-order) layout, or ``tag`` (:data:`ANY`: the primitive's)."""
+        desc = Handle()
+        self.call("dnnl_memory_desc_create_with_tag", ctypes.byref(desc), len(shape), Dims(*shape), F32,
+                  tag or FORMAT_TAGS[len(shape)])
+        return desc
+
+    def chosen(self, descriptor: Handle, query: int) -> Handle:
+        """The memory descriptor a primitive descriptor chose for ``query``."""
+        return Handle(self.dll.dnnl_primitive_desc_query_md(descriptor, query, 0))
+
+    def primitive(self, descriptor: Handle) -> Handle:
+        """The primitive of a primitive descriptor."""
+        primitive = Handle()
+        self.call("dnnl_primitive_create", ctypes.byref(primitive), descriptor)
+        return primitive
+
+    def reorder(self, source: Handle, target: Handle) -> Handle:
+        """A primitive copying data from one layout to another."""
+        descriptor = Handle()
+        self.call("dnnl_reorder_primitive_desc_create", ctypes.byref(descriptor), source, self.engine, target,
+                  self.engine, None)
+        return self.primitive(descriptor)
+
+    def memory(self, desc: Handle) -> Handle:
+        """A memory object for ``desc`` that owns no buffer: :meth:`point` gives it one."""
+        memory = Handle()
+        self.call("dnnl_memory_create", ctypes.byref(memory), desc, self.engine, None)
+        return memory
+
+    def point(self, memory: Handle, array: numpy.ndarray) -> None:
+        """Make ``memory`` use the buffer of ``array`` (C-contiguous) without copying it."""
+        if not array.flags.c_contiguous:
+            raise OneDnnError("oneDNN takes C-contiguous arrays")
+        self.call("dnnl_memory_set_data_handle", memory, Handle(array.ctypes.data))
+
+    def run(self, primitive: Handle, args: dict[int, Handle]) -> None:
+        """Queue ``primitive`` on ``{argument: memory object}``."""
+        packed = (ExecArg * len(args))(*(ExecArg(arg, memory) for arg, memory in args.items()))
+        self.call("dnnl_primitive_execute", primitive, self.stream, len(args), packed)
+
+    def wait(self) -> None:
+        """Wait until everything queued has run."""
+        self.call("dnnl_stream_wait", self.stream)
+
+
+@functools.cache
+def _load() -> tuple[Library | None, str]:
+    if os.environ.get(threads.ONEDNN_SWITCH, "1") == "0":
+        return None, f"{threads.ONEDNN_SWITCH}=0"
+    path = threads.onednn_path()
+    if not os.path.isfile(path):
+        return None, f"{threads.ONEDNN_LIBRARY} is not installed (pip install onednn-cpu-gomp)"
+    try:
+        return Library(path), ""
+    except (OSError, AttributeError, OneDnnError) as exc:
+        return None, f"{path} did not load: {exc}"
+
+
+def library() -> Library | None:
+    """The loaded oneDNN library, or None (see :func:`why_unavailable`)."""
+    return _load()[0]
+
+
+def why_unavailable() -> str:
+    """Why :func:`library` is None, in a few words ('' when it is loaded)."""
+    return _load()[1]
+
+
+
+
+class Operand:
+    """One argument of a primitive: the plain float32 array a layer holds and, when the primitive works faster
+    in a blocked layout of its own choosing, a buffer in that layout with the reorders between the two."""
+
+    def __init__(self, lib: Library, shape: tuple[int, ...], chosen: Handle | None = None):
+        self.lib = lib
+        plain = lib.memory_desc(shape)
+        self.plain = lib.memory(plain)
+        self.buffer = None
+        self.memory = self.plain
+        if chosen is None or not chosen.value or lib.dll.dnnl_memory_desc_equal(chosen, plain):
+            return
+        self.buffer = numpy.empty(lib.dll.dnnl_memory_desc_get_size(chosen), dtype=numpy.uint8)
+        self.memory = lib.memory(chosen)
+        lib.point(self.memory, self.buffer)
+        self.to_chosen = lib.reorder(plain, chosen)
+        self.to_plain = lib.reorder(chosen, plain)
+
+    def read(self, array: numpy.ndarray) -> Handle:
+        """The memory a primitive reads ``array`` from (reordered into the buffer when there is one)."""
+        self._point(array)
+        if self.buffer is not None:
+            self.lib.run(self.to_chosen, {ARG_SRC: self.plain, ARG_DST: self.memory})
+        return self.memory
+
+    def write(self, array: numpy.ndarray) -> Handle:
+        """The memory a primitive writes ``array`` into (call :meth:`written` after the primitive ran)."""
+        self._point(array)
+        return self.memory
+
+    def written(self) -> None:
+        """Copy what the primitive wrote in the buffer's layout into the array given to :meth:`write`."""
+        if self.buffer is not None:
+            self.lib.run(self.to_plain, {ARG_SRC: self.memory, ARG_DST: self.plain})
+
+    def _point(self, array: numpy.ndarray) -> None:
+        if array.dtype != numpy.float32:
+            raise OneDnnError("oneDNN's primitives here take float32 arrays")
+        self.lib.point(self.plain, array)
+
+
+class Convolution:
+    """2-D convolution primitives (forward, backward data, backward weights) for one geometry.
+
+    Shapes are Caffe's: input (N, C, H, W), weights (O, C/G, kh, kw), bias
+    (O,), output (N, O, H', W').  ``dilation`` is Caffe's (1: none); oneDNN
+    counts the gaps, so it receives ``dilation - 1``.  oneDNN picks the
+    layouts it computes fastest in; arrays are reordered to and from them.
+    OneDnnError when oneDNN has no implementation for the geometry.
+    """
+
+    def __init__(self, lib: Library, input_shape, weights_shape, output_shape, group: int, stride, pad, dilation,
+                 bias: bool):
+        self.lib = lib
+        o, c_per_group, kh, kw = weights_shape
+        x_shape, y_shape = tuple(input_shape), tuple(output_shape)
+        w_shape = (group, o // group, c_per_group, kh, kw) if group > 1 else tuple(weights_shape)
+        x, w, y = (lib.memory_desc(shape, ANY) for shape in (x_shape, w_shape, y_shape))
+        b = lib.memory_desc((o,)) if bias else None
+        pad_r = [(out - 1) * s + (k - 1) * d + 1 - size - p
+                 for out, s, k, d, size, p in zip(output_shape[2:], stride, (kh, kw), dilation, input_shape[2:], pad)]
+        geometry = [Dims(*stride), Dims(*(d - 1 for d in dilation)), Dims(*pad), Dims(*pad_r)]
+        forward, data, weights = Handle(), Handle(), Handle()
+        lib.call("dnnl_convolution_forward_primitive_desc_create", ctypes.byref(forward), lib.engine,
+                 FORWARD_TRAINING, CONVOLUTION_DIRECT, x, w, b, y, *geometry, None)
+        lib.call("dnnl_convolution_backward_data_primitive_desc_create", ctypes.byref(data), lib.engine,
+                 CONVOLUTION_DIRECT, x, w, y, *geometry, forward, None)
+        lib.call("dnnl_convolution_backward_weights_primitive_desc_create", ctypes.byref(weights), lib.engine,
+                 CONVOLUTION_DIRECT, x, w, b, y, *geometry, forward, None)
+        self.primitives = {name: lib.primitive(pd) for name, pd in
+                           (("forward", forward), ("data", data), ("weights", weights))}
+        self.operands = {  # (primitive, argument): where the primitive wants it
+            ("forward", ARG_SRC): Operand(lib, x_shape, lib.chosen(forward, QUERY_SRC)),
+            ("forward", ARG_WEIGHTS): Operand(lib, w_shape, lib.chosen(forward, QUERY_WEIGHTS)),
+            ("forward", ARG_DST): Operand(lib, y_shape, lib.chosen(forward, QUERY_DST)),
+            ("data", ARG_DIFF_DST): Operand(lib, y_shape, lib.chosen(data, QUERY_DIFF_DST)),
+            ("data", ARG_WEIGHTS): Operand(lib, w_shape, lib.chosen(data, QUERY_WEIGHTS)),
+            ("data", ARG_DIFF_SRC): Operand(lib, x_shape, lib.chosen(data, QUERY_DIFF_SRC)),
+            ("weights", ARG_SRC): Operand(lib, x_shape, lib.chosen(weights, QUERY_SRC)),
+            ("weights", ARG_DIFF_DST): Operand(lib, y_shape, lib.chosen(weights, QUERY_DIFF_DST)),
+            ("weights", ARG_DIFF_WEIGHTS): Operand(lib, w_shape, lib.chosen(weights, QUERY_DIFF_WEIGHTS)),
+        }
+        if bias:
+            self.operands["forward", ARG_BIAS] = Operand(lib, (o,))
+            self.operands["weights", ARG_DIFF_BIAS] = Operand(lib, (o,))
+
+    def _run(self, name: str, reads: dict[int, numpy.ndarray], writes: dict[int, numpy.ndarray]) -> None:
+        args = {arg: self.operands[name, arg].read(array) for arg, array in reads.items()}
+        args.update({arg: self.operands[name, arg].write(array) for arg, array in writes.items()})
+        self.lib.run(self.primitives[name], args)
+        for arg in writes:
+            self.operands[name, arg].written()
+        self.lib.wait()
+
+    def forward(self, x: numpy.ndarray, w: numpy.ndarray, b: numpy.ndarray | None, y: numpy.ndarray) -> None:
+        """``y = conv(x, w) + b``, written into ``y``."""
+        reads = {ARG_SRC: x, ARG_WEIGHTS: w} | ({ARG_BIAS: b} if b is not None else {})
+        self._run("forward", reads, {ARG_DST: y})
+
+    def backward_data(self, dy: numpy.ndarray, w: numpy.ndarray, dx: numpy.ndarray) -> None:
+        """The input's gradient, written into ``dx``."""
+        self._run("data", {ARG_DIFF_DST: dy, ARG_WEIGHTS: w}, {ARG_DIFF_SRC: dx})
+
+    def backward_weights(self, x: numpy.ndarray, dy: numpy.ndarray, dw: numpy.ndarray,
+                         db: numpy.ndarray | None) -> None:
+        """The weights' (and bias') gradients, written into ``dw`` (and ``db``): callers accumulate."""
+        writes = {ARG_DIFF_WEIGHTS: dw} | ({ARG_DIFF_BIAS: db} if db is not None else {})
+        self._run("weights", {ARG_SRC: x, ARG_DIFF_DST: dy}, writes)
