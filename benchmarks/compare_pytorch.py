@@ -15,9 +15,11 @@ import os
 import sys
 import time
 
+# isort: off
+import netspec  # before NumPy, so that it sizes the math libraries' thread pools (netspec.threads)
 import numpy
+# isort: on
 
-import netspec
 from netspec.inspect.timing import time_net
 from netspec.layers.pooling import pool_geometry
 
@@ -36,7 +38,8 @@ def torch_forward(net, torch):
         values = dict(inputs)
         loss = 0
         for node in net.nodes:
-            layer, kind = node.layer, node.layer.type
+            layer = net.layer_by_name[node.name]
+            kind = layer.type
             x = [values[b] for b in node.bottoms]
             w = params.get(node.name, [])
             if kind in ("DummyData", "Input", "HDF5Data"):
