@@ -1,4 +1,4 @@
-"""Pooling: MAX or AVE over 2-D windows, with Caffe's ceil rounding and padding rules."""
+"""Pooling: MAX or AVE over 2-D windows, with Caffe's ceil rounding and padding rules (by oneDNN on the CPU)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,9 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy
+
+from netspec.engine import onednn
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError, ShapeError
@@ -82,6 +85,8 @@ class Pooling(Layer):
     first maximum of each window.  AVE divides by the window clipped to the
     padded input, so padding counts but the overhang of a ceil-rounded last
     window does not.  ``global_pooling`` pools all of H x W.  Not in place.
+    On the CPU in float32 oneDNN's primitives run it, with the same results
+    (``NETSPEC_ONEDNN=0``: NumPy).
 
     Example::
 
@@ -107,8 +112,27 @@ class Pooling(Layer):
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
         self.geo = pool_geometry(self.block("pooling_param"), bottom[0].shape)
-        if self.block("pooling_param").pool == "AVE":
+        maximum = self.block("pooling_param").pool == "MAX"
+        if not maximum:
             self.divisor = self.xp.asarray(self.window_sizes(bottom[0].shape), dtype=self.dtype)
+        self.fast = self._onednn(bottom[0].shape, top[0].shape, maximum)
+
+    def _onednn(self, bottom_shape, top_shape, maximum: bool) -> onednn.Pooling | None:
+        """oneDNN's primitives for this geometry, or None when they cannot run it (NumPy does).
+
+        oneDNN's averages divide by the whole window; ``rescale`` turns them into Caffe's.
+        """
+        lib = onednn.library()
+        if lib is None or self.backend.is_gpu or self.dtype != numpy.float32:
+            return None
+        geo = self.geo
+        try:
+            fast = onednn.Pooling(lib, bottom_shape, top_shape, geo.kernel, geo.stride, geo.pad, geo.far_pad, maximum)
+        except onednn.OneDnnError:
+            return None
+        if not maximum:
+            self.rescale = (geo.kernel[0] * geo.kernel[1] / self.divisor).astype(self.dtype)
+        return fast
 
     def window_sizes(self, shape):
         """(H', W') count of positions each AVE window covers inside the padded input."""
@@ -124,6 +148,11 @@ class Pooling(Layer):
         return pad_hw(self.xp, x, ph, fh, pw, fw, value)
 
     def forward(self, bottom, top):
+        if self.fast is not None:
+            self.fast.forward(bottom[0].data, top[0].data)
+            if self.block("pooling_param").pool == "AVE":
+                top[0].data[...] *= self.rescale
+            return
         geo = self.geo
         if self.block("pooling_param").pool == "MAX":
             # A 2-D window's maximum is the row-wise maximum of column-wise maxima, and taking the
@@ -139,6 +168,10 @@ class Pooling(Layer):
 
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
+            return
+        if self.fast is not None:
+            dy = top[0].diff if self.block("pooling_param").pool == "MAX" else top[0].diff * self.rescale
+            self.fast.backward(dy, bottom[0].diff)
             return
         geo = self.geo
         n, c, h, w = bottom[0].shape

@@ -1,5 +1,5 @@
-"""The oneDNN fast path: the same results as the NumPy path for every geometry, and the NumPy path whenever
-oneDNN is off, missing, or asked for float64."""
+"""The oneDNN fast path: the same results as the NumPy path for every geometry of Convolution and Pooling, and
+the NumPy path whenever oneDNN is off, missing, or asked for float64."""
 
 from __future__ import annotations
 
@@ -60,6 +60,40 @@ GEOMETRIES = {
     "rectangular": ((2, 3, 10, 7), dict(num_output=4, kernel_h=3, kernel_w=2, pad_h=1, pad_w=0, stride_h=2,
                                           stride_w=1)),
 }
+
+
+POOLS = {
+    "MAX 2x2": ((2, 3, 8, 8), dict(pool="MAX", kernel_size=2, stride=2)),
+    "MAX 3x3/2, ceil overhang": ((2, 3, 7, 8), dict(pool="MAX", kernel_size=3, stride=2)),
+    "MAX padded": ((1, 4, 9, 9), dict(pool="MAX", kernel_size=3, stride=2, pad=1)),
+    "MAX stride over kernel": ((2, 2, 11, 11), dict(pool="MAX", kernel_size=2, stride=3)),
+    "AVE 3x3/2, ceil overhang": ((2, 3, 8, 8), dict(pool="AVE", kernel_size=3, stride=2)),
+    "AVE padded": ((1, 4, 7, 9), dict(pool="AVE", kernel_size=3, stride=2, pad=1)),
+    "AVE global": ((2, 5, 6, 6), dict(pool="AVE", global_pooling=True)),
+}
+
+
+@pytest.mark.parametrize("name", POOLS)
+def test_pooling_matches_the_numpy_path_ties_included(name):
+    shape, params = POOLS[name]
+
+    def run(fast: bool):
+        layers = [{"name": "data", "type": "Input", "top": "x", "input_param": {"shape": {"dim": list(shape)}}},
+                  {"name": "pool", "type": "Pooling", "bottom": "x", "top": "y", "pooling_param": params}]
+        net = netspec.load_net(yaml.safe_dump({"force_backward": True, "layers": layers}))
+        pool, x, y = net.layer_by_name["pool"], net.blobs["x"], net.blobs["y"]
+        assert pool.fast is not None
+        if not fast:
+            pool.fast = None
+        rng = np.random.default_rng(0)
+        x.data[...] = np.maximum(rng.standard_normal(shape), 0)  # zeros, as after a ReLU: ties in MAX windows
+        pool.forward([x], [y])
+        y.diff[...] = rng.standard_normal(y.shape)
+        pool.backward([y], [True], [x])
+        return y.data.copy(), x.diff.copy()
+
+    for got, expected in zip(run(fast=True), run(fast=False)):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", GEOMETRIES)

@@ -32,9 +32,12 @@ FORMAT_TAGS = {1: 2, 2: 3, 3: 4, 4: 5, 5: 6}  # ndims -> the plain tag a, ab, ab
 ANY = 1  # format tag: the layout the primitive computes fastest in
 FORWARD_TRAINING = 64
 CONVOLUTION_DIRECT = 1
+POOLING_MAX, POOLING_AVG_INCLUDE_PADDING = 0x1FF, 0x2FF
 ARG_SRC, ARG_DST, ARG_WEIGHTS, ARG_BIAS = 1, 17, 33, 41
+ARG_WORKSPACE = 64
 ARG_DIFF_SRC, ARG_DIFF_DST, ARG_DIFF_WEIGHTS, ARG_DIFF_BIAS = 129, 145, 161, 169
 QUERY_SRC, QUERY_DIFF_SRC, QUERY_WEIGHTS, QUERY_DIFF_WEIGHTS, QUERY_DST, QUERY_DIFF_DST = 129, 130, 131, 132, 133, 134
+QUERY_WORKSPACE = 135
 MAX_DIMS = 12
 
 Handle = ctypes.c_void_p
@@ -251,3 +254,49 @@ class Convolution:
         """The weights' (and bias') gradients, written into ``dw`` (and ``db``): callers accumulate."""
         writes = {ARG_DIFF_WEIGHTS: dw} | ({ARG_DIFF_BIAS: db} if db is not None else {})
         self._run("weights", {ARG_SRC: x, ARG_DIFF_DST: dy}, writes)
+
+
+class Pooling:
+    """2-D MAX or average pooling primitives (forward for training, backward) on plain (N, C, H, W) arrays.
+
+    ``pad`` pads before, ``far_pad`` after (Caffe's ceil rounding needs more
+    there).  MAX keeps the position of each window's maximum in a workspace
+    for backward.  Averages divide by the whole window, padding and overhang
+    included (oneDNN's ``include_padding``); the layer rescales to its own
+    divisor.
+    """
+
+    def __init__(self, lib: Library, input_shape, output_shape, kernel, stride, pad, far_pad, maximum: bool):
+        self.lib = lib
+        x, y = lib.memory_desc(tuple(input_shape)), lib.memory_desc(tuple(output_shape))
+        algorithm = POOLING_MAX if maximum else POOLING_AVG_INCLUDE_PADDING
+        geometry = [Dims(*stride), Dims(*kernel), Dims(0, 0), Dims(*pad), Dims(*far_pad)]
+        forward, backward = Handle(), Handle()
+        lib.call("dnnl_pooling_forward_primitive_desc_create", ctypes.byref(forward), lib.engine, FORWARD_TRAINING,
+                 algorithm, x, y, *geometry, None)
+        lib.call("dnnl_pooling_backward_primitive_desc_create", ctypes.byref(backward), lib.engine, algorithm,
+                 x, y, *geometry, forward, None)
+        self.forward_primitive, self.backward_primitive = lib.primitive(forward), lib.primitive(backward)
+        self.x, self.y = Operand(lib, tuple(input_shape)), Operand(lib, tuple(output_shape))
+        workspace = lib.chosen(forward, QUERY_WORKSPACE)
+        self.workspace = None
+        if workspace.value:
+            self.workspace_buffer = numpy.empty(lib.dll.dnnl_memory_desc_get_size(workspace), dtype=numpy.uint8)
+            self.workspace = lib.memory(workspace)
+            lib.point(self.workspace, self.workspace_buffer)
+
+    def forward(self, x: numpy.ndarray, y: numpy.ndarray) -> None:
+        """The pooled ``x``, written into ``y``."""
+        args = {ARG_SRC: self.x.read(x), ARG_DST: self.y.write(y)}
+        if self.workspace is not None:
+            args[ARG_WORKSPACE] = self.workspace
+        self.lib.run(self.forward_primitive, args)
+        self.lib.wait()
+
+    def backward(self, dy: numpy.ndarray, dx: numpy.ndarray) -> None:
+        """The input's gradient from the last :meth:`forward`, written into ``dx``."""
+        args = {ARG_DIFF_DST: self.y.read(dy), ARG_DIFF_SRC: self.x.write(dx)}
+        if self.workspace is not None:
+            args[ARG_WORKSPACE] = self.workspace
+        self.lib.run(self.backward_primitive, args)
+        self.lib.wait()
