@@ -236,7 +236,9 @@ class Convolution(Layer):
 
     def backward(self, top, propagate_down, bottom):
         if self.fast is not None:
-            self._backward_onednn(top[0], propagate_down[0], bottom[0])
+            bias = self.blobs[1] if self.params.bias_term else None
+            self.fast.backward(bottom[0].data, top[0].diff, bottom[0].diff if propagate_down[0] else None,
+                               self.blobs[0], bias, self.param_propagate_down)
             return
         xp, g = self.xp, self.params.group
         dy = top[0].diff
@@ -250,19 +252,3 @@ class Convolution(Layer):
         if propagate_down[0]:
             dcols = xp.matmul(self.grouped_weights().transpose(0, 2, 1), dy_cols)
             bottom[0].diff[...] = col2im(xp, dcols.reshape(self.cols.shape), bottom[0].shape, self.geo)
-
-    def _backward_onednn(self, top, propagate_down: bool, bottom) -> None:
-        """Backward by oneDNN: its gradients overwrite, so the parameters' are computed aside and added."""
-        weights, bias = self.blobs[0], self.blobs[1] if self.params.bias_term else None
-        learn_weights = self.param_propagate_down[0]
-        learn_bias = bias is not None and self.param_propagate_down[1]
-        if learn_weights or learn_bias:
-            dw = numpy.empty_like(weights.diff)
-            db = numpy.empty_like(bias.diff) if bias is not None else None
-            self.fast.backward_weights(bottom.data, top.diff, dw, db)
-            if learn_weights:
-                weights.diff += dw
-            if learn_bias:
-                bias.diff += db
-        if propagate_down:
-            self.fast.backward_data(top.diff, weights.data, bottom.diff)

@@ -1,10 +1,13 @@
-"""InnerProduct: a fully connected layer."""
+"""InnerProduct: a fully connected layer (by oneDNN on the CPU)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
+import numpy
+
+from netspec.engine import onednn
 from netspec.engine.fillers import FillerParams
 from netspec.engine.layer import Layer, canonical_axis
 from netspec.engine.registry import register_layer
@@ -32,7 +35,8 @@ class InnerProduct(Layer):
     form each input vector.  Top: ``bottom.shape[:axis] + (num_output,)``.
     Learnable: weights (num_output, K) — (K, num_output) with ``transpose`` —
     and bias (num_output,).  Fillers default to constant 0, as in Caffe.
-    Not in place.
+    Not in place.  On the CPU in float32 (without ``transpose``) oneDNN's
+    primitives run it (``NETSPEC_ONEDNN=0``: NumPy).
 
     Example::
 
@@ -75,6 +79,21 @@ class InnerProduct(Layer):
     def param_fillers(self):
         return [self.params.weight_filler, self.params.bias_filler][:len(self.param_shapes_cache)]
 
+    def reshape(self, bottom, top):
+        super().reshape(bottom, top)
+        self.fast = self._onednn(bottom[0].shape)
+
+    def _onednn(self, bottom_shape) -> onednn.InnerProduct | None:
+        """oneDNN's primitives for this shape, or None when they cannot run it (NumPy does)."""
+        lib = onednn.library()
+        if lib is None or self.backend.is_gpu or self.dtype != numpy.float32 or self.params.transpose:
+            return None
+        _, m, k = self.split(bottom_shape)
+        try:
+            return onednn.InnerProduct(lib, m, k, self.params.num_output, self.params.bias_term)
+        except onednn.OneDnnError:
+            return None
+
     def weight_matrix(self):
         """Weights as (K, num_output)."""
         weights = self.blobs[0].data
@@ -83,6 +102,10 @@ class InnerProduct(Layer):
     def forward(self, bottom, top):
         _, m, k = self.split(bottom[0].shape)
         out = top[0].data.reshape(m, -1)
+        if self.fast is not None:
+            bias = self.blobs[1].data if self.params.bias_term else None
+            self.fast.forward(bottom[0].data.reshape(m, k), self.blobs[0].data, bias, out)
+            return
         self.xp.matmul(bottom[0].data.reshape(m, k), self.weight_matrix(), out=out)
         if self.params.bias_term:
             out += self.blobs[1].data
@@ -91,6 +114,11 @@ class InnerProduct(Layer):
         _, m, k = self.split(bottom[0].shape)
         dy = top[0].diff.reshape(m, -1)
         x = bottom[0].data.reshape(m, k)
+        if self.fast is not None:
+            bias = self.blobs[1] if self.params.bias_term else None
+            self.fast.backward(x, dy, bottom[0].diff.reshape(m, k) if propagate_down[0] else None, self.blobs[0],
+                               bias, self.param_propagate_down)
+            return
         if self.param_propagate_down[0]:
             if self.params.transpose:
                 self.blobs[0].diff += x.T @ dy

@@ -1,5 +1,5 @@
-"""The oneDNN fast path: the same results as the NumPy path for every geometry of Convolution and Pooling, and
-the NumPy path whenever oneDNN is off, missing, or asked for float64."""
+"""The oneDNN fast path: the same results as the NumPy path for every geometry of Convolution, Pooling and
+InnerProduct, and the NumPy path whenever oneDNN is off, missing, or asked for float64."""
 
 from __future__ import annotations
 
@@ -94,6 +94,46 @@ def test_pooling_matches_the_numpy_path_ties_included(name):
 
     for got, expected in zip(run(fast=True), run(fast=False)):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+INNER_PRODUCTS = {
+    "4-D bottom": ((4, 3, 5, 5), dict(num_output=7)),
+    "axis 2": ((2, 3, 6), dict(num_output=4, axis=2)),
+    "batch 1, no bias": ((1, 9), dict(num_output=5, bias_term=False)),
+}
+
+
+@pytest.mark.parametrize("name", INNER_PRODUCTS)
+def test_inner_product_matches_the_numpy_path(name):
+    shape, params = INNER_PRODUCTS[name]
+
+    def run(fast: bool):
+        layers = [{"name": "data", "type": "Input", "top": "x", "input_param": {"shape": {"dim": list(shape)}}},
+                  {"name": "ip", "type": "InnerProduct", "bottom": "x", "top": "y",
+                   "inner_product_param": {**params, "weight_filler": {"type": "gaussian"},
+                                           "bias_filler": {"type": "gaussian"}}}]
+        net = netspec.load_net(yaml.safe_dump({"force_backward": True, "layers": layers}), seed=1)
+        ip, x, y = net.layer_by_name["ip"], net.blobs["x"], net.blobs["y"]
+        assert ip.fast is not None
+        if not fast:
+            ip.fast = None
+        rng = np.random.default_rng(0)
+        x.data[...] = rng.standard_normal(shape)
+        ip.forward([x], [y])
+        y.diff[...] = rng.standard_normal(y.shape)
+        for _ in range(2):  # parameter diffs accumulate
+            ip.backward([y], [True], [x])
+        return [y.data.copy(), x.diff.copy(), *(blob.diff.copy() for blob in ip.blobs)]
+
+    for got, expected in zip(run(fast=True), run(fast=False)):
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_transposed_inner_product_keeps_the_numpy_path():
+    layers = [{"name": "data", "type": "Input", "top": "x", "input_param": {"shape": {"dim": [2, 3]}}},
+              {"name": "ip", "type": "InnerProduct", "bottom": "x", "top": "y",
+               "inner_product_param": {"num_output": 4, "transpose": True}}]
+    assert netspec.load_net(yaml.safe_dump({"layers": layers})).layer_by_name["ip"].fast is None
 
 
 @pytest.mark.parametrize("name", GEOMETRIES)

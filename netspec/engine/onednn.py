@@ -187,50 +187,35 @@ class Operand:
         self.lib.point(self.plain, array)
 
 
-class Convolution:
-    """2-D convolution primitives (forward, backward data, backward weights) for one geometry.
+class Weighted:
+    """A layer with weights as three oneDNN primitives: forward, backward data and backward weights.
 
-    Shapes are Caffe's: input (N, C, H, W), weights (O, C/G, kh, kw), bias
-    (O,), output (N, O, H', W').  ``dilation`` is Caffe's (1: none); oneDNN
-    counts the gaps, so it receives ``dilation - 1``.  oneDNN picks the
-    layouts it computes fastest in; arrays are reordered to and from them.
-    OneDnnError when oneDNN has no implementation for the geometry.
+    A subclass creates the primitive descriptors and says where each argument
+    lives (:meth:`bind`); this class runs them.  Parameter gradients overwrite
+    what they are given, so callers accumulate.
     """
 
-    def __init__(self, lib: Library, input_shape, weights_shape, output_shape, group: int, stride, pad, dilation,
-                 bias: bool):
+    def bind(self, lib: Library, descriptors: dict[str, Handle], shapes: dict[str, tuple], chosen: bool,
+             bias: int | None) -> None:
+        """Create the primitives of ``descriptors`` (forward, data, weights) and their operands.
+
+        ``shapes`` gives the plain shapes of x, w and y; with ``chosen`` the
+        arguments take the layouts the descriptors chose (else plain); ``bias``
+        is the bias' length, None without one.
+        """
         self.lib = lib
-        o, c_per_group, kh, kw = weights_shape
-        x_shape, y_shape = tuple(input_shape), tuple(output_shape)
-        w_shape = (group, o // group, c_per_group, kh, kw) if group > 1 else tuple(weights_shape)
-        x, w, y = (lib.memory_desc(shape, ANY) for shape in (x_shape, w_shape, y_shape))
-        b = lib.memory_desc((o,)) if bias else None
-        pad_r = [(out - 1) * s + (k - 1) * d + 1 - size - p
-                 for out, s, k, d, size, p in zip(output_shape[2:], stride, (kh, kw), dilation, input_shape[2:], pad)]
-        geometry = [Dims(*stride), Dims(*(d - 1 for d in dilation)), Dims(*pad), Dims(*pad_r)]
-        forward, data, weights = Handle(), Handle(), Handle()
-        lib.call("dnnl_convolution_forward_primitive_desc_create", ctypes.byref(forward), lib.engine,
-                 FORWARD_TRAINING, CONVOLUTION_DIRECT, x, w, b, y, *geometry, None)
-        lib.call("dnnl_convolution_backward_data_primitive_desc_create", ctypes.byref(data), lib.engine,
-                 CONVOLUTION_DIRECT, x, w, y, *geometry, forward, None)
-        lib.call("dnnl_convolution_backward_weights_primitive_desc_create", ctypes.byref(weights), lib.engine,
-                 CONVOLUTION_DIRECT, x, w, b, y, *geometry, forward, None)
-        self.primitives = {name: lib.primitive(pd) for name, pd in
-                           (("forward", forward), ("data", data), ("weights", weights))}
-        self.operands = {  # (primitive, argument): where the primitive wants it
-            ("forward", ARG_SRC): Operand(lib, x_shape, lib.chosen(forward, QUERY_SRC)),
-            ("forward", ARG_WEIGHTS): Operand(lib, w_shape, lib.chosen(forward, QUERY_WEIGHTS)),
-            ("forward", ARG_DST): Operand(lib, y_shape, lib.chosen(forward, QUERY_DST)),
-            ("data", ARG_DIFF_DST): Operand(lib, y_shape, lib.chosen(data, QUERY_DIFF_DST)),
-            ("data", ARG_WEIGHTS): Operand(lib, w_shape, lib.chosen(data, QUERY_WEIGHTS)),
-            ("data", ARG_DIFF_SRC): Operand(lib, x_shape, lib.chosen(data, QUERY_DIFF_SRC)),
-            ("weights", ARG_SRC): Operand(lib, x_shape, lib.chosen(weights, QUERY_SRC)),
-            ("weights", ARG_DIFF_DST): Operand(lib, y_shape, lib.chosen(weights, QUERY_DIFF_DST)),
-            ("weights", ARG_DIFF_WEIGHTS): Operand(lib, w_shape, lib.chosen(weights, QUERY_DIFF_WEIGHTS)),
-        }
-        if bias:
-            self.operands["forward", ARG_BIAS] = Operand(lib, (o,))
-            self.operands["weights", ARG_DIFF_BIAS] = Operand(lib, (o,))
+        self.primitives = {name: lib.primitive(pd) for name, pd in descriptors.items()}
+        queries = {"forward": {ARG_SRC: ("x", QUERY_SRC), ARG_WEIGHTS: ("w", QUERY_WEIGHTS), ARG_DST: ("y", QUERY_DST)},
+                   "data": {ARG_DIFF_DST: ("y", QUERY_DIFF_DST), ARG_WEIGHTS: ("w", QUERY_WEIGHTS),
+                            ARG_DIFF_SRC: ("x", QUERY_DIFF_SRC)},
+                   "weights": {ARG_SRC: ("x", QUERY_SRC), ARG_DIFF_DST: ("y", QUERY_DIFF_DST),
+                               ARG_DIFF_WEIGHTS: ("w", QUERY_DIFF_WEIGHTS)}}
+        self.operands = {(name, arg): Operand(lib, shapes[blob], lib.chosen(descriptors[name], query) if chosen
+                                              else None)
+                         for name, args in queries.items() for arg, (blob, query) in args.items()}
+        if bias is not None:
+            self.operands["forward", ARG_BIAS] = Operand(lib, (bias,))
+            self.operands["weights", ARG_DIFF_BIAS] = Operand(lib, (bias,))
 
     def _run(self, name: str, reads: dict[int, numpy.ndarray], writes: dict[int, numpy.ndarray]) -> None:
         args = {arg: self.operands[name, arg].read(array) for arg, array in reads.items()}
@@ -241,7 +226,7 @@ class Convolution:
         self.lib.wait()
 
     def forward(self, x: numpy.ndarray, w: numpy.ndarray, b: numpy.ndarray | None, y: numpy.ndarray) -> None:
-        """``y = conv(x, w) + b``, written into ``y``."""
+        """``y = x * w + b``, written into ``y``."""
         reads = {ARG_SRC: x, ARG_WEIGHTS: w} | ({ARG_BIAS: b} if b is not None else {})
         self._run("forward", reads, {ARG_DST: y})
 
@@ -254,6 +239,71 @@ class Convolution:
         """The weights' (and bias') gradients, written into ``dw`` (and ``db``): callers accumulate."""
         writes = {ARG_DIFF_WEIGHTS: dw} | ({ARG_DIFF_BIAS: db} if db is not None else {})
         self._run("weights", {ARG_SRC: x, ARG_DIFF_DST: dy}, writes)
+
+    def backward(self, x: numpy.ndarray, dy: numpy.ndarray, dx: numpy.ndarray | None, weights, bias,
+                 learn: list[bool]) -> None:
+        """A layer's backward: the ``weights`` and ``bias`` blobs' gradients added to their diffs where
+        ``learn`` (their param_propagate_down) says, the input's written into ``dx`` unless it is None."""
+        learn_weights, learn_bias = learn[0], bias is not None and learn[1]
+        if learn_weights or learn_bias:
+            dw = numpy.empty_like(weights.diff)
+            db = numpy.empty_like(bias.diff) if bias is not None else None
+            self.backward_weights(x, dy, dw, db)
+            if learn_weights:
+                weights.diff += dw
+            if learn_bias:
+                bias.diff += db
+        if dx is not None:
+            self.backward_data(dy, weights.data, dx)
+
+
+class Convolution(Weighted):
+    """2-D convolution for one geometry.
+
+    Shapes are Caffe's: input (N, C, H, W), weights (O, C/G, kh, kw), bias
+    (O,), output (N, O, H', W').  ``dilation`` is Caffe's (1: none); oneDNN
+    counts the gaps, so it receives ``dilation - 1``.  oneDNN picks the
+    layouts it computes fastest in; arrays are reordered to and from them.
+    OneDnnError when oneDNN has no implementation for the geometry.
+    """
+
+    def __init__(self, lib: Library, input_shape, weights_shape, output_shape, group: int, stride, pad, dilation,
+                 bias: bool):
+        o, c_per_group, kh, kw = weights_shape
+        shapes = {"x": tuple(input_shape), "y": tuple(output_shape),
+                  "w": (group, o // group, c_per_group, kh, kw) if group > 1 else tuple(weights_shape)}
+        x, w, y = (lib.memory_desc(shapes[name], ANY) for name in ("x", "w", "y"))
+        b = lib.memory_desc((o,)) if bias else None
+        pad_r = [(out - 1) * s + (k - 1) * d + 1 - size - p
+                 for out, s, k, d, size, p in zip(output_shape[2:], stride, (kh, kw), dilation, input_shape[2:], pad)]
+        geometry = [Dims(*stride), Dims(*(d - 1 for d in dilation)), Dims(*pad), Dims(*pad_r)]
+        forward, data, weights = Handle(), Handle(), Handle()
+        lib.call("dnnl_convolution_forward_primitive_desc_create", ctypes.byref(forward), lib.engine,
+                 FORWARD_TRAINING, CONVOLUTION_DIRECT, x, w, b, y, *geometry, None)
+        lib.call("dnnl_convolution_backward_data_primitive_desc_create", ctypes.byref(data), lib.engine,
+                 CONVOLUTION_DIRECT, x, w, y, *geometry, forward, None)
+        lib.call("dnnl_convolution_backward_weights_primitive_desc_create", ctypes.byref(weights), lib.engine,
+                 CONVOLUTION_DIRECT, x, w, b, y, *geometry, forward, None)
+        self.bind(lib, {"forward": forward, "data": data, "weights": weights}, shapes, chosen=True,
+                  bias=o if bias else None)
+
+
+class InnerProduct(Weighted):
+    """A fully connected layer on plain matrices: input (M, K), weights (N, K), bias (N,), output (M, N)."""
+
+    def __init__(self, lib: Library, rows: int, inputs: int, outputs: int, bias: bool):
+        shapes = {"x": (rows, inputs), "w": (outputs, inputs), "y": (rows, outputs)}
+        x, w, y = (lib.memory_desc(shapes[name]) for name in ("x", "w", "y"))
+        b = lib.memory_desc((outputs,)) if bias else None
+        forward, data, weights = Handle(), Handle(), Handle()
+        lib.call("dnnl_inner_product_forward_primitive_desc_create", ctypes.byref(forward), lib.engine,
+                 FORWARD_TRAINING, x, w, b, y, None)
+        lib.call("dnnl_inner_product_backward_data_primitive_desc_create", ctypes.byref(data), lib.engine,
+                 x, w, y, forward, None)
+        lib.call("dnnl_inner_product_backward_weights_primitive_desc_create", ctypes.byref(weights), lib.engine,
+                 x, w, b, y, forward, None)
+        self.bind(lib, {"forward": forward, "data": data, "weights": weights}, shapes, chosen=False,
+                  bias=outputs if bias else None)
 
 
 class Pooling:
