@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy
-
 from netspec.engine import onednn
 from netspec.engine.fillers import FillerParams
 from netspec.engine.layer import Layer, weighted_flops
@@ -204,8 +202,8 @@ class Convolution(Layer):
 
     def _onednn(self, bottom_shape, top_shape) -> onednn.Convolution | None:
         """oneDNN's primitives for this geometry, or None when they cannot run it (the im2col path does)."""
-        lib = onednn.library()
-        if lib is None or self.backend.is_gpu or self.dtype != numpy.float32:
+        lib = onednn.library_for(self)
+        if lib is None:
             return None
         geo, p = self.geo, self.params
         try:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy
-
 from netspec.engine import onednn
 from netspec.engine.fillers import FillerParams
 from netspec.engine.layer import Layer, canonical_axis
@@ -85,8 +83,8 @@ class InnerProduct(Layer):
 
     def _onednn(self, bottom_shape) -> onednn.InnerProduct | None:
         """oneDNN's primitives for this shape, or None when they cannot run it (NumPy does)."""
-        lib = onednn.library()
-        if lib is None or self.backend.is_gpu or self.dtype != numpy.float32 or self.params.transpose:
+        lib = onednn.library_for(self)
+        if lib is None or self.params.transpose:
             return None
         _, m, k = self.split(bottom_shape)
         try:

@@ -6,8 +6,6 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy
-
 from netspec.engine import onednn
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
@@ -122,8 +120,8 @@ class Pooling(Layer):
 
         oneDNN's averages divide by the whole window; ``rescale`` turns them into Caffe's.
         """
-        lib = onednn.library()
-        if lib is None or self.backend.is_gpu or self.dtype != numpy.float32:
+        lib = onednn.library_for(self)
+        if lib is None:
             return None
         geo = self.geo
         try:

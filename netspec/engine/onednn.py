@@ -105,6 +105,13 @@ class Library:
         self.call("dnnl_memory_create", ctypes.byref(memory), desc, self.engine, None)
         return memory
 
+    def owned_memory(self, desc: Handle) -> tuple[Handle, numpy.ndarray]:
+        """A memory object for ``desc`` with a buffer of its own (keep the array as long as the memory)."""
+        buffer = numpy.empty(self.dll.dnnl_memory_desc_get_size(desc), dtype=numpy.uint8)
+        memory = self.memory(desc)
+        self.point(memory, buffer)
+        return memory, buffer
+
     def point(self, memory: Handle, array: numpy.ndarray) -> None:
         """Make ``memory`` use the buffer of ``array`` (C-contiguous) without copying it."""
         if not array.flags.c_contiguous:
@@ -144,6 +151,11 @@ def why_unavailable() -> str:
     return _load()[1]
 
 
+def library_for(layer) -> Library | None:
+    """The library when ``layer`` runs on the CPU in float32 and oneDNN is loaded; None when NumPy must run it."""
+    if layer.backend.is_gpu or layer.dtype != numpy.float32:
+        return None
+    return library()
 
 
 class Operand:
@@ -158,9 +170,7 @@ class Operand:
         self.memory = self.plain
         if chosen is None or not chosen.value or lib.dll.dnnl_memory_desc_equal(chosen, plain):
             return
-        self.buffer = numpy.empty(lib.dll.dnnl_memory_desc_get_size(chosen), dtype=numpy.uint8)
-        self.memory = lib.memory(chosen)
-        lib.point(self.memory, self.buffer)
+        self.memory, self.buffer = lib.owned_memory(chosen)
         self.to_chosen = lib.reorder(plain, chosen)
         self.to_plain = lib.reorder(chosen, plain)
 
@@ -329,24 +339,18 @@ class Pooling:
         self.forward_primitive, self.backward_primitive = lib.primitive(forward), lib.primitive(backward)
         self.x, self.y = Operand(lib, tuple(input_shape)), Operand(lib, tuple(output_shape))
         workspace = lib.chosen(forward, QUERY_WORKSPACE)
-        self.workspace = None
-        if workspace.value:
-            self.workspace_buffer = numpy.empty(lib.dll.dnnl_memory_desc_get_size(workspace), dtype=numpy.uint8)
-            self.workspace = lib.memory(workspace)
-            lib.point(self.workspace, self.workspace_buffer)
+        self.workspace = lib.owned_memory(workspace) if workspace.value else None  # (memory, its buffer)
 
     def forward(self, x: numpy.ndarray, y: numpy.ndarray) -> None:
         """The pooled ``x``, written into ``y``."""
-        args = {ARG_SRC: self.x.read(x), ARG_DST: self.y.write(y)}
-        if self.workspace is not None:
-            args[ARG_WORKSPACE] = self.workspace
-        self.lib.run(self.forward_primitive, args)
-        self.lib.wait()
+        self._run(self.forward_primitive, {ARG_SRC: self.x.read(x), ARG_DST: self.y.write(y)})
 
     def backward(self, dy: numpy.ndarray, dx: numpy.ndarray) -> None:
         """The input's gradient from the last :meth:`forward`, written into ``dx``."""
-        args = {ARG_DIFF_DST: self.y.read(dy), ARG_DIFF_SRC: self.x.write(dx)}
+        self._run(self.backward_primitive, {ARG_DIFF_DST: self.y.read(dy), ARG_DIFF_SRC: self.x.write(dx)})
+
+    def _run(self, primitive: Handle, args: dict[int, Handle]) -> None:
         if self.workspace is not None:
-            args[ARG_WORKSPACE] = self.workspace
-        self.lib.run(self.backward_primitive, args)
+            args[ARG_WORKSPACE] = self.workspace[0]
+        self.lib.run(primitive, args)
         self.lib.wait()
