@@ -1,10 +1,12 @@
 """Training throughput of netspec against PyTorch eager on the same nets, batch and machine.
 
-    python benchmarks/compare_pytorch.py [NET.yaml ...] [--iterations N] [--threads T]
+    python benchmarks/compare_pytorch.py [NET.yaml[@BATCH] ...] [--iterations N] [--threads T]
 
 For each net (default: LeNet and CIFAR-10 quick) this times forward+backward
 with ``netspec time``'s code and with an equivalent PyTorch module built
 from the same compiled graph, then prints both throughputs and their ratio.
+``NET.yaml@32`` times the net with batch 32 (the first axis of its DummyData
+and Input tops).
 PyTorch is needed only here (``pip install torch``); netspec never imports it.
 """
 
@@ -20,10 +22,26 @@ import netspec  # before NumPy, so that it sizes the math libraries' thread pool
 import numpy
 # isort: on
 
+from netspec.engine.net import Net, compile_net
+from netspec.engine.registry import layer_schemas
 from netspec.inspect.timing import time_net
 from netspec.layers.pooling import pool_geometry
+from netspec.spec.net_spec import parse_net
 
+INPUT_TYPES = ("DummyData", "Input")
 DEFAULT_NETS = ["configs/lenet/lenet_timing.yaml", "configs/cifar10/cifar10_quick_timing.yaml"]
+
+
+def load(argument: str):
+    """The TRAIN net of ``NET.yaml`` or ``NET.yaml@BATCH`` (batch: the first axis of its input tops)."""
+    path, _, batch = argument.partition("@")
+    spec = parse_net(path, layer_schemas())
+    for layer in spec.layers:
+        if batch and layer.type in INPUT_TYPES:
+            block = layer.blocks["dummy_data_param" if layer.type == "DummyData" else "input_param"]
+            for shape in block.shape:
+                shape.dim[0] = int(batch)
+    return Net(compile_net(spec, phase="TRAIN"), seed=0)
 
 
 def torch_forward(net, torch):
@@ -42,7 +60,7 @@ def torch_forward(net, torch):
             kind = layer.type
             x = [values[b] for b in node.bottoms]
             w = params.get(node.name, [])
-            if kind in ("DummyData", "Input", "HDF5Data"):
+            if kind in INPUT_TYPES + ("HDF5Data",):
                 continue
             if kind == "Convolution":
                 geo = layer.geometry(node.bottom_shapes[0])
@@ -60,6 +78,16 @@ def torch_forward(net, torch):
             elif kind == "LRN":
                 p = layer.block("lrn_param")
                 y = functional.local_response_norm(x[0], p.local_size, p.alpha, p.beta, p.k)
+            elif kind == "BatchNorm":
+                p = layer.block("batch_norm_param")
+                stats = [torch.zeros(x[0].shape[1]), torch.ones(x[0].shape[1])]
+                y = functional.batch_norm(x[0], *stats, training=True, momentum=1 - p.moving_average_fraction,
+                                          eps=p.eps)
+            elif kind == "Scale":
+                shape = (1, -1) + (1,) * (x[0].dim() - 2)
+                y = x[0] * w[0].reshape(shape) + (w[1].reshape(shape) if len(w) > 1 else 0)
+            elif kind == "Eltwise":
+                y = sum(value * c for value, c in zip(x, layer.coefficients(len(x))))
             elif kind == "Split":
                 y = [x[0]] * len(node.tops)
             elif kind == "SoftmaxWithLoss":
@@ -104,7 +132,7 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     print(f"{'net':<16} {'batch':>5} {'netspec img/s':>14} {'pytorch img/s':>14} {'ratio':>6}")
     for path in args.nets:
-        net = netspec.load_net(path, phase="TRAIN", seed=0)
+        net = load(path)
         ours = time_net(net, iterations=args.iterations, warmup=args.warmup)
         line = f"{net.name:<16} {ours['batch_size']:>5} {ours['images_per_s']:>14.1f}"
         if torch is not None:

@@ -36,7 +36,9 @@ class BatchNorm(Layer):
     ranks' batches together, as one process with the whole batch would.
 
     Bottom/top: (N, C, ...).  Blobs (never trained, saved with the weights):
-    mean sums (C,), variance sums (C,), factor f (1,).  Runs in place.
+    mean sums (C,), variance sums (C,), factor f (1,).  Runs in place; in
+    TRAIN it keeps its own copy of the normalised output for backward, since
+    layers after it in place (Scale, ReLU) overwrite the top.
 
     Example::
 
@@ -88,6 +90,8 @@ class BatchNorm(Layer):
             self.blobs[1].data += var * (count / max(count - 1, 1))
         self.inv_std = (1.0 / xp.sqrt(var + p.eps)).astype(self.dtype).reshape(broadcast)
         xp.multiply(x - mean.reshape(broadcast), self.inv_std, out=top[0].data)
+        if not self.global_stats:
+            self.normalized = top[0].data.copy()
 
     def across_ranks(self, means, what: str):
         """``means`` of this rank's batch, or with ``sync`` their average over every rank's equal-sized batch."""
@@ -101,10 +105,11 @@ class BatchNorm(Layer):
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
-        dy, y = top[0].diff, top[0].data
+        dy = top[0].diff
         if self.global_stats:
             self.xp.multiply(dy, self.inv_std, out=bottom[0].diff)
             return
+        y = self.normalized
         axes = (0,) + tuple(range(2, dy.ndim))
         means = self.xp.stack([dy.mean(axis=axes, keepdims=True), (dy * y).mean(axis=axes, keepdims=True)])
         mean_dy, mean_dy_y = self.across_ranks(means, "gradient means")

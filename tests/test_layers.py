@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
+from netspec.engine.net import load_net
 from netspec.engine.registry import layer_types
 from netspec.testing import (
     check_accumulation,
@@ -467,6 +468,39 @@ def test_batchnorm_train_updates_running_sums_as_caffe():
     np.testing.assert_allclose(factor, [1.9])
     np.testing.assert_allclose(mean_sum, 1.9 * x.mean(axis=(0, 2, 3)))
     np.testing.assert_allclose(var_sum, 1.9 * x.var(axis=(0, 2, 3)) * m / (m - 1))
+
+
+RESNET_UNIT = """
+layers:
+  - {name: data, type: Input, top: [data, target], input_param: {shape: [{dim: [4, 3, 5, 5]}, {dim: [4, 1]}]}}
+  - {name: conv, type: Convolution, bottom: data, top: c,
+     convolution_param: {num_output: 3, kernel_size: 1, weight_filler: {type: gaussian, std: 1}}}
+  - {name: bn, type: BatchNorm, bottom: c, top: c}
+  - {name: scale, type: Scale, bottom: c, top: c,
+     scale_param: {bias_term: true, filler: {type: constant, value: -2.5}, bias_filler: {type: constant, value: .7}}}
+  - {name: relu, type: ReLU, bottom: c, top: c}
+  - {name: ip, type: InnerProduct, bottom: c, top: out,
+     inner_product_param: {num_output: 1, weight_filler: {type: gaussian, std: 1}}}
+  - {name: loss, type: EuclideanLoss, bottom: [out, target], top: loss}
+"""
+
+
+def test_batchnorm_in_place_under_scale_and_relu_has_the_true_gradient():
+    """ResNet's unit: BatchNorm, Scale and ReLU all in place on the convolution's top, which the later two
+    overwrite before BatchNorm's backward runs."""
+    net = load_net(RESNET_UNIT, phase="TRAIN", dtype=np.float64, seed=1)
+    net.blobs["data"].data[...] = rand(4, 3, 5, 5)
+    net.blobs["target"].data[...] = 0.3
+    net.forward_backward()
+    weights = net.params["conv"][0]
+    for index in [(0, 0, 0, 0), (1, 2, 0, 0), (2, 1, 0, 0)]:
+        saved = weights.data[index]
+        weights.data[index] = saved + 1e-6
+        plus = net.forward()
+        weights.data[index] = saved - 1e-6
+        minus = net.forward()
+        weights.data[index] = saved
+        np.testing.assert_allclose(weights.diff[index], (plus - minus) / 2e-6, rtol=1e-5)
 
 
 def test_softmax_loss_weight_scales_gradient():
