@@ -6,9 +6,11 @@ Those whose gradient can be computed from the output run in place.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 
+from netspec.engine import onednn
 from netspec.engine.fillers import FillerParams, constant
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
@@ -45,7 +47,19 @@ class ReLU(Elementwise):
     param_blocks = {"relu_param": ReLUParams}
     inplace_ok = True
 
+    def reshape(self, bottom, top):
+        super().reshape(bottom, top)
+        self.fast = None
+        slope = self.block("relu_param").negative_slope
+        lib = onednn.library_for(self)
+        if lib is not None and slope >= 0:  # (oneDNN's ReLU from its output takes no negative slope)
+            with contextlib.suppress(onednn.OneDnnError):
+                self.fast = onednn.Elementwise(lib, bottom[0].shape, onednn.ELTWISE_RELU_USE_DST, alpha=slope)
+
     def forward(self, bottom, top):
+        if self.fast is not None:
+            self.fast.forward(bottom[0].data, top[0].data)
+            return
         slope = self.block("relu_param").negative_slope
         x = bottom[0].data
         if slope:
@@ -54,7 +68,9 @@ class ReLU(Elementwise):
             self.xp.maximum(x, 0, out=top[0].data)
 
     def backward(self, top, propagate_down, bottom):
-        if propagate_down[0]:
+        if propagate_down[0] and self.fast is not None:
+            self.fast.backward(top[0].data, top[0].diff, bottom[0].diff)
+        elif propagate_down[0]:
             slope = self.block("relu_param").negative_slope
             y = top[0].data
             if slope:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy
 
+from netspec.engine import onednn
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
 from netspec.errors import ShapeError
@@ -36,9 +37,11 @@ class BatchNorm(Layer):
     ranks' batches together, as one process with the whole batch would.
 
     Bottom/top: (N, C, ...).  Blobs (never trained, saved with the weights):
-    mean sums (C,), variance sums (C,), factor f (1,).  Runs in place; in
-    TRAIN it keeps its own copy of the normalised output for backward, since
-    layers after it in place (Scale, ReLU) overwrite the top.
+    mean sums (C,), variance sums (C,), factor f (1,).  Runs in place, and
+    keeps its own copy of what backward needs (the normalised output on NumPy,
+    the input on oneDNN), since layers after it in place overwrite the top.
+    On oneDNN a per-channel Scale in place right after it runs fused with
+    it, as one primitive (``netspec time`` shows ``bn+scale``).
 
     Example::
 
@@ -66,32 +69,92 @@ class BatchNorm(Layer):
         given = self.block("batch_norm_param").use_global_stats
         return self.phase == "TEST" if given is None else given
 
+    def reshape(self, bottom, top):
+        super().reshape(bottom, top)
+        self.scale_layer = None
+        self.top_blob = top[0]
+        self.fast = self._onednn(bottom[0].shape)
+
+    def _onednn(self, shape) -> onednn.Normalization | None:
+        """oneDNN's primitives for this shape and the layers absorbed, or None for the NumPy path."""
+        lib = onednn.library_for(self)
+        p = self.block("batch_norm_param")
+        if lib is None or not 2 <= len(shape) <= 5 or (p.sync and self.backend.comm.size > 1):
+            return None
+        flags = onednn.NORMALIZE_GLOBAL_STATS if self.global_stats else 0
+        if self.scale_layer is not None:
+            flags |= onednn.NORMALIZE_SCALE | (onednn.NORMALIZE_SHIFT if len(self.scale_layer.blobs) > 1 else 0)
+        try:
+            fast = onednn.Normalization(lib, shape, p.eps, flags)
+        except onednn.OneDnnError:
+            return None
+        self.input = numpy.empty(shape, self.dtype)  # backward's x: layers in place after this one overwrite it
+        self.mean, self.var = numpy.empty(shape[1], self.dtype), numpy.empty(shape[1], self.dtype)
+        return fast
+
+    def absorb(self, following):
+        """On oneDNN, a Scale with one factor a channel in place on the top right after this layer runs in the
+        same primitive: Caffe's BatchNorm and Scale pair normalised and scaled in one pass.  (ReLU stays apart:
+        oneDNN's fused ReLU is several times slower on plain arrays than the two passes.)"""
+        if self.fast is None or not following:
+            return 0
+        layer, bottom, tops = following[0]
+        if layer.type != "Scale" or bottom != [self.top_blob] or tops != [self.top_blob] or layer.fast is None:
+            return 0
+        previous, self.scale_layer = self.fast, layer
+        self.fast = self._onednn(self.input.shape)
+        if self.fast is None:
+            self.scale_layer, self.fast = None, previous
+            return 0
+        return 1
+
     def forward(self, bottom, top):
         xp = self.xp
         p = self.block("batch_norm_param")
-        x = bottom[0].data
-        axes = (0,) + tuple(range(2, x.ndim))
-        broadcast = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+        x, y = bottom[0].data, top[0].data
+        channels = x.shape[1]
+        broadcast = (1, channels) + (1,) * (x.ndim - 2)
         if self.global_stats:
             factor = float(self.blobs[2].data[0])
             scale = 0.0 if factor == 0 else 1.0 / factor
             mean = self.blobs[0].data * scale
             var = self.blobs[1].data * scale
-        else:
+        elif self.fast is None:
+            axes = (0,) + tuple(range(2, x.ndim))
             mean = self.across_ranks(x.mean(axis=axes), "mean")
             var = self.across_ranks(((x - mean.reshape(broadcast)) ** 2).mean(axis=axes), "variance")
-            count = x.size // x.shape[1] * (self.backend.comm.size if p.sync else 1)
-            maf = p.moving_average_fraction
-            self.blobs[2].data *= maf
-            self.blobs[2].data += 1
-            self.blobs[0].data *= maf
-            self.blobs[0].data += mean
-            self.blobs[1].data *= maf
-            self.blobs[1].data += var * (count / max(count - 1, 1))
-        self.inv_std = (1.0 / xp.sqrt(var + p.eps)).astype(self.dtype).reshape(broadcast)
-        xp.multiply(x - mean.reshape(broadcast), self.inv_std, out=top[0].data)
+        if self.fast is not None:
+            if self.global_stats:
+                self.mean[...], self.var[...] = mean, var
+            xp.copyto(self.input, x)
+            self.fast.forward({onednn.ARG_SRC: self.input, onednn.ARG_DST: y, **self.fused_arguments()})
+            mean, var = self.mean, self.var
+        else:
+            self.inv_std = (1.0 / xp.sqrt(var + p.eps)).astype(self.dtype)
+            xp.multiply(x - mean.reshape(broadcast), self.inv_std.reshape(broadcast), out=y)
+            if not self.global_stats:
+                self.normalized = y.copy()
         if not self.global_stats:
-            self.normalized = top[0].data.copy()
+            self.update_sums(mean, var, x.size // channels * (self.backend.comm.size if p.sync else 1))
+
+    def fused_arguments(self) -> dict:
+        """The statistics, and the absorbed Scale's factors, as oneDNN arguments."""
+        arguments = {onednn.ARG_MEAN: self.mean, onednn.ARG_VARIANCE: self.var}
+        if self.scale_layer is not None:
+            arguments[onednn.ARG_SCALE] = self.scale_layer.blobs[0].data
+            if len(self.scale_layer.blobs) > 1:
+                arguments[onednn.ARG_SHIFT] = self.scale_layer.blobs[1].data
+        return arguments
+
+    def update_sums(self, mean, var, count: int) -> None:
+        """Caffe's running sums, from a batch's statistics over ``count`` values a channel."""
+        maf = self.block("batch_norm_param").moving_average_fraction
+        self.blobs[2].data *= maf
+        self.blobs[2].data += 1
+        self.blobs[0].data *= maf
+        self.blobs[0].data += mean
+        self.blobs[1].data *= maf
+        self.blobs[1].data += var * (count / max(count - 1, 1))
 
     def across_ranks(self, means, what: str):
         """``means`` of this rank's batch, or with ``sync`` their average over every rank's equal-sized batch."""
@@ -103,14 +166,33 @@ class BatchNorm(Layer):
         return self.backend.asarray(host, dtype=means.dtype)
 
     def backward(self, top, propagate_down, bottom):
+        if self.fast is not None:
+            self.fast_backward(top[0].diff, bottom[0].diff if propagate_down[0] else None)
+            return
         if not propagate_down[0]:
             return
-        dy = top[0].diff
+        dy, dx = top[0].diff, bottom[0].diff
+        broadcast = (1, dy.shape[1]) + (1,) * (dy.ndim - 2)
         if self.global_stats:
-            self.xp.multiply(dy, self.inv_std, out=bottom[0].diff)
+            self.xp.multiply(dy, self.inv_std.reshape(broadcast), out=dx)
             return
         y = self.normalized
         axes = (0,) + tuple(range(2, dy.ndim))
         means = self.xp.stack([dy.mean(axis=axes, keepdims=True), (dy * y).mean(axis=axes, keepdims=True)])
         mean_dy, mean_dy_y = self.across_ranks(means, "gradient means")
-        bottom[0].diff[...] = (dy - mean_dy - y * mean_dy_y) * self.inv_std
+        dx[...] = (dy - mean_dy - y * mean_dy_y) * self.inv_std.reshape(broadcast)
+
+    def fast_backward(self, dy, dx) -> None:
+        """Backward on oneDNN through the absorbed layers too: the input's gradient written into ``dx`` (unless
+        None), the Scale's added to its diffs."""
+        scale = self.scale_layer
+        diffs = [numpy.empty_like(blob.diff) for blob in scale.blobs] if scale is not None else []
+        arguments = {onednn.ARG_SRC: self.input, onednn.ARG_DIFF_DST: dy,
+                     onednn.ARG_DIFF_SRC: numpy.empty_like(dy) if dx is None else dx, **self.fused_arguments(),
+                     **dict(zip((onednn.ARG_DIFF_SCALE, onednn.ARG_DIFF_SHIFT), diffs))}
+        arguments.pop(onednn.ARG_SHIFT, None)
+        self.fast.backward(arguments)
+        if scale is not None:
+            for blob, diff, learn in zip(scale.blobs, diffs, scale.param_propagate_down):
+                if learn:
+                    blob.diff += diff

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from netspec.engine import onednn
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError, ShapeError
@@ -51,11 +52,25 @@ class Eltwise(Layer):
         """The SUM coefficient of each bottom."""
         return self.block("eltwise_param").coeff or [1.0] * count
 
+    def reshape(self, bottom, top):
+        super().reshape(bottom, top)
+        self.fast = None
+        lib = onednn.library_for(self)
+        if lib is not None and self.block("eltwise_param").operation == "SUM":
+            coeffs = self.coefficients(len(bottom))
+            try:  # the sum, and each bottom's gradient as a scaled copy of the top's
+                self.fast = onednn.Sum(lib, bottom[0].shape, coeffs)
+                self.fast_gradients = [onednn.Sum(lib, bottom[0].shape, [c]) for c in coeffs]
+            except onednn.OneDnnError:
+                self.fast = None
+
     def forward(self, bottom, top):
         xp = self.xp
         out = top[0].data
         operation = self.block("eltwise_param").operation
-        if operation == "SUM":
+        if self.fast is not None:
+            self.fast([blob.data for blob in bottom], out)
+        elif operation == "SUM":
             coeffs = self.coefficients(len(bottom))
             xp.multiply(bottom[0].data, coeffs[0], out=out)
             for blob, c in zip(bottom[1:], coeffs[1:]):
@@ -78,7 +93,9 @@ class Eltwise(Layer):
         for index, (blob, wanted) in enumerate(zip(bottom, propagate_down)):
             if not wanted:
                 continue
-            if operation == "SUM":
+            if self.fast is not None:
+                self.fast_gradients[index]([dy], blob.diff)
+            elif operation == "SUM":
                 self.xp.multiply(dy, coeffs[index], out=blob.diff)
             elif operation == "PROD":
                 others = dy.copy()

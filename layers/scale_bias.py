@@ -5,6 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy
+
+from netspec.engine import onednn
 from netspec.engine.fillers import FillerParams, constant
 from netspec.engine.layer import Layer, canonical_axis
 from netspec.engine.registry import register_layer
@@ -101,17 +104,45 @@ class Scale(BroadcastOperand):
         """The blob holding the scale: the second bottom or the first learnable blob."""
         return bottom[1] if len(bottom) > 1 else self.blobs[0]
 
+    def reshape(self, bottom, top):
+        super().reshape(bottom, top)
+        self.fast = self._onednn(bottom[0].shape)
+
+    def _onednn(self, shape) -> onednn.Normalization | None:
+        """A learned scale per channel (axis 1) on oneDNN: a batch normalisation with mean 0, variance 1, eps 0
+        and the given statistics is exactly ``y = s * x + b``, and its backward gives all three gradients."""
+        lib = onednn.library_for(self)
+        p = self.block("scale_param")
+        if lib is None or len(self.spec.bottoms) > 1 or not 2 <= len(shape) <= 5 or self.view[:2] != tuple(shape[:2]):
+            return None
+        flags = onednn.NORMALIZE_GLOBAL_STATS | onednn.NORMALIZE_SCALE | (onednn.NORMALIZE_SHIFT if p.bias_term
+                                                                           else 0)
+        try:
+            self.identity = {onednn.ARG_MEAN: numpy.zeros(shape[1], self.dtype),
+                             onednn.ARG_VARIANCE: numpy.ones(shape[1], self.dtype)}
+            return onednn.Normalization(lib, shape, 0.0, flags)
+        except onednn.OneDnnError:
+            return None
+
     def forward(self, bottom, top):
         outer, dim, inner = self.view
         scale = self.scale_blob(bottom).data.reshape(1, dim, 1)
         x = bottom[0].data.reshape(outer, dim, inner)
         self.input = x.copy() if top[0] is bottom[0] else x
         out = top[0].data.reshape(outer, dim, inner)
+        if self.fast is not None:
+            shift = {onednn.ARG_SHIFT: self.blobs[1].data} if self.block("scale_param").bias_term else {}
+            self.fast.forward({onednn.ARG_SRC: bottom[0].data, onednn.ARG_DST: top[0].data,
+                               onednn.ARG_SCALE: self.blobs[0].data, **shift, **self.identity})
+            return
         self.xp.multiply(x, scale, out=out)
         if self.block("scale_param").bias_term:
             out += self.blobs[-1].data.reshape(1, dim, 1)
 
     def backward(self, top, propagate_down, bottom):
+        if self.fast is not None:
+            self.fast_backward(top[0].diff, bottom[0].diff if propagate_down[0] else None)
+            return
         outer, dim, inner = self.view
         dy = top[0].diff.reshape(outer, dim, inner)
         scale_blob = self.scale_blob(bottom)
@@ -125,6 +156,18 @@ class Scale(BroadcastOperand):
             bottom[1].diff[...] = scale_grad
         if propagate_down[0]:
             self.xp.multiply(dy, scale_blob.data.reshape(1, dim, 1), out=bottom[0].diff.reshape(outer, dim, inner))
+
+    def fast_backward(self, dy, dx) -> None:
+        """Backward on oneDNN: the parameter gradients added to their diffs, the input's written into ``dx``
+        (unless None)."""
+        diffs = [numpy.empty_like(blob.diff) for blob in self.blobs]
+        self.fast.backward({onednn.ARG_SRC: self.input.reshape(dy.shape), onednn.ARG_DIFF_DST: dy,
+                            onednn.ARG_SCALE: self.blobs[0].data, onednn.ARG_DIFF_SRC: numpy.empty_like(dy)
+                            if dx is None else dx, onednn.ARG_DIFF_SCALE: diffs[0], **self.identity,
+                            **({onednn.ARG_DIFF_SHIFT: diffs[1]} if len(diffs) > 1 else {})})
+        for blob, diff, learn in zip(self.blobs, diffs, self.param_propagate_down):
+            if learn:
+                blob.diff += diff
 
 
 @dataclass

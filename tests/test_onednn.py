@@ -1,5 +1,6 @@
-"""The oneDNN fast path: the same results as the NumPy path for every geometry of Convolution, Pooling and
-InnerProduct, and the NumPy path whenever oneDNN is off, missing, or asked for float64."""
+"""The oneDNN fast path: the same results as the NumPy path for every geometry of the layers it runs
+(Convolution, Pooling, InnerProduct, BatchNorm, Scale...), and the NumPy path whenever oneDNN is off, missing,
+or asked for float64."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import yaml
 
 import netspec
 from netspec.engine import onednn
+from netspec.testing import one_layer_net
 
 ROOT = Path(__file__).parent.parent
 pytestmark = pytest.mark.skipif(onednn.library() is None, reason=f"oneDNN is off: {onednn.why_unavailable()}")
@@ -46,6 +48,153 @@ def passes(net, fast: bool, times: int = 2):
         conv.backward([y], [conv.spec.propagate_down != [False]], [x])
     return {"top": y.data.copy(), "bottom diff": x.diff.copy(),
             **{f"param {i} diff": blob.diff.copy() for i, blob in enumerate(conv.blobs)}}
+
+
+def both_paths(layer_type, shapes, params, phase="TRAIN", inplace=False, rtol=1e-4, atol=1e-4):
+    """Run one layer on oneDNN and on NumPy (same float32 bottoms and blobs, forward, then backward twice so that
+    parameter diffs accumulate) and compare the top, every bottom diff, and every blob's data and diff."""
+    results = []
+    for fast in (True, False):
+        with pytest.MonkeyPatch.context() as patch:
+            if not fast:
+                patch.setattr(onednn, "library_for", lambda layer: None)
+            net = one_layer_net(layer_type, shapes, params=params, phase=phase, inplace=inplace, dtype=np.float32)
+        layer, bottom, top = net.layers[-1], net.bottom_blobs[-1], net.top_blobs[-1]
+        assert (layer.fast is not None) == fast, f"{layer_type} {'should' if fast else 'should not'} run on oneDNN"
+        rng = np.random.default_rng(0)
+        for blob in bottom:
+            blob.data[...] = rng.standard_normal(blob.shape)
+        for blob in layer.blobs:
+            blob.data[...] = rng.uniform(0.5, 1.5, blob.shape)
+            blob.diff[...] = 0
+        layer.forward(bottom, top)
+        outputs = [top[0].data.copy()]
+        top[0].diff[...] = rng.standard_normal(top[0].shape)
+        for _ in range(2):
+            layer.backward(top, [True] * len(bottom), bottom)
+        outputs += [blob.diff.copy() for blob in bottom]
+        outputs += [array.copy() for blob in layer.blobs for array in (blob.data, blob.diff)]
+        results.append(outputs)
+    for index, (got, expected) in enumerate(zip(*results)):
+        np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol, err_msg=f"output {index}")
+
+
+BATCH_NORMS = {
+    "TRAIN 4-D": ((4, 3, 5, 5), {}, "TRAIN"),
+    "TRAIN in place": ((2, 6, 3, 4), {}, "TRAIN"),
+    "TRAIN 2-D, batch 2": ((2, 7), {}, "TRAIN"),
+    "TRAIN 1x1 maps": ((5, 4, 1, 1), {}, "TRAIN"),
+    "TEST stored statistics": ((3, 4, 5, 5), {}, "TEST"),
+    "TRAIN with global statistics": ((2, 3, 4, 4), {"use_global_stats": True}, "TRAIN"),
+}
+
+
+@pytest.mark.parametrize("name", BATCH_NORMS)
+def test_batch_norm_matches_the_numpy_path(name):
+    shape, params, phase = BATCH_NORMS[name]
+    both_paths("BatchNorm", [shape], {"batch_norm_param": params}, phase=phase, inplace="in place" in name)
+
+
+SCALES = {
+    "per channel with bias": ((4, 3, 5, 5), {"bias_term": True}),
+    "in place": ((2, 6, 3, 4), {"bias_term": True}),
+    "no bias, 2-D": ((3, 7), {}),
+}
+
+
+@pytest.mark.parametrize("name", SCALES)
+def test_scale_matches_the_numpy_path(name):
+    shape, params = SCALES[name]
+    both_paths("Scale", [shape], {"scale_param": params}, inplace="in place" in name)
+
+
+@pytest.mark.parametrize("params", [{"axis": 2}, {"num_axes": 2}, {"axis": 0}])
+def test_a_scale_over_other_axes_keeps_the_numpy_path(params):
+    assert one_layer_net("Scale", [(2, 3, 4)], params={"scale_param": params}, dtype=np.float32).layers[-1].fast is None
+
+
+def unit(scale="scale_param: {bias_term: true}", relu=True, frozen_scale=False):
+    """ResNet's unit (convolution, then BatchNorm, Scale and ReLU in place) under a loss."""
+    scale_layer = (f"  - {{name: scale, type: Scale, bottom: c, top: c, {scale}"
+                   + (", param: [{lr_mult: 0}, {lr_mult: 0}]" if frozen_scale else "") + "}\n") if scale else ""
+    return ("layers:\n"
+            "  - {name: data, type: Input, top: [data, target], input_param: {shape: [{dim: [4, 3, 6, 6]}, {dim: [4, 1]}]}}\n"
+            "  - {name: conv, type: Convolution, bottom: data, top: c, convolution_param: {num_output: 5, kernel_size: 3,"
+            " weight_filler: {type: gaussian, std: 1}}}\n"
+            "  - {name: bn, type: BatchNorm, bottom: c, top: c}\n" + scale_layer
+            + ("  - {name: relu, type: ReLU, bottom: c, top: c}\n" if relu else "")
+            + "  - {name: ip, type: InnerProduct, bottom: c, top: out, inner_product_param: {num_output: 1,"
+            " weight_filler: {type: gaussian, std: 1}}}\n"
+              "  - {name: loss, type: EuclideanLoss, bottom: [out, target], top: loss}\n")
+
+
+UNITS = {
+    "BatchNorm, Scale and ReLU": (dict(), "bn+scale, relu"),
+    "BatchNorm and Scale": (dict(relu=False), "bn+scale, ip"),
+    "Scale without bias": (dict(scale="scale_param: {}"), "bn+scale, relu"),
+    "frozen Scale": (dict(frozen_scale=True), "bn+scale, relu"),
+}
+
+
+@pytest.mark.parametrize("name", UNITS)
+@pytest.mark.parametrize("phase", ["TRAIN", "TEST"])
+def test_a_fused_unit_matches_the_numpy_path(name, phase):
+    options, fused = UNITS[name]
+    results = []
+    for fast in (True, False):
+        with pytest.MonkeyPatch.context() as patch:
+            if not fast:
+                patch.setattr(onednn, "library_for", lambda layer: None)
+            net = netspec.load_net(unit(**options), phase=phase, seed=1)
+        assert (fused in net.paths()) == fast, net.paths()
+        rng = np.random.default_rng(0)
+        net.blobs["data"].data[...] = rng.standard_normal(net.blobs["data"].shape)
+        net.blobs["target"].data[...] = 0.5
+        for blob in net.params["bn"]:
+            blob.data[...] = rng.uniform(0.5, 1.5, blob.shape)
+        for blob in net.params.get("scale", []):
+            blob.data[...] = rng.uniform(-1.5, 1.5, blob.shape)
+        losses = [net.forward_backward() for _ in range(2)]  # parameter diffs of the second pass
+        results.append([np.array(losses), net.blobs["data"].diff.copy(),
+                        *(array.copy() for blobs in net.params.values() for blob in blobs
+                          for array in (blob.data, blob.diff))])
+    for index, (got, expected) in enumerate(zip(*results)):
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4, err_msg=f"output {index}")
+
+
+@pytest.mark.parametrize("params", [{}, {"negative_slope": 0.1}])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_relu_matches_the_numpy_path(params, inplace):
+    both_paths("ReLU", [(3, 4, 5, 6)], {"relu_param": params}, inplace=inplace)
+
+
+def test_a_relu_with_a_negative_slope_keeps_the_numpy_path():
+    net = one_layer_net("ReLU", [(2, 3)], params={"relu_param": {"negative_slope": -0.5}}, dtype=np.float32)
+    assert net.layers[-1].fast is None
+
+
+@pytest.mark.parametrize("params", [{}, {"coeff": [2, -0.5, 1]}])
+def test_eltwise_sum_matches_the_numpy_path(params):
+    both_paths("Eltwise", [(2, 3, 4, 5)] * 3, {"eltwise_param": params})
+
+
+def test_split_matches_the_numpy_path():
+    results = []
+    for fast in (True, False):
+        with pytest.MonkeyPatch.context() as patch:
+            if not fast:
+                patch.setattr(onednn, "library_for", lambda layer: None)
+            net = one_layer_net("Split", [(2, 3, 4)], tops=3, dtype=np.float32)
+        split, bottom, top = net.layers[-1], net.bottom_blobs[-1], net.top_blobs[-1]
+        assert (split.fast is not None) == fast
+        bottom[0].data[...] = np.arange(24).reshape(2, 3, 4)
+        split.forward(bottom, top)
+        for i, blob in enumerate(top):
+            blob.diff[...] = i + np.arange(24).reshape(2, 3, 4)
+        split.backward(top, [True], bottom)
+        results.append([blob.data.copy() for blob in top] + [bottom[0].diff.copy()])
+    for got, expected in zip(*results):
+        np.testing.assert_array_equal(got, expected)
 
 
 GEOMETRIES = {

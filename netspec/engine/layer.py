@@ -114,6 +114,12 @@ class Layer:
         for blob, shape in zip(top, self.top_shapes([b.shape for b in bottom])):
             blob.reshape(shape)
 
+    def absorb(self, following: list[tuple[Layer, list[Blob], list[Blob]]]) -> int:
+        """Take over the work of the first layers of ``following`` (each with its bottoms and tops), fused into
+        this layer's fast path; return how many.  The net then runs none of their passes: this layer computes
+        their tops, and their parameters' gradients.  None by default."""
+        return 0
+
     def record_count(self) -> int | None:
         """Records in one full pass over a data layer's dataset; None when the layer cannot tell (the default)."""
         return None

@@ -75,6 +75,28 @@ class Net:
             self.top_blobs.append(top)
             if layer.blobs:
                 self.params[layer.name] = layer.blobs
+        self.absorbed_by = self.fuse()
+
+    def fuse(self) -> dict[int, int]:
+        """Let each layer absorb the layers after it that its fast path runs fused (BatchNorm: the Scale in place
+        on its top); return ``{absorbed index: absorbing index}``.
+
+        A layer is offered only followers whose tops are no losses and which
+        need no backward pass where it needs none.
+        """
+        absorbed = {}
+        index = 0
+        while index < len(self.layers):
+            following = []
+            for j in range(index + 1, len(self.layers)):
+                node = self.nodes[j]
+                if any(node.loss_weights) or (node.need_backward and not self.nodes[index].need_backward):
+                    break
+                following.append((self.layers[j], self.bottom_blobs[j], self.top_blobs[j]))
+            count = self.layers[index].absorb(following) if following else 0
+            absorbed.update(dict.fromkeys(range(index + 1, index + 1 + count), index))
+            index += 1 + count
+        return absorbed
 
     @property
     def name(self) -> str:
@@ -176,14 +198,18 @@ class Net:
         return None
 
     def paths(self) -> str:
-        """Which implementations run the layers, in a line: the layers oneDNN runs, and the array library's."""
+        """Which implementations run the layers, in a line: the layers oneDNN runs (``bn+scale`` where one
+        absorbed the next), and the array library's."""
         if self.backend.is_gpu:
             return "CuPy"
         lib = onednn.library()
         if lib is None:
             return f"NumPy (oneDNN off: {onednn.why_unavailable()})"
-        fast = [layer.name for layer in self.layers if getattr(layer, "fast", None) is not None]
-        return f"oneDNN {lib.version} for {', '.join(fast) or 'no layer'}; NumPy for the rest"
+        fast = {index: layer.name for index, layer in enumerate(self.layers)
+                if getattr(layer, "fast", None) is not None and index not in self.absorbed_by}
+        for absorbed, index in self.absorbed_by.items():
+            fast[index] += f"+{self.layers[absorbed].name}"
+        return f"oneDNN {lib.version} for {', '.join(fast.values()) or 'no layer'}; NumPy for the rest"
 
     def first_non_finite_param(self) -> tuple[str, int] | None:
         """``(layer, blob index)`` of the first learnable blob holding a NaN or an infinity, if any."""
@@ -212,13 +238,14 @@ class Net:
 
     # ---- passes ----------------------------------------------------------------------------
     def forward_layer(self, index: int) -> None:
-        """Run layer ``index`` forward."""
-        self.layers[index].forward(self.bottom_blobs[index], self.top_blobs[index])
+        """Run layer ``index`` forward (unless another layer absorbed it)."""
+        if index not in self.absorbed_by:
+            self.layers[index].forward(self.bottom_blobs[index], self.top_blobs[index])
 
     def backward_layer(self, index: int) -> None:
-        """Seed loss diffs of layer ``index`` and run it backward, if it needs to."""
+        """Seed loss diffs of layer ``index`` and run it backward, if it needs to (and no other layer absorbed it)."""
         node = self.nodes[index]
-        if not node.need_backward:
+        if not node.need_backward or index in self.absorbed_by:
             return
         top = self.top_blobs[index]
         for blob, weight, written in zip(top, node.loss_weights, node.top_diff_written):

@@ -31,10 +31,15 @@ F32 = 3
 FORMAT_TAGS = {1: 2, 2: 3, 3: 4, 4: 5, 5: 6}  # ndims -> the plain tag a, ab, abc, abcd, abcde
 ANY = 1  # format tag: the layout the primitive computes fastest in
 FORWARD_TRAINING = 64
+BACKWARD, BACKWARD_DATA = 128, 160
 CONVOLUTION_DIRECT = 1
+ELTWISE_RELU_USE_DST = 0x100  # ReLU whose backward reads the output (in place)
 POOLING_MAX, POOLING_AVG_INCLUDE_PADDING = 0x1FF, 0x2FF
 ARG_SRC, ARG_DST, ARG_WEIGHTS, ARG_BIAS = 1, 17, 33, 41
 ARG_WORKSPACE = 64
+ARG_MULTIPLE_SRC = 1024  # the first of a sum's inputs; the i-th is ARG_MULTIPLE_SRC + i
+ARG_MEAN, ARG_VARIANCE, ARG_SCALE, ARG_SHIFT, ARG_DIFF_SCALE, ARG_DIFF_SHIFT = 49, 50, 51, 52, 255, 256
+NORMALIZE_GLOBAL_STATS, NORMALIZE_SCALE, NORMALIZE_SHIFT = 0x1, 0x2, 0x4
 ARG_DIFF_SRC, ARG_DIFF_DST, ARG_DIFF_WEIGHTS, ARG_DIFF_BIAS = 129, 145, 161, 169
 QUERY_SRC, QUERY_DIFF_SRC, QUERY_WEIGHTS, QUERY_DIFF_WEIGHTS, QUERY_DST, QUERY_DIFF_DST = 129, 130, 131, 132, 133, 134
 QUERY_WORKSPACE = 135
@@ -353,4 +358,98 @@ class Pooling:
         if self.workspace is not None:
             args[ARG_WORKSPACE] = self.workspace[0]
         self.lib.run(primitive, args)
+        self.lib.wait()
+
+
+class Normalization:
+    """oneDNN's batch normalization on plain float32 (N, C, ...) arrays of one shape, forward and backward:
+    ``y = scale_c * (x - mean_c) / sqrt(variance_c + eps) + shift_c``.
+
+    ``flags`` combine NORMALIZE_GLOBAL_STATS (mean and variance are given;
+    without it the forward pass takes them over N and the spatial axes,
+    variance biased, and writes them out), NORMALIZE_SCALE and
+    NORMALIZE_SHIFT (backward then also writes their gradients, which it must
+    be given arrays for).  Both passes
+    take their arrays by oneDNN argument (``{ARG_SRC: x, ARG_DST: y,
+    ARG_MEAN: mean, ...}``); channel arrays are (C,).
+    """
+
+    def __init__(self, lib: Library, shape, eps: float, flags: int):
+        self.lib = lib
+        data = lib.memory_desc(tuple(shape))
+        epsilon, flags_ = ctypes.c_float(eps), ctypes.c_uint(flags)
+        forward, backward = Handle(), Handle()
+        lib.call("dnnl_batch_normalization_forward_primitive_desc_create", ctypes.byref(forward), lib.engine,
+                 FORWARD_TRAINING, data, data, epsilon, flags_, None)
+        learns = flags & (NORMALIZE_SCALE | NORMALIZE_SHIFT)
+        lib.call("dnnl_batch_normalization_backward_primitive_desc_create", ctypes.byref(backward), lib.engine,
+                 BACKWARD if learns else BACKWARD_DATA, data, data, data, epsilon, flags_, forward, None)
+        self.forward_primitive, self.backward_primitive = lib.primitive(forward), lib.primitive(backward)
+        self.operands = {arg: Operand(lib, tuple(shape)) for arg in (ARG_SRC, ARG_DST, ARG_DIFF_SRC, ARG_DIFF_DST)}
+        self.operands.update({arg: Operand(lib, (shape[1],)) for arg in (ARG_MEAN, ARG_VARIANCE, ARG_SCALE, ARG_SHIFT,
+                                                                          ARG_DIFF_SCALE, ARG_DIFF_SHIFT)})
+
+    def forward(self, arrays: dict[int, numpy.ndarray]) -> None:
+        """Normalise ``arrays[ARG_SRC]`` into ``arrays[ARG_DST]`` (batch statistics written out unless given)."""
+        self._run(self.forward_primitive, arrays)
+
+    def backward(self, arrays: dict[int, numpy.ndarray]) -> None:
+        """The gradients (``ARG_DIFF_SRC``, and the scale's and shift's) from ``ARG_DIFF_DST``, ``ARG_SRC`` and the
+        statistics the forward pass used."""
+        self._run(self.backward_primitive, arrays)
+
+    def _run(self, primitive: Handle, arrays: dict[int, numpy.ndarray]) -> None:
+        self.lib.run(primitive, {arg: self.operands[arg].read(array) for arg, array in arrays.items()})
+        self.lib.wait()
+
+
+class Elementwise:
+    """One of oneDNN's element-wise functions (``algorithm``, with its ``alpha`` and ``beta``) on plain float32
+    arrays of one shape, forward and backward.  Algorithms named ``..._USE_DST`` take the output in backward,
+    and so run in place."""
+
+    def __init__(self, lib: Library, shape, algorithm: int, alpha: float = 0.0, beta: float = 0.0):
+        self.lib = lib
+        data = lib.memory_desc(tuple(shape))
+        forward, backward = Handle(), Handle()
+        constants = ctypes.c_float(alpha), ctypes.c_float(beta)
+        lib.call("dnnl_eltwise_forward_primitive_desc_create", ctypes.byref(forward), lib.engine, FORWARD_TRAINING,
+                 algorithm, data, data, *constants, None)
+        lib.call("dnnl_eltwise_backward_primitive_desc_create", ctypes.byref(backward), lib.engine, algorithm, data,
+                 data, data, *constants, forward, None)
+        self.forward_primitive, self.backward_primitive = lib.primitive(forward), lib.primitive(backward)
+        self.data = {arg: Operand(lib, tuple(shape)) for arg in (ARG_SRC, ARG_DST, ARG_DIFF_SRC, ARG_DIFF_DST)}
+
+    def forward(self, x: numpy.ndarray, y: numpy.ndarray) -> None:
+        """``f(x)``, written into ``y``."""
+        self._run(self.forward_primitive, {ARG_SRC: x, ARG_DST: y})
+
+    def backward(self, y: numpy.ndarray, dy: numpy.ndarray, dx: numpy.ndarray) -> None:
+        """The input's gradient from the output ``y`` and its gradient, written into ``dx``."""
+        self._run(self.backward_primitive, {ARG_DST: y, ARG_DIFF_DST: dy, ARG_DIFF_SRC: dx})
+
+    def _run(self, primitive: Handle, arrays: dict[int, numpy.ndarray]) -> None:
+        self.lib.run(primitive, {arg: self.data[arg].read(array) for arg, array in arrays.items()})
+        self.lib.wait()
+
+
+class Sum:
+    """``y = sum_i scales_i * x_i`` over plain float32 arrays of one shape (oneDNN's sum, on every thread): a
+    scaled copy with one input."""
+
+    def __init__(self, lib: Library, shape, scales: list[float]):
+        self.lib = lib
+        data = lib.memory_desc(tuple(shape))
+        descriptor = Handle()
+        lib.call("dnnl_sum_primitive_desc_create", ctypes.byref(descriptor), lib.engine, data, len(scales),
+                 (ctypes.c_float * len(scales))(*scales), (Handle * len(scales))(*[data] * len(scales)), None)
+        self.primitive = lib.primitive(descriptor)
+        self.inputs = [Operand(lib, tuple(shape)) for _ in scales]
+        self.output = Operand(lib, tuple(shape))
+
+    def __call__(self, inputs: list[numpy.ndarray], out: numpy.ndarray) -> None:
+        """The scaled sum of ``inputs`` (one array per scale), written into ``out``."""
+        args = {ARG_MULTIPLE_SRC + i: operand.read(array)
+                for i, (operand, array) in enumerate(zip(self.inputs, inputs))}
+        self.lib.run(self.primitive, {**args, ARG_DST: self.output.write(out)})
         self.lib.wait()
