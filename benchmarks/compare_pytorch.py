@@ -18,7 +18,7 @@ import sys
 import time
 
 # isort: off
-import netspec  # before NumPy, so that it sizes the math libraries' thread pools (netspec.threads)
+import netspec  # noqa: F401 - before NumPy, so that it sizes the math libraries' thread pools (netspec.threads)
 import numpy
 # isort: on
 
@@ -55,7 +55,10 @@ def torch_forward(net, torch):
     def run():
         values = dict(inputs)
         loss = 0
-        for node in net.nodes:
+        absorbed = set()  # a Scale right after a BatchNorm: PyTorch's affine batch_norm does both
+        for index, node in enumerate(net.nodes):
+            if index in absorbed:
+                continue
             layer = net.layer_by_name[node.name]
             kind = layer.type
             x = [values[b] for b in node.bottoms]
@@ -81,8 +84,15 @@ def torch_forward(net, torch):
             elif kind == "BatchNorm":
                 p = layer.block("batch_norm_param")
                 stats = [torch.zeros(x[0].shape[1]), torch.ones(x[0].shape[1])]
-                y = functional.batch_norm(x[0], *stats, training=True, momentum=1 - p.moving_average_fraction,
-                                          eps=p.eps)
+                after = net.nodes[index + 1] if index + 1 < len(net.nodes) else None
+                affine = [None, None]
+                if after is not None and after.layer.type == "Scale" and after.bottoms == node.tops == after.tops:
+                    absorbed.add(index + 1)
+                    affine = (params[after.name] + [None])[:2]
+                y = functional.batch_norm(x[0], *stats, *affine, training=True,
+                                          momentum=1 - p.moving_average_fraction, eps=p.eps)
+            elif kind == "Dropout":
+                y = functional.dropout(x[0], layer.block("dropout_param").dropout_ratio, training=True)
             elif kind == "Scale":
                 shape = (1, -1) + (1,) * (x[0].dim() - 2)
                 y = x[0] * w[0].reshape(shape) + (w[1].reshape(shape) if len(w) > 1 else 0)
