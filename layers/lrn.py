@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Literal
 
+from netspec.engine import onednn
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError
@@ -73,6 +75,17 @@ class LRN(Layer):
                 total += window(padded, (2, i, 1, h), (3, j, 1, w))
         return total
 
+    def reshape(self, bottom, top):
+        super().reshape(bottom, top)
+        self.fast = None
+        lib = onednn.library_for(self)
+        if lib is not None:
+            p = self.block("lrn_param")
+            across = p.norm_region == "ACROSS_CHANNELS"
+            with contextlib.suppress(onednn.OneDnnError):
+                self.fast = onednn.LocalResponseNormalization(lib, bottom[0].shape, across, p.local_size, p.alpha,
+                                                              p.beta, p.k if across else 1.0)
+
     def coefficients(self) -> tuple[float, float]:
         """(constant, multiplier) of ``s = constant + multiplier * window_sum(x^2)``."""
         p = self.block("lrn_param")
@@ -82,12 +95,18 @@ class LRN(Layer):
 
     def forward(self, bottom, top):
         x = bottom[0].data
+        if self.fast is not None:
+            self.fast.forward(x, top[0].data)
+            return
         constant, multiplier = self.coefficients()
         self.scale = constant + multiplier * self.window_sum(x * x)
         self.xp.multiply(x, self.xp.power(self.scale, -self.block("lrn_param").beta), out=top[0].data)
 
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
+            return
+        if self.fast is not None:
+            self.fast.backward(bottom[0].data, top[0].diff, bottom[0].diff)
             return
         beta = self.block("lrn_param").beta
         _, multiplier = self.coefficients()

@@ -197,6 +197,20 @@ def test_split_matches_the_numpy_path():
         np.testing.assert_array_equal(got, expected)
 
 
+LRNS = {
+    "across channels (AlexNet)": ((2, 7, 5, 6), dict(local_size=5, alpha=1e-2, beta=0.75, k=2)),
+    "across, window over the channels": ((1, 2, 3, 3), dict(local_size=5, alpha=0.5, beta=0.75)),
+    "within the channel": ((2, 3, 6, 7), dict(local_size=3, alpha=0.5, beta=0.75, norm_region="WITHIN_CHANNEL")),
+    "within, window over the map": ((1, 2, 2, 2), dict(local_size=5, alpha=2, beta=0.5, norm_region="WITHIN_CHANNEL")),
+}
+
+
+@pytest.mark.parametrize("name", LRNS)
+def test_lrn_matches_the_numpy_path(name):
+    shape, params = LRNS[name]
+    both_paths("LRN", [shape], {"lrn_param": params})
+
+
 GEOMETRIES = {
     "3x3 pad 1": ((2, 3, 8, 8), dict(num_output=4, kernel_size=3, pad=1)),
     "1x1": ((2, 5, 6, 7), dict(num_output=3, kernel_size=1)),

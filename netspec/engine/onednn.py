@@ -30,11 +30,13 @@ IN_ORDER_STREAM = 1
 F32 = 3
 FORMAT_TAGS = {1: 2, 2: 3, 3: 4, 4: 5, 5: 6}  # ndims -> the plain tag a, ab, abc, abcd, abcde
 ANY = 1  # format tag: the layout the primitive computes fastest in
+CHANNEL_BLOCKS_OF_8 = 102  # format tag aBcd8b (nChw8c): channels in blocks of 8, innermost
 FORWARD_TRAINING = 64
 BACKWARD, BACKWARD_DATA = 128, 160
 CONVOLUTION_DIRECT = 1
 ELTWISE_RELU_USE_DST = 0x100  # ReLU whose backward reads the output (in place)
 POOLING_MAX, POOLING_AVG_INCLUDE_PADDING = 0x1FF, 0x2FF
+LRN_ACROSS_CHANNELS, LRN_WITHIN_CHANNEL = 0xAFF, 0xBFF
 ARG_SRC, ARG_DST, ARG_WEIGHTS, ARG_BIAS = 1, 17, 33, 41
 ARG_WORKSPACE = 64
 ARG_MULTIPLE_SRC = 1024  # the first of a sum's inputs; the i-th is ARG_MULTIPLE_SRC + i
@@ -452,4 +454,44 @@ class Sum:
         args = {ARG_MULTIPLE_SRC + i: operand.read(array)
                 for i, (operand, array) in enumerate(zip(self.inputs, inputs))}
         self.lib.run(self.primitive, {**args, ARG_DST: self.output.write(out)})
+        self.lib.wait()
+
+
+class LocalResponseNormalization:
+    """oneDNN's LRN on plain float32 (N, C, H, W) arrays of one shape, forward and backward:
+    ``y = x * (k + alpha / n^d * sum of x^2 over the window)^-beta`` with ``n`` the window's size, over ``n``
+    channels (``across``, d = 1) or an ``n x n`` window in the channel (d = 2), zeros beyond the edges."""
+
+    def __init__(self, lib: Library, shape, across: bool, size: int, alpha: float, beta: float, k: float):
+        self.lib = lib
+        data = lib.memory_desc(tuple(shape), CHANNEL_BLOCKS_OF_8)
+        algorithm = LRN_ACROSS_CHANNELS if across else LRN_WITHIN_CHANNEL
+        constants = ctypes.c_int64(size), ctypes.c_float(alpha), ctypes.c_float(beta), ctypes.c_float(k)
+        forward, backward = Handle(), Handle()
+        lib.call("dnnl_lrn_forward_primitive_desc_create", ctypes.byref(forward), lib.engine, FORWARD_TRAINING,
+                 algorithm, data, data, *constants, None)
+        lib.call("dnnl_lrn_backward_primitive_desc_create", ctypes.byref(backward), lib.engine, algorithm, data,
+                 data, data, *constants, forward, None)
+        self.forward_primitive, self.backward_primitive = lib.primitive(forward), lib.primitive(backward)
+        workspace = lib.chosen(forward, QUERY_WORKSPACE)
+        self.workspace = lib.owned_memory(workspace) if workspace.value else None  # (memory, its buffer)
+        self.data = {arg: Operand(lib, tuple(shape), data) for arg in (ARG_SRC, ARG_DST, ARG_DIFF_SRC, ARG_DIFF_DST)}
+
+    def forward(self, x: numpy.ndarray, y: numpy.ndarray) -> None:
+        """The normalised ``x``, written into ``y``."""
+        self._run(self.forward_primitive, {ARG_SRC: x}, {ARG_DST: y})
+
+    def backward(self, x: numpy.ndarray, dy: numpy.ndarray, dx: numpy.ndarray) -> None:
+        """The input's gradient from the input and the output's gradient (after :meth:`forward` on ``x``),
+        written into ``dx``."""
+        self._run(self.backward_primitive, {ARG_SRC: x, ARG_DIFF_DST: dy}, {ARG_DIFF_SRC: dx})
+
+    def _run(self, primitive: Handle, reads: dict[int, numpy.ndarray], writes: dict[int, numpy.ndarray]) -> None:
+        args = {arg: self.data[arg].read(array) for arg, array in reads.items()}
+        args.update({arg: self.data[arg].write(array) for arg, array in writes.items()})
+        if self.workspace is not None:
+            args[ARG_WORKSPACE] = self.workspace[0]
+        self.lib.run(primitive, args)
+        for arg in writes:
+            self.data[arg].written()
         self.lib.wait()
