@@ -13,12 +13,11 @@ PyTorch is needed only here (``pip install torch``); netspec never imports it.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
 # isort: off
-import netspec  # noqa: F401 - before NumPy, so that it sizes the math libraries' thread pools (netspec.threads)
+import netspec  # before NumPy, so that it sizes the math libraries' thread pools (netspec.threads)
 import numpy
 # isort: on
 
@@ -131,13 +130,14 @@ def main() -> int:
     parser.add_argument("nets", nargs="*", default=DEFAULT_NETS)
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--threads", type=int, default=netspec.threads.all_cores(), help="for both frameworks")
     args = parser.parse_args()
     try:
         import torch
     except ImportError:
         torch = None
         print("PyTorch is not installed: printing netspec's figures only (pip install torch to compare)")
+    netspec.threads.use_threads(args.threads)
     if torch is not None:
         torch.set_num_threads(args.threads)
     print(f"{'net':<16} {'batch':>5} {'netspec img/s':>14} {'pytorch img/s':>14} {'ratio':>6}")

@@ -7,10 +7,15 @@ cores each slows the other down several times, so while oneDNN is in use
 OpenBLAS gets one thread (:func:`size_pools`, called by ``import netspec``
 before anything imports NumPy).  ``NETSPEC_ONEDNN=0`` turns oneDNN off, and
 a value the user set for ``OPENBLAS_NUM_THREADS`` is kept.
+
+:func:`use_threads` (the commands' ``--threads``) sizes the pools later,
+while a process runs: oneDNN's OpenMP pool to the count and OpenBLAS to one
+thread beside it, or OpenBLAS to the count when oneDNN is off.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 
@@ -32,3 +37,51 @@ def size_pools() -> None:
     """Give OpenBLAS one thread while oneDNN takes the cores (only before NumPy has loaded OpenBLAS)."""
     if onednn_wanted() and "numpy" not in sys.modules:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
+def all_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _openmp() -> ctypes.CDLL | None:
+    """oneDNN's library, through which its OpenMP runtime's functions resolve (None when oneDNN is off)."""
+    return ctypes.CDLL(onednn_path()) if onednn_wanted() else None
+
+
+def _openblas() -> tuple[ctypes.CDLL, str] | None:
+    """NumPy's OpenBLAS, loaded in this process, and the suffix of its function names (None when NumPy uses
+    another BLAS)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as maps:  # the libraries loaded (Linux)
+            paths = sorted({line.split()[-1] for line in maps if "openblas" in line.rsplit("/", 1)[-1].lower()})
+    except OSError:
+        return None
+    for path in paths:
+        library = ctypes.CDLL(path)
+        for prefix, suffix in (("scipy_openblas", "64_"), ("openblas", ""), ("openblas", "64_")):
+            if hasattr(library, f"{prefix}_set_num_threads{suffix}"):
+                return library, f"{prefix}_{{}}_num_threads{suffix}"
+    return None
+
+
+def use_threads(count: int | None) -> None:
+    """Size the pools to ``count`` threads in all (None: every core): oneDNN's takes them and OpenBLAS keeps one;
+    without oneDNN OpenBLAS takes them."""
+    count = count or all_cores()
+    openmp, openblas = _openmp(), _openblas()
+    if openmp is not None:
+        openmp.omp_set_num_threads(count)
+    if openblas is not None:
+        library, name = openblas
+        getattr(library, name.format("set"))(1 if openmp is not None else count)
+
+
+def thread_counts() -> str:
+    """The pools' sizes in a few words (``4 (oneDNN), OpenBLAS 1``)."""
+    openmp, openblas = _openmp(), _openblas()
+    words = [f"{openmp.omp_get_max_threads()} (oneDNN)"] if openmp is not None else []
+    if openblas is not None:
+        library, name = openblas
+        words.append(f"OpenBLAS {getattr(library, name.format('get'))()}")
+    return ", ".join(words) or "NumPy's default"

@@ -8,7 +8,15 @@ import click
 
 from netspec.atomic import atomic_path
 from netspec.cli.errors import user_errors
-from netspec.cli.options import Dims, Integer, level_option, outputs_anywhere_option, phase_option, stage_option
+from netspec.cli.options import (
+    Dims,
+    Integer,
+    level_option,
+    outputs_anywhere_option,
+    phase_option,
+    stage_option,
+    threads_option,
+)
 from netspec.engine.deploy import deploy_net_yaml, derive_deploy_net
 from netspec.engine.net import Net, compile_net, load_net
 from netspec.engine.outputs import OutputFolder
@@ -131,6 +139,7 @@ def draw(net_file, out, phase, stages, level, rankdir):
 @level_option
 @click.option("--device", default="cpu", show_default=True, help="cpu, gpu or gpu:N")
 @click.option("--seed", type=Integer(), default=0, show_default=True, help="seed for fillers and data")
+@threads_option
 @click.option("--json", "as_json", is_flag=True, help="end with one JSON line holding every figure")
 @outputs_anywhere_option
 @user_errors
@@ -147,6 +156,7 @@ def time_command(net_file, iterations, warmup, phase, stages, level, device, see
     click.echo(f"net '{result['net']}' ({result['phase']}) on {result['device']}, batch {result['batch_size']}, "
                f"{iterations} iterations after {warmup} warm-up")
     click.echo(f"paths: {result['paths']}")
+    click.echo(f"threads: {result['threads']}")
     click.echo(format_table(["layer", "type", "forward ms", "backward ms"], rows, right={2, 3}))
     click.echo(f"{result['ms_per_iter']:.3f} ms per iteration, {result['images_per_s']:.1f} images/s")
     if as_json:
@@ -158,6 +168,7 @@ def time_command(net_file, iterations, warmup, phase, stages, level, device, see
 @click.option("--weights", type=click.Path(dir_okay=False), required=True, help="trained weights (.weights.h5)")
 @click.option("--iterations", "-n", type=Integer(min=1), default=50, show_default=True,
               help="batches to average over")
+@threads_option
 @phase_option("TEST")
 @stage_option
 @level_option

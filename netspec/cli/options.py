@@ -7,6 +7,7 @@ import math
 import click
 
 from netspec.spec.numbers import as_int, parse_number
+from netspec.threads import use_threads
 
 
 class Integer(click.IntRange):
@@ -82,3 +83,13 @@ outputs_anywhere_option = click.option(
 side_effects_option = click.option(
     "--allow-side-effects", is_flag=True,
     help="run a net from someone else even though it has layers that write files (HDF5Output)")
+
+
+def _apply_threads(context: click.Context, parameter, value: int | None) -> None:
+    context.meta["threads"] = value
+    use_threads(value)
+
+
+threads_option = click.option(
+    "--threads", type=Integer(min=1), default=None, expose_value=False, is_eager=True, callback=_apply_threads,
+    help="threads for the math libraries in all (oneDNN's pool, or OpenBLAS's without it)  [default: every core]")

@@ -8,9 +8,10 @@ import sys
 import click
 
 from netspec.cli.errors import rank_errors, user_errors
-from netspec.cli.options import Integer, Real, level_option, outputs_anywhere_option, stage_option
+from netspec.cli.options import Integer, Real, level_option, outputs_anywhere_option, stage_option, threads_option
 from netspec.engine.comm import SingleProcess
 from netspec.inspect.plots import plot_learning_rate, plot_metrics
+from netspec.threads import all_cores
 from netspec.training.distributed import MPICommunicator, launch
 from netspec.training.run import TrainOptions, read_solver, schedule_params
 from netspec.training.run import train as train_run
@@ -46,6 +47,7 @@ from netspec.training.signals import exit_status
               help="distributed: MB of gradients sent together, while backward goes on")
 @click.option("--processes", type=Integer(min=1), default=None,
               help="start this many ranks on this machine (through mpiexec) and train as --distributed")
+@threads_option
 @user_errors
 def train(solver_file, device, weights, resume, force, max_iter, seed, stages, level, run_dir, sigint_effect,
           sighup_effect, outputs_anywhere, debug_info, distributed, collective_timeout, bucket_mb, processes):
@@ -60,8 +62,10 @@ def train(solver_file, device, weights, resume, force, max_iter, seed, stages, l
     if processes and distributed:
         raise click.UsageError("--processes starts the ranks itself; leave out --distributed")
     if processes and processes > 1:
-        given = given_arguments(click.get_current_context(), leave_out={"processes"})
-        sys.exit(launch(processes, ["train", *given, "--distributed"]))
+        context = click.get_current_context()
+        given = given_arguments(context, leave_out={"processes", "threads"})
+        per_rank = context.meta["threads"] or max(1, all_cores() // processes)  # the cores shared, not oversubscribed
+        sys.exit(launch(processes, ["train", *given, "--distributed", "--threads", str(per_rank)]))
     comm = MPICommunicator(collective_timeout, bucket_mb * 2 ** 20) if distributed else SingleProcess()
     options = TrainOptions(device=device, weights=weights, resume=resume, force=force, max_iter=max_iter, seed=seed,
                            stages=stages, level=level, run_dir=run_dir, sigint_effect=sigint_effect,
@@ -73,7 +77,8 @@ def train(solver_file, device, weights, resume, force, max_iter, seed, stages, l
 
 
 def given_arguments(context: click.Context, leave_out: set[str]) -> list[str]:
-    """The command line arguments and options the user gave (not defaulted ones), rebuilt from their values."""
+    """The command line arguments and options the user gave (not defaulted ones, not ``leave_out``), rebuilt from
+    their values."""
     arguments = []
     for param in context.command.params:
         source = context.get_parameter_source(param.name)

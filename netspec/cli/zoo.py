@@ -8,7 +8,7 @@ import sys
 import click
 
 from netspec.cli.errors import user_errors
-from netspec.cli.options import Integer, Real, outputs_anywhere_option, side_effects_option
+from netspec.cli.options import Integer, Real, outputs_anywhere_option, side_effects_option, threads_option
 from netspec.cli.progress import progress_bar
 from netspec.errors import NetspecError
 from netspec.inspect.report import format_table
@@ -187,6 +187,7 @@ def zoo_download(ref, sources, zoo_dir, timeout, force):
 @click.option("--allow-missing-weights", is_flag=True,
               help="predict even though the weights leave some learnable layers at their initial values")
 @zoo_option
+@threads_option
 @user_errors
 def predict(model, inputs, top_k, as_json, device, allow_side_effects, outputs_anywhere, allow_missing_weights,
             zoo_dir):

@@ -5,12 +5,14 @@ from __future__ import annotations
 import time
 
 from netspec.engine.net import Net
+from netspec.threads import thread_counts
 
 
 def time_net(net: Net, iterations: int = 50, warmup: int = 5) -> dict:
     """Run ``warmup`` untimed iterations, then ``iterations`` timed ones; return averages in ms.
 
-    The result holds ``paths`` (:meth:`Net.paths`), ``ms_per_iter``, ``forward_ms``, ``backward_ms``,
+    The result holds ``paths`` (:meth:`Net.paths`), ``threads`` (the math
+    libraries' pools), ``ms_per_iter``, ``forward_ms``, ``backward_ms``,
     ``images_per_s`` (batch size of the first top over the time per
     iteration) and ``layers``, a list of per-layer forward/backward times.
     """
@@ -46,6 +48,7 @@ def time_net(net: Net, iterations: int = 50, warmup: int = 5) -> dict:
         "phase": net.phase,
         "device": backend.device,
         "paths": net.paths(),
+        "threads": thread_counts(),
         "iterations": iterations,
         "batch_size": batch,
         "ms_per_iter": ms_per_iter,

@@ -17,6 +17,7 @@ from netspec.engine.comm import SingleProcess
 from netspec.engine.registry import layer_schemas, solver_types
 from netspec.errors import StateError
 from netspec.spec.solver_spec import SolverParams, SolverSpec, parse_solver
+from netspec.threads import thread_counts
 from netspec.training import run_folder
 from netspec.training.log import TrainingLog
 from netspec.training.signals import signal_effects
@@ -116,7 +117,7 @@ def _train(spec: SolverSpec, folder: str, options: TrainOptions, comm, say: Call
         say(f"training net '{solver.net.name}' on {solver.backend.device}: {solver.params.type}, "
             f"{solver.params.max_iter} iterations" + (f" ({epochs:.2f} epochs)" if epochs else "")
             + f"; run folder {folder}")
-        say(f"paths: {solver.net.paths()}")
+        say(f"paths: {solver.net.paths()}; threads: {thread_counts()}")
         # a loss gone NaN or infinite is reported by the solver, naming the layer; NumPy's warnings would only add noise
         with signal_effects(solver, options.sigint_effect, options.sighup_effect), \
                 numpy.errstate(over="ignore", invalid="ignore"):

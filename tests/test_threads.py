@@ -1,0 +1,39 @@
+"""--threads: one count sizes oneDNN's pool (OpenBLAS then keeps one thread) or, without oneDNN, OpenBLAS's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from netspec import threads
+from netspec.engine import onednn
+
+ROOT = Path(__file__).parent.parent
+
+
+def time_lenet(*options, **environment) -> str:
+    result = subprocess.run([sys.executable, "-m", "netspec", "time", ROOT / "configs/lenet/lenet_timing.yaml",
+                             "-n", "1", "--warmup", "0", *options], capture_output=True, text=True,
+                            env={**os.environ, **environment})
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.mark.skipif(onednn.library() is None, reason=f"oneDNN is off: {onednn.why_unavailable()}")
+def test_threads_size_onednn_and_leave_openblas_one():
+    assert "threads: 1 (oneDNN), OpenBLAS 1" in time_lenet("--threads", "1")
+    assert f"threads: {threads.all_cores()} (oneDNN), OpenBLAS 1" in time_lenet()
+
+
+def test_without_onednn_threads_size_openblas():
+    assert "threads: OpenBLAS 1\n" in time_lenet("--threads", "1", NETSPEC_ONEDNN="0")
+
+
+def test_a_count_below_one_is_refused():
+    result = subprocess.run([sys.executable, "-m", "netspec", "time", "net.yaml", "--threads", "0"],
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and "'--threads': 0 is not in the range x>=1" in result.stderr
