@@ -80,7 +80,7 @@ def torch_forward(net, torch):
             elif kind == "LRN":
                 p = layer.block("lrn_param")
                 y = functional.local_response_norm(x[0], p.local_size, p.alpha, p.beta, p.k)
-            elif kind == "BatchNorm":
+            elif kind == "BatchNorm" and not layer.global_stats:
                 p = layer.block("batch_norm_param")
                 stats = [torch.zeros(x[0].shape[1]), torch.ones(x[0].shape[1])]
                 after = net.nodes[index + 1] if index + 1 < len(net.nodes) else None
@@ -92,10 +92,10 @@ def torch_forward(net, torch):
                                           momentum=1 - p.moving_average_fraction, eps=p.eps)
             elif kind == "Dropout":
                 y = functional.dropout(x[0], layer.block("dropout_param").dropout_ratio, training=True)
-            elif kind == "Scale":
+            elif kind == "Scale" and layer.fast is not None:  # (a learned factor per channel)
                 shape = (1, -1) + (1,) * (x[0].dim() - 2)
                 y = x[0] * w[0].reshape(shape) + (w[1].reshape(shape) if len(w) > 1 else 0)
-            elif kind == "Eltwise":
+            elif kind == "Eltwise" and layer.block("eltwise_param").operation == "SUM":
                 y = sum(value * c for value, c in zip(x, layer.coefficients(len(x))))
             elif kind == "Split":
                 y = [x[0]] * len(node.tops)

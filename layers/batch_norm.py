@@ -41,7 +41,7 @@ class BatchNorm(Layer):
     keeps its own copy of what backward needs (the normalised output on NumPy,
     the input on oneDNN), since layers after it in place overwrite the top.
     On oneDNN a per-channel Scale in place right after it runs fused with
-    it, as one primitive (``netspec time`` shows ``bn+scale``).
+    it, as one primitive (``netspec time`` names the pair ``bn1+scale1``).
 
     Example::
 
@@ -51,6 +51,7 @@ class BatchNorm(Layer):
 
     type = "BatchNorm"
     param_blocks = {"batch_norm_param": BatchNormParams}
+    scale_layer = None  # the Scale absorbed (:meth:`absorb`)
     inplace_ok = True
     learnable = False
 
@@ -71,7 +72,6 @@ class BatchNorm(Layer):
 
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
-        self.scale_layer = None
         self.top_blob = top[0]
         self.fast = self._onednn(bottom[0].shape)
 
@@ -166,10 +166,10 @@ class BatchNorm(Layer):
         return self.backend.asarray(host, dtype=means.dtype)
 
     def backward(self, top, propagate_down, bottom):
-        if self.fast is not None:
+        if self.fast is not None and (propagate_down[0] or self.scale_layer is not None):
             self.fast_backward(top[0].diff, bottom[0].diff if propagate_down[0] else None)
             return
-        if not propagate_down[0]:
+        if not propagate_down[0] or self.fast is not None:
             return
         dy, dx = top[0].diff, bottom[0].diff
         broadcast = (1, dy.shape[1]) + (1,) * (dy.ndim - 2)

@@ -21,6 +21,7 @@ import sys
 
 ONEDNN_SWITCH = "NETSPEC_ONEDNN"
 ONEDNN_LIBRARY = "libdnnl.so.3"
+OPENBLAS_NAMES = (("scipy_openblas", "64_"), ("scipy_openblas", ""), ("openblas", ""), ("openblas", "64_"))  # builds
 
 
 def onednn_path() -> str:
@@ -45,8 +46,13 @@ def all_cores() -> int:
 
 
 def _openmp() -> ctypes.CDLL | None:
-    """oneDNN's library, through which its OpenMP runtime's functions resolve (None when oneDNN is off)."""
-    return ctypes.CDLL(onednn_path()) if onednn_wanted() else None
+    """oneDNN's library, through which its OpenMP runtime's functions resolve (None when oneDNN is off or has
+    no OpenMP)."""
+    try:
+        library = ctypes.CDLL(onednn_path()) if onednn_wanted() else None
+        return library if library is not None and hasattr(library, "omp_set_num_threads") else None
+    except OSError:
+        return None
 
 
 def _openblas() -> tuple[ctypes.CDLL, str] | None:
@@ -54,12 +60,18 @@ def _openblas() -> tuple[ctypes.CDLL, str] | None:
     another BLAS)."""
     try:
         with open("/proc/self/maps", encoding="utf-8") as maps:  # the libraries loaded (Linux)
-            paths = sorted({line.split()[-1] for line in maps if "openblas" in line.rsplit("/", 1)[-1].lower()})
+            fields = [line.split(maxsplit=5) for line in maps]
+        paths = sorted({f[5].strip().removesuffix(" (deleted)") for f in fields if len(f) == 6})
     except OSError:
         return None
     for path in paths:
-        library = ctypes.CDLL(path)
-        for prefix, suffix in (("scipy_openblas", "64_"), ("openblas", ""), ("openblas", "64_")):
+        if "openblas" not in os.path.basename(path).lower():
+            continue
+        try:
+            library = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for prefix, suffix in OPENBLAS_NAMES:
             if hasattr(library, f"{prefix}_set_num_threads{suffix}"):
                 return library, f"{prefix}_{{}}_num_threads{suffix}"
     return None

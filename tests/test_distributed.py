@@ -346,3 +346,24 @@ def test_buckets_start_while_backward_goes_on_and_shared_weights_wait_for_their_
     assert (mean_loss, request) == (pytest.approx(loss), "snapshot")
     for lp, before in zip(learnable, expected):
         np.testing.assert_allclose(lp.blob.diff, before)
+
+
+FUSED_UNIT = """
+layers:
+  - {name: data, type: Input, top: [data, label], input_param: {shape: [{dim: [2, 3, 4, 4]}, {dim: [2]}]}}
+  - {name: conv, type: Convolution, bottom: data, top: c, convolution_param: {num_output: 4, kernel_size: 3}}
+  - {name: bn, type: BatchNorm, bottom: c, top: c}
+  - {name: scale, type: Scale, bottom: c, top: c, scale_param: {bias_term: true}}
+  - {name: ip, type: InnerProduct, bottom: c, top: out, inner_product_param: {num_output: 3}}
+  - {name: loss, type: SoftmaxWithLoss, bottom: [out, label], top: loss}
+"""
+
+
+def test_the_gradients_of_an_absorbed_scale_wait_for_the_layer_that_computes_them():
+    net = load_net(FUSED_UNIT, phase="TRAIN", seed=0)
+    if not net.absorbed_by:
+        pytest.skip("oneDNN is off: nothing is fused")
+    assert net.absorbed_by == {3: 2}
+    exchange = GradientExchange(TwinComm(bucket_bytes=4), net, net.learnable_params())
+    ready = {id(blob): bucket.ready for bucket in exchange.buckets for blob, _ in bucket.blobs}
+    assert [ready[id(blob)] for blob in net.params["scale"]] == [2, 2]  # BatchNorm's turn, not the skipped Scale's

@@ -26,7 +26,12 @@ def time_lenet(*options, **environment) -> str:
 @pytest.mark.skipif(onednn.library() is None, reason=f"oneDNN is off: {onednn.why_unavailable()}")
 def test_threads_size_onednn_and_leave_openblas_one():
     assert "threads: 1 (oneDNN), OpenBLAS 1" in time_lenet("--threads", "1")
-    assert f"threads: {threads.all_cores()} (oneDNN), OpenBLAS 1" in time_lenet()
+    assert f"threads: {threads.all_cores()} (oneDNN), OpenBLAS 1" in time_lenet("--threads", str(threads.all_cores()))
+
+
+@pytest.mark.skipif(onednn.library() is None, reason=f"oneDNN is off: {onednn.why_unavailable()}")
+def test_without_threads_the_environment_decides():
+    assert "threads: 1 (oneDNN), OpenBLAS 1" in time_lenet(OMP_NUM_THREADS="1")
 
 
 def test_without_onednn_threads_size_openblas():

@@ -87,9 +87,11 @@ side_effects_option = click.option(
 
 def _apply_threads(context: click.Context, parameter, value: int | None) -> None:
     context.meta["threads"] = value
-    use_threads(value)
+    if value is not None:  # left out: the libraries' own defaults (every core, or OMP_NUM_THREADS)
+        use_threads(value)
 
 
 threads_option = click.option(
     "--threads", type=Integer(min=1), default=None, expose_value=False, is_eager=True, callback=_apply_threads,
-    help="threads for the math libraries in all (oneDNN's pool, or OpenBLAS's without it)  [default: every core]")
+    help="threads for oneDNN's pool (OpenBLAS keeps one beside it), or for OpenBLAS without oneDNN (NumPy on "
+         "another BLAS keeps its own)  [default: every core]")

@@ -363,7 +363,24 @@ class Pooling:
         self.lib.wait()
 
 
-class Normalization:
+class Passes:
+    """Base of the layers' forward and backward primitives over arguments held in ``self.operands``
+    (``{oneDNN argument: Operand}``), with the workspace, if any, the forward pass leaves for backward."""
+
+    workspace = None  # (memory, its buffer)
+
+    def _run(self, primitive: Handle, reads: dict[int, numpy.ndarray], writes: dict[int, numpy.ndarray]) -> None:
+        args = {arg: self.operands[arg].read(array) for arg, array in reads.items()}
+        args.update({arg: self.operands[arg].write(array) for arg, array in writes.items()})
+        if self.workspace is not None:
+            args[ARG_WORKSPACE] = self.workspace[0]
+        self.lib.run(primitive, args)
+        for arg in writes:
+            self.operands[arg].written()
+        self.lib.wait()
+
+
+class Normalization(Passes):
     """oneDNN's batch normalization on plain float32 (N, C, ...) arrays of one shape, forward and backward:
     ``y = scale_c * (x - mean_c) / sqrt(variance_c + eps) + shift_c``.
 
@@ -393,19 +410,15 @@ class Normalization:
 
     def forward(self, arrays: dict[int, numpy.ndarray]) -> None:
         """Normalise ``arrays[ARG_SRC]`` into ``arrays[ARG_DST]`` (batch statistics written out unless given)."""
-        self._run(self.forward_primitive, arrays)
+        self._run(self.forward_primitive, arrays, {})  # (plain arrays: written in place)
 
     def backward(self, arrays: dict[int, numpy.ndarray]) -> None:
         """The gradients (``ARG_DIFF_SRC``, and the scale's and shift's) from ``ARG_DIFF_DST``, ``ARG_SRC`` and the
         statistics the forward pass used."""
-        self._run(self.backward_primitive, arrays)
-
-    def _run(self, primitive: Handle, arrays: dict[int, numpy.ndarray]) -> None:
-        self.lib.run(primitive, {arg: self.operands[arg].read(array) for arg, array in arrays.items()})
-        self.lib.wait()
+        self._run(self.backward_primitive, arrays, {})
 
 
-class Elementwise:
+class Elementwise(Passes):
     """One of oneDNN's element-wise functions (``algorithm``, with its ``alpha`` and ``beta``) on plain float32
     arrays of one shape, forward and backward.  Algorithms named ``..._USE_DST`` take the output in backward,
     and so run in place."""
@@ -420,19 +433,15 @@ class Elementwise:
         lib.call("dnnl_eltwise_backward_primitive_desc_create", ctypes.byref(backward), lib.engine, algorithm, data,
                  data, data, *constants, forward, None)
         self.forward_primitive, self.backward_primitive = lib.primitive(forward), lib.primitive(backward)
-        self.data = {arg: Operand(lib, tuple(shape)) for arg in (ARG_SRC, ARG_DST, ARG_DIFF_SRC, ARG_DIFF_DST)}
+        self.operands = {arg: Operand(lib, tuple(shape)) for arg in (ARG_SRC, ARG_DST, ARG_DIFF_SRC, ARG_DIFF_DST)}
 
     def forward(self, x: numpy.ndarray, y: numpy.ndarray) -> None:
         """``f(x)``, written into ``y``."""
-        self._run(self.forward_primitive, {ARG_SRC: x, ARG_DST: y})
+        self._run(self.forward_primitive, {ARG_SRC: x}, {ARG_DST: y})
 
     def backward(self, y: numpy.ndarray, dy: numpy.ndarray, dx: numpy.ndarray) -> None:
         """The input's gradient from the output ``y`` and its gradient, written into ``dx``."""
-        self._run(self.backward_primitive, {ARG_DST: y, ARG_DIFF_DST: dy, ARG_DIFF_SRC: dx})
-
-    def _run(self, primitive: Handle, arrays: dict[int, numpy.ndarray]) -> None:
-        self.lib.run(primitive, {arg: self.data[arg].read(array) for arg, array in arrays.items()})
-        self.lib.wait()
+        self._run(self.backward_primitive, {ARG_DST: y, ARG_DIFF_DST: dy}, {ARG_DIFF_SRC: dx})
 
 
 class Sum:
@@ -457,7 +466,7 @@ class Sum:
         self.lib.wait()
 
 
-class LocalResponseNormalization:
+class LocalResponseNormalization(Passes):
     """oneDNN's LRN on plain float32 (N, C, H, W) arrays of one shape, forward and backward:
     ``y = x * (k + alpha / n^d * sum of x^2 over the window)^-beta`` with ``n`` the window's size, over ``n``
     channels (``across``, d = 1) or an ``n x n`` window in the channel (d = 2), zeros beyond the edges."""
@@ -475,7 +484,8 @@ class LocalResponseNormalization:
         self.forward_primitive, self.backward_primitive = lib.primitive(forward), lib.primitive(backward)
         workspace = lib.chosen(forward, QUERY_WORKSPACE)
         self.workspace = lib.owned_memory(workspace) if workspace.value else None  # (memory, its buffer)
-        self.data = {arg: Operand(lib, tuple(shape), data) for arg in (ARG_SRC, ARG_DST, ARG_DIFF_SRC, ARG_DIFF_DST)}
+        self.operands = {arg: Operand(lib, tuple(shape), data) for arg in (ARG_SRC, ARG_DST, ARG_DIFF_SRC,
+                                                                            ARG_DIFF_DST)}
 
     def forward(self, x: numpy.ndarray, y: numpy.ndarray) -> None:
         """The normalised ``x``, written into ``y``."""
@@ -485,13 +495,3 @@ class LocalResponseNormalization:
         """The input's gradient from the input and the output's gradient (after :meth:`forward` on ``x``),
         written into ``dx``."""
         self._run(self.backward_primitive, {ARG_SRC: x, ARG_DIFF_DST: dy}, {ARG_DIFF_SRC: dx})
-
-    def _run(self, primitive: Handle, reads: dict[int, numpy.ndarray], writes: dict[int, numpy.ndarray]) -> None:
-        args = {arg: self.data[arg].read(array) for arg, array in reads.items()}
-        args.update({arg: self.data[arg].write(array) for arg, array in writes.items()})
-        if self.workspace is not None:
-            args[ARG_WORKSPACE] = self.workspace[0]
-        self.lib.run(primitive, args)
-        for arg in writes:
-            self.data[arg].written()
-        self.lib.wait()

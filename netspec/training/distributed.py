@@ -276,11 +276,13 @@ class Bucket:
 
 
 def _last_writers(net, learnable) -> list[int]:
-    """For each learnable blob, the lowest-numbered layer that uses it (backward writes its diff there last)."""
+    """For each learnable blob, the lowest-numbered layer that uses it (backward writes its diff there last); a
+    layer another absorbed counts as that one, whose backward writes its gradients."""
     owners = {name: index for index, name in enumerate(layer.name for layer in net.layers)}
-    users = {(owners[lp.layer], lp.index): owners[lp.layer] for lp in learnable}
+    runs = [net.absorbed_by.get(index, index) for index in range(len(net.layers))]
+    users = {(owners[lp.layer], lp.index): runs[owners[lp.layer]] for lp in learnable}
     for index, node in enumerate(net.nodes):
         for owner in node.param_owners:
             if owner is not None and tuple(owner) in users:
-                users[tuple(owner)] = min(users[tuple(owner)], index)
+                users[tuple(owner)] = min(users[tuple(owner)], runs[index])
     return [users[(owners[lp.layer], lp.index)] for lp in learnable]
