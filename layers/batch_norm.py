@@ -115,10 +115,7 @@ class BatchNorm(Layer):
         channels = x.shape[1]
         broadcast = (1, channels) + (1,) * (x.ndim - 2)
         if self.global_stats:
-            factor = float(self.blobs[2].data[0])
-            scale = 0.0 if factor == 0 else 1.0 / factor
-            mean = self.blobs[0].data * scale
-            var = self.blobs[1].data * scale
+            mean, var = self.stored_statistics()
         elif self.fast is None:
             axes = (0,) + tuple(range(2, x.ndim))
             mean = self.across_ranks(x.mean(axis=axes), "mean")
@@ -136,6 +133,12 @@ class BatchNorm(Layer):
                 self.normalized = y.copy()
         if not self.global_stats:
             self.update_sums(mean, var, x.size // channels * (self.backend.comm.size if p.sync else 1))
+
+    def stored_statistics(self):
+        """The mean and variance the running sums hold (``sum / f``; zeros before any batch)."""
+        factor = float(self.blobs[2].data[0])
+        scale = 0.0 if factor == 0 else 1.0 / factor
+        return self.blobs[0].data * scale, self.blobs[1].data * scale
 
     def fused_arguments(self) -> dict:
         """The statistics, and the absorbed Scale's factors, as oneDNN arguments."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy
+
 from netspec.engine import onednn
 from netspec.engine.fillers import FillerParams
 from netspec.engine.layer import Layer, weighted_flops
@@ -195,10 +197,14 @@ class Convolution(Layer):
     def param_fillers(self):
         return [self.params.weight_filler, self.params.bias_filler][:len(self.param_shapes_cache)]
 
+    absorbed = ()  # the BatchNorm, Scale and ReLU an inference net runs fused into this layer (:meth:`absorb`)
+
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
         self.geo = self.geometry(bottom[0].shape)
-        self.fast = self._onednn(bottom[0].shape, top[0].shape)
+        self.shapes = bottom[0].shape, top[0].shape
+        self.top_blob = top[0]
+        self.fast = self._onednn(*self.shapes)
 
     def _onednn(self, bottom_shape, top_shape) -> onednn.Convolution | None:
         """oneDNN's primitives for this geometry, or None when they cannot run it (the im2col path does)."""
@@ -206,11 +212,55 @@ class Convolution(Layer):
         if lib is None:
             return None
         geo, p = self.geo, self.params
+        geometry = (lib, bottom_shape, self.blobs[0].shape, top_shape, p.group, geo.stride, geo.pad, geo.dilation,
+                    p.bias_term)
         try:
-            return onednn.Convolution(lib, bottom_shape, self.blobs[0].shape, top_shape, p.group, geo.stride,
-                                      geo.pad, geo.dilation, p.bias_term)
+            if not self.absorbed:
+                return onednn.Convolution(*geometry)
+            relu = [layer.block("relu_param").negative_slope for layer in self.absorbed if layer.type == "ReLU"]
+            return onednn.FusedConvolution(*geometry, affine=self.absorbed[0].type != "ReLU",
+                                           relu_slope=relu[0] if relu else None)
         except onednn.OneDnnError:
             return None
+
+    def absorb(self, following):
+        """In an inference net on oneDNN, the BatchNorm, Scale (one factor a channel) and ReLU that follow in place
+        on the top, in that order and each optional, run in the convolution's primitive: the first two as a scale
+        and shift per channel of its output (folded from their parameters at each pass), ReLU after."""
+        if not self.inference or self.fast is None:
+            return 0
+        order = ("BatchNorm", "Scale", "ReLU")
+        taken = []
+        for layer, bottom, tops in following:
+            position = order.index(layer.type) if layer.type in order else -1
+            fits = (bottom == tops == [self.top_blob] and position > (order.index(taken[-1].type) if taken else -1)
+                    and (layer.type != "Scale" or getattr(layer, "fast", None) is not None)
+                    and (layer.type != "BatchNorm" or layer.global_stats))
+            if not fits:
+                break
+            taken.append(layer)
+        if not taken:
+            return 0
+        previous, self.absorbed = self.fast, tuple(taken)
+        self.fast = self._onednn(*self.shapes)
+        if self.fast is None:
+            self.absorbed, self.fast = (), previous
+            return 0
+        return len(taken)
+
+    def output_scale_and_shift(self):
+        """The per-channel ``(scale, shift)`` of the absorbed BatchNorm and Scale (their folded parameters)."""
+        channels = self.blobs[0].shape[0]
+        scale, shift = numpy.ones(channels, self.dtype), numpy.zeros(channels, self.dtype)
+        for layer in self.absorbed:
+            if layer.type == "BatchNorm":
+                mean, var = layer.stored_statistics()
+                scale = 1 / numpy.sqrt(var + layer.block("batch_norm_param").eps)
+                shift = -mean * scale
+            elif layer.type == "Scale":
+                gamma = layer.blobs[0].data
+                scale, shift = gamma * scale, gamma * shift + (layer.blobs[1].data if len(layer.blobs) > 1 else 0)
+        return scale.astype(self.dtype), shift.astype(self.dtype)
 
     def grouped_weights(self):
         """Weights as (G, O/G, C/G*kh*kw)."""
@@ -221,7 +271,9 @@ class Convolution(Layer):
     def forward(self, bottom, top):
         if self.fast is not None:
             bias = self.blobs[1].data if self.params.bias_term else None
-            self.fast.forward(bottom[0].data, self.blobs[0].data, bias, top[0].data)
+            affine = self.absorbed and self.absorbed[0].type != "ReLU"
+            self.fast.forward(bottom[0].data, self.blobs[0].data, bias, top[0].data,
+                              *(self.output_scale_and_shift() if affine else ()))
             return
         xp, g = self.xp, self.params.group
         o = top[0].shape[1]

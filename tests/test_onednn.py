@@ -211,6 +211,62 @@ def test_lrn_matches_the_numpy_path(name):
     both_paths("LRN", [shape], {"lrn_param": params})
 
 
+def deploy_unit(bn=True, scale=True, relu=True, bias=False, group=1, slope=0.0, tail=""):
+    """A deploy net: Input, a convolution and the BatchNorm, Scale and ReLU chosen, in place on its top."""
+    return ("layers:\n"
+            "  - {name: data, type: Input, top: data, input_param: {shape: {dim: [2, 4, 7, 7]}}}\n"
+            f"  - {{name: conv, type: Convolution, bottom: data, top: c, convolution_param: {{num_output: 6, "
+            f"kernel_size: 3, pad: 1, group: {group}, bias_term: {str(bias).lower()}, weight_filler: {{type: gaussian}},"
+            " bias_filler: {type: gaussian}}}\n"
+            + ("  - {name: bn, type: BatchNorm, bottom: c, top: c}\n" if bn else "")
+            + ("  - {name: scale, type: Scale, bottom: c, top: c, scale_param: {bias_term: true}}\n" if scale else "")
+            + (f"  - {{name: relu, type: ReLU, bottom: c, top: c, relu_param: {{negative_slope: {slope}}}}}\n"
+               if relu else "") + tail)
+
+
+FOLDS = {
+    "convolution, BatchNorm, Scale, ReLU": (dict(), "conv+bn+scale+relu"),
+    "with a bias, grouped": (dict(bias=True, group=2), "conv+bn+scale+relu"),
+    "BatchNorm alone": (dict(scale=False, relu=False), "conv+bn;"),
+    "convolution and ReLU": (dict(bn=False, scale=False), "conv+relu"),
+    "leaky ReLU": (dict(bn=False, scale=False, slope=-0.2), "conv+relu"),
+    "Scale and ReLU": (dict(bn=False), "conv+scale+relu"),
+    "then a layer that does not fuse": (dict(relu=False, tail="  - {name: sig, type: Sigmoid, bottom: c, top: c}\n"),
+                                        "conv+bn+scale;"),
+}
+
+
+@pytest.mark.parametrize("name", FOLDS)
+def test_folded_inference_matches_the_unfolded_net(name):
+    options, fused = FOLDS[name]
+    outputs = []
+    for inference in (True, False):
+        net = netspec.load_net(deploy_unit(**options), phase="TEST", seed=1, inference=inference)
+        assert (fused in net.paths()) == inference, net.paths()
+        rng = np.random.default_rng(0)
+        for blobs in net.params.values():
+            for blob in blobs:
+                blob.data[...] = rng.uniform(0.5, 1.5, blob.shape) * rng.choice([-1, 1], blob.shape)
+        if "bn" in net.params:
+            net.params["bn"][1].data[...] = abs(net.params["bn"][1].data)  # variance sums
+            net.params["bn"][2].data[...] = 2  # the factor: stored statistics are sums / 2
+        net.blobs["data"].data[...] = rng.standard_normal(net.blobs["data"].shape)
+        net.forward()
+        outputs.append(net.blobs["c"].data.copy())
+    np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-5, atol=1e-5)
+
+
+def test_an_inference_net_refuses_backward():
+    net = netspec.load_net(deploy_unit(), phase="TEST", inference=True)
+    with pytest.raises(RuntimeError, match="built for inference"):
+        net.backward()
+
+
+def test_a_training_net_does_not_fold_its_convolutions():
+    net = netspec.load_net(deploy_unit(), phase="TEST")
+    assert "conv+" not in net.paths()
+
+
 GEOMETRIES = {
     "3x3 pad 1": ((2, 3, 8, 8), dict(num_output=4, kernel_size=3, pad=1)),
     "1x1": ((2, 5, 6, 7), dict(num_output=3, kernel_size=1)),

@@ -179,13 +179,14 @@ def time_command(net_file, iterations, warmup, phase, stages, level, device, see
 def test_command(net_file, weights, iterations, phase, stages, level, device, as_json, outputs_anywhere):
     """Score trained WEIGHTS on NET_FILE: each output averaged over N batches."""
     net = load_net(net_file, phase=phase.upper(), device=device, stages=stages or None, level=level,
-                   output_folder=OutputFolder(anywhere=outputs_anywhere))
+                   output_folder=OutputFolder(anywhere=outputs_anywhere), inference=True)
     net.load_weights(weights)
     try:
         scores = net.score(iterations)
     finally:
         net.close()
     click.echo(f"net '{net.name}' ({net.phase}), weights {weights}, {iterations} batches of {net.batch_size}")
+    click.echo(f"paths: {net.paths()}")
     click.echo(format_outputs(scores, net.output_loss_weights)
                or "the net has no one-element outputs to average")
     if as_json:

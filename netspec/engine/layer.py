@@ -45,6 +45,7 @@ class Layer:
     learnable: ClassVar[bool] = True
     writes_files: ClassVar[bool] = False  # a side effect: its paths go through output_folder, sandboxes refuse it
     output_folder: OutputFolder = OutputFolder()  # the net sets its own before setup
+    inference: bool = False  # the net runs forward passes only (it sets this before setup)
 
     def __init__(self, spec: LayerSpec, phase: str = "TEST"):
         self.spec = spec
@@ -117,7 +118,8 @@ class Layer:
     def absorb(self, following: list[tuple[Layer, list[Blob], list[Blob]]]) -> int:
         """Take over the work of the first layers of ``following`` (each with its bottoms and tops), fused into
         this layer's fast path; return how many.  The net then runs none of their passes: this layer computes
-        their tops, and their parameters' gradients.  None by default."""
+        their tops, and their parameters' gradients.  In a net built for ``inference`` (forward passes only)
+        more can fuse.  None by default."""
         return 0
 
     def record_count(self) -> int | None:

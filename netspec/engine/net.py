@@ -39,8 +39,9 @@ class Net:
     """
 
     def __init__(self, graph: Graph, device: str = "cpu", dtype=numpy.float32, seed: int | None = None,
-                 backend: Backend | None = None, output_folder: OutputFolder | None = None):
+                 backend: Backend | None = None, output_folder: OutputFolder | None = None, inference: bool = False):
         self.graph = graph
+        self.inference = inference
         self.backend = backend or Backend(device, seed)
         self.dtype = numpy.dtype(dtype)
         self.nodes = graph.nodes
@@ -62,6 +63,7 @@ class Net:
                 top.append(self.blobs[name])
             if output_folder is not None:
                 layer.output_folder = output_folder
+            layer.inference = inference
             try:
                 layer.setup(bottom, top, self.backend, self.dtype)
             except ParamError as exc:
@@ -244,6 +246,8 @@ class Net:
 
     def backward_layer(self, index: int) -> None:
         """Seed loss diffs of layer ``index`` and run it backward, if it needs to (and no other layer absorbed it)."""
+        if self.inference:
+            raise RuntimeError(f"net '{self.name}' was built for inference (forward passes only, its layers fused)")
         node = self.nodes[index]
         if not node.need_backward or index in self.absorbed_by:
             return
@@ -315,13 +319,16 @@ def compile_net(spec: NetSpec, phase: str | None = None, stages=None, level: int
 
 
 def load_net(source, phase: str | None = None, device: str = "cpu", stages=None, level: int | None = None,
-             dtype=numpy.float32, seed: int | None = None, output_folder: OutputFolder | None = None) -> Net:
+             dtype=numpy.float32, seed: int | None = None, output_folder: OutputFolder | None = None,
+             inference: bool = False) -> Net:
     """Read, compile and instantiate a net from a YAML path or YAML text.
 
     ``phase`` (TRAIN/TEST), ``stages`` and ``level`` select layers by their
     include/exclude rules; they default to the file's ``state``.  Layers that
-    write files write inside ``output_folder`` (default: the current directory).
+    write files write inside ``output_folder`` (default: the current directory).  With ``inference`` the net
+    runs forward passes only, and its fast paths fuse more (a convolution with the BatchNorm, Scale and ReLU
+    after it).
     """
     spec = parse_net(source, layer_schemas())
     graph = compile_net(spec, phase=phase, stages=stages, level=level)
-    return Net(graph, device=device, dtype=dtype, seed=seed, output_folder=output_folder)
+    return Net(graph, device=device, dtype=dtype, seed=seed, output_folder=output_folder, inference=inference)

@@ -31,13 +31,16 @@ F32 = 3
 FORMAT_TAGS = {1: 2, 2: 3, 3: 4, 4: 5, 5: 6}  # ndims -> the plain tag a, ab, abc, abcd, abcde
 ANY = 1  # format tag: the layout the primitive computes fastest in
 CHANNEL_BLOCKS_OF_8 = 102  # format tag aBcd8b (nChw8c): channels in blocks of 8, innermost
-FORWARD_TRAINING = 64
+FORWARD_TRAINING, FORWARD_INFERENCE = 64, 96
 BACKWARD, BACKWARD_DATA = 128, 160
 CONVOLUTION_DIRECT = 1
-ELTWISE_RELU_USE_DST = 0x100  # ReLU whose backward reads the output (in place)
+ELTWISE_RELU, ELTWISE_RELU_USE_DST = 0x20, 0x100  # (the second's backward reads the output, so runs in place)
+BINARY_ADD, BINARY_MUL = 0x1FFF0, 0x1FFF1
 POOLING_MAX, POOLING_AVG_INCLUDE_PADDING = 0x1FF, 0x2FF
 LRN_ACROSS_CHANNELS, LRN_WITHIN_CHANNEL = 0xAFF, 0xBFF
 ARG_SRC, ARG_DST, ARG_WEIGHTS, ARG_BIAS = 1, 17, 33, 41
+ARG_SRC_1 = 2  # a binary operation's second input
+ARG_POST_OPS = 32768  # the post-op i's arguments are ARG_POST_OPS * (i + 1) | its argument
 ARG_WORKSPACE = 64
 ARG_MULTIPLE_SRC = 1024  # the first of a sum's inputs; the i-th is ARG_MULTIPLE_SRC + i
 ARG_MEAN, ARG_VARIANCE, ARG_SCALE, ARG_SHIFT, ARG_DIFF_SCALE, ARG_DIFF_SHIFT = 49, 50, 51, 52, 255, 256
@@ -274,6 +277,22 @@ class Weighted:
             self.backward_data(dy, weights.data, dx)
 
 
+def convolution_descriptors(lib: Library, input_shape, weights_shape, output_shape, group: int, stride, pad,
+                            dilation, bias: bool) -> tuple[dict, list, list]:
+    """For one geometry: the plain shapes of x, w and y (grouped weights as (G, O/G, C/G, kh, kw)), the memory
+    descriptors x, w, b, y (layouts left to the primitive; b None without bias), and oneDNN's geometry
+    arguments (strides, gaps between taps, padding before and after)."""
+    o, c_per_group, kh, kw = weights_shape
+    shapes = {"x": tuple(input_shape), "y": tuple(output_shape),
+              "w": (group, o // group, c_per_group, kh, kw) if group > 1 else tuple(weights_shape)}
+    descriptors = [lib.memory_desc(shapes[name], ANY) for name in ("x", "w")]
+    descriptors += [lib.memory_desc((o,)) if bias else None, lib.memory_desc(shapes["y"], ANY)]
+    pad_r = [(out - 1) * s + (k - 1) * d + 1 - size - p
+             for out, s, k, d, size, p in zip(output_shape[2:], stride, (kh, kw), dilation, input_shape[2:], pad)]
+    geometry = [Dims(*stride), Dims(*(d - 1 for d in dilation)), Dims(*pad), Dims(*pad_r)]
+    return shapes, descriptors, geometry
+
+
 class Convolution(Weighted):
     """2-D convolution for one geometry.
 
@@ -286,14 +305,8 @@ class Convolution(Weighted):
 
     def __init__(self, lib: Library, input_shape, weights_shape, output_shape, group: int, stride, pad, dilation,
                  bias: bool):
-        o, c_per_group, kh, kw = weights_shape
-        shapes = {"x": tuple(input_shape), "y": tuple(output_shape),
-                  "w": (group, o // group, c_per_group, kh, kw) if group > 1 else tuple(weights_shape)}
-        x, w, y = (lib.memory_desc(shapes[name], ANY) for name in ("x", "w", "y"))
-        b = lib.memory_desc((o,)) if bias else None
-        pad_r = [(out - 1) * s + (k - 1) * d + 1 - size - p
-                 for out, s, k, d, size, p in zip(output_shape[2:], stride, (kh, kw), dilation, input_shape[2:], pad)]
-        geometry = [Dims(*stride), Dims(*(d - 1 for d in dilation)), Dims(*pad), Dims(*pad_r)]
+        shapes, (x, w, b, y), geometry = convolution_descriptors(lib, input_shape, weights_shape, output_shape, group,
+                                                                 stride, pad, dilation, bias)
         forward, data, weights = Handle(), Handle(), Handle()
         lib.call("dnnl_convolution_forward_primitive_desc_create", ctypes.byref(forward), lib.engine,
                  FORWARD_TRAINING, CONVOLUTION_DIRECT, x, w, b, y, *geometry, None)
@@ -302,7 +315,7 @@ class Convolution(Weighted):
         lib.call("dnnl_convolution_backward_weights_primitive_desc_create", ctypes.byref(weights), lib.engine,
                  CONVOLUTION_DIRECT, x, w, b, y, *geometry, forward, None)
         self.bind(lib, {"forward": forward, "data": data, "weights": weights}, shapes, chosen=True,
-                  bias=o if bias else None)
+                  bias=weights_shape[0] if bias else None)
 
 
 class InnerProduct(Weighted):
@@ -495,3 +508,42 @@ class LocalResponseNormalization(Passes):
         """The input's gradient from the input and the output's gradient (after :meth:`forward` on ``x``),
         written into ``dx``."""
         self._run(self.backward_primitive, {ARG_SRC: x, ARG_DIFF_DST: dy}, {ARG_DIFF_SRC: dx})
+
+
+class FusedConvolution(Passes):
+    """Inference only: a convolution whose output goes on, in the same primitive, through a scale and a shift
+    per output channel (``affine``: a BatchNorm and Scale folded in) and a ReLU (``relu_slope``, None
+    without): ``y = relu(s_o * (x * w + b) + t_o)``.  Shapes and geometry as :class:`Convolution`."""
+
+    def __init__(self, lib: Library, input_shape, weights_shape, output_shape, group: int, stride, pad, dilation,
+                 bias: bool, affine: bool, relu_slope: float | None):
+        self.lib = lib
+        shapes, (x, w, b, y), geometry = convolution_descriptors(lib, input_shape, weights_shape, output_shape, group,
+                                                                 stride, pad, dilation, bias)
+        per_channel = (1, weights_shape[0], 1, 1)
+        post_ops, attributes, forward = Handle(), Handle(), Handle()
+        lib.call("dnnl_post_ops_create", ctypes.byref(post_ops))
+        if affine:  # post-ops 0 and 1
+            for operation in (BINARY_MUL, BINARY_ADD):
+                lib.call("dnnl_post_ops_append_binary", post_ops, operation, lib.memory_desc(per_channel))
+        if relu_slope is not None:
+            lib.call("dnnl_post_ops_append_eltwise", post_ops, ELTWISE_RELU, ctypes.c_float(relu_slope),
+                     ctypes.c_float(0))
+        lib.call("dnnl_primitive_attr_create", ctypes.byref(attributes))
+        lib.call("dnnl_primitive_attr_set_post_ops", attributes, post_ops)
+        lib.call("dnnl_convolution_forward_primitive_desc_create", ctypes.byref(forward), lib.engine,
+                 FORWARD_INFERENCE, CONVOLUTION_DIRECT, x, w, b, y, *geometry, attributes)
+        self.primitive = lib.primitive(forward)
+        self.operands = {arg: Operand(lib, shapes[name], lib.chosen(forward, query))
+                         for arg, name, query in ((ARG_SRC, "x", QUERY_SRC), (ARG_WEIGHTS, "w", QUERY_WEIGHTS),
+                                                  (ARG_DST, "y", QUERY_DST))}
+        self.operands.update({arg: Operand(lib, shape) for arg, shape in (
+            (ARG_BIAS, (weights_shape[0],)), (self.SCALE, per_channel), (self.SHIFT, per_channel))})
+
+    SCALE, SHIFT = ARG_POST_OPS * 1 | ARG_SRC_1, ARG_POST_OPS * 2 | ARG_SRC_1
+
+    def forward(self, x: numpy.ndarray, w: numpy.ndarray, b: numpy.ndarray | None, y: numpy.ndarray,
+                scale: numpy.ndarray | None = None, shift: numpy.ndarray | None = None) -> None:
+        """The fused output, written into ``y``; ``scale`` and ``shift`` (O,) when ``affine``."""
+        reads = {ARG_SRC: x, ARG_WEIGHTS: w, ARG_BIAS: b, self.SCALE: scale, self.SHIFT: shift}
+        self._run(self.primitive, {arg: array for arg, array in reads.items() if array is not None}, {ARG_DST: y})
