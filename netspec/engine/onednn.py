@@ -168,26 +168,38 @@ def library_for(layer) -> Library | None:
     return library()
 
 
-class Operand:
-    """One argument of a primitive: the plain float32 array a layer holds and, when the primitive works faster
-    in a blocked layout of its own choosing, a buffer in that layout with the reorders between the two."""
+_scratch: dict[int, numpy.ndarray] = {}
 
-    def __init__(self, lib: Library, shape: tuple[int, ...], chosen: Handle | None = None):
-        self.lib = lib
+
+def scratch(slot: int, nbytes: int) -> numpy.ndarray:
+    """A buffer of at least ``nbytes`` for the blocked copies of argument ``slot``, shared by every primitive: a
+    blocked copy lives only while its primitive runs, so one buffer an argument serves them all."""
+    buffer = _scratch.get(slot)
+    if buffer is None or buffer.nbytes < nbytes:
+        buffer = _scratch[slot] = numpy.empty(nbytes, dtype=numpy.uint8)
+    return buffer
+
+
+class Operand:
+    """One argument of a primitive (``slot``: its oneDNN argument): the plain float32 array a layer holds and,
+    when the primitive works faster in a blocked layout of its own choosing, the reorders into and out of a
+    :func:`scratch` buffer in that layout."""
+
+    def __init__(self, lib: Library, shape: tuple[int, ...], chosen: Handle | None = None, slot: int = 0):
+        self.lib, self.slot = lib, slot
         plain = lib.memory_desc(shape)
         self.plain = lib.memory(plain)
-        self.buffer = None
         self.memory = self.plain
-        if chosen is None or not chosen.value or lib.dll.dnnl_memory_desc_equal(chosen, plain):
-            return
-        self.memory, self.buffer = lib.owned_memory(chosen)
-        self.to_chosen = lib.reorder(plain, chosen)
-        self.to_plain = lib.reorder(chosen, plain)
+        self.blocked = chosen is not None and bool(chosen.value) and not lib.dll.dnnl_memory_desc_equal(chosen, plain)
+        if self.blocked:
+            self.memory, self.nbytes = lib.memory(chosen), lib.dll.dnnl_memory_desc_get_size(chosen)
+            self.to_chosen = lib.reorder(plain, chosen)
+            self.to_plain = lib.reorder(chosen, plain)
 
     def read(self, array: numpy.ndarray) -> Handle:
-        """The memory a primitive reads ``array`` from (reordered into the buffer when there is one)."""
+        """The memory a primitive reads ``array`` from (reordered into the blocked buffer when there is one)."""
         self._point(array)
-        if self.buffer is not None:
+        if self.blocked:
             self.lib.run(self.to_chosen, {ARG_SRC: self.plain, ARG_DST: self.memory})
         return self.memory
 
@@ -197,14 +209,16 @@ class Operand:
         return self.memory
 
     def written(self) -> None:
-        """Copy what the primitive wrote in the buffer's layout into the array given to :meth:`write`."""
-        if self.buffer is not None:
+        """Copy what the primitive wrote in the blocked layout into the array given to :meth:`write`."""
+        if self.blocked:
             self.lib.run(self.to_plain, {ARG_SRC: self.memory, ARG_DST: self.plain})
 
     def _point(self, array: numpy.ndarray) -> None:
         if array.dtype != numpy.float32:
             raise OneDnnError("oneDNN's primitives here take float32 arrays")
         self.lib.point(self.plain, array)
+        if self.blocked:
+            self.lib.point(self.memory, scratch(self.slot, self.nbytes))
 
 
 class Weighted:
@@ -231,7 +245,7 @@ class Weighted:
                    "weights": {ARG_SRC: ("x", QUERY_SRC), ARG_DIFF_DST: ("y", QUERY_DIFF_DST),
                                ARG_DIFF_WEIGHTS: ("w", QUERY_DIFF_WEIGHTS)}}
         self.operands = {(name, arg): Operand(lib, shapes[blob], lib.chosen(descriptors[name], query) if chosen
-                                              else None)
+                                              else None, slot=arg)
                          for name, args in queries.items() for arg, (blob, query) in args.items()}
         if bias is not None:
             self.operands["forward", ARG_BIAS] = Operand(lib, (bias,))
@@ -497,8 +511,8 @@ class LocalResponseNormalization(Passes):
         self.forward_primitive, self.backward_primitive = lib.primitive(forward), lib.primitive(backward)
         workspace = lib.chosen(forward, QUERY_WORKSPACE)
         self.workspace = lib.owned_memory(workspace) if workspace.value else None  # (memory, its buffer)
-        self.operands = {arg: Operand(lib, tuple(shape), data) for arg in (ARG_SRC, ARG_DST, ARG_DIFF_SRC,
-                                                                            ARG_DIFF_DST)}
+        self.operands = {arg: Operand(lib, tuple(shape), data, slot=arg) for arg in (ARG_SRC, ARG_DST, ARG_DIFF_SRC,
+                                                                                      ARG_DIFF_DST)}
 
     def forward(self, x: numpy.ndarray, y: numpy.ndarray) -> None:
         """The normalised ``x``, written into ``y``."""
@@ -534,7 +548,7 @@ class FusedConvolution(Passes):
         lib.call("dnnl_convolution_forward_primitive_desc_create", ctypes.byref(forward), lib.engine,
                  FORWARD_INFERENCE, CONVOLUTION_DIRECT, x, w, b, y, *geometry, attributes)
         self.primitive = lib.primitive(forward)
-        self.operands = {arg: Operand(lib, shapes[name], lib.chosen(forward, query))
+        self.operands = {arg: Operand(lib, shapes[name], lib.chosen(forward, query), slot=arg)
                          for arg, name, query in ((ARG_SRC, "x", QUERY_SRC), (ARG_WEIGHTS, "w", QUERY_WEIGHTS),
                                                   (ARG_DST, "y", QUERY_DST))}
         self.operands.update({arg: Operand(lib, shape) for arg, shape in (
