@@ -139,7 +139,8 @@ class Split(Layer):
     """Split: copies its bottom to every top; the bottom's gradient is the sum of the tops'.
 
     The net inserts one wherever a blob feeds several layers, so writing it by
-    hand is rarely needed.  Bottom: any shape.  Tops: copies.  Not in place.
+    hand is rarely needed.  Bottom: any shape.  Tops: copies (the bottom's data
+    itself for tops no layer changes in place).  Not in place.
 
     Example::
 
@@ -165,6 +166,8 @@ class Split(Layer):
 
     def forward(self, bottom, top):
         for blob in top:
+            if blob.data is bottom[0].data:  # the net shares the bottom's data with tops nothing changes in place
+                continue
             if self.fast is not None:
                 self.fast_copy([bottom[0].data], blob.data)
             else:

@@ -503,6 +503,28 @@ def test_batchnorm_in_place_under_scale_and_relu_has_the_true_gradient():
         np.testing.assert_allclose(weights.diff[index], (plus - minus) / 2e-6, rtol=1e-5)
 
 
+FORK = """
+layers:
+  - {name: data, type: Input, top: x, input_param: {shape: {dim: [2, 3]}}}
+  - {name: ip, type: InnerProduct, bottom: x, top: h, inner_product_param: {num_output: 4,
+     weight_filler: {type: gaussian, std: 1}}}
+  - {name: abs, type: AbsVal, bottom: h, top: a}
+  - {name: relu, type: ReLU, bottom: h, top: h}
+  - {name: sum, type: Eltwise, bottom: [a, h], top: y}
+"""
+
+
+def test_a_split_shares_its_data_only_with_tops_no_layer_changes_in_place():
+    net = load_net(FORK, phase="TRAIN", dtype=np.float64, seed=1)
+    split = next(i for i, layer in enumerate(net.layers) if layer.type == "Split")
+    bottom, (to_abs, to_relu) = net.bottom_blobs[split][0], net.top_blobs[split]
+    assert to_abs.data is bottom.data and to_relu.data is not bottom.data
+    net.blobs["x"].data[...] = rand(2, 3)
+    net.forward()
+    h = net.blobs["x"].data @ net.params["ip"][0].data.T + net.params["ip"][1].data
+    np.testing.assert_allclose(net.blobs["y"].data, abs(h) + np.maximum(h, 0))  # ReLU's change stayed in its branch
+
+
 def test_softmax_loss_weight_scales_gradient():
     x, y = rand(4, 5), labels(4, classes=5)
     net = one_layer_net("SoftmaxWithLoss", [x.shape, y.shape], bottoms=[x, y], params={"loss_weight": 3.0})

@@ -49,5 +49,9 @@ class Blob:
         self.data = owner.data.reshape(shape)
         self.diff = owner.diff.reshape(shape)
 
+    def share_data(self, owner: Blob) -> None:
+        """Make this blob's data the same array as ``owner``'s (the diff stays its own)."""
+        self.data = owner.data
+
     def __repr__(self) -> str:
         return f"Blob({self.name!r}, shape={self.shape})"

@@ -77,7 +77,18 @@ class Net:
             self.top_blobs.append(top)
             if layer.blobs:
                 self.params[layer.name] = layer.blobs
+        self.share_split_data()
         self.absorbed_by = self.fuse()
+
+    def share_split_data(self) -> None:
+        """Give each Split top that no layer changes in place its bottom's data array instead of a copy (its diff
+        stays its own: the Split sums them)."""
+        changed = {name for node in self.nodes for name, in_place in zip(node.tops, node.inplace) if in_place}
+        for node, bottom, top in zip(self.nodes, self.bottom_blobs, self.top_blobs):
+            if node.layer.type == "Split":
+                for blob in top:
+                    if blob.name not in changed:
+                        blob.share_data(bottom[0])
 
     def fuse(self) -> dict[int, int]:
         """Let each layer absorb the layers after it that its fast path runs fused (BatchNorm: the Scale in place
