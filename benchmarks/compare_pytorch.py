@@ -1,19 +1,31 @@
 """Training throughput of netspec against PyTorch eager on the same nets, batch and machine.
 
     python benchmarks/compare_pytorch.py [NET.yaml[@BATCH] ...] [--iterations N] [--threads T]
+                                         [--inference | --memory]
 
 For each net (default: LeNet and CIFAR-10 quick) this times forward+backward
 with ``netspec time``'s code and with an equivalent PyTorch module built
 from the same compiled graph, then prints both throughputs and their ratio.
 ``NET.yaml@32`` times the net with batch 32 (the first axis of its DummyData
-and Input tops).
+and Input tops).  ``--inference`` times forward passes of deploy nets instead
+(default: the deploy nets of LeNet, CIFAR-10 quick, AlexNet and ResNet-50),
+built for inference (folded), against PyTorch in eval mode under no_grad and
+onnxruntime (if installed) on the model ``netspec export onnx`` writes.
+``--memory`` runs a few training steps of each net in a process of each
+framework and prints the peak resident memory the steps took beyond the
+process's size after its imports.
 PyTorch is needed only here (``pip install torch``); netspec never imports it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import resource
+import subprocess
 import sys
+import tempfile
 import time
 
 # isort: off
@@ -29,10 +41,13 @@ from netspec.spec.net_spec import parse_net
 
 INPUT_TYPES = ("DummyData", "Input")
 DEFAULT_NETS = ["configs/lenet/lenet_timing.yaml", "configs/cifar10/cifar10_quick_timing.yaml"]
+DEFAULT_DEPLOY_NETS = ["configs/lenet/lenet_deploy.yaml@64", "configs/cifar10/cifar10_quick_deploy.yaml@100",
+                       "configs/alexnet/alexnet_deploy.yaml@32", "configs/resnet50/resnet50_deploy.yaml@8"]
 
 
-def load(argument: str):
-    """The TRAIN net of ``NET.yaml`` or ``NET.yaml@BATCH`` (batch: the first axis of its input tops)."""
+def load(argument: str, inference: bool = False):
+    """The TRAIN net of ``NET.yaml`` or ``NET.yaml@BATCH`` (batch: the first axis of its input tops), or with
+    ``inference`` its TEST net built for inference, BatchNorm statistics set to plausible values."""
     path, _, batch = argument.partition("@")
     spec = parse_net(path, layer_schemas())
     for layer in spec.layers:
@@ -40,16 +55,25 @@ def load(argument: str):
             block = layer.blocks["dummy_data_param" if layer.type == "DummyData" else "input_param"]
             for shape in block.shape:
                 shape.dim[0] = int(batch)
-    return Net(compile_net(spec, phase="TRAIN"), seed=0)
+    net = Net(compile_net(spec, phase="TEST" if inference else "TRAIN"), seed=0, inference=inference)
+    for layer in net.layers:
+        if layer.type == "BatchNorm":
+            for blob, value in zip(layer.blobs, (0.1, 1.0, 1.0)):  # mean and variance sums, factor
+                blob.data[...] = value
+    return net
 
 
-def torch_forward(net, torch):
-    """A function computing the same loss as ``net`` with torch ops, and the tensors it reads."""
+def torch_forward(net, torch, batch: int | None = None):
+    """A function computing the same loss as ``net`` with torch ops (in inference nets: its last output), and
+    the tensors it reads; ``batch`` repeats the net's inputs to that batch size."""
     functional = torch.nn.functional
-    params = {name: [torch.tensor(numpy.array(b.data), requires_grad=True) for b in blobs]
+    params = {name: [torch.tensor(numpy.array(b.data), requires_grad=not net.inference) for b in blobs]
               for name, blobs in net.params.items()}
     inputs = {name: torch.tensor(numpy.array(blob.data)) for node, tops in zip(net.nodes, net.top_blobs)
               if not node.bottoms for name, blob in zip(node.tops, tops)}
+    if batch is not None:
+        inputs = {name: value.repeat(batch // value.shape[0], *[1] * (value.dim() - 1))
+                  for name, value in inputs.items()}
 
     def run():
         values = dict(inputs)
@@ -80,18 +104,20 @@ def torch_forward(net, torch):
             elif kind == "LRN":
                 p = layer.block("lrn_param")
                 y = functional.local_response_norm(x[0], p.local_size, p.alpha, p.beta, p.k)
-            elif kind == "BatchNorm" and not layer.global_stats:
+            elif kind == "BatchNorm":
                 p = layer.block("batch_norm_param")
-                stats = [torch.zeros(x[0].shape[1]), torch.ones(x[0].shape[1])]
+                stats = [torch.tensor(statistic) for statistic in layer.stored_statistics()]
                 after = net.nodes[index + 1] if index + 1 < len(net.nodes) else None
                 affine = [None, None]
                 if after is not None and after.layer.type == "Scale" and after.bottoms == node.tops == after.tops:
                     absorbed.add(index + 1)
                     affine = (params[after.name] + [None])[:2]
-                y = functional.batch_norm(x[0], *stats, *affine, training=True,
+                y = functional.batch_norm(x[0], *stats, *affine, training=not layer.global_stats,
                                           momentum=1 - p.moving_average_fraction, eps=p.eps)
             elif kind == "Dropout":
-                y = functional.dropout(x[0], layer.block("dropout_param").dropout_ratio, training=True)
+                y = functional.dropout(x[0], layer.block("dropout_param").dropout_ratio, training=not net.inference)
+            elif kind == "Softmax":
+                y = functional.softmax(x[0], dim=1)
             elif kind == "Scale" and layer.fast is not None:  # (a learned factor per channel)
                 shape = (1, -1) + (1,) * (x[0].dim() - 2)
                 y = x[0] * w[0].reshape(shape) + (w[1].reshape(shape) if len(w) > 1 else 0)
@@ -108,7 +134,7 @@ def torch_forward(net, torch):
                 raise SystemExit(f"compare_pytorch: no PyTorch translation for layer type {kind}")
             for name, value in zip(node.tops, y if isinstance(y, list) else [y]):
                 values[name] = value
-        return loss
+        return values[net.nodes[-1].tops[0]] if net.inference else loss
 
     return run, [p for blobs in params.values() for p in blobs]
 
@@ -125,9 +151,115 @@ def time_torch(run, parameters, iterations: int, warmup: int) -> float:
     return 1000 * (time.perf_counter() - start) / iterations
 
 
+def time_forward(net, iterations: int, warmup: int) -> float:
+    """Milliseconds per forward pass of netspec's inference net."""
+    for _ in range(warmup):
+        net.forward()
+    start = time.perf_counter()
+    for _ in range(iterations):
+        net.forward()
+    return 1000 * (time.perf_counter() - start) / iterations
+
+
+def time_torch_inference(run, torch, iterations: int, warmup: int) -> float:
+    """Milliseconds per forward pass in PyTorch, eval mode, without autograd."""
+    with torch.no_grad():
+        for _ in range(warmup):
+            run()
+        start = time.perf_counter()
+        for _ in range(iterations):
+            run()
+    return 1000 * (time.perf_counter() - start) / iterations
+
+
+def time_onnxruntime(net, threads: int, iterations: int, warmup: int) -> float | None:
+    """Milliseconds per forward pass in onnxruntime of the model ``netspec export onnx`` writes (None without
+    onnxruntime)."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return None
+    from netspec.interop.onnx_export import export_onnx
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "net.onnx")
+        export_onnx(net, path)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    feed = {name: net.blobs[name].data for name in net.data_layer().spec.tops}
+    for _ in range(warmup):
+        session.run(None, feed)
+    start = time.perf_counter()
+    for _ in range(iterations):
+        session.run(None, feed)
+    return 1000 * (time.perf_counter() - start) / iterations
+
+
+def compare_inference(paths: list[str], torch, threads: int, iterations: int, warmup: int) -> None:
+    """Print forward images/s of each deploy net in netspec (folded), PyTorch eval and onnxruntime."""
+    print(f"{'net':<16} {'batch':>5} {'netspec img/s':>14} {'pytorch img/s':>14} {'ratio':>6} "
+          f"{'onnxruntime img/s':>18} {'ratio':>6}")
+    for path in paths:
+        net = load(path, inference=True)
+        batch = net.batch_size
+        ours = batch / (time_forward(net, iterations, warmup) / 1000)
+        line = f"{net.name:<16} {batch:>5} {ours:>14.1f}"
+        if torch is not None:
+            run, _ = torch_forward(net, torch)
+            theirs = batch / (time_torch_inference(run, torch, iterations, warmup) / 1000)
+            line += f" {theirs:>14.1f} {ours / theirs:>6.2f}"
+        onnx_ms = time_onnxruntime(net, threads, iterations, warmup)
+        if onnx_ms is not None:
+            theirs = batch / (onnx_ms / 1000)
+            line += f" {theirs:>18.1f} {ours / theirs:>6.2f}"
+        print(line, flush=True)
+
+
+def peak_memory_child(framework: str, path: str, torch) -> None:
+    """In a process of its own: a few training steps of one framework; print the MB its peak resident memory
+    rose above the size after the imports.  PyTorch's module is translated from a batch-1 netspec net (so
+    netspec's arrays stay small there) and fed inputs of the real batch."""
+    def resident_mb() -> float:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+
+    baseline = resident_mb()
+    if framework == "netspec":
+        net = load(path)
+        for _ in range(3):
+            net.forward_backward()
+    else:
+        batch = load(path).batch_size if "@" not in path else int(path.partition("@")[2])
+        net = load(path.partition("@")[0] + "@1")
+        baseline = resident_mb()
+        run, parameters = torch_forward(net, torch, batch)
+        for _ in range(3):
+            for p in parameters:
+                p.grad = None
+            run().backward()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"mb": peak - baseline}))
+
+
+def compare_memory(paths: list[str]) -> None:
+    """Print each net's peak training memory in netspec and in PyTorch, each in a fresh process."""
+    print(f"{'net':<40} {'netspec MB':>10} {'pytorch MB':>10} {'ratio':>6}")
+    for path in paths:
+        figures = []
+        for framework in ("netspec", "pytorch"):
+            child = subprocess.run([sys.executable, __file__, "--memory-child", framework, path], capture_output=True,
+                                   text=True, check=True)
+            figures.append(json.loads(child.stdout.splitlines()[-1])["mb"])
+        print(f"{path:<40} {figures[0]:>10.0f} {figures[1]:>10.0f} {figures[0] / figures[1]:>6.2f}", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("nets", nargs="*", default=DEFAULT_NETS)
+    parser.add_argument("nets", nargs="*")
+    parser.add_argument("--inference", action="store_true", help="forward passes of deploy nets, folded")
+    parser.add_argument("--memory", action="store_true", help="peak training memory, each framework apart")
+    parser.add_argument("--memory-child", choices=["netspec", "pytorch"], help=argparse.SUPPRESS)
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--threads", type=int, default=netspec.threads.all_cores(), help="for both frameworks")
@@ -140,8 +272,17 @@ def main() -> int:
     netspec.threads.use_threads(args.threads)
     if torch is not None:
         torch.set_num_threads(args.threads)
+    if args.memory_child:
+        peak_memory_child(args.memory_child, args.nets[0], torch)
+        return 0
+    if args.memory:
+        compare_memory(args.nets or DEFAULT_NETS)
+        return 0
+    if args.inference:
+        compare_inference(args.nets or DEFAULT_DEPLOY_NETS, torch, args.threads, args.iterations, args.warmup)
+        return 0
     print(f"{'net':<16} {'batch':>5} {'netspec img/s':>14} {'pytorch img/s':>14} {'ratio':>6}")
-    for path in args.nets:
+    for path in args.nets or DEFAULT_NETS:
         net = load(path)
         ours = time_net(net, iterations=args.iterations, warmup=args.warmup)
         line = f"{net.name:<16} {ours['batch_size']:>5} {ours['images_per_s']:>14.1f}"

@@ -77,9 +77,19 @@ def _openblas() -> tuple[ctypes.CDLL, str] | None:
     return None
 
 
+_sized = False
+
+
+def pools_sized() -> bool:
+    """Whether the pools were given a size: by :func:`use_threads` or the environment."""
+    return _sized or any(name in os.environ for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"))
+
+
 def use_threads(count: int | None) -> None:
     """Size the pools to ``count`` threads in all (None: every core): oneDNN's takes them and OpenBLAS keeps one;
     without oneDNN OpenBLAS takes them."""
+    global _sized
+    _sized = True
     count = count or all_cores()
     openmp, openblas = _openmp(), _openblas()
     if openmp is not None:

@@ -254,7 +254,7 @@ def test_processes_starts_the_ranks_itself_with_a_share_of_the_cores_each(digits
     result = run("train", solver, "--processes", "2", "--seed", "5", "--stage", "unused")
     assert result.returncode == 0, result.stderr
     assert "distributed over 2 processes" in result.stdout and "rank 1: pid" in result.stdout
-    assert "OMP_NUM_THREADS is not set" not in result.stdout
+    assert "neither --threads nor OMP_NUM_THREADS is set" not in result.stdout
     assert [e["iter"] for e in events(tmp_path / "run", "TRAIN")] == list(range(6))
     both = run("train", solver, "--processes", "2", "--distributed")
     assert both.returncode == 2 and "--processes starts the ranks itself; leave out --distributed" in both.stderr

@@ -11,7 +11,6 @@ from netspec.cli.errors import rank_errors, user_errors
 from netspec.cli.options import Integer, Real, level_option, outputs_anywhere_option, stage_option, threads_option
 from netspec.engine.comm import SingleProcess
 from netspec.inspect.plots import plot_learning_rate, plot_metrics
-from netspec.threads import all_cores
 from netspec.training.distributed import MPICommunicator, launch
 from netspec.training.run import TrainOptions, read_solver, schedule_params
 from netspec.training.run import train as train_run
@@ -63,9 +62,9 @@ def train(solver_file, device, weights, resume, force, max_iter, seed, stages, l
         raise click.UsageError("--processes starts the ranks itself; leave out --distributed")
     if processes and processes > 1:
         context = click.get_current_context()
-        given = given_arguments(context, leave_out={"processes", "threads"})
-        per_rank = context.meta["threads"] or max(1, all_cores() // processes)  # the cores shared, not oversubscribed
-        sys.exit(launch(processes, ["train", *given, "--distributed", "--threads", str(per_rank)]))
+        given = given_arguments(context, leave_out={"processes"})
+        threads = ["--threads", str(context.meta["threads"])] if context.meta["threads"] else []  # else: a share each
+        sys.exit(launch(processes, ["train", *given, "--distributed", *threads]))
     comm = MPICommunicator(collective_timeout, bucket_mb * 2 ** 20) if distributed else SingleProcess()
     options = TrainOptions(device=device, weights=weights, resume=resume, force=force, max_iter=max_iter, seed=seed,
                            stages=stages, level=level, run_dir=run_dir, sigint_effect=sigint_effect,

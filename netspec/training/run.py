@@ -17,13 +17,11 @@ from netspec.engine.comm import SingleProcess
 from netspec.engine.registry import layer_schemas, solver_types
 from netspec.errors import StateError
 from netspec.spec.solver_spec import SolverParams, SolverSpec, parse_solver
-from netspec.threads import thread_counts
+from netspec.threads import pools_sized, thread_counts
 from netspec.training import run_folder
 from netspec.training.log import TrainingLog
 from netspec.training.signals import signal_effects
 from netspec.training.solver import Solver
-
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 @dataclass
@@ -131,9 +129,9 @@ def _describe_ranks(comm, say: Callable[[str], None]) -> None:
     """Where each rank runs, and a note when the ranks may fight over the cores."""
     for place in comm.places():
         say(place)
-    if not any(name in os.environ for name in THREAD_VARIABLES):
-        say("note: OMP_NUM_THREADS is not set, so each process's math library may use every core; give "
-            "each its share, e.g. OMP_NUM_THREADS=1 mpiexec -n 2 ... on 2 cores")
+    if not pools_sized():
+        say("note: neither --threads nor OMP_NUM_THREADS is set, so each process's math library may use every "
+            "core; give each its share, e.g. mpiexec -n 2 netspec train ... --threads 1 on 2 cores")
 
 
 def _silent(_text: str) -> None:
