@@ -6,7 +6,6 @@ Those whose gradient can be computed from the output run in place.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass, field
 
@@ -51,10 +50,9 @@ class ReLU(Elementwise):
         super().reshape(bottom, top)
         self.fast = None
         slope = self.block("relu_param").negative_slope
-        lib = onednn.library_for(self)
-        if lib is not None and slope >= 0:  # (oneDNN's ReLU from its output takes no negative slope)
-            with contextlib.suppress(onednn.OneDnnError):
-                self.fast = onednn.Elementwise(lib, bottom[0].shape, onednn.ELTWISE_RELU_USE_DST, alpha=slope)
+        if slope >= 0:  # (oneDNN's ReLU from its output takes no negative slope)
+            self.fast = onednn.attempt(self, lambda lib: onednn.Elementwise(lib, bottom[0].shape,
+                                                                             onednn.ELTWISE_RELU_USE_DST, alpha=slope))
 
     def forward(self, bottom, top):
         if self.fast is not None:

@@ -77,16 +77,14 @@ class BatchNorm(Layer):
 
     def _onednn(self, shape) -> onednn.Normalization | None:
         """oneDNN's primitives for this shape and the layers absorbed, or None for the NumPy path."""
-        lib = onednn.library_for(self)
         p = self.block("batch_norm_param")
-        if lib is None or not 2 <= len(shape) <= 5 or (p.sync and self.backend.comm.size > 1):
+        if not 2 <= len(shape) <= 5 or (p.sync and self.backend.comm.size > 1):
             return None
         flags = onednn.NORMALIZE_GLOBAL_STATS if self.global_stats else 0
         if self.scale_layer is not None:
             flags |= onednn.NORMALIZE_SCALE | (onednn.NORMALIZE_SHIFT if len(self.scale_layer.blobs) > 1 else 0)
-        try:
-            fast = onednn.Normalization(lib, shape, p.eps, flags)
-        except onednn.OneDnnError:
+        fast = onednn.attempt(self, lambda lib: onednn.Normalization(lib, shape, p.eps, flags))
+        if fast is None:
             return None
         self.input = numpy.empty(shape, self.dtype)  # backward's x: layers in place after this one overwrite it
         self.mean, self.var = numpy.empty(shape[1], self.dtype), numpy.empty(shape[1], self.dtype)

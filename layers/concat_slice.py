@@ -155,14 +155,9 @@ class Split(Layer):
 
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
-        self.fast = None
-        lib = onednn.library_for(self)
-        if lib is not None:
-            try:  # copies forward, the sum of the tops' gradients backward, on every thread
-                self.fast, self.fast_copy = (onednn.Sum(lib, bottom[0].shape, [1.0] * len(top)),
-                                             onednn.Sum(lib, bottom[0].shape, [1.0]))
-            except onednn.OneDnnError:
-                self.fast = None
+        shape = bottom[0].shape  # copies forward, the sum of the tops' gradients backward, on every thread
+        self.fast, self.fast_copy = onednn.attempt(self, lambda lib: (
+            onednn.Sum(lib, shape, [1.0] * len(top)), onednn.Sum(lib, shape, [1.0]))) or (None, None)
 
     def forward(self, bottom, top):
         for blob in top:

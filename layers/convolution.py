@@ -208,20 +208,14 @@ class Convolution(Layer):
 
     def _onednn(self, bottom_shape, top_shape) -> onednn.Convolution | None:
         """oneDNN's primitives for this geometry, or None when they cannot run it (the im2col path does)."""
-        lib = onednn.library_for(self)
-        if lib is None:
-            return None
         geo, p = self.geo, self.params
-        geometry = (lib, bottom_shape, self.blobs[0].shape, top_shape, p.group, geo.stride, geo.pad, geo.dilation,
+        geometry = (bottom_shape, self.blobs[0].shape, top_shape, p.group, geo.stride, geo.pad, geo.dilation,
                     p.bias_term)
-        try:
-            if not self.absorbed:
-                return onednn.Convolution(*geometry)
-            relu = [layer.block("relu_param").negative_slope for layer in self.absorbed if layer.type == "ReLU"]
-            return onednn.FusedConvolution(*geometry, affine=self.absorbed[0].type != "ReLU",
-                                           relu_slope=relu[0] if relu else None)
-        except onednn.OneDnnError:
-            return None
+        if not self.absorbed:
+            return onednn.attempt(self, lambda lib: onednn.Convolution(lib, *geometry))
+        relu = [layer.block("relu_param").negative_slope for layer in self.absorbed if layer.type == "ReLU"]
+        return onednn.attempt(self, lambda lib: onednn.FusedConvolution(
+            lib, *geometry, affine=self.absorbed[0].type != "ReLU", relu_slope=relu[0] if relu else None))
 
     def absorb(self, following):
         """In an inference net on oneDNN, the BatchNorm, Scale (one factor a channel) and ReLU that follow in place

@@ -54,15 +54,12 @@ class Eltwise(Layer):
 
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
-        self.fast = None
-        lib = onednn.library_for(self)
-        if lib is not None and self.block("eltwise_param").operation == "SUM":
-            coeffs = self.coefficients(len(bottom))
-            try:  # the sum, and each bottom's gradient as a scaled copy of the top's
-                self.fast = onednn.Sum(lib, bottom[0].shape, coeffs)
-                self.fast_gradients = [onednn.Sum(lib, bottom[0].shape, [c]) for c in coeffs]
-            except onednn.OneDnnError:
-                self.fast = None
+        self.fast = self.fast_gradients = None
+        if self.block("eltwise_param").operation == "SUM":
+            shape, coeffs = bottom[0].shape, self.coefficients(len(bottom))
+            # the sum, and each bottom's gradient as a scaled copy of the top's
+            self.fast, self.fast_gradients = onednn.attempt(self, lambda lib: (
+                onednn.Sum(lib, shape, coeffs), [onednn.Sum(lib, shape, [c]) for c in coeffs])) or (None, None)
 
     def forward(self, bottom, top):
         xp = self.xp

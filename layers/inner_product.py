@@ -83,14 +83,11 @@ class InnerProduct(Layer):
 
     def _onednn(self, bottom_shape) -> onednn.InnerProduct | None:
         """oneDNN's primitives for this shape, or None when they cannot run it (NumPy does)."""
-        lib = onednn.library_for(self)
-        if lib is None or self.params.transpose:
+        if self.params.transpose:
             return None
         _, m, k = self.split(bottom_shape)
-        try:
-            return onednn.InnerProduct(lib, m, k, self.params.num_output, self.params.bias_term)
-        except onednn.OneDnnError:
-            return None
+        return onednn.attempt(self, lambda lib: onednn.InnerProduct(lib, m, k, self.params.num_output,
+                                                                    self.params.bias_term))
 
     def weight_matrix(self):
         """Weights as (K, num_output)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import Literal
 
@@ -77,14 +76,10 @@ class LRN(Layer):
 
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
-        self.fast = None
-        lib = onednn.library_for(self)
-        if lib is not None:
-            p = self.block("lrn_param")
-            across = p.norm_region == "ACROSS_CHANNELS"
-            with contextlib.suppress(onednn.OneDnnError):
-                self.fast = onednn.LocalResponseNormalization(lib, bottom[0].shape, across, p.local_size, p.alpha,
-                                                              p.beta, p.k if across else 1.0)
+        p = self.block("lrn_param")
+        across = p.norm_region == "ACROSS_CHANNELS"
+        self.fast = onednn.attempt(self, lambda lib: onednn.LocalResponseNormalization(
+            lib, bottom[0].shape, across, p.local_size, p.alpha, p.beta, p.k if across else 1.0))
 
     def coefficients(self) -> tuple[float, float]:
         """(constant, multiplier) of ``s = constant + multiplier * window_sum(x^2)``."""

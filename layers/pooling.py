@@ -120,13 +120,10 @@ class Pooling(Layer):
 
         oneDNN's averages divide by the whole window; ``rescale`` turns them into Caffe's.
         """
-        lib = onednn.library_for(self)
-        if lib is None:
-            return None
         geo = self.geo
-        try:
-            fast = onednn.Pooling(lib, bottom_shape, top_shape, geo.kernel, geo.stride, geo.pad, geo.far_pad, maximum)
-        except onednn.OneDnnError:
+        fast = onednn.attempt(self, lambda lib: onednn.Pooling(lib, bottom_shape, top_shape, geo.kernel, geo.stride,
+                                                               geo.pad, geo.far_pad, maximum))
+        if fast is None:
             return None
         if not maximum:
             self.rescale = (geo.kernel[0] * geo.kernel[1] / self.divisor).astype(self.dtype)

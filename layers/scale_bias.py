@@ -111,18 +111,14 @@ class Scale(BroadcastOperand):
     def _onednn(self, shape) -> onednn.Normalization | None:
         """A learned scale per channel (axis 1) on oneDNN: a batch normalisation with mean 0, variance 1, eps 0
         and the given statistics is exactly ``y = s * x + b``, and its backward gives all three gradients."""
-        lib = onednn.library_for(self)
         p = self.block("scale_param")
-        if lib is None or len(self.spec.bottoms) > 1 or not 2 <= len(shape) <= 5 or self.view[:2] != tuple(shape[:2]):
+        if len(self.spec.bottoms) > 1 or not 2 <= len(shape) <= 5 or self.view[:2] != tuple(shape[:2]):
             return None
         flags = onednn.NORMALIZE_GLOBAL_STATS | onednn.NORMALIZE_SCALE | (onednn.NORMALIZE_SHIFT if p.bias_term
                                                                            else 0)
-        try:
-            self.identity = {onednn.ARG_MEAN: numpy.zeros(shape[1], self.dtype),
-                             onednn.ARG_VARIANCE: numpy.ones(shape[1], self.dtype)}
-            return onednn.Normalization(lib, shape, 0.0, flags)
-        except onednn.OneDnnError:
-            return None
+        self.identity = {onednn.ARG_MEAN: numpy.zeros(shape[1], self.dtype),
+                         onednn.ARG_VARIANCE: numpy.ones(shape[1], self.dtype)}
+        return onednn.attempt(self, lambda lib: onednn.Normalization(lib, shape, 0.0, flags))
 
     def forward(self, bottom, top):
         outer, dim, inner = self.view

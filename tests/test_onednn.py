@@ -365,6 +365,20 @@ def test_convolution_matches_the_numpy_path(name):
         np.testing.assert_allclose(fast[key], plain[key], rtol=1e-4, atol=1e-4, err_msg=key)
 
 
+def test_a_layer_onednn_refuses_runs_alone_on_numpy_and_is_named(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise onednn.OneDnnError("dnnl_convolution_forward_primitive_desc_create failed (oneDNN status 3)")
+
+    monkeypatch.setattr(onednn, "Convolution", refuse)
+    net = conv_net((1, 2, 5, 5), num_output=2, kernel_size=3)
+    assert net.layer_by_name["conv"].fast is None
+    assert net.paths() == ("oneDNN 3.2.0 for no layer; NumPy for the rest (oneDNN refused conv: "
+                           "dnnl_convolution_forward_primitive_desc_create failed (oneDNN status 3))")
+    plain = passes(conv_net((1, 2, 5, 5), num_output=2, kernel_size=3), fast=False)
+    for key, value in passes(net, fast=False).items():
+        np.testing.assert_allclose(value, plain[key], err_msg=key)
+
+
 def test_a_bottom_without_gradient_keeps_its_diff():
     net = conv_net((2, 1, 8, 8), propagate_down=False, num_output=3, kernel_size=3)
     result = passes(net, fast=True, times=1)

@@ -222,7 +222,10 @@ class Net:
                 if getattr(layer, "fast", None) is not None and index not in self.absorbed_by}
         for absorbed, index in self.absorbed_by.items():
             fast[index] += f"+{self.layers[absorbed].name}"
-        return f"oneDNN {lib.version} for {', '.join(fast.values()) or 'no layer'}; NumPy for the rest"
+        refused = [f"{layer.name}: {layer.onednn_refused}" for layer in self.layers
+                   if getattr(layer, "onednn_refused", None) and getattr(layer, "fast", None) is None]
+        return (f"oneDNN {lib.version} for {', '.join(fast.values()) or 'no layer'}; NumPy for the rest"
+                + (f" (oneDNN refused {'; '.join(refused)})" if refused else ""))
 
     def first_non_finite_param(self) -> tuple[str, int] | None:
         """``(layer, blob index)`` of the first learnable blob holding a NaN or an infinity, if any."""

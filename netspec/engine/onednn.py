@@ -20,6 +20,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy
 
@@ -50,6 +52,7 @@ QUERY_SRC, QUERY_DIFF_SRC, QUERY_WEIGHTS, QUERY_DIFF_WEIGHTS, QUERY_DST, QUERY_D
 QUERY_WORKSPACE = 135
 MAX_DIMS = 12
 
+T = TypeVar("T")
 Handle = ctypes.c_void_p
 Dims = ctypes.c_int64 * MAX_DIMS
 
@@ -166,6 +169,20 @@ def library_for(layer) -> Library | None:
     if layer.backend.is_gpu or layer.dtype != numpy.float32:
         return None
     return library()
+
+
+def attempt(layer, build: Callable[[Library], T]) -> T | None:
+    """``build(library)``: ``layer``'s oneDNN primitives, or None when NumPy must run it, because oneDNN is off
+    or cannot take the layer (:func:`library_for`) or refuses its settings; then ``layer.onednn_refused`` says
+    how, and ``netspec time`` names the layer."""
+    lib = library_for(layer)
+    if lib is None:
+        return None
+    try:
+        return build(lib)
+    except OneDnnError as exc:
+        layer.onednn_refused = str(exc)
+        return None
 
 
 _scratch: dict[int, numpy.ndarray] = {}
