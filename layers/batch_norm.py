@@ -86,7 +86,7 @@ class BatchNorm(Layer):
         fast = onednn.attempt(self, lambda lib: onednn.Normalization(lib, shape, p.eps, flags))
         if fast is None:
             return None
-        self.input = numpy.empty(shape, self.dtype)  # backward's x: layers in place after this one overwrite it
+        self.shape = shape
         self.mean, self.var = numpy.empty(shape[1], self.dtype), numpy.empty(shape[1], self.dtype)
         return fast
 
@@ -100,7 +100,7 @@ class BatchNorm(Layer):
         if layer.type != "Scale" or bottom != [self.top_blob] or tops != [self.top_blob] or layer.fast is None:
             return 0
         previous, self.scale_layer = self.fast, layer
-        self.fast = self._onednn(self.input.shape)
+        self.fast = self._onednn(self.shape)
         if self.fast is None:
             self.scale_layer, self.fast = None, previous
             return 0
@@ -121,8 +121,7 @@ class BatchNorm(Layer):
         if self.fast is not None:
             if self.global_stats:
                 self.mean[...], self.var[...] = mean, var
-            xp.copyto(self.input, x)
-            self.fast.forward({onednn.ARG_SRC: self.input, onednn.ARG_DST: y, **self.fused_arguments()})
+            self.fast.forward(x, y, self.fused_arguments())
             mean, var = self.mean, self.var
         else:
             self.inv_std = (1.0 / xp.sqrt(var + p.eps)).astype(self.dtype)
@@ -138,12 +137,12 @@ class BatchNorm(Layer):
         scale = 0.0 if factor == 0 else 1.0 / factor
         return self.blobs[0].data * scale, self.blobs[1].data * scale
 
-    def fused_arguments(self) -> dict:
-        """The statistics, and the absorbed Scale's factors, as oneDNN arguments."""
+    def fused_arguments(self, shift: bool = True) -> dict:
+        """The statistics, and the absorbed Scale's factors (and bias, with ``shift``), as oneDNN arguments."""
         arguments = {onednn.ARG_MEAN: self.mean, onednn.ARG_VARIANCE: self.var}
         if self.scale_layer is not None:
             arguments[onednn.ARG_SCALE] = self.scale_layer.blobs[0].data
-            if len(self.scale_layer.blobs) > 1:
+            if shift and len(self.scale_layer.blobs) > 1:
                 arguments[onednn.ARG_SHIFT] = self.scale_layer.blobs[1].data
         return arguments
 
@@ -168,7 +167,10 @@ class BatchNorm(Layer):
 
     def backward(self, top, propagate_down, bottom):
         if self.fast is not None and (propagate_down[0] or self.scale_layer is not None):
-            self.fast_backward(top[0].diff, bottom[0].diff if propagate_down[0] else None)
+            scale = self.scale_layer
+            self.fast.backward_into(top[0].diff, bottom[0].diff if propagate_down[0] else None,
+                                    self.fused_arguments(shift=False), scale.blobs if scale else [],
+                                    scale.param_propagate_down if scale else [])
             return
         if not propagate_down[0] or self.fast is not None:
             return
@@ -182,18 +184,3 @@ class BatchNorm(Layer):
         means = self.xp.stack([dy.mean(axis=axes, keepdims=True), (dy * y).mean(axis=axes, keepdims=True)])
         mean_dy, mean_dy_y = self.across_ranks(means, "gradient means")
         dx[...] = (dy - mean_dy - y * mean_dy_y) * self.inv_std.reshape(broadcast)
-
-    def fast_backward(self, dy, dx) -> None:
-        """Backward on oneDNN through the absorbed layers too: the input's gradient written into ``dx`` (unless
-        None), the Scale's added to its diffs."""
-        scale = self.scale_layer
-        diffs = [numpy.empty_like(blob.diff) for blob in scale.blobs] if scale is not None else []
-        arguments = {onednn.ARG_SRC: self.input, onednn.ARG_DIFF_DST: dy,
-                     onednn.ARG_DIFF_SRC: numpy.empty_like(dy) if dx is None else dx, **self.fused_arguments(),
-                     **dict(zip((onednn.ARG_DIFF_SCALE, onednn.ARG_DIFF_SHIFT), diffs))}
-        arguments.pop(onednn.ARG_SHIFT, None)
-        self.fast.backward(arguments)
-        if scale is not None:
-            for blob, diff, learn in zip(scale.blobs, diffs, scale.param_propagate_down):
-                if learn:
-                    blob.diff += diff

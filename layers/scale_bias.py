@@ -124,20 +124,22 @@ class Scale(BroadcastOperand):
         outer, dim, inner = self.view
         scale = self.scale_blob(bottom).data.reshape(1, dim, 1)
         x = bottom[0].data.reshape(outer, dim, inner)
-        self.input = x.copy() if top[0] is bottom[0] else x
         out = top[0].data.reshape(outer, dim, inner)
-        if self.fast is not None:
+        if self.fast is not None:  # (which keeps the input itself)
             shift = {onednn.ARG_SHIFT: self.blobs[1].data} if self.block("scale_param").bias_term else {}
-            self.fast.forward({onednn.ARG_SRC: bottom[0].data, onednn.ARG_DST: top[0].data,
-                               onednn.ARG_SCALE: self.blobs[0].data, **shift, **self.identity})
+            self.fast.forward(bottom[0].data, top[0].data, {onednn.ARG_SCALE: self.blobs[0].data, **shift,
+                                                            **self.identity})
             return
+        self.input = x.copy() if top[0] is bottom[0] else x
         self.xp.multiply(x, scale, out=out)
         if self.block("scale_param").bias_term:
             out += self.blobs[-1].data.reshape(1, dim, 1)
 
     def backward(self, top, propagate_down, bottom):
         if self.fast is not None:
-            self.fast_backward(top[0].diff, bottom[0].diff if propagate_down[0] else None)
+            self.fast.backward_into(top[0].diff, bottom[0].diff if propagate_down[0] else None,
+                                    {onednn.ARG_SCALE: self.blobs[0].data, **self.identity}, self.blobs,
+                                    self.param_propagate_down)
             return
         outer, dim, inner = self.view
         dy = top[0].diff.reshape(outer, dim, inner)
@@ -152,18 +154,6 @@ class Scale(BroadcastOperand):
             bottom[1].diff[...] = scale_grad
         if propagate_down[0]:
             self.xp.multiply(dy, scale_blob.data.reshape(1, dim, 1), out=bottom[0].diff.reshape(outer, dim, inner))
-
-    def fast_backward(self, dy, dx) -> None:
-        """Backward on oneDNN: the parameter gradients added to their diffs, the input's written into ``dx``
-        (unless None)."""
-        diffs = [numpy.empty_like(blob.diff) for blob in self.blobs]
-        self.fast.backward({onednn.ARG_SRC: self.input.reshape(dy.shape), onednn.ARG_DIFF_DST: dy,
-                            onednn.ARG_SCALE: self.blobs[0].data, onednn.ARG_DIFF_SRC: numpy.empty_like(dy)
-                            if dx is None else dx, onednn.ARG_DIFF_SCALE: diffs[0], **self.identity,
-                            **({onednn.ARG_DIFF_SHIFT: diffs[1]} if len(diffs) > 1 else {})})
-        for blob, diff, learn in zip(self.blobs, diffs, self.param_propagate_down):
-            if learn:
-                blob.diff += diff
 
 
 @dataclass
