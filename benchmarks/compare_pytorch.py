@@ -1,4 +1,4 @@
-"""Training throughput of netspec against PyTorch eager on the same nets, batch and machine.
+"""netspec against PyTorch eager on the same nets, batch and machine: training and inference speed, memory.
 
     python benchmarks/compare_pytorch.py [NET.yaml[@BATCH] ...] [--iterations N] [--threads T]
                                          [--inference | --memory]
@@ -47,7 +47,7 @@ DEFAULT_DEPLOY_NETS = ["configs/lenet/lenet_deploy.yaml@64", "configs/cifar10/ci
 
 def load(argument: str, inference: bool = False):
     """The TRAIN net of ``NET.yaml`` or ``NET.yaml@BATCH`` (batch: the first axis of its input tops), or with
-    ``inference`` its TEST net built for inference, BatchNorm statistics set to plausible values."""
+    ``inference`` its TEST net built for inference; BatchNorm statistics set to plausible values."""
     path, _, batch = argument.partition("@")
     spec = parse_net(path, layer_schemas())
     for layer in spec.layers:

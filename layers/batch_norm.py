@@ -83,7 +83,8 @@ class BatchNorm(Layer):
         flags = onednn.NORMALIZE_GLOBAL_STATS if self.global_stats else 0
         if self.scale_layer is not None:
             flags |= onednn.NORMALIZE_SCALE | (onednn.NORMALIZE_SHIFT if len(self.scale_layer.blobs) > 1 else 0)
-        fast = onednn.attempt(self, lambda lib: onednn.Normalization(lib, shape, p.eps, flags))
+        fast = onednn.attempt(self, lambda lib: onednn.Normalization(lib, shape, p.eps, flags,
+                                                                     keeps_input=not self.inference))
         if fast is None:
             return None
         self.shape = shape
@@ -92,8 +93,8 @@ class BatchNorm(Layer):
 
     def absorb(self, following):
         """On oneDNN, a Scale with one factor a channel in place on the top right after this layer runs in the
-        same primitive: Caffe's BatchNorm and Scale pair normalised and scaled in one pass.  (ReLU stays apart:
-        oneDNN's fused ReLU is several times slower on plain arrays than the two passes.)"""
+        same primitive: Caffe's BatchNorm and Scale pair normalised and scaled in one pass.  (ReLU stays its own
+        layer: oneDNN's pass for it costs little.)"""
         if self.fast is None or not following:
             return 0
         layer, bottom, tops = following[0]

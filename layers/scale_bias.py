@@ -118,7 +118,8 @@ class Scale(BroadcastOperand):
                                                                            else 0)
         self.identity = {onednn.ARG_MEAN: numpy.zeros(shape[1], self.dtype),
                          onednn.ARG_VARIANCE: numpy.ones(shape[1], self.dtype)}
-        return onednn.attempt(self, lambda lib: onednn.Normalization(lib, shape, 0.0, flags))
+        return onednn.attempt(self, lambda lib: onednn.Normalization(lib, shape, 0.0, flags,
+                                                                     keeps_input=not self.inference))
 
     def forward(self, bottom, top):
         outer, dim, inner = self.view

@@ -81,8 +81,9 @@ _sized = False
 
 
 def pools_sized() -> bool:
-    """Whether the pools were given a size: by :func:`use_threads` or the environment."""
-    return _sized or any(name in os.environ for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"))
+    """Whether the pools were given a size: by :func:`use_threads` or ``OMP_NUM_THREADS`` (``OPENBLAS_NUM_THREADS``
+    may be :func:`size_pools`' own)."""
+    return _sized or "OMP_NUM_THREADS" in os.environ
 
 
 def use_threads(count: int | None) -> None:

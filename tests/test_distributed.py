@@ -251,9 +251,10 @@ def test_a_signal_to_one_rank_acts_on_every_rank_at_the_same_iteration(digits, t
 
 def test_processes_starts_the_ranks_itself_with_a_share_of_the_cores_each(digits, tmp_path):
     solver = setup_run(tmp_path, digits, 4)
-    result = run("train", solver, "--processes", "2", "--seed", "5", "--stage", "unused")
+    result = run("train", solver, "--processes", "2", "--seed", "5", "--stage", "unused", "--threads", "1")
     assert result.returncode == 0, result.stderr
     assert "distributed over 2 processes" in result.stdout and "rank 1: pid" in result.stdout
+    assert "; threads: 1 (oneDNN)" in result.stdout or "; threads: OpenBLAS 1" in result.stdout  # (without oneDNN)
     assert "neither --threads nor OMP_NUM_THREADS is set" not in result.stdout
     assert [e["iter"] for e in events(tmp_path / "run", "TRAIN")] == list(range(6))
     both = run("train", solver, "--processes", "2", "--distributed")

@@ -514,15 +514,17 @@ layers:
 """
 
 
-def test_a_split_shares_its_data_only_with_tops_no_layer_changes_in_place():
-    net = load_net(FORK, phase="TRAIN", dtype=np.float64, seed=1)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["NumPy", "oneDNN where installed"])
+def test_a_split_shares_its_data_only_with_tops_no_layer_changes_in_place(dtype):
+    net = load_net(FORK, phase="TRAIN", dtype=dtype, seed=1)
     split = next(i for i, layer in enumerate(net.layers) if layer.type == "Split")
     bottom, (to_abs, to_relu) = net.bottom_blobs[split][0], net.top_blobs[split]
     assert to_abs.data is bottom.data and to_relu.data is not bottom.data
     net.blobs["x"].data[...] = rand(2, 3)
     net.forward()
     h = net.blobs["x"].data @ net.params["ip"][0].data.T + net.params["ip"][1].data
-    np.testing.assert_allclose(net.blobs["y"].data, abs(h) + np.maximum(h, 0))  # ReLU's change stayed in its branch
+    np.testing.assert_allclose(net.blobs["y"].data, abs(h) + np.maximum(h, 0),  # ReLU's change stayed in its branch
+                               rtol=1e-6 if dtype == np.float32 else 1e-7)
 
 
 def test_softmax_loss_weight_scales_gradient():

@@ -42,3 +42,12 @@ def test_a_count_below_one_is_refused():
     result = subprocess.run([sys.executable, "-m", "netspec", "time", "net.yaml", "--threads", "0"],
                             capture_output=True, text=True)
     assert result.returncode == 2 and "'--threads': 0 is not in the range x>=1" in result.stderr
+
+
+@pytest.mark.parametrize("environment, sized", [({}, False), ({"OMP_NUM_THREADS": "1"}, True)])
+def test_pools_count_as_sized_by_the_user_not_by_netspec_itself(environment, sized):
+    """``import netspec`` sets OPENBLAS_NUM_THREADS itself; only the user's settings silence the distributed note."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    result = subprocess.run([sys.executable, "-c", "import netspec.threads as t; print(t.pools_sized())"],
+                            capture_output=True, text=True, env={**clean, **environment})
+    assert result.stdout.strip() == str(sized), result.stderr

@@ -62,7 +62,7 @@ def train(solver_file, device, weights, resume, force, max_iter, seed, stages, l
         raise click.UsageError("--processes starts the ranks itself; leave out --distributed")
     if processes and processes > 1:
         context = click.get_current_context()
-        given = given_arguments(context, leave_out={"processes"})
+        given = given_arguments(context, leave_out={"processes", "threads"})  # (--threads: not a parameter)
         threads = ["--threads", str(context.meta["threads"])] if context.meta["threads"] else []  # else: a share each
         sys.exit(launch(processes, ["train", *given, "--distributed", *threads]))
     comm = MPICommunicator(collective_timeout, bucket_mb * 2 ** 20) if distributed else SingleProcess()

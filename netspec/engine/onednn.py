@@ -11,8 +11,10 @@ The binding stays thin: a primitive is created once per layer and shape, its
 memory objects wrap the NumPy arrays it is given at each call (no copies of
 float32 arrays in the plain layout NumPy uses), and where a primitive computes
 faster in a blocked layout of its own choosing, the arrays are reordered into
-buffers of that layout and back.  The constants
-below are oneDNN's documented C API values (``dnnl_types.h``).
+buffers of that layout and back (scratch buffers every primitive shares).
+One stream and those buffers serve the process: run nets from one thread at a
+time.  The constants below are oneDNN's documented C API values
+(``dnnl_types.h``).
 """
 
 from __future__ import annotations
@@ -202,13 +204,15 @@ class Operand:
     when the primitive works faster in a blocked layout of its own choosing, the reorders into and out of a
     :func:`scratch` buffer in that layout."""
 
-    def __init__(self, lib: Library, shape: tuple[int, ...], chosen: Handle | None = None, slot: int = 0):
+    def __init__(self, lib: Library, shape: tuple[int, ...], chosen: Handle | None = None, slot: int | None = None):
         self.lib, self.slot = lib, slot
         plain = lib.memory_desc(shape)
         self.plain = lib.memory(plain)
         self.memory = self.plain
         self.blocked = chosen is not None and bool(chosen.value) and not lib.dll.dnnl_memory_desc_equal(chosen, plain)
         if self.blocked:
+            if slot is None:
+                raise ValueError("an operand in a blocked layout needs its slot (its oneDNN argument)")
             self.memory, self.nbytes = lib.memory(chosen), lib.dll.dnnl_memory_desc_get_size(chosen)
             self.to_chosen = lib.reorder(plain, chosen)
             self.to_plain = lib.reorder(chosen, plain)
@@ -436,13 +440,14 @@ class Normalization(Passes):
     variance biased, and writes them out), NORMALIZE_SCALE and
     NORMALIZE_SHIFT (backward then also writes their gradients, which it must
     be given arrays for).  4-D arrays are computed in channel blocks of 8 (faster
-    than oneDNN's plain code even with the reorders).  The forward pass keeps
-    its input, in that layout, for backward: layers in place after it may
-    overwrite the array.  Channel arrays are (C,), given by oneDNN argument
-    (``{ARG_MEAN: mean, ARG_VARIANCE: variance, ARG_SCALE: ...}``).
+    than oneDNN's plain code even with the reorders).  With ``keeps_input``
+    the forward pass keeps its input, in that layout, for backward: layers in
+    place after it may overwrite the array (inference nets need no copy).
+    Channel arrays are (C,), given by oneDNN argument (``{ARG_MEAN: mean,
+    ARG_VARIANCE: variance, ARG_SCALE: ...}``).
     """
 
-    def __init__(self, lib: Library, shape, eps: float, flags: int):
+    def __init__(self, lib: Library, shape, eps: float, flags: int, keeps_input: bool = True):
         self.lib = lib
         shape = tuple(shape)
         data = lib.memory_desc(shape, CHANNEL_BLOCKS_OF_8 if len(shape) == 4 else None)
@@ -454,15 +459,19 @@ class Normalization(Passes):
         lib.call("dnnl_batch_normalization_backward_primitive_desc_create", ctypes.byref(backward), lib.engine,
                  BACKWARD if learns else BACKWARD_DATA, data, data, data, epsilon, flags_, forward, None)
         self.forward_primitive, self.backward_primitive = lib.primitive(forward), lib.primitive(backward)
-        self.operands = {arg: Operand(lib, shape, data, slot=arg) for arg in (ARG_DST, ARG_DIFF_SRC, ARG_DIFF_DST)}
+        self.operands = {arg: Operand(lib, shape, data, slot=arg)
+                         for arg in (ARG_SRC, ARG_DST, ARG_DIFF_SRC, ARG_DIFF_DST)}
         self.operands.update({arg: Operand(lib, (shape[1],)) for arg in (ARG_MEAN, ARG_VARIANCE, ARG_SCALE, ARG_SHIFT,
                                                                           ARG_DIFF_SCALE, ARG_DIFF_SHIFT)})
         plain = lib.memory_desc(shape)
-        self.input, self.kept = lib.memory(plain), lib.owned_memory(data)  # the kept input: (memory, its buffer)
-        self.keep = lib.reorder(plain, data)
+        self.input, self.keep = lib.memory(plain), lib.reorder(plain, data)
+        self.kept = lib.owned_memory(data) if keeps_input else None  # the input for backward: (memory, its buffer)
 
     def forward(self, x: numpy.ndarray, y: numpy.ndarray, channels: dict[int, numpy.ndarray]) -> None:
         """Normalise ``x`` into ``y`` (the batch statistics written into ``channels`` unless given there)."""
+        if self.kept is None:
+            self._run(self.forward_primitive, {ARG_SRC: x, **channels}, {ARG_DST: y})
+            return
         self.lib.point(self.input, x)
         self.lib.run(self.keep, {ARG_SRC: self.input, ARG_DST: self.kept[0]})
         self._run(self.forward_primitive, channels, {ARG_DST: y}, {ARG_SRC: self.kept[0]})
@@ -584,14 +593,19 @@ class FusedConvolution(Passes):
                      ctypes.c_float(0))
         lib.call("dnnl_primitive_attr_create", ctypes.byref(attributes))
         lib.call("dnnl_primitive_attr_set_post_ops", attributes, post_ops)
-        lib.call("dnnl_convolution_forward_primitive_desc_create", ctypes.byref(forward), lib.engine,
-                 FORWARD_INFERENCE, CONVOLUTION_DIRECT, x, w, b, y, *geometry, attributes)
+        try:
+            lib.call("dnnl_convolution_forward_primitive_desc_create", ctypes.byref(forward), lib.engine,
+                     FORWARD_INFERENCE, CONVOLUTION_DIRECT, x, w, b, y, *geometry, attributes)
+        finally:  # (the descriptor keeps copies)
+            lib.call("dnnl_primitive_attr_destroy", attributes)
+            lib.call("dnnl_post_ops_destroy", post_ops)
         self.primitive = lib.primitive(forward)
         self.operands = {arg: Operand(lib, shapes[name], lib.chosen(forward, query), slot=arg)
                          for arg, name, query in ((ARG_SRC, "x", QUERY_SRC), (ARG_WEIGHTS, "w", QUERY_WEIGHTS),
                                                   (ARG_DST, "y", QUERY_DST))}
         self.operands.update({arg: Operand(lib, shape) for arg, shape in (
-            (ARG_BIAS, (weights_shape[0],)), (self.SCALE, per_channel), (self.SHIFT, per_channel))})
+            (ARG_BIAS, (weights_shape[0],)), (self.SCALE, per_channel), (self.SHIFT, per_channel))
+            if arg != ARG_BIAS or bias})
 
     SCALE, SHIFT = ARG_POST_OPS * 1 | ARG_SRC_1, ARG_POST_OPS * 2 | ARG_SRC_1
 

@@ -28,6 +28,7 @@ import time
 import numpy
 
 from netspec.errors import DistributedError
+from netspec.threads import all_cores
 
 DEFAULT_TIMEOUT = 600.0
 DEFAULT_BUCKET_BYTES = 25 * 2 ** 20
@@ -55,7 +56,7 @@ def launch(count: int, arguments: list[str]) -> int:
         raise DistributedError(f"starting {count} processes needs mpiexec, and there is none beside Python or on "
                                f"the PATH: {INSTALL_HINT}")
     environment = dict(os.environ)
-    environment.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // count)))
+    environment.setdefault("OMP_NUM_THREADS", str(max(1, all_cores() // count)))
     command = [mpiexec, "-n", str(count), sys.executable, "-m", "netspec", *arguments]
     previous = signal.signal(signal.SIGINT, lambda _number, _frame: None)  # a handler, not SIG_IGN: exec resets it
     try:
