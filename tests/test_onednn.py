@@ -256,6 +256,27 @@ def test_folded_inference_matches_the_unfolded_net(name):
     np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-5, atol=1e-5)
 
 
+def test_an_inference_net_normalises_without_keeping_inputs():
+    layers = ("layers:\n"
+              "  - {name: data, type: Input, top: data, input_param: {shape: {dim: [2, 4, 5, 5]}}}\n"
+              "  - {name: bn, type: BatchNorm, bottom: data, top: n}\n"
+              "  - {name: scale, type: Scale, bottom: n, top: n, scale_param: {bias_term: true}}\n"
+              "  - {name: alone, type: Scale, bottom: n, top: s}\n")
+    outputs = []
+    for inference in (True, False):
+        net = netspec.load_net(layers, phase="TEST", seed=1, inference=inference)
+        assert "bn+scale, alone" in net.paths()
+        assert (net.layer_by_name["bn"].fast.kept is None) == inference
+        rng = np.random.default_rng(0)
+        for blobs in net.params.values():
+            for blob in blobs:
+                blob.data[...] = rng.uniform(0.5, 1.5, blob.shape)
+        net.blobs["data"].data[...] = rng.standard_normal(net.blobs["data"].shape)
+        net.forward()
+        outputs.append(net.blobs["s"].data.copy())
+    np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-6)
+
+
 def test_an_inference_net_refuses_backward():
     net = netspec.load_net(deploy_unit(), phase="TEST", inference=True)
     with pytest.raises(RuntimeError, match="built for inference"):
