@@ -219,7 +219,7 @@ def test_a_rank_that_dies_ends_every_rank_and_the_snapshot_survives(digits, tmp_
     code, output = finish(process)
     assert code != 0
     # mpiexec names a rank's process (under load MPICH may name rank 0's, which it ended in turn) and the signal
-    assert any(f"PID {pid}" in output for pid in pids) and "Killed" in output
+    assert any(f"PID {pid}" in output for pid in pids.values()) and "Killed" in output
     assert trained(tmp_path, 2)["ip/0"].shape == (10, 64)
 
 
