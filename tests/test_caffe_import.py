@@ -79,6 +79,23 @@ def test_grouped_lrn_inception_and_resnet_blocks_build_and_run(tmp_path):
     assert np.isfinite(net.blobs["res"].data).all() and (net.blobs["res"].data >= 0).all()
 
 
+def test_an_fcn_head_imports_with_deconvolution_and_crop(tmp_path):
+    out, _ = imported(tmp_path, "fcn_head")
+    net = netspec.load_net(str(out), seed=0)
+    assert net.blobs["upscore"].shape == (1, 5, 68, 68) and net.blobs["out"].shape == (1, 5, 64, 64)
+    assert net.params["upscore"][0].shape == (5, 1, 8, 8)
+    assert [p.lr_mult for p in next(n for n in net.nodes if n.name == "upscore").param_specs] == [0]
+    kernel = net.params["upscore"][0].data[0, 0]
+    assert kernel[3, 3] == kernel.max() and np.allclose(kernel, kernel.T)  # the bilinear filler's tent
+    v1 = tmp_path / "v1.prototxt"
+    v1.write_text('input: "x"\ninput_dim: 1\ninput_dim: 2\ninput_dim: 3\ninput_dim: 3\n'
+                  'layers { name: "up" type: DECONVOLUTION bottom: "x" top: "y"\n'
+                  '  convolution_param { num_output: 2 kernel_size: 2 stride: 2 } }\n')
+    result = run("import", "caffe", v1, "-o", tmp_path / "v1.yaml")
+    assert result.returncode == 0, result.stderr
+    assert netspec.load_net(str(tmp_path / "v1.yaml")).blobs["y"].shape == (1, 2, 6, 6)
+
+
 def test_fields_without_an_equivalent_are_listed_and_unknown_types_refused(tmp_path):
     source = tmp_path / "extra.prototxt"
     source.write_text('name: "x" debug_info: true\ninput: "data" input_dim: 1 input_dim: 3 input_dim: 4 input_dim: 4\n'

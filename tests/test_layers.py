@@ -275,12 +275,50 @@ def pool(id, x, **p):
     return Case(id, "Pooling", [x], lambda b, w, q: ref_pool(b, w, p), {"pooling_param": p})
 
 
+def ref_deconv(bottoms, params, p):
+    """Each input value spreads its kernel, times the value, over the output (then the padding is cut off)."""
+    x, w = bottoms[0], params[0]
+    n, c, h, wd = x.shape
+    k, s, pad, g = p["kernel_size"], p.get("stride", 1), p.get("pad", 0), p.get("group", 1)
+    o = p["num_output"]
+    full = np.zeros((n, o, s * (h - 1) + k, s * (wd - 1) + k))
+    for b in range(n):
+        for ci in range(c):
+            group = ci // (c // g)
+            for i in range(h):
+                for j in range(wd):
+                    for oc in range(o // g):
+                        full[b, group * (o // g) + oc, s * i:s * i + k, s * j:s * j + k] += x[b, ci, i, j] * w[ci, oc]
+    out = full[:, :, pad:full.shape[2] - pad, pad:full.shape[3] - pad]
+    return [out + params[1].reshape(1, -1, 1, 1) if len(params) > 1 else out]
+
+
+def deconv(id, x, **p):
+    return Case(id, "Deconvolution", [x], lambda b, w, q: ref_deconv(b, w, p), {"convolution_param": p})
+
+
+def ref_crop(bottoms, params, p):
+    x, reference = bottoms
+    offsets = p.get("offset", [0])
+    offsets = offsets * (x.ndim - p.get("axis", 2)) if len(offsets) == 1 else offsets
+    index = [slice(None)] * p.get("axis", 2) + [slice(o, o + size) for o, size in
+                                                  zip(offsets, reference.shape[p.get("axis", 2):])]
+    return [x[tuple(index)]]
+
+
 CASES = [
     conv("conv_basic", rand(2, 3, 5, 5), num_output=4, kernel_size=3, pad=1),
     conv("conv_stride_rect", rand(2, 2, 7, 6), num_output=3, kernel_h=3, kernel_w=2, stride_h=2, stride_w=1,
          pad_h=1, pad_w=0),
     conv("conv_group_dilation", rand(1, 4, 7, 7), num_output=4, kernel_size=3, group=2, dilation=2, pad=1),
     conv("conv_pointwise_nobias", rand(2, 3, 4, 4), num_output=5, kernel_size=1, bias_term=False),
+    deconv("deconv_stride_pad", rand(2, 3, 3, 4), num_output=2, kernel_size=4, stride=2, pad=1),
+    deconv("deconv_group_nobias", rand(1, 4, 3, 3), num_output=6, kernel_size=3, group=2, bias_term=False),
+    deconv("deconv_stride_over_kernel", rand(2, 2, 2, 3), num_output=3, kernel_size=2, stride=3),
+    Case("crop_spatial", "Crop", [rand(2, 3, 6, 7), rand(2, 3, 4, 3)],
+         lambda b, w, q: ref_crop(b, w, {"offset": [1, 2]}), {"crop_param": {"offset": [1, 2]}}),
+    Case("crop_axis1_one_offset", "Crop", [rand(2, 5, 6, 6), rand(2, 3, 4, 4)],
+         lambda b, w, q: ref_crop(b, w, {"axis": 1, "offset": [1]}), {"crop_param": {"axis": 1, "offset": 1}}),
     pool("pool_max_ceil", rand(2, 2, 7, 7), pool="MAX", kernel_size=3, stride=2),
     pool("pool_max_pad", rand(1, 2, 6, 6), pool="MAX", kernel_size=3, stride=2, pad=1),
     pool("pool_ave_pad", rand(2, 2, 6, 5), pool="AVE", kernel_size=3, stride=2, pad=1),

@@ -288,6 +288,21 @@ def test_a_training_net_does_not_fold_its_convolutions():
     assert "conv+" not in net.paths()
 
 
+DECONVOLUTIONS = {
+    "FCN's upsampling by 2": ((2, 3, 5, 5), dict(num_output=3, group=3, kernel_size=4, stride=2, pad=1,
+                                                 weight_filler={"type": "bilinear"})),
+    "with a bias, grouped": ((1, 4, 4, 3), dict(num_output=6, group=2, kernel_size=3, stride=2)),
+    "1x1, batch 1": ((1, 5, 3, 3), dict(num_output=2, kernel_size=1)),
+    "stride over kernel, padding": ((2, 2, 4, 4), dict(num_output=3, kernel_size=2, stride=3, pad=1)),
+}
+
+
+@pytest.mark.parametrize("name", DECONVOLUTIONS)
+def test_deconvolution_matches_the_numpy_path(name):
+    shape, params = DECONVOLUTIONS[name]
+    both_paths("Deconvolution", [shape], {"convolution_param": params})
+
+
 GEOMETRIES = {
     "3x3 pad 1": ((2, 3, 8, 8), dict(num_output=4, kernel_size=3, pad=1)),
     "1x1": ((2, 5, 6, 7), dict(num_output=3, kernel_size=1)),

@@ -33,6 +33,15 @@ layers:
   - {name: ave0, type: Pooling, bottom: data, top: ave0, pooling_param: {pool: AVE, kernel_size: 3, stride: 2}}
   - {name: sum, type: Eltwise, bottom: [ave, max], top: sum, eltwise_param: {coeff: [0.5, -2]}}
 """
+FCN = """name: fcn
+layers:
+  - {name: data, type: Input, top: data, input_param: {shape: {dim: [2, 3, 8, 8]}}}
+  - {name: conv, type: Convolution, bottom: data, top: conv, convolution_param: {num_output: 4, kernel_size: 3,
+                                                                                  pad: 1, stride: 2}}
+  - {name: up, type: Deconvolution, bottom: conv, top: up, convolution_param: {num_output: 4, group: 2,
+                                                                                kernel_size: 4, stride: 2}}
+  - {name: crop, type: Crop, bottom: [up, data], top: score, crop_param: {offset: 1}}
+"""
 
 
 def randomised(source, tmp_path):
@@ -54,7 +63,8 @@ def randomised(source, tmp_path):
 @pytest.mark.parametrize("name, source", [
     ("lenet", str(ROOT / "configs" / "lenet" / "lenet_deploy.yaml")),
     ("cifar10_quick", str(ROOT / "configs" / "cifar10" / "cifar10_quick_deploy.yaml")),
-    ("resnet_block", RESNET_BLOCK), ("inception_block", INCEPTION_BLOCK), ("caffe_pooling", POOLS)])
+    ("resnet_block", RESNET_BLOCK), ("inception_block", INCEPTION_BLOCK), ("caffe_pooling", POOLS),
+    ("fcn_deconvolution_crop", FCN)])
 def test_onnxruntime_computes_what_netspec_computes(tmp_path, name, source):
     net, weights, x = randomised(source, tmp_path)
     net_file = tmp_path / "net.yaml"

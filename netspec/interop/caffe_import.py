@@ -24,7 +24,8 @@ from netspec.spec.schema import FilePath
 # V1LayerParameter.LayerType names and the current type names
 V1_TYPES = {
     "ABSVAL": "AbsVal", "ACCURACY": "Accuracy", "ARGMAX": "ArgMax", "BNLL": "BNLL", "CONCAT": "Concat",
-    "CONVOLUTION": "Convolution", "DATA": "Data", "DROPOUT": "Dropout", "DUMMY_DATA": "DummyData",
+    "CONVOLUTION": "Convolution", "DATA": "Data", "DECONVOLUTION": "Deconvolution", "DROPOUT": "Dropout",
+    "DUMMY_DATA": "DummyData",
     "EUCLIDEAN_LOSS": "EuclideanLoss", "ELTWISE": "Eltwise", "EXP": "Exp", "FLATTEN": "Flatten",
     "HDF5_DATA": "HDF5Data", "HDF5_OUTPUT": "HDF5Output", "HINGE_LOSS": "HingeLoss", "IMAGE_DATA": "ImageData",
     "INNER_PRODUCT": "InnerProduct", "LRN": "LRN", "MVN": "MVN", "POOLING": "Pooling", "POWER": "Power",

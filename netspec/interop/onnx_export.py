@@ -84,6 +84,24 @@ def _convolution(b: _Builder, node, layer, x: str, y: str) -> None:
           pads=[*geo.pad, *geo.pad], dilations=list(geo.dilation), group=layer.params.group)
 
 
+def _deconvolution(b: _Builder, node, layer, x: str, y: str) -> None:
+    geo = layer.geometry(node.bottom_shapes[0])  # (Caffe's weights are ConvTranspose's: C, num_output/group, kh, kw)
+    inputs = [x, b.constant(f"{node.name}/weight", _param(layer, 0))]
+    if layer.params.bias_term:
+        inputs.append(b.constant(f"{node.name}/bias", _param(layer, 1)))
+    b.add("ConvTranspose", inputs, [y], node.name, kernel_shape=list(geo.kernel), strides=list(geo.stride),
+          pads=[*geo.pad, *geo.pad], dilations=list(geo.dilation), group=layer.params.group)
+
+
+def _crop(b: _Builder, node, layer, x: str, y: str) -> None:
+    window = layer.window(*node.bottom_shapes)
+    axes = [axis for axis, part in enumerate(window) if part != slice(None)]
+    starts = [window[axis].start for axis in axes]
+    ends = [window[axis].stop for axis in axes]
+    b.add("Slice", [x, b.constant(f"{node.name}/starts", starts), b.constant(f"{node.name}/ends", ends),
+                    b.constant(f"{node.name}/axes", axes)], [y], node.name)
+
+
 def _inner_product(b: _Builder, node, layer, x: str, y: str) -> None:
     p = layer.params
     if layer.split(node.bottom_shapes[0])[0] != 1:
@@ -209,7 +227,8 @@ def _reshape(b: _Builder, node, layer, x: str, y: str) -> None:
     b.add("Reshape", [x, b.constant(f"{node.name}/shape", list(node.top_shapes[0]))], [y], node.name)
 
 
-ONE_INPUT = {"Convolution": _convolution, "InnerProduct": _inner_product, "Pooling": _pooling,
+ONE_INPUT = {"Convolution": _convolution, "Deconvolution": _deconvolution, "Crop": _crop,
+             "InnerProduct": _inner_product, "Pooling": _pooling,
              "BatchNorm": _batch_norm, "Scale": _scale, "LRN": _lrn, "ReLU": _relu, "Softmax": _softmax,
              "Sigmoid": _simple("Sigmoid"), "TanH": _simple("Tanh"), "AbsVal": _simple("Abs"),
              "Dropout": _simple("Identity"), "Flatten": _reshape, "Reshape": _reshape}
