@@ -1,4 +1,5 @@
-"""Element-wise activations: ReLU, PReLU, ELU, Sigmoid, TanH, BNLL, Threshold, Clip.
+"""Element-wise activations: ReLU, PReLU, ELU, Sigmoid, TanH, BNLL, Threshold, Clip, and the later ReLU6,
+HardSigmoid, HardSwish and Swish.
 
 Each maps every value independently, so the top has the bottom's shape.
 Those whose gradient can be computed from the output run in place.
@@ -311,3 +312,125 @@ class Clip(Elementwise):
             p = self.block("clip_param")
             x = bottom[0].data
             self.xp.multiply(top[0].diff, (x >= p.min) & (x <= p.max), out=bottom[0].diff)
+
+
+@register_layer
+class ReLU6(Elementwise):
+    """ReLU6: ``y = min(max(x, 0), 6)`` (MobileNet's); the gradient passes where ``0 < y < 6``.
+
+    Bottom/top: any shape.  Runs in place.
+
+    Example::
+
+        - {name: relu6, type: ReLU6, bottom: conv1, top: conv1}
+    """
+
+    type = "ReLU6"
+    inplace_ok = True
+
+    def forward(self, bottom, top):
+        self.xp.clip(bottom[0].data, 0, 6, out=top[0].data)
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            y = top[0].data
+            self.xp.multiply(top[0].diff, (y > 0) & (y < 6), out=bottom[0].diff)
+
+
+@dataclass
+class HardSigmoidParams:
+    """Parameters of HardSigmoid."""
+
+    alpha: float = doc(1 / 6, "slope (1/6: PyTorch's and MobileNetV3's; ONNX's default is 0.2)")
+    beta: float = doc(0.5, "offset")
+
+
+@register_layer
+class HardSigmoid(Elementwise):
+    """HardSigmoid: ``y = min(max(alpha * x + beta, 0), 1)``; the gradient is ``alpha`` where ``0 < y < 1``.
+
+    Bottom/top: any shape.  Runs in place.
+
+    Example::
+
+        - {name: gate, type: HardSigmoid, bottom: se_fc2, top: se_fc2}
+    """
+
+    type = "HardSigmoid"
+    param_blocks = {"hard_sigmoid_param": HardSigmoidParams}
+    inplace_ok = True
+
+    def forward(self, bottom, top):
+        p = self.block("hard_sigmoid_param")
+        out = top[0].data
+        self.xp.multiply(bottom[0].data, p.alpha, out=out)
+        out += p.beta
+        self.xp.clip(out, 0, 1, out=out)
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            y = top[0].data
+            alpha = self.block("hard_sigmoid_param").alpha
+            self.xp.multiply(top[0].diff, alpha * ((y > 0) & (y < 1)), out=bottom[0].diff)
+
+
+@register_layer
+class HardSwish(Elementwise):
+    """HardSwish: ``y = x * min(max(x + 3, 0), 6) / 6`` (MobileNetV3's); the gradient is 0 below -3, 1 above 3,
+    ``(2x + 3) / 6`` between.
+
+    Bottom/top: any shape.  Not in place.
+
+    Example::
+
+        - {name: hswish1, type: HardSwish, bottom: conv1, top: act1}
+    """
+
+    type = "HardSwish"
+
+    def forward(self, bottom, top):
+        x = bottom[0].data
+        self.xp.multiply(x, self.xp.clip(x + 3, 0, 6) / 6, out=top[0].data)
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            x = bottom[0].data
+            slope = self.xp.where(x < -3, 0.0, self.xp.where(x > 3, 1.0, (2 * x + 3) / 6))
+            self.xp.multiply(top[0].diff, slope, out=bottom[0].diff)
+
+
+@dataclass
+class SwishParams:
+    """Parameters of Swish."""
+
+    beta: float = doc(1.0, "the sigmoid's slope (1: SiLU)")
+
+
+@register_layer
+class Swish(Elementwise):
+    """Swish: ``y = x * sigmoid(beta * x)`` (Caffe's Swish; with ``beta: 1``, SiLU).
+
+    The gradient is ``sigmoid(beta x) + beta * y * (1 - sigmoid(beta x))``.
+    Bottom/top: any shape.  Not in place.
+
+    Example::
+
+        - {name: swish1, type: Swish, bottom: conv1, top: act1, swish_param: {beta: 1}}
+    """
+
+    type = "Swish"
+    param_blocks = {"swish_param": SwishParams}
+
+    def gate(self, x):
+        """``sigmoid(beta * x)``, computed through tanh (no overflow)."""
+        return 0.5 * self.xp.tanh(0.5 * self.block("swish_param").beta * x) + 0.5
+
+    def forward(self, bottom, top):
+        x = bottom[0].data
+        self.xp.multiply(x, self.gate(x), out=top[0].data)
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            gate = self.gate(bottom[0].data)
+            beta = self.block("swish_param").beta
+            self.xp.multiply(top[0].diff, gate + beta * top[0].data * (1 - gate), out=bottom[0].diff)

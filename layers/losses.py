@@ -1,4 +1,5 @@
-"""Loss layers: SoftmaxWithLoss, SigmoidCrossEntropyLoss, EuclideanLoss, HingeLoss.
+"""Loss layers: SoftmaxWithLoss, SigmoidCrossEntropyLoss, EuclideanLoss, HingeLoss, ContrastiveLoss,
+InfogainLoss, MultinomialLogisticLoss.
 
 Each produces a scalar top whose default loss weight is 1.  In backward the
 loss weight arrives as the top's diff, so a weighted loss needs no special case.
@@ -10,11 +11,14 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from netspec.engine.layer import Layer
+import numpy
+
+from netspec.data.files import regular_file
+from netspec.engine.layer import Layer, canonical_axis
 from netspec.engine.registry import register_layer
-from netspec.errors import DataError, ShapeError
+from netspec.errors import DataError, ParamError, ShapeError
 from netspec.layers.softmax import SoftmaxParams, softmax, softmax_view
-from netspec.spec.schema import doc
+from netspec.spec.schema import FilePath, doc
 
 
 @dataclass
@@ -29,7 +33,7 @@ class LossParams:
 
 
 class Loss(Layer):
-    """Base of the loss layers: two bottoms (prediction, target), a scalar top."""
+    """Base of the loss layers: two bottoms (prediction, target) unless a layer says more, a scalar top."""
 
     is_loss = True
     num_bottoms = (2, 2)
@@ -241,3 +245,237 @@ class HingeLoss(Layer):
         n = bottom[0].shape[0]
         local = (self.margin > 0) if self.block("hinge_loss_param").norm == "L1" else 2 * self.margin
         bottom[0].diff[...] = (self.sign * local * (top[0].diff / n)).reshape(bottom[0].shape)
+
+
+LOG_THRESHOLD = 1e-20  # Caffe's kLOG_THRESHOLD: probabilities are clipped to it before their log
+
+
+@dataclass
+class ContrastiveLossParams:
+    """Parameters of ContrastiveLoss (Caffe's ContrastiveLossParameter)."""
+
+    margin: float = doc(1.0, "dissimilar pairs closer than this are pushed apart")
+    legacy_version: bool = doc(False, "hinge on the squared distance, max(margin - d^2, 0), as the first "
+                                      "version of the layer did, instead of max(margin - d, 0)^2")
+
+
+@register_layer
+class ContrastiveLoss(Loss):
+    """ContrastiveLoss: ``sum_n [y_n d_n^2 + (1 - y_n) max(margin - d_n, 0)^2] / (2N)``, ``d_n = ||a_n - b_n||``.
+
+    Bottoms: a and b, (N, C, ...) each with as many values per pair, and the
+    similarity labels y (N values): a label whose integer part is non-zero
+    marks a similar pair, 0 a dissimilar one (Caffe's ``static_cast<int>``).
+    Top: the loss.  With ``legacy_version`` the dissimilar term is
+    ``max(margin - d_n^2, 0)``.  a and b receive the gradient (``+-(a_n - b_n)
+    / N`` for similar pairs, ``-+(margin - d_n)(a_n - b_n) / (d_n N)`` for
+    dissimilar ones within the margin), y none.  That gradient is the exact
+    one; Caffe divides by ``d_n + 1e-4`` where it is divided by ``d_n`` here.
+
+    Example::
+
+        - {name: loss, type: ContrastiveLoss, bottom: [feat, feat_p, sim], top: loss,
+           contrastive_loss_param: {margin: 1.0}}
+    """
+
+    type = "ContrastiveLoss"
+    param_blocks = {"contrastive_loss_param": ContrastiveLossParams}
+    num_bottoms = (3, 3)
+    label_bottoms = (2,)
+
+    def top_shapes(self, bottom_shapes):
+        a, b, y = bottom_shapes
+        if not a or not b or a[0] != b[0] or math.prod(a) != math.prod(b):
+            raise ShapeError(f"bottoms '{self.spec.bottoms[0]}' {a} and '{self.spec.bottoms[1]}' {b} must hold "
+                             "the same number of pairs (first axis) with as many values each")
+        if math.prod(y) != a[0]:
+            raise ShapeError(f"similarity bottom '{self.spec.bottoms[2]}' has shape {y}: expected one label "
+                             f"per pair ({a[0]})")
+        return [()]
+
+    def forward(self, bottom, top):
+        xp = self.xp
+        p = self.block("contrastive_loss_param")
+        n = bottom[0].shape[0]
+        self.difference = (bottom[0].data - bottom[1].data.reshape(bottom[0].shape)).reshape(n, -1)
+        self.dist_sq = (self.difference * self.difference).sum(axis=1)
+        self.similar = xp.trunc(bottom[2].data.reshape(n)) != 0
+        if p.legacy_version:
+            apart = xp.maximum(p.margin - self.dist_sq, 0)
+        else:
+            apart = xp.maximum(p.margin - xp.sqrt(self.dist_sq), 0) ** 2
+        top[0].data[...] = xp.where(self.similar, self.dist_sq, apart).sum() / (2 * n)
+
+    def backward(self, top, propagate_down, bottom):
+        if not (propagate_down[0] or propagate_down[1]):
+            return
+        xp = self.xp
+        p = self.block("contrastive_loss_param")
+        n = bottom[0].shape[0]
+        if p.legacy_version:
+            apart = xp.where(p.margin - self.dist_sq > 0, -1.0, 0.0)
+        else:
+            dist = xp.sqrt(self.dist_sq)
+            within = (p.margin - dist > 0) & (dist > 0)  # at d = 0, a - b is 0: no direction, no gradient
+            apart = xp.where(within, -(p.margin - dist) / xp.where(within, dist, 1), 0.0)
+        coefficient = xp.where(self.similar, 1.0, apart).astype(self.dtype)[:, None] * (top[0].diff / n)
+        for sign, blob, wanted in zip((1, -1), bottom, propagate_down):
+            if wanted:
+                blob.diff[...] = (sign * coefficient * self.difference).reshape(blob.shape)
+
+
+@dataclass
+class InfogainLossParams:
+    """Parameters of InfogainLoss (Caffe's InfogainLossParameter)."""
+
+    source: FilePath | None = doc(None, "the K x K matrix H as a .npy file (any shape of K*K values); "
+                                        "not read when H is given as a third bottom")
+    axis: int = doc(1, "axis of the prediction holding the K classes")
+
+
+@register_layer
+class InfogainLoss(Loss):
+    """InfogainLoss: ``-sum_n sum_k H[label_n, k] log(max(p_nk, 1e-20)) / normalizer``, p the softmax.
+
+    Bottoms: scores (N, K, ...) with the classes on ``infogain_loss_param.axis``,
+    labels with one integer (stored as float) per position outside that axis,
+    and optionally H (K*K values, row = true label).  Without a third bottom H
+    is read from ``infogain_loss_param.source``, a .npy file (relative paths
+    are read against the net file's folder); a Caffe .binaryproto must be
+    converted to .npy first.  As in current Caffe the softmax is taken inside
+    the layer: the scores are not probabilities.  Tops: the loss and
+    optionally the probabilities.  ``loss_param``'s ``ignore_label`` and
+    ``normalization`` (default VALID) act as in SoftmaxWithLoss; with H the
+    identity the two layers agree.  Gradient, to the scores only:
+    ``(p_nk sum_j H[label_n, j] - H[label_n, k]) * loss_weight / normalizer``.
+
+    Example::
+
+        - {name: loss, type: InfogainLoss, bottom: [fc8, label], top: loss,
+           infogain_loss_param: {source: infogain_H.npy}}
+    """
+
+    type = "InfogainLoss"
+    param_blocks = {"infogain_loss_param": InfogainLossParams, "loss_param": LossParams}
+    num_bottoms = (2, 3)
+    num_tops = (1, 2)
+    label_bottoms = (1, 2)
+
+    def view(self, shape) -> tuple[int, int, int]:
+        """The scores as (outer, classes, inner) for ``infogain_loss_param.axis``."""
+        axis = canonical_axis(self.block("infogain_loss_param").axis, len(shape), "infogain_loss_param.axis")
+        return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+
+    def source_matrix(self, classes: int) -> numpy.ndarray:
+        """H from ``infogain_loss_param.source`` as a (classes, classes) float64 array, read once."""
+        path = self.block("infogain_loss_param").source
+        if path is None:
+            raise ParamError("infogain_loss_param.source", "give the infogain matrix H: a .npy file here, "
+                                                           "or a third bottom")
+        if getattr(self, "source_h", None) is None:
+            try:
+                regular_file(path)
+                with open(path, "rb") as file:
+                    is_npy = file.read(6) == b"\x93NUMPY"
+                if not is_npy:
+                    raise DataError(f"{path}: not a .npy file (convert a Caffe .binaryproto to .npy first)")
+                h = numpy.load(path, mmap_mode="r", allow_pickle=False)  # its shape first, then its values
+            except DataError as exc:
+                raise ParamError("infogain_loss_param.source", str(exc)) from None
+            except (OSError, ValueError) as exc:
+                raise ParamError("infogain_loss_param.source", f"{path}: cannot read: {exc}") from None
+            if h.dtype.kind not in "uif":
+                raise ParamError("infogain_loss_param.source", f"{path}: not an array of numbers ({h.dtype})")
+            self.source_h = h
+        if self.source_h.size != classes * classes:
+            raise ShapeError(f"{path} holds H of shape {list(self.source_h.shape)}: the scores have {classes} "
+                             f"classes, so H needs {classes} x {classes} values", "infogain_loss_param.source")
+        self.source_h = numpy.array(self.source_h, dtype=numpy.float64)  # its values, read once
+        return self.source_h.reshape(classes, classes)
+
+    def top_shapes(self, bottom_shapes):
+        outer, classes, inner = self.view(bottom_shapes[0])
+        if math.prod(bottom_shapes[1]) != outer * inner:
+            raise ShapeError(f"label bottom '{self.spec.bottoms[1]}' has shape {bottom_shapes[1]}: expected "
+                             f"{outer * inner} labels (one per position of scores {bottom_shapes[0]} "
+                             f"outside the class axis)")
+        if len(bottom_shapes) == 3:
+            if math.prod(bottom_shapes[2]) != classes * classes:
+                raise ShapeError(f"infogain bottom '{self.spec.bottoms[2]}' has shape {bottom_shapes[2]}: the "
+                                 f"scores have {classes} classes, so H needs {classes} x {classes} values")
+        else:
+            self.source_matrix(classes)
+        return [()] + [bottom_shapes[0]] * (len(self.spec.tops) - 1)
+
+    def setup(self, bottom, top, backend, dtype):
+        super().setup(bottom, top, backend, dtype)
+        if len(bottom) == 2:
+            self.h = backend.asarray(self.source_matrix(self.view(bottom[0].shape)[1]), dtype=dtype)
+
+    def forward(self, bottom, top):
+        xp = self.xp
+        outer, classes, inner = self.view(bottom[0].shape)
+        h = bottom[2].data.reshape(classes, classes) if len(bottom) == 3 else self.h
+        if not hasattr(self, "prob") or self.prob.shape != (outer, classes, inner):
+            self.prob = xp.empty((outer, classes, inner), dtype=self.dtype)
+        softmax(xp, bottom[0].data.reshape(outer, classes, inner), self.prob)
+        self.labels, self.valid = class_labels(self, bottom[1].data.reshape(outer, 1, inner), classes,
+                                               self.block("loss_param").ignore_label)
+        self.rows = xp.moveaxis(h[self.labels[:, 0, :]], -1, 1)  # H[label_n] at each position, (outer, K, inner)
+        self.row_sums = h.sum(axis=1)[self.labels]  # sum_j H[label_n, j], (outer, 1, inner)
+        log_p = xp.log(xp.maximum(self.prob, LOG_THRESHOLD))
+        self.norm = self.normalizer(outer, inner, self.valid)
+        top[0].data[...] = -(self.rows * log_p * self.valid).sum() / self.norm
+        if len(top) > 1:
+            top[1].data[...] = self.prob.reshape(top[1].shape)
+
+    def backward(self, top, propagate_down, bottom):
+        if not propagate_down[0]:
+            return
+        grad = bottom[0].diff.reshape(self.prob.shape)
+        self.xp.multiply(self.prob, self.row_sums, out=grad)
+        grad -= self.rows
+        grad *= self.valid
+        grad *= top[0].diff / self.norm
+
+
+@register_layer
+class MultinomialLogisticLoss(Loss):
+    """MultinomialLogisticLoss: ``-sum_n log(max(p[n, label_n], 1e-20)) / N``.
+
+    Bottoms: probabilities p (N, K, ...), flattened to (N, K*...) as Caffe
+    does, and labels (N values, integers stored as floats indexing that
+    flattened row).  Top: the loss.  The probabilities come from elsewhere
+    (a Softmax before it); SoftmaxWithLoss is the stable fused form.
+    Gradient, to p only: ``-loss_weight / (N max(p[n, label_n], 1e-20))`` at
+    each label, 0 elsewhere.
+
+    Example::
+
+        - {name: loss, type: MultinomialLogisticLoss, bottom: [prob, label], top: loss}
+    """
+
+    type = "MultinomialLogisticLoss"
+
+    def top_shapes(self, bottom_shapes):
+        if not bottom_shapes[0] or math.prod(bottom_shapes[1]) != bottom_shapes[0][0]:
+            raise ShapeError(f"label bottom '{self.spec.bottoms[1]}' has shape {bottom_shapes[1]}: expected "
+                             f"one label per instance of '{self.spec.bottoms[0]}' {bottom_shapes[0]}")
+        return [()]
+
+    def forward(self, bottom, top):
+        xp = self.xp
+        n = bottom[0].shape[0]
+        p = bottom[0].data.reshape(n, -1)
+        self.labels, _ = class_labels(self, bottom[1].data.reshape(n, 1), p.shape[1])
+        self.picked = xp.maximum(xp.take_along_axis(p, self.labels, axis=1), LOG_THRESHOLD)
+        top[0].data[...] = -xp.log(self.picked).sum() / n
+
+    def backward(self, top, propagate_down, bottom):
+        if not propagate_down[0]:
+            return
+        xp = self.xp
+        n = bottom[0].shape[0]
+        grad = bottom[0].diff.reshape(n, -1)
+        grad[...] = 0
+        xp.put_along_axis(grad, self.labels, -(top[0].diff / n) / self.picked, axis=1)

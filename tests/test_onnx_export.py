@@ -42,6 +42,16 @@ layers:
                                                                                 kernel_size: 4, stride: 2}}
   - {name: crop, type: Crop, bottom: [up, data], top: score, crop_param: {offset: 1}}
 """
+ACTIVATIONS = """name: activations
+layers:
+  - {name: data, type: Input, top: data, input_param: {shape: {dim: [2, 3, 4, 5]}}}
+  - {name: wide, type: Convolution, bottom: data, top: wide, convolution_param: {num_output: 3, kernel_size: 1}}
+  - {name: relu6, type: ReLU6, bottom: wide, top: a}
+  - {name: hsig, type: HardSigmoid, bottom: wide, top: b, hard_sigmoid_param: {alpha: 0.2}}
+  - {name: hswish, type: HardSwish, bottom: wide, top: c}
+  - {name: swish, type: Swish, bottom: wide, top: d, swish_param: {beta: 1.5}}
+  - {name: silu, type: Swish, bottom: wide, top: e}
+"""
 
 
 def randomised(source, tmp_path):
@@ -64,7 +74,7 @@ def randomised(source, tmp_path):
     ("lenet", str(ROOT / "configs" / "lenet" / "lenet_deploy.yaml")),
     ("cifar10_quick", str(ROOT / "configs" / "cifar10" / "cifar10_quick_deploy.yaml")),
     ("resnet_block", RESNET_BLOCK), ("inception_block", INCEPTION_BLOCK), ("caffe_pooling", POOLS),
-    ("fcn_deconvolution_crop", FCN)])
+    ("fcn_deconvolution_crop", FCN), ("activations", ACTIVATIONS)])
 def test_onnxruntime_computes_what_netspec_computes(tmp_path, name, source):
     net, weights, x = randomised(source, tmp_path)
     net_file = tmp_path / "net.yaml"

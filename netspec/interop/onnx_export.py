@@ -219,6 +219,27 @@ def _relu(b: _Builder, node, layer, x: str, y: str) -> None:
     b.add("LeakyRelu" if slope else "Relu", [x], [y], node.name, **({"alpha": slope} if slope else {}))
 
 
+def _relu6(b: _Builder, node, layer, x: str, y: str) -> None:
+    b.add("Clip", [x, b.constant(f"{node.name}/min", numpy.float32(0)), b.constant(f"{node.name}/max",
+                                                                                   numpy.float32(6))], [y], node.name)
+
+
+def _hard_sigmoid(b: _Builder, node, layer, x: str, y: str) -> None:
+    p = layer.block("hard_sigmoid_param")
+    b.add("HardSigmoid", [x], [y], node.name, alpha=p.alpha, beta=p.beta)
+
+
+def _swish(b: _Builder, node, layer, x: str, y: str) -> None:
+    beta = layer.block("swish_param").beta
+    scaled = x
+    if beta != 1:
+        scaled = b.temporary(node.name)
+        b.add("Mul", [x, b.constant(f"{node.name}/beta", numpy.float32(beta))], [scaled], node.name)
+    gate = b.temporary(node.name)
+    b.add("Sigmoid", [scaled], [gate], node.name)
+    b.add("Mul", [x, gate], [y], node.name)
+
+
 def _softmax(b: _Builder, node, layer, x: str, y: str) -> None:
     b.add("Softmax", [x], [y], node.name, axis=layer.block("softmax_param").axis)
 
@@ -231,7 +252,8 @@ ONE_INPUT = {"Convolution": _convolution, "Deconvolution": _deconvolution, "Crop
              "InnerProduct": _inner_product, "Pooling": _pooling,
              "BatchNorm": _batch_norm, "Scale": _scale, "LRN": _lrn, "ReLU": _relu, "Softmax": _softmax,
              "Sigmoid": _simple("Sigmoid"), "TanH": _simple("Tanh"), "AbsVal": _simple("Abs"),
-             "Dropout": _simple("Identity"), "Flatten": _reshape, "Reshape": _reshape}
+             "Dropout": _simple("Identity"), "Flatten": _reshape, "Reshape": _reshape, "ReLU6": _relu6,
+             "HardSigmoid": _hard_sigmoid, "HardSwish": _simple("HardSwish"), "Swish": _swish}
 SKIPPED = {"Silence"}
 
 
