@@ -1,4 +1,5 @@
-"""Flatten, Reshape and Silence: changing a blob's shape, or consuming it."""
+"""Flatten, Reshape, Permute, Tile and Silence: changing a blob's shape or axis order, repeating it, or consuming
+it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import dataclass, field
 
 from netspec.engine.layer import Layer, canonical_axis
 from netspec.engine.registry import register_layer
-from netspec.errors import ShapeError
+from netspec.errors import ParamError, ShapeError
 from netspec.layers.data import BlobShape
 from netspec.spec.schema import doc
 
@@ -110,6 +111,95 @@ class Reshape(Reshaping):
             raise ShapeError(f"the bottom {shape} has {total} values but shape {tuple(new)} holds {math.prod(new)}",
                              f"{key}.shape")
         return [tuple(new)]
+
+
+@dataclass
+class PermuteParams:
+    """Parameters of Permute (as in the SSD branch of Caffe)."""
+
+    order: list[int] = doc([], "the bottom's axes in the top's order; axes left out follow in their order")
+
+
+@register_layer
+class Permute(Layer):
+    """Permute: ``y = x.transpose(order)``, the axes in a new order (``[0, 2, 3, 1]``: NCHW to NHWC).
+
+    Bottom: any shape.  Top: the bottom's axes in ``order``.  Not in place.
+
+    Example::
+
+        - {name: loc_perm, type: Permute, bottom: loc, top: loc_perm, permute_param: {order: [0, 2, 3, 1]}}
+    """
+
+    type = "Permute"
+    param_blocks = {"permute_param": PermuteParams}
+
+    def axes(self, ndim: int) -> tuple[int, ...]:
+        """The full, validated order of the axes."""
+        order = [canonical_axis(axis, ndim, "permute_param.order") for axis in self.block("permute_param").order]
+        if len(set(order)) != len(order):
+            raise ParamError("permute_param.order", f"names an axis twice: {order}")
+        return tuple(order) + tuple(axis for axis in range(ndim) if axis not in order)
+
+    def top_shapes(self, bottom_shapes):
+        shape = bottom_shapes[0]
+        return [tuple(shape[axis] for axis in self.axes(len(shape)))]
+
+    def forward(self, bottom, top):
+        top[0].data[...] = bottom[0].data.transpose(self.axes(bottom[0].data.ndim))
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            order = self.axes(bottom[0].data.ndim)
+            bottom[0].diff[...] = top[0].diff.transpose(tuple(order.index(axis) for axis in range(len(order))))
+
+
+@dataclass
+class TileParams:
+    """Parameters of Tile."""
+
+    axis: int = doc(1, "the axis repeated")
+    tiles: int = doc(1, "how many copies of the bottom follow one another along ``axis``")
+
+
+@register_layer
+class Tile(Layer):
+    """Tile: the bottom repeated ``tiles`` times along ``axis``, copies one after another (``numpy.tile``).
+
+    Bottom: any shape.  Top: the same with ``axis`` ``tiles`` times longer.
+    The gradient sums the copies'.  Not in place.
+
+    Example::
+
+        - {name: tiled, type: Tile, bottom: gate, top: tiled, tile_param: {axis: 1, tiles: 64}}
+    """
+
+    type = "Tile"
+    param_blocks = {"tile_param": TileParams}
+
+    def top_shapes(self, bottom_shapes):
+        p = self.block("tile_param")
+        shape = list(bottom_shapes[0])
+        axis = canonical_axis(p.axis, len(shape), "tile_param.axis")
+        if p.tiles < 1:
+            raise ParamError("tile_param.tiles", f"must be at least 1, got {p.tiles}")
+        shape[axis] *= p.tiles
+        return [tuple(shape)]
+
+    def split(self, shape) -> tuple[int, int, int]:
+        """``(outer, tiles, inner)``: a top viewed as the copies of the bottom along ``axis``."""
+        p = self.block("tile_param")
+        axis = canonical_axis(p.axis, len(shape), "tile_param.axis")
+        return math.prod(shape[:axis]), p.tiles, math.prod(shape[axis:])
+
+    def forward(self, bottom, top):
+        outer, tiles, inner = self.split(bottom[0].shape)
+        top[0].data.reshape(outer, tiles, inner)[...] = bottom[0].data.reshape(outer, 1, inner)
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            outer, tiles, inner = self.split(bottom[0].shape)
+            bottom[0].diff[...] = top[0].diff.reshape(outer, tiles, inner).sum(axis=1).reshape(bottom[0].shape)
 
 
 @register_layer

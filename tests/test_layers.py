@@ -242,6 +242,62 @@ def ew(fn):
     return lambda bottoms, params, p: [fn(bottoms[0], params, p)]
 
 
+def ref_contrastive(bottoms, params, p):
+    a, b, y = bottoms
+    n = a.shape[0]
+    margin = p.get("margin", 1.0)
+    loss = 0.0
+    for i in range(n):
+        d2 = ((a[i] - b[i]) ** 2).sum()
+        if int(y.reshape(-1)[i]):
+            loss += d2
+        elif p.get("legacy_version"):
+            loss += max(margin - d2, 0)
+        else:
+            loss += max(margin - math.sqrt(d2), 0) ** 2
+    return [np.array(loss / (2 * n))]
+
+
+def ref_infogain(bottoms, params, p, h=None, normalization="VALID", ignore=None):
+    x, y = bottoms[:2]
+    classes = x.shape[1]
+    h = (bottoms[2] if h is None else h).reshape(classes, classes)
+    prob = np.moveaxis(ref_softmax(x), 1, -1).reshape(-1, classes)
+    lab = y.reshape(-1).astype(int)
+    loss, count = 0.0, 0
+    for i, label in enumerate(lab):
+        if label == ignore:
+            continue
+        loss -= sum(h[label, k] * np.log(max(prob[i, k], 1e-20)) for k in range(classes))
+        count += 1
+    norm = {"VALID": count, "FULL": len(lab), "BATCH_SIZE": x.shape[0], "NONE": 1}[normalization]
+    return [np.array(loss / max(norm, 1))]
+
+
+def ref_multinomial_logistic(bottoms, params, p):
+    prob, y = bottoms
+    n = prob.shape[0]
+    rows = prob.reshape(n, -1)
+    return [np.array(-sum(np.log(max(rows[i, int(y.reshape(-1)[i])], 1e-20)) for i in range(n)) / n)]
+
+
+INFOGAIN_H = np.array([[1.0, 0.2, 0.0], [0.5, 2.0, 0.1], [0.0, 0.3, 1.5]])  # not symmetric: rows are true labels
+
+
+def saved_npy(name, array):
+    """``array`` saved as a .npy file (InfogainLoss reads H from one) in a folder removed when the tests end."""
+    import atexit
+    import os
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="netspec-test-layers-")
+    atexit.register(shutil.rmtree, folder, True)
+    path = os.path.join(folder, name)
+    np.save(path, array)
+    return path
+
+
 # ----------------------------------------------------------------------------- cases
 
 
@@ -330,6 +386,25 @@ CASES = [
          lambda b, w, p: ref_ip(b, w, {"axis": 2, "transpose": True}),
          {"inner_product_param": {"num_output": 3, "axis": 2, "transpose": True}}),
     Case("relu", "ReLU", [rand(2, 3, 4)], ew(lambda x, w, p: np.maximum(x, 0)), inplace=True),
+    Case("tile", "Tile", [rand(2, 3, 2)], lambda b, w, p: [np.tile(b[0], (1, 3, 1))],
+         {"tile_param": {"axis": 1, "tiles": 3}}),
+    Case("tile_last_axis", "Tile", [rand(2, 3)], lambda b, w, p: [np.tile(b[0], (1, 2))],
+         {"tile_param": {"axis": -1, "tiles": 2}}),
+    Case("permute_nhwc", "Permute", [rand(2, 3, 4, 5)], lambda b, w, p: [b[0].transpose(0, 2, 3, 1)],
+         {"permute_param": {"order": [0, 2, 3, 1]}}),
+    Case("permute_partial_order", "Permute", [rand(2, 3, 4)], lambda b, w, p: [b[0].transpose(2, 0, 1)],
+         {"permute_param": {"order": [2]}}),
+    Case("relu6", "ReLU6", [rand(2, 3, 4, low=-3, high=9)], ew(lambda x, w, p: np.minimum(np.maximum(x, 0), 6)),
+         inplace=True),
+    Case("hard_sigmoid", "HardSigmoid", [rand(2, 3, 4, low=-5, high=5)],
+         ew(lambda x, w, p: np.clip(x / 6 + 0.5, 0, 1)), inplace=True),
+    Case("hard_sigmoid_onnx", "HardSigmoid", [rand(3, 4, low=-4, high=4)],
+         ew(lambda x, w, p: np.clip(0.2 * x + 0.5, 0, 1)), {"hard_sigmoid_param": {"alpha": 0.2}}),
+    Case("hard_swish", "HardSwish", [rand(2, 3, 4, low=-5, high=5)],
+         ew(lambda x, w, p: x * np.clip(x + 3, 0, 6) / 6)),
+    Case("swish", "Swish", [rand(2, 3, 4, low=-4, high=4)], ew(lambda x, w, p: x / (1 + np.exp(-x)))),
+    Case("swish_beta", "Swish", [rand(3, 5, low=-4, high=4)], ew(lambda x, w, p: x / (1 + np.exp(-2.5 * x))),
+         {"swish_param": {"beta": 2.5}}),
     Case("relu_leaky", "ReLU", [rand(2, 3, 4)], ew(lambda x, w, p: np.where(x > 0, x, 0.1 * x)),
          {"relu_param": {"negative_slope": 0.1}}, inplace=True),
     Case("prelu", "PReLU", [rand(2, 3, 2, 2)], ew(lambda x, w, p: np.where(x > 0, x, x * channel_shape(x, w[0]))),
@@ -411,6 +486,25 @@ CASES = [
     Case("accuracy_top2", "Accuracy", [rand(6, 4), labels(6, classes=4)],
          lambda b, w, p: ref_accuracy(b, w, {"top_k": 2, "ignore_label": 3}),
          {"accuracy_param": {"top_k": 2, "ignore_label": 3}}, tops=2, grad=False),
+    # ContrastiveLoss, InfogainLoss, MultinomialLogisticLoss (Caffe's catalogue, #20)
+    Case("contrastive", "ContrastiveLoss", [rand(6, 3), rand(6, 3), np.array([1, 0, 0, 1, 0, 0], float)],
+         ref_contrastive),
+    Case("contrastive_legacy", "ContrastiveLoss",
+         [rand(6, 2, 1, 1), rand(6, 2, 1, 1), np.array([[0], [1], [0], [0], [1], [0]], float)],
+         lambda b, w, p: ref_contrastive(b, w, {"margin": 2.0, "legacy_version": True}),
+         {"contrastive_loss_param": {"margin": 2.0, "legacy_version": True}}),
+    Case("infogain_source", "InfogainLoss", [rand(4, 3), labels(4, classes=3)],
+         lambda b, w, p: ref_infogain(b, w, p, h=INFOGAIN_H),
+         {"infogain_loss_param": {"source": saved_npy("H.npy", INFOGAIN_H)}}),
+    Case("infogain_spatial_ignore_full", "InfogainLoss",
+         [rand(2, 3, 2, 2), np.array([[[0, 1], [2, 1]], [[1, 1], [0, 2]]], float)],
+         lambda b, w, p: ref_infogain(b, w, p, h=INFOGAIN_H, normalization="FULL", ignore=1),
+         {"infogain_loss_param": {"source": saved_npy("H.npy", INFOGAIN_H)},
+          "loss_param": {"ignore_label": 1, "normalization": "FULL"}}),
+    # H as a bottom: no reference, as the reshape check would double H with the batch
+    Case("infogain_h_bottom", "InfogainLoss", [rand(4, 3), labels(4, classes=3), INFOGAIN_H.reshape(1, 1, 3, 3)]),
+    Case("multinomial_logistic", "MultinomialLogisticLoss", [ref_softmax(rand(4, 5)), labels(4, classes=5)],
+         ref_multinomial_logistic),
 ]
 
 BY_ID = {case.id: case for case in CASES}
