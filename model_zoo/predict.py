@@ -46,7 +46,7 @@ def model_folder(name_or_path: str, zoo: str | None = None) -> str:
 
 def load(name_or_path: str, zoo: str | None = None, device: str = "cpu", batch_size: int | None = None,
          dtype=numpy.float32, allow_side_effects: bool = False, outputs_anywhere: bool = False,
-         allow_missing_weights: bool = False) -> Model:
+         allow_missing_weights: bool = False, allow_python_layers: bool = False) -> Model:
     """The model, ready to predict: its deploy net with its weights, and its card; every file is verified first.
 
     ``name_or_path`` is a model folder or ``name[@version]`` in the zoo;
@@ -56,7 +56,8 @@ def load(name_or_path: str, zoo: str | None = None, device: str = "cpu", batch_s
     A model is someone else's code: a deploy net with layers that write files
     is refused unless ``allow_side_effects`` (their files then go inside the
     current directory, or anywhere with ``outputs_anywhere``), and weights that leave a learnable layer at its
-    fillers are refused unless ``allow_missing_weights``.
+    fillers are refused unless ``allow_missing_weights``, and Python layers (their modules' code would run)
+    unless ``allow_python_layers``.
     """
     folder = model_folder(name_or_path, zoo)
     card = read_card(folder)
@@ -71,7 +72,7 @@ def load(name_or_path: str, zoo: str | None = None, device: str = "cpu", batch_s
             if layer.type == "Input":
                 layer.blocks["input_param"].shape[0].dim[0] = batch_size
                 break
-    graph = compile_net(spec, phase="TEST")
+    graph = compile_net(spec, phase="TEST", python_layers=allow_python_layers)
     if not allow_side_effects:
         check_sandbox(graph, os.path.join(folder, card.deploy_net))
     net = Net(graph, device=device, dtype=dtype, output_folder=OutputFolder(anywhere=outputs_anywhere), inference=True)

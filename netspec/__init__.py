@@ -8,11 +8,17 @@ Importing netspec registers the built-in layer types and update rules
 (``netspec.layers``, ``netspec.solvers``); ARCHITECTURE.md maps the packages.
 """
 
+import warnings
+
 from netspec import threads
 
 threads.size_pools()  # before anything below imports NumPy
 
 from netspec import layers, solvers  # noqa: F401 - importing them registers the built-in types
+from netspec.engine.registry import load_plugins
+
+for _failure in load_plugins():  # layer types installed packages add (entry-point group netspec.layers)
+    warnings.warn(_failure, stacklevel=1)
 from netspec.engine.builder import L, NetSpec
 from netspec.engine.net import Net, load_net
 from netspec.engine.outputs import OutputFolder
@@ -25,8 +31,10 @@ from netspec.errors import (
     TrainingError,
     WeightsError,
 )
+from netspec.layers.python_layer import PythonLayer
 from netspec.training.solver import Solver, load_solver
 from netspec.version import __version__
 
-__all__ = ["ConfigError", "DataError", "L", "Net", "NetSpec", "NetspecError", "OutputFolder", "ShapeError", "Solver",
-           "StateError", "TrainingError", "WeightsError", "load_net", "load_solver", "__version__"]
+__all__ = ["ConfigError", "DataError", "L", "Net", "NetSpec", "NetspecError", "OutputFolder", "PythonLayer",
+           "ShapeError", "Solver", "StateError", "TrainingError", "WeightsError", "load_net", "load_solver",
+           "__version__"]

@@ -301,6 +301,19 @@ def saved_npy(name, array):
 # ----------------------------------------------------------------------------- cases
 
 
+def ref_embed(bottoms, params, p):
+    x = bottoms[0]
+    out = np.zeros(x.shape + (params[0].shape[1],))
+    for position in np.ndindex(x.shape):
+        out[position] = params[0][int(x[position])] + (params[1] if len(params) > 1 else 0)
+    return [out]
+
+
+def ref_batch_reindex(bottoms, params, p):
+    x, index = bottoms
+    return [np.stack([x[int(i)] for i in index])]
+
+
 @dataclass
 class Case:
     """One configuration of one layer type."""
@@ -505,6 +518,13 @@ CASES = [
     Case("infogain_h_bottom", "InfogainLoss", [rand(4, 3), labels(4, classes=3), INFOGAIN_H.reshape(1, 1, 3, 3)]),
     Case("multinomial_logistic", "MultinomialLogisticLoss", [ref_softmax(rand(4, 5)), labels(4, classes=5)],
          ref_multinomial_logistic),
+    # Embed, Parameter and BatchReindex (Caffe's catalogue, #20); their indices are label bottoms
+    Case("embed", "Embed", [labels(2, 3, classes=5)], ref_embed, {"embed_param": {"num_output": 4, "input_dim": 5}}),
+    Case("embed_repeats_nobias", "Embed", [np.array([[1, 3, 1], [1, 0, 3]], float)], ref_embed,
+         {"embed_param": {"num_output": 3, "input_dim": 4, "bias_term": False}}),
+    Case("parameter", "Parameter", [], lambda b, w, p: [w[0]], {"parameter_param": {"shape": {"dim": [2, 3, 4]}}}),
+    Case("batch_reindex", "BatchReindex", [rand(4, 3, 2), np.array([2, 0, 2, 3, 2], float)], ref_batch_reindex),
+    Case("batch_reindex_1d_subset", "BatchReindex", [rand(5), np.array([4, 1], float)], ref_batch_reindex),
 ]
 
 BY_ID = {case.id: case for case in CASES}
@@ -521,9 +541,10 @@ def reference_of(case: Case):
 
 
 def test_every_registered_layer_is_covered():
-    # the data layers read files; test_hdf5_data.py and test_record_data.py check them (and HDF5Output)
+    # the data layers read files; test_hdf5_data.py and test_record_data.py check them (and HDF5Output);
+    # test_python_layers.py checks users' Python layers
     covered = {case.type for case in CASES} | {"Input", "DummyData", "HDF5Data", "Silence", "Data", "ImageData",
-                                                "HDF5Output"}
+                                                "HDF5Output", "Python"}
     assert set(layer_types()) == covered
 
 

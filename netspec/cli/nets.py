@@ -14,6 +14,7 @@ from netspec.cli.options import (
     level_option,
     outputs_anywhere_option,
     phase_option,
+    python_layers_option,
     stage_option,
     threads_option,
 )
@@ -37,11 +38,13 @@ from netspec.training.log import format_outputs
 @level_option
 @click.option("--weights", type=click.Path(dir_okay=False), default=None,
               help="also check that this weights file loads into the net")
+@python_layers_option
 @user_errors
-def check(net_file, phase, stages, level, weights):
+def check(net_file, phase, stages, level, weights, allow_python_layers):
     """Validate NET_FILE and print every layer's tops, parameters and memory."""
     spec = parse_net(net_file, layer_schemas())
-    graph = compile_net(spec, phase=phase.upper() if phase else None, stages=stages or None, level=level)
+    graph = compile_net(spec, phase=phase.upper() if phase else None, stages=stages or None, level=level,
+                        python_layers=allow_python_layers)
     click.echo(net_summary(graph))
     if weights:
         net = Net(graph, output_folder=OutputFolder(anywhere=True))  # checked, never run

@@ -84,6 +84,10 @@ side_effects_option = click.option(
     "--allow-side-effects", is_flag=True,
     help="run a net from someone else even though it has layers that write files (HDF5Output)")
 
+python_layers_option = click.option(
+    "--allow-python-layers", is_flag=True,
+    help="build a net with Python layers, importing (running) the modules they name: only if you trust the file")
+
 
 def _apply_threads(context: click.Context, parameter, value: int | None) -> None:
     context.meta["threads"] = value

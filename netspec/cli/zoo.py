@@ -8,7 +8,14 @@ import sys
 import click
 
 from netspec.cli.errors import user_errors
-from netspec.cli.options import Integer, Real, outputs_anywhere_option, side_effects_option, threads_option
+from netspec.cli.options import (
+    Integer,
+    Real,
+    outputs_anywhere_option,
+    python_layers_option,
+    side_effects_option,
+    threads_option,
+)
 from netspec.cli.progress import progress_bar
 from netspec.errors import NetspecError
 from netspec.inspect.report import format_table
@@ -188,16 +195,18 @@ def zoo_download(ref, sources, zoo_dir, timeout, force):
               help="predict even though the weights leave some learnable layers at their initial values")
 @zoo_option
 @threads_option
+@python_layers_option
 @user_errors
 def predict(model, inputs, top_k, as_json, device, allow_side_effects, outputs_anywhere, allow_missing_weights,
-            zoo_dir):
+            zoo_dir, allow_python_layers):
     """Classify image files (or .npy arrays) with MODEL, a zoo name[@version] or a model folder."""
     folder = model_folder(model, zoo_dir)
     prepared, adjustments = read_inputs(list(inputs), read_card(folder))
     if adjustments:
         click.echo(str(adjustments), err=True)
     loaded = load(folder, device=device, batch_size=min(len(prepared), 64), allow_side_effects=allow_side_effects,
-                  outputs_anywhere=outputs_anywhere, allow_missing_weights=allow_missing_weights)
+                  outputs_anywhere=outputs_anywhere, allow_missing_weights=allow_missing_weights,
+                  allow_python_layers=allow_python_layers)
     try:
         results = loaded.classify(prepared, top_k)
     finally:

@@ -327,8 +327,19 @@ class Net:
         return weights.load_weights(self, path, strict)
 
 
-def compile_net(spec: NetSpec, phase: str | None = None, stages=None, level: int | None = None) -> Graph:
-    """Compile ``spec`` with the registered layer types; phase/stages/level default to the file's ``state``."""
+def compile_net(spec: NetSpec, phase: str | None = None, stages=None, level: int | None = None,
+                python_layers: bool = True) -> Graph:
+    """Compile ``spec`` with the registered layer types; phase/stages/level default to the file's ``state``.
+
+    Without ``python_layers`` a net with Python layers is refused before any
+    of their modules is imported (importing runs the module's code).
+    """
+    if not python_layers:
+        named = [layer.problem(f"a Python layer imports module '{layer.blocks['python_param'].module}', which runs "
+                               "its code: pass --allow-python-layers if you trust this file", "type")
+                 for layer in spec.layers if layer.type == "Python"]
+        if named:
+            raise ConfigError(named)
     return compile_graph(spec, layer_types(), phase=phase, stages=stages, level=level)
 
 

@@ -7,6 +7,8 @@ importing :mod:`netspec` imports the built-in ones (``netspec.layers``,
 
 from __future__ import annotations
 
+import importlib.metadata
+
 from netspec.errors import NetspecError, did_you_mean
 
 _LAYERS: dict[str, type] = {}
@@ -30,6 +32,21 @@ def register_layer(cls):
 def register_solver(cls):
     """Class decorator for update rules, like :func:`register_layer`."""
     return _register(_SOLVERS, "solver", cls)
+
+
+def load_plugins(group: str = "netspec.layers") -> list[str]:
+    """Import the layer plug-ins installed packages declare under the entry-point ``group`` (each names a module
+    whose classes register themselves, or a layer class); return a line for each that failed to load."""
+    failures = []
+    for entry in importlib.metadata.entry_points(group=group):
+        try:
+            loaded = entry.load()
+            if isinstance(loaded, type) and loaded.type not in _LAYERS:
+                register_layer(loaded)
+        except Exception as exc:  # noqa: BLE001 - a broken plug-in costs its own layers, not netspec
+            failures.append(f"layer plug-in '{entry.name}' ({entry.value}) did not load: {type(exc).__name__}: "
+                            f"{exc}")
+    return failures
 
 
 def layer_types() -> dict[str, type]:

@@ -103,6 +103,12 @@ class _Compiler:
             names.setdefault(spec.name, spec.line)
             cls = self.layer_types[spec.type]
             index = len(self.nodes)
+            if hasattr(cls, "resolve"):  # a type standing for a class its parameters name (Python layers)
+                try:
+                    cls = cls.resolve(spec)
+                except ParamError as exc:
+                    self.fail(spec, str(exc), exc.key)
+                    self.broken.add(index)
             node = Node(layer=cls, spec=spec, bottoms=list(spec.bottoms), tops=list(spec.tops))
             self.nodes.append(node)
             if not _count_ok(len(spec.bottoms), cls.num_bottoms):

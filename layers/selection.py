@@ -1,0 +1,73 @@
+"""BatchReindex: rows of a blob picked by index, and ``row_indices``, the check of indices stored as floats.
+
+Caffe's Filter is not here: its top's first axis is the number of nonzero
+selector values, known only once data exists, while netspec's graph fixes every
+blob's shape (and the layers after it build their fast paths for it) before any
+array exists.
+"""
+
+from __future__ import annotations
+
+from netspec.engine.layer import Layer
+from netspec.engine.registry import register_layer
+from netspec.errors import DataError, ShapeError
+
+
+def row_indices(layer: Layer, values, rows: int, bottom: int, of_what: str):
+    """``values`` (indices stored as floats, as Caffe stores them) as int64 indices into ``rows`` rows.
+
+    A value that is not a whole number in [0, rows) (-1, 1.5, 1e30, NaN) is a
+    DataError naming the layer, the bottom and the value, never truncated or
+    wrapped; ``of_what`` says what the indices pick rows of.
+    """
+    xp = layer.xp
+    bad = ~((values >= 0) & (values < rows) & (values == xp.floor(values)))
+    if bool(bad.any()):
+        value = values[bad].ravel()[0]  # as the blob holds it: float32 1.5 shows as 1.5
+        shown = int(value) if float(value).is_integer() and abs(float(value)) < 2 ** 53 else str(value)
+        count = int(xp.count_nonzero(bad))
+        raise DataError(f"layer '{layer.name}': index {shown} of bottom '{layer.spec.bottoms[bottom]}' is not a row "
+                        f"of {of_what}, a whole number 0 to {rows - 1} ({count} such "
+                        f"{'index' if count == 1 else 'indices'} in the batch)")
+    return values.astype(xp.int64)
+
+
+@register_layer
+class BatchReindex(Layer):
+    """BatchReindex: ``y[i] = x[indices[i]]``, rows of x along the first axis in any order, repeats allowed.
+
+    Bottoms: x (N, ...) and indices (M,): whole numbers 0 to N-1 stored as
+    floats (anything else is a DataError naming the layer and the value).
+    Top: (M, ...).  The gradient of x adds the top's rows back where they came
+    from (a row taken twice gets both), rows never taken get 0; the indices
+    take none.  Not in place.
+
+    Example::
+
+        - {name: shuffled, type: BatchReindex, bottom: [features, permutation], top: shuffled}
+    """
+
+    type = "BatchReindex"
+    num_bottoms = (2, 2)
+    label_bottoms = (1,)
+
+    def top_shapes(self, bottom_shapes):
+        x, indices = bottom_shapes
+        if not x:
+            raise ShapeError(f"bottom '{self.spec.bottoms[0]}' has no axes: BatchReindex picks rows of its first axis")
+        if len(indices) != 1:
+            raise ShapeError(f"index bottom '{self.spec.bottoms[1]}' has shape {indices}: expected one axis "
+                             f"(the rows of '{self.spec.bottoms[0]}' to take, in order)")
+        return [indices + x[1:]]
+
+    def forward(self, bottom, top):
+        x = bottom[0]
+        self.indices = row_indices(self, bottom[1].data, x.shape[0], 1, f"bottom '{self.spec.bottoms[0]}'")
+        top[0].data[...] = x.data[self.indices]
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            bottom[0].diff[...] = 0
+            self.xp.add.at(bottom[0].diff, self.indices, top[0].diff)
+        if propagate_down[1]:
+            bottom[1].diff[...] = 0
