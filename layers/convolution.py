@@ -1,4 +1,5 @@
-"""Convolution: 2-D cross-correlation by im2col and one matrix product per group, or by oneDNN on the CPU."""
+"""Convolution: 2-D cross-correlation by im2col and one matrix product per group, or by oneDNN on the CPU; and
+Im2col, the columns themselves as a layer."""
 
 from __future__ import annotations
 
@@ -296,3 +297,60 @@ class Convolution(Layer):
         if propagate_down[0]:
             dcols = xp.matmul(self.grouped_weights().transpose(0, 2, 1), dy_cols)
             bottom[0].diff[...] = col2im(xp, dcols.reshape(self.cols.shape), bottom[0].shape, self.geo)
+
+
+@dataclass
+class Im2colParams(ConvolutionParams):
+    """Parameters of Im2col: Convolution's geometry (its num_output, group and fillers are not used)."""
+
+    num_output: int | None = doc(None, "not used")
+
+
+@register_layer
+class Im2col(Layer):
+    """Im2col: every window a convolution with ``convolution_param``'s geometry would see, as channels (Caffe's).
+
+    ``y[n, (c*kh + i)*kw + j, h, w] = x_pad[n, c, s*h + d*i, s*w + d*j]``
+
+    Bottom: (N, C, H, W).  Top: (N, C*kh*kw, H', W') with H' as Convolution's.  The gradient sums
+    each window's back into place.  Not in place.
+
+    Example::
+
+        - {name: cols, type: Im2col, bottom: data, top: cols, convolution_param: {kernel_size: 3, pad: 1}}
+    """
+
+    type = "Im2col"
+    param_blocks = {"convolution_param": Im2colParams}
+    learnable = False
+
+    def geometry(self, shape) -> ConvGeometry:
+        """Validated geometry for a bottom shape."""
+        require_4d(shape, self.type)
+        return conv_geometry(self.block("convolution_param"), shape)
+
+    def top_shapes(self, bottom_shapes):
+        shape = bottom_shapes[0]
+        geo = self.geometry(shape)
+        return [(shape[0], shape[1] * geo.kernel[0] * geo.kernel[1], *geo.out)]
+
+    def reshape(self, bottom, top):
+        super().reshape(bottom, top)
+        self.geo = self.geometry(bottom[0].shape)
+
+    def columns_to_top(self) -> tuple[int, int, int, int]:
+        """The axis order taking im2col's columns (C*kh*kw, *rest), ``rest`` being N, H', W' in the geometry's
+        order, to the top's (N, C*kh*kw, H', W')."""
+        rest = [axis for axis in self.geo.order if axis != 1]
+        return 1 + rest.index(0), 0, 1 + rest.index(2), 1 + rest.index(3)
+
+    def forward(self, bottom, top):
+        cols = im2col(self.xp, bottom[0].data, self.geo)
+        top[0].data[...] = cols.reshape(-1, *cols.shape[3:]).transpose(self.columns_to_top())
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            order = self.columns_to_top()
+            rows = top[0].diff.transpose(tuple(order.index(axis) for axis in range(4)))
+            cols = self.xp.ascontiguousarray(rows).reshape(bottom[0].shape[1], *self.geo.kernel, *rows.shape[1:])
+            bottom[0].diff[...] = col2im(self.xp, cols, bottom[0].shape, self.geo)

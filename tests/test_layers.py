@@ -362,6 +362,18 @@ def ref_deconv(bottoms, params, p):
     return [out + params[1].reshape(1, -1, 1, 1) if len(params) > 1 else out]
 
 
+def ref_im2col(bottoms, k, s, pad):
+    x = np.pad(bottoms[0], ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    n, c, h, w = x.shape
+    oh, ow = (h - k) // s + 1, (w - k) // s + 1
+    out = np.zeros((n, c * k * k, oh, ow))
+    for ci in range(c):
+        for i in range(k):
+            for j in range(k):
+                out[:, (ci * k + i) * k + j] = x[:, ci, i:i + s * (oh - 1) + 1:s, j:j + s * (ow - 1) + 1:s]
+    return [out]
+
+
 def deconv(id, x, **p):
     return Case(id, "Deconvolution", [x], lambda b, w, q: ref_deconv(b, w, p), {"convolution_param": p})
 
@@ -399,6 +411,10 @@ CASES = [
          lambda b, w, p: ref_ip(b, w, {"axis": 2, "transpose": True}),
          {"inner_product_param": {"num_output": 3, "axis": 2, "transpose": True}}),
     Case("relu", "ReLU", [rand(2, 3, 4)], ew(lambda x, w, p: np.maximum(x, 0)), inplace=True),
+    Case("im2col", "Im2col", [rand(2, 3, 5, 4)], lambda b, w, p: ref_im2col(b, 3, 1, 1),
+         {"convolution_param": {"kernel_size": 3, "pad": 1}}),
+    Case("im2col_stride_wide", "Im2col", [rand(1, 2, 4, 40)], lambda b, w, p: ref_im2col(b, 2, 2, 0),
+         {"convolution_param": {"kernel_size": 2, "stride": 2}}),
     Case("tile", "Tile", [rand(2, 3, 2)], lambda b, w, p: [np.tile(b[0], (1, 3, 1))],
          {"tile_param": {"axis": 1, "tiles": 3}}),
     Case("tile_last_axis", "Tile", [rand(2, 3)], lambda b, w, p: [np.tile(b[0], (1, 2))],
