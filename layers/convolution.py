@@ -67,8 +67,8 @@ class ConvGeometry:
         return self.kernel == (1, 1) and self.stride == (1, 1) and self.pad == (0, 0)
 
 
-def conv_geometry(params: ConvolutionParams, shape: tuple, prefix: str = "convolution_param") -> ConvGeometry:
-    """Validate the spatial params against a (N, C, H, W) bottom and compute the output size."""
+def spatial_params(params: ConvolutionParams, prefix: str = "convolution_param"):
+    """``(kernel, pad, stride, dilation)`` as (height, width) pairs, each checked against its least value."""
     kernel = hw(params, "kernel_size", prefix)
     pad = hw(params, "pad", prefix, 0)
     stride = hw(params, "stride", prefix, 1)
@@ -77,6 +77,12 @@ def conv_geometry(params: ConvolutionParams, shape: tuple, prefix: str = "convol
                             ("pad", pad, 0)):
         if min(pair) < low:
             raise ParamError(f"{prefix}.{name}", f"must be at least {low}, got {pair}")
+    return kernel, pad, stride, dilation
+
+
+def conv_geometry(params: ConvolutionParams, shape: tuple, prefix: str = "convolution_param") -> ConvGeometry:
+    """Validate the spatial params against a (N, C, H, W) bottom and compute the output size."""
+    kernel, pad, stride, dilation = spatial_params(params, prefix)
     out = []
     for size, k, p, s, d in zip(shape[2:], kernel, pad, stride, dilation):
         extent = d * (k - 1) + 1

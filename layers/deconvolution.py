@@ -8,7 +8,14 @@ from netspec.engine import onednn
 from netspec.engine.layer import Layer, weighted_flops
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError, ShapeError
-from netspec.layers.convolution import ConvGeometry, ConvolutionParams, col2im, conv_geometry, im2col
+from netspec.layers.convolution import (
+    ConvGeometry,
+    ConvolutionParams,
+    col2im,
+    conv_geometry,
+    im2col,
+    spatial_params,
+)
 from netspec.layers.spatial import hw, require_4d
 
 
@@ -57,9 +64,7 @@ class Deconvolution(Layer):
         if p.group <= 0 or shape[1] % p.group or p.num_output % p.group:
             raise ShapeError(f"group {p.group} must divide both the input channels ({shape[1]}) and "
                              f"num_output ({p.num_output})", "convolution_param.group")
-        kernel = hw(p, "kernel_size", "convolution_param")
-        pad, stride = hw(p, "pad", "convolution_param", 0), hw(p, "stride", "convolution_param", 1)
-        dilation = hw(p, "dilation", "convolution_param", 1)
+        kernel, pad, stride, dilation = spatial_params(p)
         out = [s * (size - 1) + d * (k - 1) + 1 - 2 * q
                for size, k, q, s, d in zip(shape[2:], kernel, pad, stride, dilation)]
         if min(out) < 1:

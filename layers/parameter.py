@@ -36,6 +36,7 @@ class Parameter(Layer):
     """
 
     type = "Parameter"
+    feeds_net = False
     param_blocks = {"parameter_param": ParameterParams}
     num_bottoms = (0, 0)
 

@@ -7,9 +7,11 @@ someone else are refused (``netspec check``, ``predict`` and the zoo's
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import os
+import re
 import sys
 from dataclasses import dataclass
 
@@ -76,7 +78,7 @@ class PythonLayer(Layer):
         return self.block("python_param").param_str
 
     @classmethod
-    def resolve(cls, spec) -> type[PythonLayer]:
+    def resolve_class(cls, spec) -> type[PythonLayer]:
         """The user's class that ``spec``'s python_param names (ParamError naming the module when it cannot be
         had)."""
         p = spec.blocks["python_param"]
@@ -114,8 +116,14 @@ def _named(spec) -> str:
     return f"'{p.module}.{p.layer}'"
 
 
+MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
 def _import(name: str, folder: str | None):
-    """Module ``name`` as Python imports it, else ``name.py`` in ``folder``."""
+    """Module ``name`` as Python imports it, else ``name.py`` in ``folder`` (loaded once per file, under a name of
+    its own, so that two nets' modules of one name stay apart)."""
+    if not MODULE_NAME.fullmatch(name):
+        raise ParamError("python_param.module", f"'{name}' is not a module name (dotted Python identifiers)")
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
@@ -126,11 +134,14 @@ def _import(name: str, folder: str | None):
     except Exception as exc:  # noqa: BLE001 - the user's module
         raise ParamError("python_param.module", f"importing '{name}' raised {type(exc).__name__}: {exc}") from None
     path = os.path.join(folder, f"{name}.py")
-    spec = importlib.util.spec_from_file_location(name, path)
+    unique = f"netspec_python_layers.{hashlib.sha256(path.encode()).hexdigest()[:16]}.{name}"
+    if unique in sys.modules:
+        return sys.modules[unique]
+    spec = importlib.util.spec_from_file_location(unique, path)
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # noqa: BLE001 - the user's module
         raise ParamError("python_param.module", f"importing '{path}' raised {type(exc).__name__}: {exc}") from None
-    sys.modules.setdefault(name, module)
+    sys.modules[unique] = module
     return module

@@ -126,7 +126,12 @@ def publish(request: PublishRequest, zoo: Zoo) -> ModelCard:
     sources = run_folder.read_sources(request.run_dir) if request.run_dir else {}
     deploy = request.net or run_deploy_net(request.run_dir, sources)
     weights = request.weights or run_weights(request.run_dir)
-    graph = compile_net(parse_net(deploy, layer_schemas()), phase="TEST")
+    spec = parse_net(deploy, layer_schemas())
+    python = [layer.name for layer in spec.layers if layer.type == "Python"]
+    if python:
+        raise ZooError(f"the deploy net has Python layer(s) {', '.join(python)}: the zoo does not carry their "
+                       "modules, so the model would not run elsewhere")
+    graph = compile_net(spec, phase="TEST")
     if not request.allow_side_effects:
         check_sandbox(graph, request.net or "the deploy net derived from the run")
     net = Net(graph, output_folder=OutputFolder(remedy="since its users run it in folders of their own"))

@@ -15,13 +15,10 @@ from netspec import threads
 threads.size_pools()  # before anything below imports NumPy
 
 from netspec import layers, solvers  # noqa: F401 - importing them registers the built-in types
-from netspec.engine.registry import load_plugins
-
-for _failure in load_plugins():  # layer types installed packages add (entry-point group netspec.layers)
-    warnings.warn(_failure, stacklevel=1)
 from netspec.engine.builder import L, NetSpec
 from netspec.engine.net import Net, load_net
 from netspec.engine.outputs import OutputFolder
+from netspec.engine.registry import load_plugins
 from netspec.errors import (
     ConfigError,
     DataError,
@@ -38,3 +35,6 @@ from netspec.version import __version__
 __all__ = ["ConfigError", "DataError", "L", "Net", "NetSpec", "NetspecError", "OutputFolder", "PythonLayer",
            "ShapeError", "Solver", "StateError", "TrainingError", "WeightsError", "load_net", "load_solver",
            "__version__"]
+
+for _failure in load_plugins():  # layer types installed packages add (entry-point group netspec.layers), last
+    warnings.warn(_failure, stacklevel=1)

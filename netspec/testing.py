@@ -100,7 +100,8 @@ def one_layer_net(layer_type: str, bottom_shapes, tops: int | list[str] = 1, par
         layers.append({"name": "input", "type": "Input", "top": names,
                        "input_param": {"shape": [{"dim": list(s)} for s in bottom_shapes]}})
     layers.append({"name": "under_test", "type": layer_type, "bottom": names, "top": top_names, **(params or {})})
-    net = load_net(yaml.safe_dump({"force_backward": True, "layers": layers}), phase=phase, dtype=dtype, seed=seed)
+    net = load_net(yaml.safe_dump({"force_backward": True, "layers": layers}), phase=phase, dtype=dtype, seed=seed,
+                   python_layers=True)  # (the layer under test is the caller's own)
     rng = np.random.default_rng(seed + 1)
     for blob, value in zip(net.bottom_blobs[-1], bottoms or []):
         blob.data[...] = value

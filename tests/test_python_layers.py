@@ -77,7 +77,7 @@ def module_dir(tmp_path, monkeypatch):
 
 def test_a_user_layer_runs_and_passes_the_shipped_checks(module_dir):
     x = np.random.default_rng(0).normal(size=(2, 3))
-    net = netspec.load_net(NET.format(module="user_layers", layer="Doubler"), dtype=np.float64)
+    net = netspec.load_net(NET.format(module="user_layers", layer="Doubler"), dtype=np.float64, python_layers=True)
     net.blobs["x"].data[...] = x
     net.forward()
     np.testing.assert_allclose(net.blobs["y"].data, 3 * x)
@@ -90,10 +90,12 @@ def test_the_module_is_found_beside_the_net_file(tmp_path):
     net_file = tmp_path / "net.yaml"
     net_file.write_text(NET.format(module="beside", layer="Offset"))
     try:
-        net = netspec.load_net(str(net_file))
+        net = netspec.load_net(str(net_file), python_layers=True)
         assert net.params["user"][0].shape == (3,)
     finally:
         sys.modules.pop("beside", None)
+    with pytest.raises(netspec.ConfigError, match="pass --allow-python-layers"):
+        netspec.load_net(str(net_file))  # the default: nets are refused their Python layers
 
 
 @pytest.mark.parametrize("module, layer, message", [
@@ -132,3 +134,24 @@ def test_plugins_register_through_entry_points(monkeypatch):
     monkeypatch.setattr(registry.importlib.metadata, "entry_points", lambda group: [Entry()])
     assert registry.load_plugins() == ["layer plug-in 'broken' (nowhere:Nothing) did not load: ImportError: "
                                        "No module named 'nowhere'"]
+
+
+def test_two_nets_with_modules_of_one_name_beside_them_keep_their_own(tmp_path):
+    nets = []
+    for factor in (2, 5):
+        folder = tmp_path / f"net{factor}"
+        folder.mkdir()
+        (folder / "mine.py").write_text(MODULE.replace("float(self.param_str or 2)", f"{factor}.0"))
+        (folder / "net.yaml").write_text(NET.format(module="mine", layer="Doubler"))
+        nets.append(netspec.load_net(str(folder / "net.yaml"), dtype=np.float64, python_layers=True))
+    for net, factor in zip(nets, (2, 5)):
+        net.blobs["x"].data[...] = 1
+        net.forward()
+        assert (net.blobs["y"].data == factor).all()
+
+
+def test_a_module_name_must_be_a_python_name(module_dir):
+    net_file = module_dir / "net.yaml"
+    net_file.write_text(NET.format(module="../evil", layer="Doubler"))
+    result = run("check", net_file, "--allow-python-layers")
+    assert result.returncode == 1 and "'../evil' is not a module name" in result.stderr

@@ -203,3 +203,10 @@ layers:
   - {name: pick, type: BatchReindex, bottom: [total, order], top: picked}
 """))
     assert "layer 'pick'" in message and "bottom 'total' has no axes: BatchReindex picks rows of its first axis" in message
+
+
+def test_a_parameter_layer_is_neither_the_data_layer_nor_the_batch():
+    net = load_net("layers:\n"
+                   "  - {name: p, type: Parameter, top: p, parameter_param: {shape: {dim: [3, 4]}}}\n"
+                   "  - {name: data, type: Input, top: x, input_param: {shape: {dim: [2, 4]}}}\n")
+    assert net.data_layer().name == "data" and net.batch_size == 2

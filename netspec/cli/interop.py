@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from netspec.cli.errors import user_errors
-from netspec.cli.options import Integer, level_option, stage_option
+from netspec.cli.options import Integer, level_option, python_layers_option, stage_option
 from netspec.engine.net import load_net
 from netspec.engine.outputs import OutputFolder
 from netspec.interop.caffe_files import import_caffemodel_file, import_net_file, import_solver_file
@@ -24,11 +24,12 @@ def export():
 @click.option("--opset", type=Integer(13, 21), default=17, show_default=True, help="ONNX opset version")
 @stage_option
 @level_option
+@python_layers_option
 @user_errors
-def export_onnx_command(net_file, weights, out, opset, stages, level):
+def export_onnx_command(net_file, weights, out, opset, stages, level, allow_python_layers):
     """Export NET_FILE's inference (TEST) graph with its weights as an ONNX model."""
     net = load_net(net_file, phase="TEST", stages=stages or None, level=level,
-                   output_folder=OutputFolder(anywhere=True))  # exported, never run here
+                   output_folder=OutputFolder(anywhere=True), python_layers=allow_python_layers)  # never run here
     net.load_weights(weights)
     export_onnx(net, out, opset)
     click.echo(f"wrote {out} (opset {opset}, {len(net.nodes)} layers, inputs "

@@ -123,11 +123,12 @@ def deploy_net(net_file, out, input_shape, batch_size, stages, level):
 @level_option
 @click.option("--rankdir", type=click.Choice(["TB", "LR"]), default="TB", show_default=True,
               help="top to bottom or left to right")
+@python_layers_option
 @user_errors
-def draw(net_file, out, phase, stages, level, rankdir):
+def draw(net_file, out, phase, stages, level, rankdir, allow_python_layers):
     """Draw NET_FILE's layer graph with blob shapes on the edges (.svg/.png need Graphviz's dot)."""
     graph = compile_net(parse_net(net_file, layer_schemas()), phase=phase.upper() if phase else None,
-                        stages=stages or None, level=level)
+                        stages=stages or None, level=level, python_layers=allow_python_layers)
     draw_graph(graph, out, rankdir)
     click.echo(f"wrote {out} ({len(graph.nodes)} layers)")
 
@@ -149,6 +150,7 @@ def draw(net_file, out, phase, stages, level, rankdir):
 def time_command(net_file, iterations, warmup, phase, stages, level, device, seed, as_json, outputs_anywhere):
     """Time forward and backward passes of NET_FILE, layer by layer."""
     net = load_net(net_file, phase=phase.upper(), device=device, stages=stages or None, level=level, seed=seed,
+                   python_layers=True,
                    output_folder=OutputFolder(anywhere=outputs_anywhere))
     try:
         result = time_net(net, iterations=iterations, warmup=warmup)
@@ -182,7 +184,7 @@ def time_command(net_file, iterations, warmup, phase, stages, level, device, see
 def test_command(net_file, weights, iterations, phase, stages, level, device, as_json, outputs_anywhere):
     """Score trained WEIGHTS on NET_FILE: each output averaged over N batches."""
     net = load_net(net_file, phase=phase.upper(), device=device, stages=stages or None, level=level,
-                   output_folder=OutputFolder(anywhere=outputs_anywhere), inference=True)
+                   output_folder=OutputFolder(anywhere=outputs_anywhere), inference=True, python_layers=True)
     net.load_weights(weights)
     try:
         scores = net.score(iterations)

@@ -40,7 +40,7 @@ def derive_deploy_net(path: str, input_shape: tuple[int, ...] | None = None, bat
 
     layers, gone = [], set()
     for layer, entry in chosen:
-        if not layer.bottoms and layer.type != "Input":
+        if not layer.bottoms and layer.type != "Input" and layer_class(layer.type).feeds_net:
             layers.append((layer, {"name": layer.name, "type": "Input", "top": layer.tops[0],
                                    "input_param": {"shape": {"dim": [batch_size, *shapes[layer.tops[0]]]}}}))
             gone.update(layer.tops[1:])

@@ -46,6 +46,7 @@ class Layer:
     writes_files: ClassVar[bool] = False  # a side effect: its paths go through output_folder, sandboxes refuse it
     output_folder: OutputFolder = OutputFolder()  # the net sets its own before setup
     inference: bool = False  # the net runs forward passes only (it sets this before setup)
+    feeds_net: ClassVar[bool] = True  # without bottoms: the net's input (a data layer); False for Parameter
 
     def __init__(self, spec: LayerSpec, phase: str = "TEST"):
         self.spec = spec

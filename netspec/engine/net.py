@@ -147,13 +147,15 @@ class Net:
 
     @property
     def batch_size(self) -> int:
-        """Size of the first axis of the first layer's first top (1 when there is none)."""
-        first_top = next((blobs[0] for blobs in self.top_blobs if blobs), None)
+        """Size of the first axis of the data layer's first top (1 when there is none)."""
+        source = self.data_layer()
+        first_top = self.top_blobs[self.layers.index(source)][0] if source is not None and source.spec.tops else None
         return first_top.shape[0] if first_top is not None and first_top.shape else 1
 
     def data_layer(self):
-        """The first layer that takes no bottoms (the one that feeds the net), or None."""
-        return next((layer for layer, node in zip(self.layers, self.nodes) if not node.bottoms), None)
+        """The first layer that takes no bottoms and feeds the net (a data layer, not a Parameter), or None."""
+        return next((layer for layer, node in zip(self.layers, self.nodes) if not node.bottoms and layer.feeds_net),
+                    None)
 
     def blob_magnitudes(self) -> list[tuple[str, float, float]]:
         """``(name, mean |data|, mean |diff|)`` of every blob, for debugging divergence."""
@@ -328,11 +330,13 @@ class Net:
 
 
 def compile_net(spec: NetSpec, phase: str | None = None, stages=None, level: int | None = None,
-                python_layers: bool = True) -> Graph:
+                python_layers: bool = False) -> Graph:
     """Compile ``spec`` with the registered layer types; phase/stages/level default to the file's ``state``.
 
     Without ``python_layers`` a net with Python layers is refused before any
-    of their modules is imported (importing runs the module's code).
+    of their modules is imported (importing runs the module's code): only
+    nets the user runs as their own (training, ``netspec time`` and ``test``)
+    or allows pass it.
     """
     if not python_layers:
         named = [layer.problem(f"a Python layer imports module '{layer.blocks['python_param'].module}', which runs "
@@ -345,15 +349,15 @@ def compile_net(spec: NetSpec, phase: str | None = None, stages=None, level: int
 
 def load_net(source, phase: str | None = None, device: str = "cpu", stages=None, level: int | None = None,
              dtype=numpy.float32, seed: int | None = None, output_folder: OutputFolder | None = None,
-             inference: bool = False) -> Net:
+             inference: bool = False, python_layers: bool = False) -> Net:
     """Read, compile and instantiate a net from a YAML path or YAML text.
 
     ``phase`` (TRAIN/TEST), ``stages`` and ``level`` select layers by their
     include/exclude rules; they default to the file's ``state``.  Layers that
     write files write inside ``output_folder`` (default: the current directory).  With ``inference`` the net
     runs forward passes only, and its fast paths fuse more (a convolution with the BatchNorm, Scale and ReLU
-    after it).
+    after it).  ``python_layers`` lets Python layers import their modules (:func:`compile_net`).
     """
     spec = parse_net(source, layer_schemas())
-    graph = compile_net(spec, phase=phase, stages=stages, level=level)
+    graph = compile_net(spec, phase=phase, stages=stages, level=level, python_layers=python_layers)
     return Net(graph, device=device, dtype=dtype, seed=seed, output_folder=output_folder, inference=inference)

@@ -41,8 +41,8 @@ def load_plugins(group: str = "netspec.layers") -> list[str]:
     for entry in importlib.metadata.entry_points(group=group):
         try:
             loaded = entry.load()
-            if isinstance(loaded, type) and loaded.type not in _LAYERS:
-                register_layer(loaded)
+            if isinstance(loaded, type) and _LAYERS.get(loaded.type) is not loaded:
+                register_layer(loaded)  # (a type another class has is refused: a warning naming both)
         except Exception as exc:  # noqa: BLE001 - a broken plug-in costs its own layers, not netspec
             failures.append(f"layer plug-in '{entry.name}' ({entry.value}) did not load: {type(exc).__name__}: "
                             f"{exc}")

@@ -103,9 +103,9 @@ class _Compiler:
             names.setdefault(spec.name, spec.line)
             cls = self.layer_types[spec.type]
             index = len(self.nodes)
-            if hasattr(cls, "resolve"):  # a type standing for a class its parameters name (Python layers)
+            if hasattr(cls, "resolve_class"):  # a type standing for a class its parameters name (Python layers)
                 try:
-                    cls = cls.resolve(spec)
+                    cls = cls.resolve_class(spec)
                 except ParamError as exc:
                     self.fail(spec, str(exc), exc.key)
                     self.broken.add(index)

@@ -265,6 +265,8 @@ def export_onnx(net, out: str, opset: int = DEFAULT_OPSET) -> None:
     unsupported = [f"'{node.name}' ({node.layer.type})" for node in net.nodes
                    if node.layer.type not in ONE_INPUT and node.layer.type not in SKIPPED
                    and node.layer.type not in ("Input", "Split", "Eltwise", "Concat")]
+    if opset < 14 and any(node.layer.type == "HardSwish" for node in net.nodes):
+        raise ExportError("HardSwish needs ONNX opset 14 or later: pass --opset 14 (or more)")
     if unsupported:
         raise ExportError(f"no ONNX equivalent for layer(s) {', '.join(unsupported)}; export the deploy net "
                           "(Input layers, no losses or data layers)")

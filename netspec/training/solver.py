@@ -135,7 +135,7 @@ class Solver:
             stages = state.stage
         if level is None and state is not None:
             level = state.level
-        graph = compile_net(net_spec, phase=phase, stages=stages, level=level)
+        graph = compile_net(net_spec, phase=phase, stages=stages, level=level, python_layers=True)  # the user's
         return Net(graph, dtype=dtype, backend=backend, output_folder=self.output_folder)
 
     @property
