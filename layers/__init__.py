@@ -33,6 +33,7 @@ from netspec.layers import (  # noqa: F401 - imported to register the layer type
     pooling,
     python_layer,
     record_data,
+    recurrent,
     reduction,
     reshaping,
     scale_bias,

@@ -1,0 +1,381 @@
+"""RNN and LSTM: Caffe's recurrent layers, unrolled over a time-major sequence, with backpropagation through time."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from netspec.engine.fillers import FillerParams
+from netspec.engine.layer import Layer
+from netspec.engine.registry import register_layer
+from netspec.errors import ParamError, ShapeError
+from netspec.spec.schema import doc, required
+
+
+@dataclass
+class RecurrentParams:
+    """Parameters of RNN and LSTM (Caffe's RecurrentParameter)."""
+
+    num_output: int = required(doc="size of the hidden state (and of the output at each step)")
+    weight_filler: FillerParams = field(default_factory=FillerParams, metadata={"doc": "init of every weight"})
+    bias_filler: FillerParams = field(default_factory=FillerParams, metadata={"doc": "init of every bias"})
+    debug_info: bool = doc(False, "Caffe's debug output of the unrolled net; accepted and ignored")
+    expose_hidden: bool = doc(False, "take the initial hidden state(s) as extra bottoms and give the final "
+                                     "ones as extra tops")
+
+
+class Recurrent(Layer):
+    """Base of RNN and LSTM: bottoms, tops, the state carried between passes, the shared shape checks.
+
+    A subclass names its ``states`` (``("h",)``, ``("h", "c")``) and ``gates``
+    (how many H-sized blocks its input transform has) and implements
+    ``run_forward``/``run_backward`` on the flattened arrays.
+    """
+
+    param_blocks = {"recurrent_param": RecurrentParams}
+    num_bottoms = (2, 5)
+    num_tops = (1, 3)
+    label_bottoms = (1,)  # cont: indicators, no gradient
+    states: ClassVar[tuple[str, ...]] = ()
+    gates: ClassVar[int] = 1
+
+    @property
+    def params(self) -> RecurrentParams:
+        """The recurrent_param block."""
+        return self.block("recurrent_param")
+
+    def hidden(self) -> int:
+        """num_output, checked."""
+        value = self.params.num_output
+        if value is None or value <= 0:
+            raise ParamError("recurrent_param.num_output", f"must be a positive integer, got {value}")
+        return value
+
+    def exposed(self) -> int:
+        """How many state bottoms (and tops) expose_hidden adds."""
+        return len(self.states) if self.params.expose_hidden else 0
+
+    def has_static(self, count: int) -> bool:
+        """Whether ``count`` bottoms include the static input x_static (Caffe's rule: one beyond the others)."""
+        base = 2 + self.exposed()
+        if count not in (base, base + 1):
+            states = ", ".join(f"{s}0" for s in self.states)
+            expected = (f"x, cont, optionally x_static, then {states} (expose_hidden is on)" if self.exposed()
+                        else "x, cont and optionally x_static (expose_hidden is off)")
+            raise ParamError("recurrent_param.expose_hidden",
+                             f"{self.type} takes {expected}: {base} or {base + 1} bottoms, got {count}")
+        return count == base + 1
+
+    def check_shapes(self, bottom_shapes) -> tuple[int, int, int, int | None]:
+        """``(T, N, inputs per step, static inputs or None)``; ShapeError names the bottom at fault."""
+        names = self.spec.bottoms
+        static = self.has_static(len(bottom_shapes))
+        x = tuple(bottom_shapes[0])
+        if len(x) < 2:
+            raise ShapeError(f"bottom '{names[0]}' (x) has shape {x}: expected (T, N, ...), time first")
+        steps, batch = x[0], x[1]
+        cont = tuple(bottom_shapes[1])
+        if cont != (steps, batch):
+            raise ShapeError(f"bottom '{names[1]}' (cont, the sequence-continuation indicators) has shape {cont}: "
+                             f"expected (T, N) = {(steps, batch)}, one indicator per step of x {x}")
+        static_size = None
+        if static:
+            shape = tuple(bottom_shapes[2])
+            if len(shape) < 1 or shape[0] != batch:
+                raise ShapeError(f"bottom '{names[2]}' (x_static) has shape {shape}: expected (N, ...) with N = "
+                                 f"{batch}, as x {x}")
+            static_size = math.prod(shape[1:])
+        first = 2 + int(static)
+        for offset, state in enumerate(self.states[:self.exposed()]):
+            shape = tuple(bottom_shapes[first + offset])
+            expected = (1, batch, self.hidden())
+            if shape != expected:
+                raise ShapeError(f"bottom '{names[first + offset]}' ({state}0, the initial state) has shape "
+                                 f"{shape}: expected (1, N, num_output) = {expected}")
+        return steps, batch, math.prod(x[2:]), static_size
+
+    def top_shapes(self, bottom_shapes):
+        steps, batch, _, _ = self.check_shapes(bottom_shapes)
+        tops = 1 + self.exposed()
+        if len(self.spec.tops) != tops:
+            raise ParamError("recurrent_param.expose_hidden",
+                             f"{self.type} gives {tops} top(s) here (the outputs"
+                             f"{', then the final ' + ', '.join(s + '_T' for s in self.states) if tops > 1 else ''})"
+                             f", got {len(self.spec.tops)}")
+        h = self.hidden()
+        return [(steps, batch, h)] + [(1, batch, h)] * self.exposed()
+
+    def param_shapes(self, bottom_shapes):
+        _, _, inputs, static = self.check_shapes(bottom_shapes)
+        rows = self.gates * self.hidden()
+        shapes = [(rows, inputs), (rows,)]
+        if static is not None:
+            shapes.append((rows, static))
+        return shapes + [(rows, self.hidden())] + self.output_shapes()
+
+    def output_shapes(self) -> list[tuple[int, ...]]:
+        """Shapes of the blobs after the recurrent weights (RNN's output transform)."""
+        return []
+
+    def param_fillers(self):
+        p = self.params
+        return [p.bias_filler if len(shape) == 1 else p.weight_filler for shape in self.param_shapes_cache]
+
+    def flops(self, bottom_shapes, top_shapes, param_shapes):
+        steps, batch, _, _ = self.check_shapes(bottom_shapes)
+        weights = sum(math.prod(s) for s in param_shapes if len(s) == 2)
+        return 2 * steps * batch * weights + 10 * math.prod(top_shapes[0])
+
+    def reshape(self, bottom, top):
+        super().reshape(bottom, top)
+        batch = bottom[0].shape[1]
+        if getattr(self, "carried", None) is None or self.carried[0].shape[0] != batch:
+            # the states a pass without expose_hidden starts from: the last pass's final ones, as in Caffe
+            self.carried = [self.xp.zeros((batch, self.hidden()), dtype=self.dtype) for _ in self.states]
+
+    # ---- the passes -----------------------------------------------------------------------
+    def forward(self, bottom, top):
+        steps, batch = bottom[0].shape[:2]
+        self.static = self.has_static(len(bottom))
+        self.x = bottom[0].data.reshape(steps, batch, -1)
+        self.cont = bottom[1].data.reshape(steps, batch, 1)
+        self.x_static = bottom[2].data.reshape(batch, -1) if self.static else None
+        first = 2 + int(self.static)
+        if self.exposed():
+            initial = [b.data.reshape(batch, -1).copy() for b in bottom[first:first + len(self.states)]]
+        else:
+            initial = [state.copy() for state in self.carried]
+        final = self.run_forward(initial, top[0].data)
+        if self.exposed():
+            for blob, state in zip(top[1:], final):
+                blob.data[...] = state.reshape(blob.shape)
+        else:
+            for kept, state in zip(self.carried, final):
+                kept[...] = state
+
+    def input_weights(self):
+        """``(W_x, b, W_static or None, W_h)`` and the index of W_h among the blobs."""
+        w_static = self.blobs[2].data if self.static else None
+        recurrent = 3 if self.static else 2
+        return self.blobs[0].data, self.blobs[1].data, w_static, self.blobs[recurrent].data, recurrent
+
+    def input_transform(self):
+        """``W_x x_t + b (+ W_static x_static)`` for every step: (T, N, gates * H)."""
+        w_x, b, w_static, _, _ = self.input_weights()
+        pre = self.x @ w_x.T + b
+        if w_static is not None:
+            pre += self.x_static @ w_static.T
+        return pre
+
+    def backward(self, top, propagate_down, bottom):
+        steps, batch = bottom[0].shape[:2]
+        final_diffs = ([t.diff.reshape(batch, -1) for t in top[1:]] if self.exposed()
+                       else [None] * len(self.states))
+        d_pre, d_initial = self.run_backward(top[0].diff, final_diffs)
+        # d_pre: gradient of every step's pre-activation (T, N, gates * H); d_initial: of each initial state
+        _, _, w_static, w_h, recurrent = self.input_weights()
+        flat = d_pre.reshape(steps * batch, -1)
+        if self.param_propagate_down[0]:
+            self.blobs[0].diff += flat.T @ self.x.reshape(steps * batch, -1)
+        if self.param_propagate_down[1]:
+            self.blobs[1].diff += flat.sum(axis=0)
+        if self.static and self.param_propagate_down[2]:
+            self.blobs[2].diff += d_pre.sum(axis=0).T @ self.x_static
+        if self.param_propagate_down[recurrent]:
+            previous = self.xp.concatenate([self.initial_h[None], self.h[:-1]]) * self.cont
+            self.blobs[recurrent].diff += flat.T @ previous.reshape(steps * batch, -1)
+        if propagate_down[0]:
+            self.xp.matmul(d_pre, self.blobs[0].data, out=bottom[0].diff.reshape(steps, batch, -1))
+        if propagate_down[1]:
+            bottom[1].diff[...] = 0
+        if self.static and propagate_down[2]:
+            self.xp.matmul(d_pre.sum(axis=0), w_static, out=bottom[2].diff.reshape(batch, -1))
+        first = 2 + int(self.static)
+        for offset in range(self.exposed()):
+            if propagate_down[first + offset]:
+                bottom[first + offset].diff[...] = d_initial[offset].reshape(bottom[first + offset].shape)
+
+    def run_forward(self, initial, out):
+        """Run every step from the ``initial`` states (N, H) each, write the outputs to ``out`` (T, N, H),
+        keep what backward needs, and return the final states."""
+        raise NotImplementedError
+
+    def run_backward(self, d_out, final_diffs):
+        """``(gradient of the pre-activations (T, N, gates * H), gradients of the initial states)`` from the
+        outputs' gradient and the final states' (None where they have none)."""
+        raise NotImplementedError
+
+
+def sigmoid(xp, x):
+    """The logistic function, computed stably."""
+    return 0.5 * xp.tanh(0.5 * x) + 0.5
+
+
+@register_layer
+class RNN(Recurrent):
+    """RNN: Caffe's simple recurrent layer, over a time-major sequence.
+
+    At every step t::
+
+        h_t = tanh(W_hh (cont_t * h_{t-1}) + W_xh x_t + b_h [+ W_xh_static x_static])
+        o_t = tanh(W_ho h_t + b_o)
+
+    Bottoms: x (T, N, ...) time first, the values after N of each step
+    forming its input vector (I values); cont (T, N), the sequence-continuation
+    indicators: 0 at the first step of a sequence drops the previous hidden
+    state, 1 carries it on; optionally x_static (N, ...), one input per
+    sequence added at every step.  With ``expose_hidden``: then h_0
+    (1, N, num_output), the initial state.  Tops: o (T, N, num_output), and
+    with ``expose_hidden`` h_T (1, N, num_output), the final state.  Without
+    ``expose_hidden`` each pass starts from the final state of the one before
+    (zeros at first), as Caffe does, so ``cont = 1`` at t = 0 continues a
+    sequence across batches (truncated backpropagation through time; no
+    gradient flows into the previous batch).  Learnable, in Caffe's order
+    (so Caffe's weights load): W_xh (H, I), b_h (H,), W_xh_static (H, I_static)
+    with x_static, W_hh (H, H), W_ho (H, H), b_o (H,).  The weights start from
+    ``weight_filler``, the biases from ``bias_filler`` (constant 0 by
+    default).  cont takes no gradient; everything else is backpropagated
+    through time.  Not in place.
+
+    Example::
+
+        - name: rnn
+          type: RNN
+          bottom: [embedded, cont]
+          top: rnn
+          recurrent_param: {num_output: 128, weight_filler: {type: uniform, min: -0.08, max: 0.08}}
+    """
+
+    type = "RNN"
+    states = ("h",)
+    gates = 1
+
+    def output_shapes(self):
+        h = self.hidden()
+        return [(h, h), (h,)]
+
+    def run_forward(self, initial, out):
+        xp = self.xp
+        pre = self.input_transform()
+        w_h = self.input_weights()[3]
+        self.initial_h = initial[0]
+        self.h = xp.empty(pre.shape, dtype=self.dtype)
+        h = initial[0]
+        for t in range(pre.shape[0]):
+            h = xp.tanh(pre[t] + (self.cont[t] * h) @ w_h.T)
+            self.h[t] = h
+        w_o, b_o = self.blobs[-2].data, self.blobs[-1].data
+        self.o = xp.tanh(self.h @ w_o.T + b_o)
+        out[...] = self.o
+        return [h]
+
+    def run_backward(self, d_out, final_diffs):
+        xp = self.xp
+        steps, batch, size = self.h.shape
+        d_o = d_out * (1 - self.o * self.o)
+        w_o = self.blobs[-2].data
+        if self.param_propagate_down[-2]:
+            self.blobs[-2].diff += d_o.reshape(-1, size).T @ self.h.reshape(-1, size)
+        if self.param_propagate_down[-1]:
+            self.blobs[-1].diff += d_o.reshape(-1, size).sum(axis=0)
+        d_h = d_o @ w_o
+        if final_diffs[0] is not None:
+            d_h[-1] += final_diffs[0]
+        w_h = self.input_weights()[3]
+        d_pre = xp.empty_like(d_h)
+        carried = xp.zeros((batch, size), dtype=self.dtype)
+        for t in range(steps - 1, -1, -1):
+            d_pre[t] = (d_h[t] + carried) * (1 - self.h[t] * self.h[t])
+            carried = self.cont[t] * (d_pre[t] @ w_h)
+        return d_pre, [carried]
+
+
+@register_layer
+class LSTM(Recurrent):
+    """LSTM: Caffe's long short-term memory layer, over a time-major sequence.
+
+    At every step t, with the gates stacked in Caffe's order i, f, o, g::
+
+        [i, f, o, g]_t = W_hc (cont_t * h_{t-1}) + W_xc x_t + b_c [+ W_xc_static x_static]
+        i, f, o = sigmoid(i, f, o);  g = tanh(g)
+        c_t = cont_t * f_t * c_{t-1} + i_t * g_t
+        h_t = o_t * tanh(c_t)
+
+    Bottoms: x (T, N, ...) time first, the values after N of each step
+    forming its input vector (I values); cont (T, N), the sequence-continuation
+    indicators: 0 at the first step of a sequence drops the previous h and c,
+    1 carries them on; optionally x_static (N, ...), one input per sequence
+    added at every step.  With ``expose_hidden``: then h_0 and c_0
+    (1, N, num_output each), the initial states.  Tops: h (T, N, num_output),
+    and with ``expose_hidden`` h_T and c_T (1, N, num_output each), the final
+    states.  Without ``expose_hidden`` each pass starts from the final states
+    of the one before (zeros at first), as Caffe does, so ``cont = 1`` at
+    t = 0 continues a sequence across batches (no gradient flows into the
+    previous batch).  Learnable, in Caffe's order (so Caffe's weights load):
+    W_xc (4H, I), b_c (4H,), W_xc_static (4H, I_static) with x_static, W_hc
+    (4H, H).  The weights start from ``weight_filler``, the bias from
+    ``bias_filler`` (constant 0 by default).  cont takes no gradient;
+    everything else is backpropagated through time.  Not in place.
+
+    Example::
+
+        - name: lstm
+          type: LSTM
+          bottom: [embedded, cont]
+          top: lstm
+          recurrent_param: {num_output: 256, weight_filler: {type: uniform, min: -0.08, max: 0.08}}
+    """
+
+    type = "LSTM"
+    states = ("h", "c")
+    gates = 4
+
+    def run_forward(self, initial, out):
+        xp = self.xp
+        pre = self.input_transform()
+        w_h = self.input_weights()[3]
+        size = self.hidden()
+        steps = pre.shape[0]
+        self.initial_h, self.initial_c = initial
+        self.acts = xp.empty(pre.shape, dtype=self.dtype)  # i, f, o after the sigmoid, g after tanh
+        self.h = out
+        self.c = xp.empty(out.shape, dtype=self.dtype)
+        h, c = initial
+        for t in range(steps):
+            gates = pre[t] + (self.cont[t] * h) @ w_h.T
+            acts = self.acts[t]
+            acts[:, :3 * size] = sigmoid(xp, gates[:, :3 * size])
+            acts[:, 3 * size:] = xp.tanh(gates[:, 3 * size:])
+            i, f, o, g = (acts[:, k * size:(k + 1) * size] for k in range(4))
+            c = self.cont[t] * f * c + i * g
+            self.c[t] = c
+            h = o * xp.tanh(c)
+            out[t] = h
+        self.h = out.copy()
+        return [h, c]
+
+    def run_backward(self, d_out, final_diffs):
+        xp = self.xp
+        steps, batch, size = self.h.shape
+        w_h = self.input_weights()[3]
+        d_pre = xp.empty(self.acts.shape, dtype=self.dtype)
+        d_h_next = xp.zeros((batch, size), dtype=self.dtype)
+        if final_diffs[0] is not None:
+            d_h_next = d_h_next + final_diffs[0]  # h_T's gradient joins h's at the last step
+        d_c = xp.zeros((batch, size), dtype=self.dtype) if final_diffs[1] is None else final_diffs[1].copy()
+        for t in range(steps - 1, -1, -1):
+            acts = self.acts[t]
+            i, f, o, g = (acts[:, k * size:(k + 1) * size] for k in range(4))
+            c_prev = self.c[t - 1] if t > 0 else self.initial_c
+            tanh_c = xp.tanh(self.c[t])
+            d_h = d_out[t] + d_h_next
+            d_c = d_c + d_h * o * (1 - tanh_c * tanh_c)
+            d = d_pre[t]
+            d[:, :size] = d_c * g * i * (1 - i)
+            d[:, size:2 * size] = d_c * self.cont[t] * c_prev * f * (1 - f)
+            d[:, 2 * size:3 * size] = d_h * tanh_c * o * (1 - o)
+            d[:, 3 * size:] = d_c * i * (1 - g * g)
+            d_c = d_c * self.cont[t] * f
+            d_h_next = self.cont[t] * (d @ w_h)
+        return d_pre, [d_h_next, d_c]
