@@ -39,4 +39,5 @@ from netspec.layers import (  # noqa: F401 - imported to register the layer type
     scale_bias,
     selection,
     softmax,
+    spp,
 )

@@ -429,6 +429,18 @@ def ref_im2col(bottoms, k, s, pad):
     return [out]
 
 
+def ref_spp(bottoms, levels, pool):
+    """Each level pooled with Caffe's SPP window (square maps), flattened, joined."""
+    x = bottoms[0]
+    parts = []
+    for level in range(levels):
+        bins = 2 ** level
+        k = math.ceil(x.shape[2] / bins)
+        pooled = ref_pool([x], [], {"pool": pool, "kernel_size": k, "stride": k, "pad": (k * bins - x.shape[2] + 1) // 2})
+        parts.append(pooled[0].reshape(x.shape[0], -1))
+    return [np.concatenate(parts, axis=1)]
+
+
 def deconv(id, x, **p):
     return Case(id, "Deconvolution", [x], lambda b, w, q: ref_deconv(b, w, p), {"convolution_param": p})
 
@@ -466,6 +478,10 @@ CASES = [
          lambda b, w, p: ref_ip(b, w, {"axis": 2, "transpose": True}),
          {"inner_product_param": {"num_output": 3, "axis": 2, "transpose": True}}),
     Case("relu", "ReLU", [rand(2, 3, 4)], ew(lambda x, w, p: np.maximum(x, 0)), inplace=True),
+    Case("spp_max", "SPP", [rand(2, 3, 7, 7)], lambda b, w, p: ref_spp(b, 3, "MAX"),
+         {"spp_param": {"pyramid_height": 3}}),
+    Case("spp_ave", "SPP", [rand(1, 2, 6, 6)], lambda b, w, p: ref_spp(b, 2, "AVE"),
+         {"spp_param": {"pyramid_height": 2, "pool": "AVE"}}),
     Case("im2col", "Im2col", [rand(2, 3, 5, 4)], lambda b, w, p: ref_im2col(b, 3, 1, 1),
          {"convolution_param": {"kernel_size": 3, "pad": 1}}),
     Case("im2col_stride_wide", "Im2col", [rand(1, 2, 4, 40)], lambda b, w, p: ref_im2col(b, 2, 2, 0),

@@ -303,6 +303,23 @@ def test_deconvolution_matches_the_numpy_path(name):
     both_paths("Deconvolution", [shape], {"convolution_param": params})
 
 
+@pytest.mark.parametrize("pool", ["MAX", "AVE"])
+def test_spp_on_onednn_pools_matches_numpy(pool):
+    x = np.random.default_rng(0).standard_normal((2, 3, 9, 9))
+    results = []
+    for dtype in (np.float32, np.float64):
+        net = one_layer_net("SPP", [x.shape], params={"spp_param": {"pyramid_height": 3, "pool": pool}},
+                            bottoms=[x], dtype=dtype)
+        layer, bottom, top = net.layers[-1], net.bottom_blobs[-1], net.top_blobs[-1]
+        assert all((p.fast is not None) == (dtype == np.float32) for p, _ in layer.pools)
+        layer.forward(bottom, top)
+        top[0].diff[...] = np.linspace(-1, 1, top[0].count).reshape(top[0].shape)
+        layer.backward(top, [True], bottom)
+        results.append([top[0].data.copy(), bottom[0].diff.copy()])
+    for got, expected in zip(*results):
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
 GEOMETRIES = {
     "3x3 pad 1": ((2, 3, 8, 8), dict(num_output=4, kernel_size=3, pad=1)),
     "1x1": ((2, 5, 6, 7), dict(num_output=3, kernel_size=1)),
