@@ -59,7 +59,10 @@ class SPP(Layer):
             raise ParamError("spp_param.pyramid_height", f"must be at least 1, got {height}")
         levels = [self.level_params(level, shape) for level in range(height)]
         for level, params in enumerate(levels):
-            out = pool_geometry(params, shape).out
+            try:
+                out = pool_geometry(params, shape).out
+            except (ParamError, ShapeError):  # (a window of padding only: the map is smaller than the bins)
+                out = None
             if out != (2 ** level, 2 ** level):
                 raise ShapeError(f"a {shape[2]}x{shape[3]} map is too small for {2 ** level}x{2 ** level} bins at "
                                  f"level {level}", "spp_param.pyramid_height")

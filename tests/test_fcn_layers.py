@@ -50,3 +50,14 @@ def test_a_deconvolution_whose_padding_eats_the_output_is_a_one_line_error(tmp_p
     result = run("check", net)
     assert result.returncode == 1 and result.stderr.count("\n") == 1
     assert "deconv.yaml:" in result.stderr and "'up'" in result.stderr and "padding" in result.stderr
+
+
+def test_an_spp_whose_map_is_too_small_for_its_bins_is_a_one_line_error(tmp_path):
+    net = tmp_path / "spp.yaml"
+    net.write_text("layers:\n"
+                   "  - {name: data, type: Input, top: x, input_param: {shape: {dim: [1, 2, 3, 3]}}}\n"
+                   "  - {name: spp, type: SPP, bottom: x, top: y, spp_param: {pyramid_height: 3}}\n")
+    result = run("check", net)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1
+    assert "spp.yaml:3: layer 'spp': spp_param.pyramid_height: a 3x3 map is too small for 4x4 bins at level 2" \
+        in result.stderr
