@@ -26,6 +26,7 @@ from netspec.layers import (  # noqa: F401 - imported to register the layer type
     hdf5_output,
     image_data,
     inner_product,
+    layer_norm,
     losses,
     lrn,
     mvn,

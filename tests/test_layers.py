@@ -441,6 +441,13 @@ def ref_spp(bottoms, levels, pool):
     return [np.concatenate(parts, axis=1)]
 
 
+def ref_layer_norm(bottoms, params, axis, eps=1e-5):
+    x = bottoms[0]
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    y = (x - x.mean(axis=axes, keepdims=True)) / np.sqrt(x.var(axis=axes, keepdims=True) + eps)
+    return [y * params[0] + params[1] if params else y]
+
+
 def deconv(id, x, **p):
     return Case(id, "Deconvolution", [x], lambda b, w, q: ref_deconv(b, w, p), {"convolution_param": p})
 
@@ -478,6 +485,11 @@ CASES = [
          lambda b, w, p: ref_ip(b, w, {"axis": 2, "transpose": True}),
          {"inner_product_param": {"num_output": 3, "axis": 2, "transpose": True}}),
     Case("relu", "ReLU", [rand(2, 3, 4)], ew(lambda x, w, p: np.maximum(x, 0)), inplace=True),
+    Case("layer_norm_last_axis", "LayerNorm", [rand(2, 5, 6)], lambda b, w, p: ref_layer_norm(b, w, -1)),
+    Case("layer_norm_from_axis1", "LayerNorm", [rand(3, 2, 4)], lambda b, w, p: ref_layer_norm(b, w, 1, eps=1e-3),
+         {"layer_norm_param": {"axis": 1, "eps": 1e-3}}),
+    Case("layer_norm_plain", "LayerNorm", [rand(4, 7)], lambda b, w, p: ref_layer_norm(b, w, -1),
+         {"layer_norm_param": {"elementwise_affine": False}}),
     Case("spp_max", "SPP", [rand(2, 3, 7, 7)], lambda b, w, p: ref_spp(b, 3, "MAX"),
          {"spp_param": {"pyramid_height": 3}}),
     Case("spp_ave", "SPP", [rand(1, 2, 6, 6)], lambda b, w, p: ref_spp(b, 2, "AVE"),

@@ -51,6 +51,7 @@ layers:
   - {name: hswish, type: HardSwish, bottom: wide, top: c}
   - {name: swish, type: Swish, bottom: wide, top: d, swish_param: {beta: 1.5}}
   - {name: silu, type: Swish, bottom: wide, top: e}
+  - {name: ln, type: LayerNorm, bottom: wide, top: f, layer_norm_param: {axis: 1}}
 """
 
 

@@ -240,6 +240,14 @@ def _swish(b: _Builder, node, layer, x: str, y: str) -> None:
     b.add("Mul", [x, gate], [y], node.name)
 
 
+def _layer_norm(b: _Builder, node, layer, x: str, y: str) -> None:
+    p = layer.block("layer_norm_param")
+    shape = layer.normalised(node.bottom_shapes[0])
+    scale, shift = (_param(layer, 0), _param(layer, 1)) if layer.blobs else (numpy.ones(shape), numpy.zeros(shape))
+    b.add("LayerNormalization", [x, b.constant(f"{node.name}/scale", scale), b.constant(f"{node.name}/shift", shift)],
+          [y], node.name, axis=len(node.bottom_shapes[0]) - len(shape), epsilon=p.eps)
+
+
 def _softmax(b: _Builder, node, layer, x: str, y: str) -> None:
     b.add("Softmax", [x], [y], node.name, axis=layer.block("softmax_param").axis)
 
@@ -253,7 +261,8 @@ ONE_INPUT = {"Convolution": _convolution, "Deconvolution": _deconvolution, "Crop
              "BatchNorm": _batch_norm, "Scale": _scale, "LRN": _lrn, "ReLU": _relu, "Softmax": _softmax,
              "Sigmoid": _simple("Sigmoid"), "TanH": _simple("Tanh"), "AbsVal": _simple("Abs"),
              "Dropout": _simple("Identity"), "Flatten": _reshape, "Reshape": _reshape, "ReLU6": _relu6,
-             "HardSigmoid": _hard_sigmoid, "HardSwish": _simple("HardSwish"), "Swish": _swish}
+             "HardSigmoid": _hard_sigmoid, "HardSwish": _simple("HardSwish"), "Swish": _swish,
+             "LayerNorm": _layer_norm}
 SKIPPED = {"Silence"}
 
 
@@ -265,8 +274,9 @@ def export_onnx(net, out: str, opset: int = DEFAULT_OPSET) -> None:
     unsupported = [f"'{node.name}' ({node.layer.type})" for node in net.nodes
                    if node.layer.type not in ONE_INPUT and node.layer.type not in SKIPPED
                    and node.layer.type not in ("Input", "Split", "Eltwise", "Concat")]
-    if opset < 14 and any(node.layer.type == "HardSwish" for node in net.nodes):
-        raise ExportError("HardSwish needs ONNX opset 14 or later: pass --opset 14 (or more)")
+    for kind, least in (("HardSwish", 14), ("LayerNorm", 17)):
+        if opset < least and any(node.layer.type == kind for node in net.nodes):
+            raise ExportError(f"{kind} needs ONNX opset {least} or later: pass --opset {least} (or more)")
     if unsupported:
         raise ExportError(f"no ONNX equivalent for layer(s) {', '.join(unsupported)}; export the deploy net "
                           "(Input layers, no losses or data layers)")
