@@ -29,6 +29,7 @@ from netspec.layers import (  # noqa: F401 - imported to register the layer type
     layer_norm,
     losses,
     lrn,
+    matmul,
     mvn,
     parameter,
     pooling,
