@@ -69,6 +69,14 @@ def class_labels(layer: Layer, values, classes: int, ignore_label: int | None = 
     return xp.where(valid, values, 0).astype(xp.int64), valid
 
 
+@dataclass
+class LabelSmoothingParams:
+    """Label smoothing for SoftmaxWithLoss."""
+
+    epsilon: float = doc(0.0, "the share of the target moved from the labelled class to all K classes evenly "
+                              "(PyTorch's label_smoothing)")
+
+
 @register_layer
 class SoftmaxWithLoss(Loss):
     """SoftmaxWithLoss: multinomial logistic loss of the softmax, ``-sum log p[label] / normalizer``.
@@ -77,7 +85,10 @@ class SoftmaxWithLoss(Loss):
     labels with one integer (stored as float) per position, i.e. N x ... values.
     Tops: the loss (a scalar) and optionally the probabilities.  Positions
     labelled ``ignore_label`` are skipped; the default normalisation is VALID
-    (their number).  Gradient: ``(p - onehot(label)) * loss_weight / normalizer``.
+    (their number).  Gradient: ``(p - t) * loss_weight / normalizer`` with the
+    target ``t = onehot(label)``, or with ``label_smoothing_param.epsilon``
+    ``t = (1 - epsilon) onehot(label) + epsilon / K`` (the loss is then
+    ``-sum_k t_k log p_k``).
 
     Example::
 
@@ -85,7 +96,8 @@ class SoftmaxWithLoss(Loss):
     """
 
     type = "SoftmaxWithLoss"
-    param_blocks = {"softmax_param": SoftmaxParams, "loss_param": LossParams}
+    param_blocks = {"softmax_param": SoftmaxParams, "loss_param": LossParams,
+                    "label_smoothing_param": LabelSmoothingParams}
     num_tops = (1, 2)
 
     def top_shapes(self, bottom_shapes):
@@ -94,6 +106,9 @@ class SoftmaxWithLoss(Loss):
             raise ShapeError(f"label bottom '{self.spec.bottoms[1]}' has shape {bottom_shapes[1]}: expected "
                              f"{outer * inner} labels (one per position of scores {bottom_shapes[0]} "
                              f"outside the class axis)")
+        if not 0 <= self.block("label_smoothing_param").epsilon <= 1:
+            raise ParamError("label_smoothing_param.epsilon", "must be between 0 and 1, got "
+                                                              f"{self.block('label_smoothing_param').epsilon}")
         return [()] + [bottom_shapes[0]] * (len(self.spec.tops) - 1)
 
     def forward(self, bottom, top):
@@ -104,8 +119,11 @@ class SoftmaxWithLoss(Loss):
         softmax(xp, bottom[0].data.reshape(outer, classes, inner), self.prob)
         self.labels, self.valid = class_labels(self, bottom[1].data.reshape(outer, 1, inner), classes,
                                                self.block("loss_param").ignore_label)
-        picked = xp.take_along_axis(self.prob, self.labels, axis=1)
-        log_p = xp.log(xp.maximum(picked, xp.finfo(self.dtype).tiny))
+        log_prob = xp.log(xp.maximum(self.prob, xp.finfo(self.dtype).tiny))
+        log_p = xp.take_along_axis(log_prob, self.labels, axis=1)
+        epsilon = self.block("label_smoothing_param").epsilon
+        if epsilon:
+            log_p = (1 - epsilon) * log_p + epsilon * log_prob.mean(axis=1, keepdims=True)
         self.norm = self.normalizer(outer, inner, self.valid)
         top[0].data[...] = -(log_p * self.valid).sum() / self.norm
         if len(top) > 1:
@@ -116,8 +134,9 @@ class SoftmaxWithLoss(Loss):
             return
         xp = self.xp
         grad = bottom[0].diff.reshape(self.prob.shape)
-        grad[...] = self.prob
-        xp.put_along_axis(grad, self.labels, xp.take_along_axis(grad, self.labels, axis=1) - 1, axis=1)
+        epsilon = self.block("label_smoothing_param").epsilon
+        grad[...] = self.prob - epsilon / self.prob.shape[1]
+        xp.put_along_axis(grad, self.labels, xp.take_along_axis(grad, self.labels, axis=1) - (1 - epsilon), axis=1)
         grad *= self.valid
         grad *= top[0].diff / self.norm
 

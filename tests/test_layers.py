@@ -159,14 +159,15 @@ def ref_softmax(x, axis=1):
     return e / e.sum(axis=axis, keepdims=True)
 
 
-def ref_softmax_loss(bottoms, params, p, normalization="VALID", ignore=None):
+def ref_softmax_loss(bottoms, params, p, normalization="VALID", ignore=None, smoothing=0.0):
     x, y = bottoms
     prob = ref_softmax(x)
     classes = x.shape[1]
     prob = np.moveaxis(prob, 1, -1).reshape(-1, classes)
     lab = y.reshape(-1).astype(int)
     valid = lab != ignore if ignore is not None else np.ones_like(lab, bool)
-    loss = -sum(np.log(prob[i, lab[i]]) for i in range(len(lab)) if valid[i])
+    target = (1 - smoothing) * np.eye(classes)[lab] + smoothing / classes
+    loss = -sum((target[i] * np.log(prob[i])).sum() for i in range(len(lab)) if valid[i])
     norm = {"VALID": valid.sum() if ignore is not None else len(lab), "FULL": len(lab), "BATCH_SIZE": x.shape[0],
             "NONE": 1}[normalization]
     return [np.array(loss / norm)]
@@ -589,6 +590,8 @@ CASES = [
            lambda b, w, p, op=op: ref_reduction(b, w, {"operation": op, "axis": 1, "coeff": 0.5}),
            {"reduction_param": {"operation": op, "axis": 1, "coeff": 0.5}}) for op in ("SUM", "ASUM", "SUMSQ", "MEAN")],
     Case("softmax_loss", "SoftmaxWithLoss", [rand(4, 5), labels(4, classes=5)], ref_softmax_loss),
+    Case("softmax_loss_label_smoothing", "SoftmaxWithLoss", [rand(4, 5), labels(4, classes=5)],
+         lambda b, w, p: ref_softmax_loss(b, w, p, smoothing=0.1), {"label_smoothing_param": {"epsilon": 0.1}}),
     Case("softmax_loss_spatial_ignore", "SoftmaxWithLoss",
          [rand(2, 3, 2, 2), np.array([[[0, 1], [2, 1]], [[1, 1], [0, 2]]], float)],
          lambda b, w, p: ref_softmax_loss(b, w, p, ignore=1), {"loss_param": {"ignore_label": 1}}),
