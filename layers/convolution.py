@@ -80,6 +80,15 @@ def spatial_params(params: ConvolutionParams, prefix: str = "convolution_param")
     return kernel, pad, stride, dilation
 
 
+def check_channels(params: ConvolutionParams, channels: int) -> None:
+    """num_output positive, and group dividing it and the input's ``channels`` (Convolution's, Deconvolution's)."""
+    if params.num_output is None or params.num_output <= 0:
+        raise ParamError("convolution_param.num_output", "must be a positive integer")
+    if params.group <= 0 or channels % params.group or params.num_output % params.group:
+        raise ShapeError(f"group {params.group} must divide both the input channels ({channels}) and "
+                         f"num_output ({params.num_output})", "convolution_param.group")
+
+
 def conv_geometry(params: ConvolutionParams, shape: tuple, prefix: str = "convolution_param") -> ConvGeometry:
     """Validate the spatial params against a (N, C, H, W) bottom and compute the output size."""
     kernel, pad, stride, dilation = spatial_params(params, prefix)
@@ -180,13 +189,8 @@ class Convolution(Layer):
     def geometry(self, shape) -> ConvGeometry:
         """Validated geometry for a bottom shape."""
         require_4d(shape, self.type)
-        p = self.params
-        if p.num_output is None or p.num_output <= 0:
-            raise ParamError("convolution_param.num_output", "must be a positive integer")
-        if p.group <= 0 or shape[1] % p.group or p.num_output % p.group:
-            raise ShapeError(f"group {p.group} must divide both the input channels ({shape[1]}) and "
-                             f"num_output ({p.num_output})", "convolution_param.group")
-        return conv_geometry(p, shape)
+        check_channels(self.params, shape[1])
+        return conv_geometry(self.params, shape)
 
     def top_shapes(self, bottom_shapes):
         shape = bottom_shapes[0]

@@ -7,10 +7,11 @@ import math
 from netspec.engine import onednn
 from netspec.engine.layer import Layer, weighted_flops
 from netspec.engine.registry import register_layer
-from netspec.errors import ParamError, ShapeError
+from netspec.errors import ShapeError
 from netspec.layers.convolution import (
     ConvGeometry,
     ConvolutionParams,
+    check_channels,
     col2im,
     conv_geometry,
     im2col,
@@ -59,11 +60,7 @@ class Deconvolution(Layer):
         """The top's shape for a bottom shape (validated)."""
         require_4d(shape, self.type)
         p = self.params
-        if p.num_output is None or p.num_output <= 0:
-            raise ParamError("convolution_param.num_output", "must be a positive integer")
-        if p.group <= 0 or shape[1] % p.group or p.num_output % p.group:
-            raise ShapeError(f"group {p.group} must divide both the input channels ({shape[1]}) and "
-                             f"num_output ({p.num_output})", "convolution_param.group")
+        check_channels(p, shape[1])
         kernel, pad, stride, dilation = spatial_params(p)
         out = [s * (size - 1) + d * (k - 1) + 1 - 2 * q
                for size, k, q, s, d in zip(shape[2:], kernel, pad, stride, dilation)]

@@ -14,7 +14,7 @@ from typing import Literal
 import numpy
 
 from netspec.data.files import regular_file
-from netspec.engine.layer import Layer, canonical_axis
+from netspec.engine.layer import Layer, bad_index, canonical_axis
 from netspec.engine.registry import register_layer
 from netspec.errors import DataError, ParamError, ShapeError
 from netspec.layers.softmax import SoftmaxParams, softmax, softmax_view
@@ -60,12 +60,10 @@ def class_labels(layer: Layer, values, classes: int, ignore_label: int | None = 
     """
     xp = layer.xp
     valid = values != ignore_label if ignore_label is not None else xp.ones(values.shape, dtype=bool)
-    bad = valid & ~((values >= 0) & (values < classes) & (values == xp.floor(values)))
-    if bool(bad.any()):
-        value = values[bad].ravel()[0]  # as the blob holds it: float32 1.7 shows as 1.7
-        shown = int(value) if float(value).is_integer() and abs(float(value)) < 2 ** 53 else str(value)
-        raise DataError(f"layer '{layer.name}': label {shown} of bottom '{layer.spec.bottoms[1]}' is not a class "
-                        f"index 0 to {classes - 1} ({int(xp.count_nonzero(bad))} such labels in the batch)")
+    bad = bad_index(xp, values, classes, valid)
+    if bad is not None:
+        raise DataError(f"layer '{layer.name}': label {bad[0]} of bottom '{layer.spec.bottoms[1]}' is not a class "
+                        f"index 0 to {classes - 1} ({bad[1]} such labels in the batch)")
     return xp.where(valid, values, 0).astype(xp.int64), valid
 
 

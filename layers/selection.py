@@ -8,7 +8,7 @@ array exists.
 
 from __future__ import annotations
 
-from netspec.engine.layer import Layer
+from netspec.engine.layer import Layer, bad_index
 from netspec.engine.registry import register_layer
 from netspec.errors import DataError, ShapeError
 
@@ -20,16 +20,13 @@ def row_indices(layer: Layer, values, rows: int, bottom: int, of_what: str):
     DataError naming the layer, the bottom and the value, never truncated or
     wrapped; ``of_what`` says what the indices pick rows of.
     """
-    xp = layer.xp
-    bad = ~((values >= 0) & (values < rows) & (values == xp.floor(values)))
-    if bool(bad.any()):
-        value = values[bad].ravel()[0]  # as the blob holds it: float32 1.5 shows as 1.5
-        shown = int(value) if float(value).is_integer() and abs(float(value)) < 2 ** 53 else str(value)
-        count = int(xp.count_nonzero(bad))
+    bad = bad_index(layer.xp, values, rows)
+    if bad is not None:
+        shown, count = bad
         raise DataError(f"layer '{layer.name}': index {shown} of bottom '{layer.spec.bottoms[bottom]}' is not a row "
                         f"of {of_what}, a whole number 0 to {rows - 1} ({count} such "
                         f"{'index' if count == 1 else 'indices'} in the batch)")
-    return values.astype(xp.int64)
+    return values.astype(layer.xp.int64)
 
 
 @register_layer

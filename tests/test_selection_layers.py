@@ -4,20 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_caffe_losses import one_line_error
 
 from netspec import ConfigError, DataError
 from netspec.engine.net import load_net
 from netspec.testing import gradient_check, one_layer_net, run_forward
 
 RNG = np.random.default_rng(21)
-
-
-def one_line_error(error_type, build) -> str:
-    with pytest.raises(error_type) as info:
-        build()
-    message = str(info.value)
-    assert "\n" not in message
-    return message
 
 
 def backward(net, top_diffs):

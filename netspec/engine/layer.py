@@ -32,6 +32,20 @@ def weighted_flops(top_shape, param_shapes) -> int:
     return 2 * outputs * (math.prod(weights) // weights[0]) + (outputs if len(param_shapes) > 1 else 0)
 
 
+def bad_index(xp, values, bound: int, valid=None) -> tuple[int | str, int] | None:
+    """The first of ``values`` (indices stored as floats, as Caffe stores them; only where ``valid``) that is
+    not a whole number in [0, bound) (1.7, -1, 1e30, NaN), as the blob holds it, and how many such there are;
+    None when all are."""
+    bad = ~((values >= 0) & (values < bound) & (values == xp.floor(values)))
+    if valid is not None:
+        bad &= valid
+    if not bool(bad.any()):
+        return None
+    value = values[bad].ravel()[0]  # float32 1.7 shows as 1.7
+    shown = int(value) if float(value).is_integer() and abs(float(value)) < 2 ** 53 else str(value)
+    return shown, int(xp.count_nonzero(bad))
+
+
 class Layer:
     """Base class of every layer."""
 

@@ -75,22 +75,16 @@ def _param(layer, index: int) -> numpy.ndarray:
     return numpy.asarray(layer.backend.to_host(layer.blobs[index].data), dtype=numpy.float32)
 
 
-def _convolution(b: _Builder, node, layer, x: str, y: str) -> None:
-    geo = layer.geometry(node.bottom_shapes[0])
-    inputs = [x, b.constant(f"{node.name}/weight", _param(layer, 0))]
-    if layer.params.bias_term:
-        inputs.append(b.constant(f"{node.name}/bias", _param(layer, 1)))
-    b.add("Conv", inputs, [y], node.name, kernel_shape=list(geo.kernel), strides=list(geo.stride),
-          pads=[*geo.pad, *geo.pad], dilations=list(geo.dilation), group=layer.params.group)
-
-
-def _deconvolution(b: _Builder, node, layer, x: str, y: str) -> None:
-    geo = layer.geometry(node.bottom_shapes[0])  # (Caffe's weights are ConvTranspose's: C, num_output/group, kh, kw)
-    inputs = [x, b.constant(f"{node.name}/weight", _param(layer, 0))]
-    if layer.params.bias_term:
-        inputs.append(b.constant(f"{node.name}/bias", _param(layer, 1)))
-    b.add("ConvTranspose", inputs, [y], node.name, kernel_shape=list(geo.kernel), strides=list(geo.stride),
-          pads=[*geo.pad, *geo.pad], dilations=list(geo.dilation), group=layer.params.group)
+def _convolution(op: str):
+    """Conv, or ConvTranspose for Deconvolution (Caffe's weights are its: C, num_output/group, kh, kw)."""
+    def export(b: _Builder, node, layer, x: str, y: str) -> None:
+        geo = layer.geometry(node.bottom_shapes[0])
+        inputs = [x, b.constant(f"{node.name}/weight", _param(layer, 0))]
+        if layer.params.bias_term:
+            inputs.append(b.constant(f"{node.name}/bias", _param(layer, 1)))
+        b.add(op, inputs, [y], node.name, kernel_shape=list(geo.kernel), strides=list(geo.stride),
+              pads=[*geo.pad, *geo.pad], dilations=list(geo.dilation), group=layer.params.group)
+    return export
 
 
 def _crop(b: _Builder, node, layer, x: str, y: str) -> None:
@@ -256,7 +250,7 @@ def _reshape(b: _Builder, node, layer, x: str, y: str) -> None:
     b.add("Reshape", [x, b.constant(f"{node.name}/shape", list(node.top_shapes[0]))], [y], node.name)
 
 
-ONE_INPUT = {"Convolution": _convolution, "Deconvolution": _deconvolution, "Crop": _crop,
+ONE_INPUT = {"Convolution": _convolution("Conv"), "Deconvolution": _convolution("ConvTranspose"), "Crop": _crop,
              "InnerProduct": _inner_product, "Pooling": _pooling,
              "BatchNorm": _batch_norm, "Scale": _scale, "LRN": _lrn, "ReLU": _relu, "Softmax": _softmax,
              "Sigmoid": _simple("Sigmoid"), "TanH": _simple("Tanh"), "AbsVal": _simple("Abs"),
