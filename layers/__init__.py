@@ -13,6 +13,7 @@ from netspec.layers import (  # noqa: F401 - imported to register the layer type
     activations,
     argmax,
     arithmetic,
+    attention,
     batch_norm,
     concat_slice,
     convolution,
