@@ -1,5 +1,5 @@
 """Element-wise activations: ReLU, PReLU, ELU, Sigmoid, TanH, BNLL, Threshold, Clip, and the later ReLU6,
-HardSigmoid, HardSwish and Swish.
+HardSigmoid, HardSwish, Swish and GELU.
 
 Each maps every value independently, so the top has the bottom's shape.
 Those whose gradient can be computed from the output run in place.
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 from netspec.engine import onednn
 from netspec.engine.fillers import FillerParams, constant
@@ -434,3 +435,123 @@ class Swish(Elementwise):
             gate = self.gate(bottom[0].data)
             beta = self.block("swish_param").beta
             self.xp.multiply(top[0].diff, gate + beta * top[0].data * (1 - gate), out=bottom[0].diff)
+
+
+# W. J. Cody's rational approximations of erf and erfc ("Rational Chebyshev approximations for the error function",
+# Math. Comp. 23 (1969), the coefficients of his CALERF): (numerator, denominator), highest power first.
+ERF_NEAR_ZERO = ((1.85777706184603153e-1, 3.16112374387056560e00, 1.13864154151050156e02, 3.77485237685302021e02,
+                  3.20937758913846947e03),
+                 (1.0, 2.36012909523441209e01, 2.44024637934444173e02, 1.28261652607737228e03,
+                  2.84423683343917062e03))  # erf(x) = x P(x^2) / Q(x^2) for |x| <= 0.46875
+ERFC_MIDDLE = ((2.15311535474403846e-8, 5.64188496988670089e-1, 8.88314979438837594e00, 6.61191906371416295e01,
+                2.98635138197400131e02, 8.81952221241769090e02, 1.71204761263407058e03, 2.05107837782607147e03,
+                1.23033935479799725e03),
+               (1.0, 1.57449261107098347e01, 1.17693950891312499e02, 5.37181101862009858e02, 1.62138957456669019e03,
+                3.29079923573345963e03, 4.36261909014324716e03, 3.43936767414372164e03,
+                1.23033935480374942e03))  # erfc(y) = exp(-y^2) P(y) / Q(y) for 0.46875 < y <= 4
+ERFC_TAIL = ((1.63153871373020978e-2, 3.05326634961232344e-1, 3.60344899949804439e-1, 1.25781726111229246e-1,
+              1.60837851487422766e-2, 6.58749161529837803e-4),
+             (1.0, 2.56852019228982242e00, 1.87295284992346725e00, 5.27905102951428412e-1, 6.05183413124413191e-2,
+              2.33520497626869185e-3))  # erfc(y) = exp(-y^2) / y (1/sqrt(pi) - P(1/y^2) / (y^2 Q(1/y^2))) beyond 4
+ERF_BLOCK = 1 << 16  # values computed at once: the temporaries of a block stay in the processor's cache
+
+
+def _rational(xp, t, coefficients):
+    """``P(t) / Q(t)`` for ``coefficients`` (P's, Q's), by Horner's rule."""
+    values = []
+    for polynomial in coefficients:
+        value = xp.full_like(t, polynomial[0])
+        for c in polynomial[1:]:
+            value *= t
+            value += c
+        values.append(value)
+    numerator, denominator = values
+    numerator /= denominator
+    return numerator
+
+
+def erf(xp, x):
+    """The error function of every value of ``x`` (NumPy has none), to double precision in float64 (in float32, to
+    float32's): Cody's approximations above, a block of values at a time."""
+    flat = xp.ravel(x)
+    result = xp.empty_like(flat)
+    for start in range(0, flat.size, ERF_BLOCK):
+        z, out = flat[start:start + ERF_BLOCK], result[start:start + ERF_BLOCK]
+        y = xp.abs(z)
+        near = xp.flatnonzero(y <= 0.46875)
+        s = z.take(near)
+        out.put(near, s * _rational(xp, s * s, ERF_NEAR_ZERO))
+        middle = xp.flatnonzero((y > 0.46875) & (y <= 4))
+        m = y.take(middle)
+        out.put(middle, 1 - xp.exp(-m * m) * _rational(xp, m, ERFC_MIDDLE))
+        tail = xp.flatnonzero(~(y <= 4))  # (NaN included)
+        t = xp.minimum(y.take(tail), 6.0)  # (beyond 6, erf is 1 to double precision: t * t cannot overflow)
+        inverse = 1 / (t * t)
+        out.put(tail, 1 - xp.exp(-t * t) / t * (1 / math.sqrt(math.pi) - inverse * _rational(xp, inverse, ERFC_TAIL)))
+        xp.copysign(out, z, out=out)
+    return result.reshape(x.shape)
+
+
+@dataclass
+class GELUParams:
+    """Parameters of GELU."""
+
+    approximate: Literal["none", "tanh"] = doc("none", "none: the exact x * Phi(x), Phi through erf; tanh: "
+                                                       "the tanh approximation (PyTorch's names)")
+
+
+TANH_SCALE, TANH_CUBIC = math.sqrt(2 / math.pi), 0.044715
+
+
+@register_layer
+class GELU(Elementwise):
+    """GELU (Gaussian error linear unit, BERT's and ViT's): ``y = x * Phi(x)``, ``Phi`` the standard normal
+    distribution function ``(1 + erf(x / sqrt(2))) / 2``; the gradient is ``Phi(x) + x * exp(-x^2 / 2) / sqrt(2 pi)``.
+
+    With ``approximate: tanh``, ``Phi(x)`` is taken as ``(1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) / 2`` (GPT-2's),
+    and the gradient is that formula's.  PyTorch's ``nn.GELU(approximate=...)``; Caffe has no GELU.
+    Bottom/top: any shape.  Not in place.  On the CPU in float32 oneDNN's primitives run it
+    (``NETSPEC_ONEDNN=0``: NumPy, with erf to double precision in float64).
+
+    Example::
+
+        - {name: gelu1, type: GELU, bottom: fc1, top: act1, gelu_param: {approximate: none}}
+    """
+
+    type = "GELU"
+    param_blocks = {"gelu_param": GELUParams}
+
+    @property
+    def tanh(self) -> bool:
+        """True for the tanh approximation."""
+        return self.block("gelu_param").approximate == "tanh"
+
+    def reshape(self, bottom, top):
+        super().reshape(bottom, top)
+        algorithm = onednn.ELTWISE_GELU_TANH if self.tanh else onednn.ELTWISE_GELU_ERF
+        self.fast = onednn.attempt(self, lambda lib: onednn.Elementwise(lib, bottom[0].shape, algorithm))
+
+    def forward(self, bottom, top):
+        if self.fast is not None:
+            self.fast.forward(bottom[0].data, top[0].data)
+            return
+        xp, x = self.xp, bottom[0].data
+        if self.tanh:
+            self.cdf = 0.5 * xp.tanh(TANH_SCALE * (x + TANH_CUBIC * x * x * x)) + 0.5
+        else:
+            self.cdf = 0.5 * erf(xp, x * math.sqrt(0.5)) + 0.5
+        xp.multiply(x, self.cdf, out=top[0].data)
+
+    def backward(self, top, propagate_down, bottom):
+        if not propagate_down[0]:
+            return
+        x = bottom[0].data
+        if self.fast is not None:
+            self.fast.backward(x, top[0].diff, bottom[0].diff)
+            return
+        cdf = self.cdf  # Phi(x) from forward (or its tanh approximation)
+        if self.tanh:  # d tanh(u) = 1 - tanh(u)^2 = 4 Phi (1 - Phi)
+            slope = cdf + 2 * TANH_SCALE * x * cdf * (1 - cdf) * (1 + 3 * TANH_CUBIC * x * x)
+        else:
+            slope = cdf + x * self.xp.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+        self.xp.multiply(top[0].diff, slope, out=bottom[0].diff)

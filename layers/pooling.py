@@ -1,4 +1,5 @@
-"""Pooling: MAX or AVE over 2-D windows, with Caffe's ceil rounding and padding rules (by oneDNN on the CPU)."""
+"""Pooling: MAX or AVE over 2-D windows, with Caffe's ceil rounding and padding rules (by oneDNN on the CPU), or
+over PyTorch's adaptive windows."""
 
 from __future__ import annotations
 
@@ -30,22 +31,61 @@ class PoolingParams:
     pad_w: int | None = doc(None, "padding width")
     global_pooling: bool = doc(False, "pool over the whole spatial extent")
     round_mode: Literal["CEIL", "FLOOR"] = doc("CEIL", "how the output size is rounded (Caffe: CEIL)")
+    output_size: list[int] = doc([], "adaptive pooling (PyTorch's) to this output size: one value, or (height, "
+                                     "width); instead of kernel_size, stride and pad")
+    output_h: int | None = doc(None, "adaptive output height (with output_w)")
+    output_w: int | None = doc(None, "adaptive output width")
 
 
 @dataclass(frozen=True)
 class PoolGeometry:
-    """Kernel, stride, padding, output size and the padding needed past the input's far edge."""
+    """Kernel, stride, padding, output size and the padding needed past the input's far edge; or, for adaptive
+    pooling whose windows differ in size, ``bins``: along each axis, every output's window (start, end), with
+    ``kernel`` the largest (stride and padding then unused)."""
 
     kernel: tuple[int, int]
     stride: tuple[int, int]
     pad: tuple[int, int]
     out: tuple[int, int]
     far_pad: tuple[int, int]
+    bins: tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]] | None = None
+
+
+ADAPTIVE_KEYS = ("output_size", "output_h", "output_w")
+WINDOW_KEYS = ("global_pooling", "kernel_size", "kernel_h", "kernel_w", "stride", "stride_h", "stride_w", "pad",
+               "pad_h", "pad_w")
+
+
+def adaptive_bins(size: int, out: int) -> tuple[tuple[int, int], ...]:
+    """PyTorch's adaptive windows along one axis: output i pools ``floor(i*size/out)`` to ``ceil((i+1)*size/out)``."""
+    return tuple((i * size // out, -(-(i + 1) * size // out)) for i in range(out))
+
+
+def adaptive_geometry(p: PoolingParams, shape) -> PoolGeometry:
+    """The geometry of adaptive pooling; when the output size divides the input's, an ordinary pooling (windows and
+    strides of input/output, which is what its windows are then)."""
+    key = "pooling_param"
+    for name in WINDOW_KEYS:
+        if getattr(p, name) not in (None, [], False):
+            raise ParamError(f"{key}.{name}", f"give output_size (adaptive pooling) or {name}, not both")
+    out = hw(p, "output_size", key)
+    if min(out) < 1:
+        raise ParamError(f"{key}.output_size", f"must be positive, got {out}")
+    sizes = tuple(shape[2:])
+    if all(size % n == 0 for size, n in zip(sizes, out)):
+        kernel = tuple(size // n for size, n in zip(sizes, out))
+        return PoolGeometry(kernel, kernel, (0, 0), out, (0, 0))
+    bins = tuple(adaptive_bins(size, n) for size, n in zip(sizes, out))
+    kernel = tuple(max(end - start for start, end in axis) for axis in bins)
+    return PoolGeometry(kernel, (1, 1), (0, 0), out, (0, 0), bins)
 
 
 def pool_geometry(p: PoolingParams, shape) -> PoolGeometry:
-    """Output size by Caffe's rule: rounded up, and the last window must start inside the padded input."""
+    """Output size by Caffe's rule: rounded up, and the last window must start inside the padded input (or, with
+    ``output_size``, :func:`adaptive_geometry`)."""
     key = "pooling_param"
+    if any(getattr(p, name) not in (None, []) for name in ADAPTIVE_KEYS):
+        return adaptive_geometry(p, shape)
     if p.global_pooling:
         if p.kernel_size or p.kernel_h is not None:
             raise ParamError(f"{key}.global_pooling", "give global_pooling or kernel_size, not both")
@@ -82,9 +122,18 @@ class Pooling(Layer):
     instead).  MAX never picks a padded position; its gradient goes to the
     first maximum of each window.  AVE divides by the window clipped to the
     padded input, so padding counts but the overhang of a ceil-rounded last
-    window does not.  ``global_pooling`` pools all of H x W.  Not in place.
-    On the CPU in float32 oneDNN's primitives run it, with the same results
-    (``NETSPEC_ONEDNN=0``: NumPy).
+    window does not.  ``global_pooling`` pools all of H x W.
+
+    Adaptive pooling (PyTorch's ``AdaptiveAvgPool2d``/``AdaptiveMaxPool2d``):
+    ``output_size`` (or ``output_h``/``output_w``) instead of the window
+    gives the top's H' x W'; output ``i`` pools rows ``floor(i*H/H')`` to
+    ``ceil((i+1)*H/H') - 1`` (likewise columns), so windows may differ in
+    size and overlap, and H' may exceed H.  Where H' divides H and W'
+    divides W, that is an ordinary pooling (windows and strides H/H', W/W').
+
+    Not in place.  On the CPU in float32 oneDNN's primitives run it, with
+    the same results (``NETSPEC_ONEDNN=0``: NumPy), but for adaptive
+    windows of different sizes (NumPy).
 
     Example::
 
@@ -93,6 +142,7 @@ class Pooling(Layer):
           bottom: conv1
           top: pool1
           pooling_param: {pool: MAX, kernel_size: 2, stride: 2}
+        - {name: pool2, type: Pooling, bottom: conv5, top: pool2, pooling_param: {pool: AVE, output_size: 7}}
     """
 
     type = "Pooling"
@@ -111,6 +161,11 @@ class Pooling(Layer):
         super().reshape(bottom, top)
         self.geo = pool_geometry(self.block("pooling_param"), bottom[0].shape)
         maximum = self.block("pooling_param").pool == "MAX"
+        if self.geo.bins is not None:  # adaptive windows of different sizes: NumPy runs them
+            self.fast = None
+            if not maximum:
+                self.averages = [self.averaging(bins) for bins in self.geo.bins]
+            return
         if not maximum:
             self.divisor = self.xp.asarray(self.window_sizes(bottom[0].shape), dtype=self.dtype)
         self.fast = self._onednn(bottom[0].shape, top[0].shape, maximum)
@@ -149,12 +204,19 @@ class Pooling(Layer):
                 top[0].data[...] *= self.rescale
             return
         geo = self.geo
-        if self.block("pooling_param").pool == "MAX":
+        maximum = self.block("pooling_param").pool == "MAX"
+        if geo.bins is not None and maximum:
+            rows, self.column_choice = self.max_along(self.adaptive_windows(bottom[0].data, 3), geo.kernel[1])
+            top[0].data[...], self.row_choice = self.max_along(self.adaptive_windows(rows, 2), geo.kernel[0])
+        elif geo.bins is not None:
+            heights, widths = self.averages
+            top[0].data[...] = self.xp.matmul(self.xp.matmul(heights, bottom[0].data), widths.T)
+        elif maximum:
             # A 2-D window's maximum is the row-wise maximum of column-wise maxima, and taking the
             # first maximum in each pass gives Caffe's first maximum in row-major scan order.
             padded = self.padded(bottom[0].data, -self.xp.inf)
-            rows, self.column_choice = self.max_along(padded, 3, geo.kernel[1], geo.stride[1], geo.out[1])
-            top[0].data[...], self.row_choice = self.max_along(rows, 2, geo.kernel[0], geo.stride[0], geo.out[0])
+            rows, self.column_choice = self.max_along(self.windows(padded, 3), geo.kernel[1])
+            top[0].data[...], self.row_choice = self.max_along(self.windows(rows, 2), geo.kernel[0])
         else:
             padded = self.padded(bottom[0].data, 0.0)
             rows = self.sum_along(padded, 3, geo.kernel[1], geo.stride[1], geo.out[1])
@@ -169,6 +231,9 @@ class Pooling(Layer):
             self.fast.backward(dy, bottom[0].diff)
             return
         geo = self.geo
+        if geo.bins is not None:
+            bottom[0].diff[...] = self.adaptive_backward(top[0].diff, bottom[0].shape)
+            return
         n, c, h, w = bottom[0].shape
         padded_h, padded_w = h + geo.pad[0] + geo.far_pad[0], w + geo.pad[1] + geo.far_pad[1]
         if self.block("pooling_param").pool == "MAX":
@@ -179,15 +244,47 @@ class Pooling(Layer):
             grad = self.scatter_along(rows, 3, geo.kernel[1], geo.stride[1], padded_w)
         bottom[0].diff[...] = grad[:, :, geo.pad[0]:geo.pad[0] + h, geo.pad[1]:geo.pad[1] + w]
 
-    def max_along(self, x, axis: int, kernel: int, stride: int, size: int):
-        """Maximum over 1-D windows along ``axis`` and the offset of each window's first maximum."""
+    def windows(self, x, axis: int):
+        """A function of an offset: the values every window along ``axis`` (2 or 3) sees there (views of ``x``)."""
+        index = axis - 2
+        return lambda offset: window(x, (axis, offset, self.geo.stride[index], self.geo.out[index]))
+
+    def adaptive_windows(self, x, axis: int):
+        """:meth:`windows` for adaptive windows (copies); past its end a window sees its last value again."""
+        starts, ends = (self.xp.asarray(part) for part in zip(*self.geo.bins[axis - 2]))
+        return lambda offset: x.take(self.xp.minimum(starts + offset, ends - 1), axis=axis)
+
+    def averaging(self, bins):
+        """Adaptive AVE along one axis as a matrix (outputs, inputs): each row averages one output's window."""
+        matrix = self.xp.zeros((len(bins), bins[-1][1]), dtype=self.dtype)
+        for row, (start, end) in enumerate(bins):
+            matrix[row, start:end] = 1 / (end - start)
+        return matrix
+
+    def adaptive_backward(self, dy, shape):
+        """The input's gradient for adaptive windows: AVE through :meth:`averaging`'s matrices, MAX to the first
+        maximum :meth:`forward` chose in each window."""
         xp = self.xp
-        out = window(x, (axis, 0, stride, size)).copy()
+        if self.block("pooling_param").pool == "AVE":
+            heights, widths = self.averages
+            return xp.matmul(xp.matmul(heights.T, dy), widths)
+        n, c, h, w = shape
+        row_bins, column_bins = self.geo.bins
+        rows = xp.asarray([start for start, _ in row_bins])[:, None] + self.row_choice
+        columns = xp.asarray([start for start, _ in column_bins]) + xp.take_along_axis(self.column_choice, rows, 2)
+        flat = (xp.arange(n * c).reshape(n, c, 1, 1) * h + rows) * w + columns  # (windows overlap: bincount adds)
+        return xp.bincount(flat.ravel(), weights=dy.ravel(), minlength=n * c * h * w).reshape(shape)
+
+    def max_along(self, seen, kernel: int):
+        """Maximum over 1-D windows, ``seen(offset)`` giving what each window sees at an offset, and the offset of
+        each window's first maximum."""
+        xp = self.xp
+        out = seen(0).copy()
         choice = xp.zeros(out.shape, dtype=xp.int8 if kernel < 128 else xp.int32)
         better = xp.empty(out.shape, dtype=bool)
         step = xp.empty_like(choice)
         for offset in range(1, kernel):
-            view = window(x, (axis, offset, stride, size))
+            view = seen(offset)
             xp.greater(view, out, out=better)
             # choice = offset where better, kept elsewhere; arithmetic, since a masked copy
             # with an unpredictable mask is several times slower on CPUs

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+from test_attention import ref_attention
 
 from netspec.engine.net import load_net
 from netspec.engine.registry import layer_types
@@ -462,6 +463,30 @@ def ref_crop(bottoms, params, p):
     return [x[tuple(index)]]
 
 
+def ref_gelu(x, approximate="none"):
+    if approximate == "tanh":
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    return x * 0.5 * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+
+
+def ref_adaptive_pool(bottoms, params, p):
+    """PyTorch's adaptive pooling: output (i, j) pools rows floor(i*H/H') to ceil((i+1)*H/H'), likewise columns."""
+    x = bottoms[0]
+    out = p.get("output_size", [p.get("output_h"), p.get("output_w")])
+    oh, ow = out * 2 if len(out) == 1 else out
+    h, w = x.shape[2:]
+    y = np.zeros((*x.shape[:2], oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            patch = x[:, :, i * h // oh:math.ceil((i + 1) * h / oh), j * w // ow:math.ceil((j + 1) * w / ow)]
+            y[:, :, i, j] = patch.max(axis=(2, 3)) if p["pool"] == "MAX" else patch.mean(axis=(2, 3))
+    return [y]
+
+
+def adaptive(id, x, **p):
+    return Case(id, "Pooling", [x], lambda b, w, q: ref_adaptive_pool(b, w, p), {"pooling_param": p})
+
+
 CASES = [
     conv("conv_basic", rand(2, 3, 5, 5), num_output=4, kernel_size=3, pad=1),
     conv("conv_stride_rect", rand(2, 2, 7, 6), num_output=3, kernel_h=3, kernel_w=2, stride_h=2, stride_w=1,
@@ -641,6 +666,25 @@ CASES = [
     Case("lstm", "LSTM", [rand(4, 3, 2), RNN_CONT], ref_lstm, {"recurrent_param": {"num_output": 3}}),
     Case("lstm_static_expose", "LSTM", [rand(3, 2, 3), RNN_CONT[:3, :2], rand(2, 2), rand(1, 2, 2), rand(1, 2, 2)],
          block={"recurrent_param": {"num_output": 2, "expose_hidden": True}}, tops=3),
+    # GELU, adaptive pooling (windows of different sizes, overlapping, more outputs than inputs; and dividing the
+    # input, an ordinary pooling) and depthwise convolution, computed directly (#20)
+    Case("gelu", "GELU", [rand(2, 3, 4, low=-7, high=7)], ew(lambda x, w, p: ref_gelu(x))),
+    Case("gelu_tanh", "GELU", [rand(3, 5, low=-7, high=7)], ew(lambda x, w, p: ref_gelu(x, "tanh")),
+         {"gelu_param": {"approximate": "tanh"}}),
+    adaptive("pool_adaptive_max", rand(2, 2, 7, 9), pool="MAX", output_size=[3, 4]),
+    adaptive("pool_adaptive_ave", rand(2, 2, 7, 9), pool="AVE", output_size=[3, 4]),
+    adaptive("pool_adaptive_max_more_outputs", rand(1, 2, 3, 5), pool="MAX", output_h=5, output_w=4),
+    adaptive("pool_adaptive_ave_more_outputs", rand(1, 2, 3, 5), pool="AVE", output_h=5, output_w=4),
+    adaptive("pool_adaptive_ave_divides", rand(2, 3, 8, 6), pool="AVE", output_size=[4, 3]),
+    adaptive("pool_adaptive_max_to_one", rand(2, 3, 5, 4), pool="MAX", output_size=[1]),
+    conv("conv_depthwise_stride2_pad1", rand(2, 4, 7, 8), num_output=4, kernel_size=3, stride=2, pad=1, group=4),
+    conv("conv_depthwise_multiplier_dilation", rand(1, 3, 7, 6), num_output=6, kernel_size=3, pad=2, dilation=2,
+         group=3, bias_term=False),
+    # multi-head attention: self-attention, and query/key/value with a causal mask and no biases (#20)
+    Case("attention_self", "MultiHeadAttention", [rand(2, 4, 6)], ref_attention,
+         {"multi_head_attention_param": {"num_heads": 2}}),
+    Case("attention_qkv_causal_nobias", "MultiHeadAttention", [rand(2, 3, 4), rand(2, 3, 4), rand(2, 3, 4)],
+         ref_attention, {"multi_head_attention_param": {"num_heads": 2, "causal": True, "bias_term": False}}),
 ]
 
 BY_ID = {case.id: case for case in CASES}
@@ -793,7 +837,7 @@ def test_a_split_shares_its_data_only_with_tops_no_layer_changes_in_place(dtype)
     net.forward()
     h = net.blobs["x"].data @ net.params["ip"][0].data.T + net.params["ip"][1].data
     np.testing.assert_allclose(net.blobs["y"].data, abs(h) + np.maximum(h, 0),  # ReLU's change stayed in its branch
-                               rtol=1e-6 if dtype == np.float32 else 1e-7)
+                               rtol=1e-6 if dtype == np.float32 else 1e-7, atol=1e-6 if dtype == np.float32 else 0)
 
 
 def test_softmax_loss_weight_scales_gradient():

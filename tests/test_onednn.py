@@ -168,6 +168,11 @@ def test_relu_matches_the_numpy_path(params, inplace):
     both_paths("ReLU", [(3, 4, 5, 6)], {"relu_param": params}, inplace=inplace)
 
 
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_matches_the_numpy_path(approximate):
+    both_paths("GELU", [(3, 4, 5, 6)], {"gelu_param": {"approximate": approximate}}, rtol=1e-5, atol=1e-6)
+
+
 def test_a_relu_with_a_negative_slope_keeps_the_numpy_path():
     net = one_layer_net("ReLU", [(2, 3)], params={"relu_param": {"negative_slope": -0.5}}, dtype=np.float32)
     assert net.layers[-1].fast is None
@@ -327,6 +332,8 @@ GEOMETRIES = {
     "pad over half the kernel": ((1, 2, 5, 5), dict(num_output=3, kernel_size=3, pad=2)),
     "groups": ((2, 6, 7, 7), dict(num_output=4, kernel_size=3, group=2)),
     "depthwise": ((2, 8, 6, 6), dict(num_output=8, kernel_size=3, pad=1, group=8)),
+    "depthwise, stride 2": ((2, 8, 7, 8), dict(num_output=8, kernel_size=3, pad=1, stride=2, group=8)),
+    "depthwise, 2 outputs a channel": ((2, 4, 6, 5), dict(num_output=8, kernel_size=3, pad=1, group=4)),
     "dilation": ((1, 4, 11, 10), dict(num_output=6, kernel_size=3, dilation=2, pad=1)),
     "batch 1, no bias": ((1, 3, 9, 9), dict(num_output=5, kernel_size=4, stride=2, bias_term=False)),
     "rectangular": ((2, 3, 10, 7), dict(num_output=4, kernel_h=3, kernel_w=2, pad_h=1, pad_w=0, stride_h=2,
@@ -342,6 +349,8 @@ POOLS = {
     "AVE 3x3/2, ceil overhang": ((2, 3, 8, 8), dict(pool="AVE", kernel_size=3, stride=2)),
     "AVE padded": ((1, 4, 7, 9), dict(pool="AVE", kernel_size=3, stride=2, pad=1)),
     "AVE global": ((2, 5, 6, 6), dict(pool="AVE", global_pooling=True)),
+    "MAX adaptive, dividing": ((2, 3, 8, 9), dict(pool="MAX", output_size=[4, 3])),
+    "AVE adaptive, dividing": ((2, 3, 8, 9), dict(pool="AVE", output_h=2, output_w=1)),
 }
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime
 import pytest
 from test_cli import run
@@ -54,6 +56,21 @@ layers:
   - {name: ln, type: LayerNorm, bottom: wide, top: f, layer_norm_param: {axis: 1}}
 """
 
+GELU_ADAPTIVE_MATMUL = """name: gelu_adaptive_matmul
+layers:
+  - {name: data, type: Input, top: data, input_param: {shape: {dim: [2, 4, 6, 8]}}}
+  - {name: gelu, type: GELU, bottom: data, top: gelu}
+  - {name: gelu_tanh, type: GELU, bottom: data, top: gelu_tanh, gelu_param: {approximate: tanh}}
+  - {name: ave, type: Pooling, bottom: gelu, top: ave, pooling_param: {pool: AVE, output_size: [3, 4]}}
+  - {name: max, type: Pooling, bottom: gelu_tanh, top: max, pooling_param: {pool: MAX, output_h: 2, output_w: 2}}
+  - {name: global, type: Pooling, bottom: data, top: global, pooling_param: {pool: MAX, output_size: 1}}
+  - {name: scores, type: MatMul, bottom: [gelu, gelu_tanh], top: scores, mat_mul_param: {transpose_b: true}}
+  - {name: mix, type: MatMul, bottom: [ave, ave], top: mix, mat_mul_param: {transpose_a: true}}
+  - {name: flat, type: Flatten, bottom: max, top: flat}
+  - {name: gram, type: MatMul, bottom: [flat, flat], top: gram, mat_mul_param: {transpose_b: true}}
+  - {name: outer, type: MatMul, bottom: [flat, flat], top: outer, mat_mul_param: {transpose_a: true}}
+"""
+
 
 def randomised(source, tmp_path):
     """The net with random weights (and BatchNorm statistics), saved, and its input."""
@@ -75,14 +92,19 @@ def randomised(source, tmp_path):
     ("lenet", str(ROOT / "configs" / "lenet" / "lenet_deploy.yaml")),
     ("cifar10_quick", str(ROOT / "configs" / "cifar10" / "cifar10_quick_deploy.yaml")),
     ("resnet_block", RESNET_BLOCK), ("inception_block", INCEPTION_BLOCK), ("caffe_pooling", POOLS),
-    ("fcn_deconvolution_crop", FCN), ("activations", ACTIVATIONS)])
+    ("fcn_deconvolution_crop", FCN), ("activations", ACTIVATIONS), ("gelu_adaptive_matmul", GELU_ADAPTIVE_MATMUL)])
 def test_onnxruntime_computes_what_netspec_computes(tmp_path, name, source):
+    check_with_onnxruntime(tmp_path, source)
+
+
+def check_with_onnxruntime(tmp_path, source, opset=17):
+    """Export ``source`` (at ``opset``) and compare every output onnxruntime computes with netspec's."""
     net, weights, x = randomised(source, tmp_path)
     net_file = tmp_path / "net.yaml"
     net_file.write_text(Path(source).read_text() if source.endswith(".yaml") else source)
-    result = run("export", "onnx", net_file, "--weights", weights, "-o", tmp_path / "m.onnx")
+    result = run("export", "onnx", net_file, "--weights", weights, "-o", tmp_path / "m.onnx", "--opset", opset)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith(f"wrote {tmp_path / 'm.onnx'} (opset 17, ")
+    assert result.stdout.startswith(f"wrote {tmp_path / 'm.onnx'} (opset {opset}, ")
     net.blobs["data"].data[...] = x
     net.forward()
     session = onnxruntime.InferenceSession(str(tmp_path / "m.onnx"))
@@ -102,4 +124,29 @@ def test_layers_without_an_onnx_equivalent_are_named(tmp_path):
     assert result.stderr.strip() == ("error: no ONNX equivalent for layer(s) 'mnist' (DummyData), 'accuracy' "
                                      "(Accuracy), 'loss' (SoftmaxWithLoss); export the deploy net (Input layers, "
                                      "no losses or data layers)")
+    assert not (tmp_path / "m.onnx").exists()
+
+
+def test_from_opset_20_gelu_is_onnxs_own_operator_and_before_it_erf_or_tanh(tmp_path):
+    check_with_onnxruntime(tmp_path, GELU_ADAPTIVE_MATMUL, opset=20)
+    operators = Counter(node.op_type for node in onnx.load(tmp_path / "m.onnx").graph.node)
+    assert operators["Gelu"] == 2 and not operators["Erf"] and not operators["Tanh"]
+    assert operators["GlobalMaxPool"] == 1 and operators["Gemm"] == 2 and operators["Transpose"] == 2
+    check_with_onnxruntime(tmp_path, GELU_ADAPTIVE_MATMUL, opset=17)
+    operators = Counter(node.op_type for node in onnx.load(tmp_path / "m.onnx").graph.node)
+    assert not operators["Gelu"] and operators["Erf"] == 1 and operators["Tanh"] == 1
+
+
+def test_adaptive_pooling_with_windows_of_different_sizes_is_refused_in_a_line(tmp_path):
+    net_file = tmp_path / "net.yaml"
+    net_file.write_text("layers:\n"
+                        "  - {name: data, type: Input, top: data, input_param: {shape: {dim: [1, 2, 7, 7]}}}\n"
+                        "  - {name: pool, type: Pooling, bottom: data, top: pool, pooling_param: {output_size: 3}}\n")
+    weights = tmp_path / "w.h5"
+    netspec.load_net(str(net_file), phase="TEST").save_weights(weights)
+    result = run("export", "onnx", net_file, "--weights", weights, "-o", tmp_path / "m.onnx")
+    assert result.returncode == 1
+    assert result.stderr.strip() == ("error: layer 'pool' (Pooling): adaptive pooling of 7x7 to 3x3 has windows of "
+                                     "different sizes, which ONNX's pooling cannot express; pick an output size "
+                                     "that divides the input's")
     assert not (tmp_path / "m.onnx").exists()

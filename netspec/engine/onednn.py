@@ -39,6 +39,7 @@ FORWARD_TRAINING, FORWARD_INFERENCE = 64, 96
 BACKWARD, BACKWARD_DATA = 128, 160
 CONVOLUTION_DIRECT = 1
 ELTWISE_RELU, ELTWISE_RELU_USE_DST = 0x20, 0x100  # (the second's backward reads the output, so runs in place)
+ELTWISE_GELU_TANH, ELTWISE_GELU_ERF = 0x2B, 0x31
 BINARY_ADD, BINARY_MUL = 0x1FFF0, 0x1FFF1
 POOLING_MAX, POOLING_AVG_INCLUDE_PADDING = 0x1FF, 0x2FF
 LRN_ACROSS_CHANNELS, LRN_WITHIN_CHANNEL = 0xAFF, 0xBFF
@@ -496,10 +497,11 @@ class Normalization(Passes):
 class Elementwise(Passes):
     """One of oneDNN's element-wise functions (``algorithm``, with its ``alpha`` and ``beta``) on plain float32
     arrays of one shape, forward and backward.  Algorithms named ``..._USE_DST`` take the output in backward,
-    and so run in place."""
+    and so run in place; the others take the input."""
 
     def __init__(self, lib: Library, shape, algorithm: int, alpha: float = 0.0, beta: float = 0.0):
         self.lib = lib
+        self.backward_reads = ARG_DST if algorithm >= ELTWISE_RELU_USE_DST else ARG_SRC  # (those come from 0x100)
         data = lib.memory_desc(tuple(shape))
         forward, backward = Handle(), Handle()
         constants = ctypes.c_float(alpha), ctypes.c_float(beta)
@@ -514,9 +516,10 @@ class Elementwise(Passes):
         """``f(x)``, written into ``y``."""
         self._run(self.forward_primitive, {ARG_SRC: x}, {ARG_DST: y})
 
-    def backward(self, y: numpy.ndarray, dy: numpy.ndarray, dx: numpy.ndarray) -> None:
-        """The input's gradient from the output ``y`` and its gradient, written into ``dx``."""
-        self._run(self.backward_primitive, {ARG_DST: y, ARG_DIFF_DST: dy}, {ARG_DIFF_SRC: dx})
+    def backward(self, data: numpy.ndarray, dy: numpy.ndarray, dx: numpy.ndarray) -> None:
+        """The input's gradient from the output's ``dy`` and ``data`` (the output for the ``..._USE_DST``
+        algorithms, else the input), written into ``dx``."""
+        self._run(self.backward_primitive, {self.backward_reads: data, ARG_DIFF_DST: dy}, {ARG_DIFF_SRC: dx})
 
 
 class Sum:

@@ -6,17 +6,19 @@ BatchNorm's stored sums are divided by its scale factor, Dropout is the
 identity, and Caffe's pooling (output size rounded up, the last window
 starting inside the padded input, average windows clipped at the padded
 edge) becomes explicit end padding.  A layer with no ONNX equivalent is
-refused by name.
+refused by name; so is adaptive pooling whose windows differ in size.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import numpy
 
 from netspec.atomic import atomic_path
 from netspec.errors import NetspecError
+from netspec.layers.activations import TANH_CUBIC, TANH_SCALE
 from netspec.layers.pooling import pool_geometry
 
 DEFAULT_OPSET = 17
@@ -38,8 +40,8 @@ def _onnx():
 class _Builder:
     """Collects ONNX nodes and initializers while walking the net."""
 
-    def __init__(self, onnx, net):
-        self.onnx, self.helper, self.net = onnx, onnx.helper, net
+    def __init__(self, onnx, net, opset: int):
+        self.onnx, self.helper, self.net, self.opset = onnx, onnx.helper, net, opset
         self.nodes, self.initializers = [], []
         self.current: dict[str, str] = {}  # blob name -> the ONNX tensor holding its latest value
         self.writes = Counter(name for node in net.nodes for name in node.tops)
@@ -69,6 +71,12 @@ class _Builder:
     def add(self, op: str, inputs: list[str], outputs: list[str], name: str, **attributes) -> None:
         self.nodes.append(self.helper.make_node(op, inputs, outputs, name=f"{name}/{op}/{len(self.nodes)}",
                                                 **attributes))
+
+    def intermediate(self, op: str, inputs: list[str], name: str, **attributes) -> str:
+        """A node of ``op`` writing a fresh :meth:`temporary`; that tensor's name."""
+        out = self.temporary(name)
+        self.add(op, inputs, [out], name, **attributes)
+        return out
 
 
 def _param(layer, index: int) -> numpy.ndarray:
@@ -109,7 +117,15 @@ def _inner_product(b: _Builder, node, layer, x: str, y: str) -> None:
 
 def _pooling(b: _Builder, node, layer, x: str, y: str) -> None:
     p = layer.block("pooling_param")
-    geo = pool_geometry(p, node.bottom_shapes[0])
+    shape = node.bottom_shapes[0]
+    geo = pool_geometry(p, shape)
+    if geo.bins is not None:
+        raise ExportError(f"layer '{node.name}' (Pooling): adaptive pooling of {shape[2]}x{shape[3]} to "
+                          f"{geo.out[0]}x{geo.out[1]} has windows of different sizes, which ONNX's pooling cannot "
+                          "express; pick an output size that divides the input's")
+    if geo.kernel == tuple(shape[2:]) and geo.out == (1, 1) and not any(geo.pad):
+        b.add("GlobalMaxPool" if p.pool == "MAX" else "GlobalAveragePool", [x], [y], node.name)
+        return
     window = {"kernel_shape": list(geo.kernel), "strides": list(geo.stride)}
     if p.pool == "MAX":  # far_pad is the whole padding past the far edge that the last window needs
         b.add("MaxPool", [x], [y], node.name, pads=[*geo.pad, *geo.far_pad], **window)
@@ -185,6 +201,10 @@ def _eltwise(b: _Builder, node, layer, inputs: list[str], y: str) -> None:
         product = out
 
 
+def _concat(b: _Builder, node, layer, inputs: list[str], y: str) -> None:
+    b.add("Concat", inputs, [y], node.name, axis=layer.block("concat_param").axis % len(node.top_shapes[0]))
+
+
 def _lrn(b: _Builder, node, layer, x: str, y: str) -> None:
     p = layer.block("lrn_param")
     if p.norm_region == "ACROSS_CHANNELS":
@@ -234,6 +254,39 @@ def _swish(b: _Builder, node, layer, x: str, y: str) -> None:
     b.add("Mul", [x, gate], [y], node.name)
 
 
+def _gelu(b: _Builder, node, layer, x: str, y: str) -> None:
+    approximate = layer.block("gelu_param").approximate
+    if b.opset >= 20:
+        b.add("Gelu", [x], [y], node.name, approximate=approximate)
+        return
+
+    # before opset 20: y = x * (1 + f) / 2, f = erf(x / sqrt(2)), or tanh(sqrt(2/pi) * x * (1 + 0.044715 x^2))
+    def step(op: str, *inputs: str) -> str:
+        return b.intermediate(op, list(inputs), node.name)
+
+    def number(value: float) -> str:
+        return b.constant(f"{node.name}/constant", numpy.float32(value))
+
+    if approximate == "tanh":
+        polynomial = step("Add", step("Mul", step("Mul", x, x), number(TANH_CUBIC)), number(1))
+        gate = step("Tanh", step("Mul", step("Mul", x, polynomial), number(TANH_SCALE)))
+    else:
+        gate = step("Erf", step("Mul", x, number(math.sqrt(0.5))))
+    b.add("Mul", [x, step("Mul", step("Add", gate, number(1)), number(0.5))], [y], node.name)
+
+
+def _matmul(b: _Builder, node, layer, inputs: list[str], y: str) -> None:
+    p = layer.block("mat_mul_param")
+    if len(node.bottom_shapes[0]) == 2:  # Gemm transposes its operands itself
+        b.add("Gemm", inputs, [y], node.name, transA=int(p.transpose_a), transB=int(p.transpose_b))
+        return
+    swap = list(range(len(node.bottom_shapes[0])))
+    swap[-2:] = swap[-1], swap[-2]
+    operands = [b.intermediate("Transpose", [value], node.name, perm=swap) if transposed else value
+                for value, transposed in zip(inputs, (p.transpose_a, p.transpose_b))]
+    b.add("MatMul", operands, [y], node.name)
+
+
 def _layer_norm(b: _Builder, node, layer, x: str, y: str) -> None:
     p = layer.block("layer_norm_param")
     shape = layer.normalised(node.bottom_shapes[0])
@@ -256,18 +309,19 @@ ONE_INPUT = {"Convolution": _convolution("Conv"), "Deconvolution": _convolution(
              "Sigmoid": _simple("Sigmoid"), "TanH": _simple("Tanh"), "AbsVal": _simple("Abs"),
              "Dropout": _simple("Identity"), "Flatten": _reshape, "Reshape": _reshape, "ReLU6": _relu6,
              "HardSigmoid": _hard_sigmoid, "HardSwish": _simple("HardSwish"), "Swish": _swish,
-             "LayerNorm": _layer_norm}
+             "LayerNorm": _layer_norm, "GELU": _gelu}
+MANY_INPUTS = {"Eltwise": _eltwise, "Concat": _concat, "MatMul": _matmul}
 SKIPPED = {"Silence"}
 
 
 def export_onnx(net, out: str, opset: int = DEFAULT_OPSET) -> None:
     """Write ``net`` (an inference net with its weights loaded) as an ONNX model to ``out``, atomically."""
     onnx = _onnx()
-    b = _Builder(onnx, net)
+    b = _Builder(onnx, net, opset)
     inputs = []
     unsupported = [f"'{node.name}' ({node.layer.type})" for node in net.nodes
-                   if node.layer.type not in ONE_INPUT and node.layer.type not in SKIPPED
-                   and node.layer.type not in ("Input", "Split", "Eltwise", "Concat")]
+                   if node.layer.type not in {**ONE_INPUT, **MANY_INPUTS}
+                   and node.layer.type not in SKIPPED | {"Input", "Split"}]
     for kind, least in (("HardSwish", 14), ("LayerNorm", 17)):
         if opset < least and any(node.layer.type == kind for node in net.nodes):
             raise ExportError(f"{kind} needs ONNX opset {least} or later: pass --opset {least} (or more)")
@@ -290,11 +344,8 @@ def export_onnx(net, out: str, opset: int = DEFAULT_OPSET) -> None:
         if kind in SKIPPED:
             continue
         target = b.tensor_for_top(node.tops[0])
-        if kind == "Eltwise":
-            _eltwise(b, node, layer, sources, target)
-        elif kind == "Concat":
-            axis = layer.block("concat_param").axis
-            b.add("Concat", sources, [target], node.name, axis=axis % len(node.top_shapes[0]))
+        if kind in MANY_INPUTS:
+            MANY_INPUTS[kind](b, node, layer, sources, target)
         else:
             ONE_INPUT[kind](b, node, layer, sources[0], target)
     outputs = [b.helper.make_tensor_value_info(b.current[name], onnx.TensorProto.FLOAT,
