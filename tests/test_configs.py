@@ -30,6 +30,8 @@ MODULE_FILES = [p for p in ALL_CONFIGS if p.stem.endswith("_blocks")]  # modules
 TRAIN_VALS = [p for p in ALL_CONFIGS if p.stem.endswith("_train_val")]
 # the nets that build without data: the digits net reads converted data (test_train_cli.py trains it)
 CONFIGS = [p for p in ALL_CONFIGS if p.parent.name != "digits" and p.stem.endswith(("_timing", "_deploy"))]
+# the examples of the newer layers, a net and a solver each (test_example_configs.py trains them)
+EXAMPLES = ["char_lstm", "fcn_shapes", "mobilenetv2_digits", "siamese_digits", "vit_digits"]
 MODELS = ["lenet", "cifar10_quick", "cifar10_full", "alexnet", "googlenet", "resnet50", "vgg16"]
 
 PUBLISHED = {
@@ -76,7 +78,8 @@ def test_every_model_ships_train_val_solver_deploy_and_timing_nets():
     assert {p.relative_to(CONFIGS_DIR).as_posix() for p in ALL_CONFIGS
             if p not in CONFIGS + SOLVERS + TRAIN_VALS} == {
         "digits/digits_net.yaml", "digits/digits_deploy.yaml", "resnet50/resnet_blocks.yaml",
-        "googlenet/inception_blocks.yaml", "augmentation/augmented_net.yaml"}
+        "googlenet/inception_blocks.yaml", "augmentation/augmented_net.yaml",
+        *(f"{example}/{example}_net.yaml" for example in EXAMPLES)}
 
 
 def save_images(root: Path, size: int, gray: bool) -> None:

@@ -8,11 +8,9 @@ Pixels are scaled to [0, 1]; labels are the digit values.
 
 from __future__ import annotations
 
-import os
-
 import numpy
 
-from netspec.data.hdf5 import write_arrays, write_file_list
+from netspec.data.hdf5 import write_splits
 from netspec.errors import DataError
 
 TEST_PER_CLASS = 36
@@ -45,10 +43,6 @@ def convert_digits(out_dir: str) -> dict[str, int]:
     Returns the number of rows written per split.
     """
     images, labels = load_digits()
-    counts = {}
-    for name, rows in zip(("train", "test"), split(labels)):
-        h5 = os.path.join(out_dir, f"{name}.h5")
-        write_arrays(h5, {"data": images[rows], "label": labels[rows]})
-        write_file_list(os.path.join(out_dir, f"{name}.txt"), [h5])
-        counts[name] = len(rows)
-    return counts
+    train, test = split(labels)
+    return write_splits(out_dir, {"train": {"data": images[train], "label": labels[train]},
+                                  "test": {"data": images[test], "label": labels[test]}})

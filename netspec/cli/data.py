@@ -1,4 +1,5 @@
-"""Commands about datasets: convert (digits, imageset, arrays), compute-mean, data inspect."""
+"""Commands about datasets: convert (digits and the other examples' data, imageset, arrays), compute-mean,
+data inspect."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ from netspec.cli.progress import progress_bar
 from netspec.data.dataset import Dataset, read_manifest
 from netspec.tools.arrays import convert_arrays
 from netspec.tools.dataset_info import augmented_grid, describe, sample_grid, train_transform, verify_in_child
+from netspec.tools.digit_pairs import convert_digit_pairs
 from netspec.tools.digits import convert_digits
 from netspec.tools.imageset import ImagesetOptions, convert_imageset
 from netspec.tools.mean import compute_mean, save_mean
+from netspec.tools.shapes import convert_shapes
+from netspec.tools.text import convert_text
 
 
 @click.group()
@@ -30,6 +34,44 @@ def convert_digits_command(out_dir):
     counts = convert_digits(out_dir)
     click.echo(f"wrote {counts['train']} training and {counts['test']} test digits to {out_dir} "
                f"(train.txt, test.txt list the HDF5 files)")
+
+
+@convert.command("digit-pairs")
+@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.option("--seed", type=Integer(), default=0, show_default=True, help="seed of the pairs drawn")
+@user_errors
+def convert_digit_pairs_command(out_dir, seed):
+    """Write pairs of the 8x8 digits, same or different (half each), to OUT_DIR as HDF5, for siamese nets."""
+    counts = convert_digit_pairs(out_dir, seed=seed)
+    click.echo(f"wrote {counts['train']} training and {counts['test']} test pairs to {out_dir} "
+               f"(train.txt, test.txt list the HDF5 files)")
+
+
+@convert.command("shapes")
+@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.option("--size", type=Integer(min=8), default=32, show_default=True, help="image height and width")
+@click.option("--seed", type=Integer(), default=0, show_default=True, help="seed of the images drawn")
+@user_errors
+def convert_shapes_command(out_dir, size, seed):
+    """Write generated images of rectangles, discs and triangles with per-pixel labels to OUT_DIR as HDF5."""
+    counts = convert_shapes(out_dir, size=size, seed=seed)
+    click.echo(f"wrote {counts['train']} training and {counts['test']} test images of shapes to {out_dir} "
+               f"(train.txt, test.txt list the HDF5 files)")
+
+
+@convert.command("text")
+@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.option("--source", type=click.Path(dir_okay=False), default=None,
+              help="a UTF-8 text file  [default: Python's help text, which ships with Python]")
+@click.option("--length", type=Integer(min=1), default=64, show_default=True, help="characters per window")
+@click.option("--test-fraction", type=Real(0, 1, min_open=True, max_open=True), default=0.1, show_default=True,
+              help="the share of the text, at its end, kept for testing")
+@user_errors
+def convert_text_command(out_dir, source, length, test_fraction):
+    """Write a text as windows of character ids (data, cont, label) to OUT_DIR as HDF5, and its vocab.json."""
+    counts = convert_text(out_dir, source, length, test_fraction)
+    click.echo(f"wrote {counts['train']} training and {counts['test']} test windows of {length} characters "
+               f"({counts['vocab']} distinct) to {out_dir} (train.txt, test.txt, vocab.json)")
 
 
 def parse_size(value: str | None) -> tuple[int, int] | None:

@@ -224,6 +224,20 @@ def write_arrays(path: str, arrays: dict[str, numpy.ndarray]) -> None:
         raise
 
 
+def write_splits(out_dir: str, splits: dict[str, dict[str, numpy.ndarray]]) -> dict[str, int]:
+    """Write each split as ``<name>.h5`` (one dataset per array) with its list file ``<name>.txt`` in ``out_dir``.
+
+    Returns the number of rows written per split.
+    """
+    counts = {}
+    for name, arrays in splits.items():
+        h5 = os.path.join(out_dir, f"{name}.h5")
+        write_arrays(h5, arrays)
+        write_file_list(os.path.join(out_dir, f"{name}.txt"), [h5])
+        counts[name] = len(next(iter(arrays.values())))
+    return counts
+
+
 def write_file_list(path: str, files: list[str]) -> None:
     """Write a list file naming ``files`` relative to the list's folder, atomically."""
     folder = os.path.dirname(os.path.abspath(path))
