@@ -12,6 +12,7 @@ import pytest
 from test_cli import run
 
 import netspec
+from netspec.engine.deploy import deploy_net_yaml, derive_deploy_net
 
 ROOT = Path(__file__).parent.parent
 RESNET_BLOCK = f"""name: block
@@ -70,10 +71,48 @@ layers:
   - {name: gram, type: MatMul, bottom: [flat, flat], top: gram, mat_mul_param: {transpose_b: true}}
   - {name: outer, type: MatMul, bottom: [flat, flat], top: outer, mat_mul_param: {transpose_a: true}}
 """
+ATTENTION = """name: attention
+layers:
+  - {name: data, type: Input, top: [data, key, value], input_param: {shape: [{dim: [2, 5, 8]}, {dim: [2, 7, 8]},
+                                                                            {dim: [2, 7, 8]}]}}
+  - {name: self, type: MultiHeadAttention, bottom: data, top: self, multi_head_attention_param: {num_heads: 2}}
+  - {name: causal, type: MultiHeadAttention, bottom: data, top: causal,
+     multi_head_attention_param: {num_heads: 4, causal: true}}
+  - {name: cross, type: MultiHeadAttention, bottom: [data, key, value], top: cross,
+     multi_head_attention_param: {num_heads: 2, bias_term: false}}
+"""
+TRANSFORMER_BLOCK = """name: transformer_block
+layers:
+  - {name: data, type: Input, top: data, input_param: {shape: {dim: [2, 6, 8]}}}
+  - {name: ln1, type: LayerNorm, bottom: data, top: ln1, layer_norm_param: {axis: 2}}
+  - {name: attention, type: MultiHeadAttention, bottom: ln1, top: attention,
+     multi_head_attention_param: {num_heads: 2, causal: true}}
+  - {name: add1, type: Eltwise, bottom: [data, attention], top: mid}
+  - {name: ln2, type: LayerNorm, bottom: mid, top: ln2, layer_norm_param: {axis: 2}}
+  - {name: fc1, type: InnerProduct, bottom: ln2, top: fc1, inner_product_param: {num_output: 16, axis: 2}}
+  - {name: gelu, type: GELU, bottom: fc1, top: gelu}
+  - {name: fc2, type: InnerProduct, bottom: gelu, top: fc2, inner_product_param: {num_output: 8, axis: -1,
+                                                                                  bias_term: false}}
+  - {name: add2, type: Eltwise, bottom: [mid, fc2], top: out}
+"""
+BIAS_PERMUTE_REDUCTION = """name: bias_permute_reduction
+layers:
+  - {name: data, type: Input, top: data, input_param: {shape: {dim: [2, 3, 4, 5]}}}
+  - {name: position, type: Bias, bottom: data, top: data, bias_param: {axis: 1, num_axes: 2}}
+  - {name: last, type: Bias, bottom: data, top: shifted, bias_param: {axis: -1, num_axes: -1}}
+  - {name: nhwc, type: Permute, bottom: shifted, top: nhwc, permute_param: {order: [0, 2, 3, 1]}}
+  - {name: mean, type: Reduction, bottom: nhwc, top: mean, reduction_param: {operation: MEAN, axis: 2}}
+  - {name: sum, type: Reduction, bottom: data, top: sum, reduction_param: {axis: 1, coeff: 0.5}}
+  - {name: asum, type: Reduction, bottom: data, top: asum, reduction_param: {operation: ASUM, axis: -1}}
+  - {name: sumsq, type: Reduction, bottom: data, top: sumsq, reduction_param: {operation: SUMSQ}}
+  - {name: fc, type: InnerProduct, bottom: nhwc, top: fc, inner_product_param: {num_output: 6, axis: 2}}
+  - {name: fc_t, type: InnerProduct, bottom: nhwc, top: fc_t, inner_product_param: {num_output: 2, axis: 0,
+                                                                                    transpose: true}}
+"""
 
 
 def randomised(source, tmp_path):
-    """The net with random weights (and BatchNorm statistics), saved, and its input."""
+    """The net with random weights (and BatchNorm statistics), saved, and its inputs by name."""
     net = netspec.load_net(source, phase="TEST", seed=0)
     rng = np.random.default_rng(1)
     for blobs in net.params.values():
@@ -85,7 +124,8 @@ def randomised(source, tmp_path):
             layer.blobs[2].data[...] = 2.0
     weights = tmp_path / "w.h5"
     net.save_weights(weights)
-    return net, weights, rng.normal(0, 1, net.blobs["data"].shape).astype(np.float32)
+    return net, weights, {name: rng.normal(0, 1, net.blobs[name].shape).astype(np.float32)
+                          for name in net.data_layer().spec.tops}
 
 
 @pytest.mark.parametrize("name, source", [
@@ -99,18 +139,19 @@ def test_onnxruntime_computes_what_netspec_computes(tmp_path, name, source):
 
 def check_with_onnxruntime(tmp_path, source, opset=17):
     """Export ``source`` (at ``opset``) and compare every output onnxruntime computes with netspec's."""
-    net, weights, x = randomised(source, tmp_path)
+    net, weights, inputs = randomised(source, tmp_path)
     net_file = tmp_path / "net.yaml"
     net_file.write_text(Path(source).read_text() if source.endswith(".yaml") else source)
     result = run("export", "onnx", net_file, "--weights", weights, "-o", tmp_path / "m.onnx", "--opset", opset)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"wrote {tmp_path / 'm.onnx'} (opset {opset}, ")
-    net.blobs["data"].data[...] = x
+    for name_, x in inputs.items():
+        net.blobs[name_].data[...] = x
     net.forward()
     session = onnxruntime.InferenceSession(str(tmp_path / "m.onnx"))
     names = [output.name for output in session.get_outputs()]
     assert names == net.outputs
-    for name_, value in zip(names, session.run(None, {"data": x})):
+    for name_, value in zip(names, session.run(None, inputs)):
         scale = max(1.0, float(np.abs(net.blobs[name_].data).max()))
         np.testing.assert_allclose(value, net.blobs[name_].data, atol=1e-4 * scale, rtol=1e-4)
 
@@ -150,3 +191,32 @@ def test_adaptive_pooling_with_windows_of_different_sizes_is_refused_in_a_line(t
                                      "different sizes, which ONNX's pooling cannot express; pick an output size "
                                      "that divides the input's")
     assert not (tmp_path / "m.onnx").exists()
+
+
+@pytest.mark.parametrize("opset", [13, 17, 21])
+def test_attention_exports_as_plain_operators_self_causal_and_query_key_value(tmp_path, opset):
+    check_with_onnxruntime(tmp_path, ATTENTION, opset=opset)
+    operators = Counter(node.op_type for node in onnx.load(tmp_path / "m.onnx").graph.node)
+    assert operators["Softmax"] == 3 and operators["Transpose"] == 12 and operators["MatMul"] == 18
+    assert operators["Add"] == 2 * 4 + 1  # the biases of two layers, the causal mask
+
+
+@pytest.mark.parametrize("opset", [17, 21])
+def test_a_transformer_block_exports(tmp_path, opset):
+    check_with_onnxruntime(tmp_path, TRANSFORMER_BLOCK, opset=opset)
+
+
+@pytest.mark.parametrize("opset", [13, 17, 18, 21])
+def test_bias_permute_reduction_and_inner_product_on_later_axes_export(tmp_path, opset):
+    check_with_onnxruntime(tmp_path, BIAS_PERMUTE_REDUCTION, opset=opset)
+    operators = Counter(node.op_type for node in onnx.load(tmp_path / "m.onnx").graph.node)
+    assert operators["ReduceMean"] == operators["ReduceL1"] == operators["ReduceSumSquare"] == 1
+    assert operators["Gemm"] == 0 and operators["MatMul"] == 2
+
+
+@pytest.mark.parametrize("opset", [17, 21])
+def test_the_vit_digits_deploy_net_exports(tmp_path, opset):
+    source = str(ROOT / "configs" / "vit_digits" / "vit_digits_net.yaml")
+    deploy = deploy_net_yaml(derive_deploy_net(source, input_shape=(1, 8, 8), batch_size=2), source)
+    assert "MultiHeadAttention" in deploy and "Reduction" in deploy
+    check_with_onnxruntime(tmp_path, deploy, opset=opset)

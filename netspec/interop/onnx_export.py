@@ -5,7 +5,9 @@ in-place layers get fresh tensor names (ONNX tensors are written once),
 BatchNorm's stored sums are divided by its scale factor, Dropout is the
 identity, and Caffe's pooling (output size rounded up, the last window
 starting inside the padded input, average windows clipped at the padded
-edge) becomes explicit end padding.  A layer with no ONNX equivalent is
+edge) becomes explicit end padding.  MultiHeadAttention becomes plain
+operators (MatMul, Reshape, Transpose, Softmax), InnerProduct on an axis
+other than 1 a MatMul over the last axis.  A layer with no ONNX equivalent is
 refused by name; so is adaptive pooling whose windows differ in size.
 """
 
@@ -54,6 +56,14 @@ class _Builder:
         name = blob if self.seen[blob] == self.writes[blob] else f"{blob}/{self.seen[blob]}"
         self.current[blob] = name
         return name
+
+    def graph_input(self, blob: str) -> str:
+        """The graph input holding ``blob``: the blob's own name, which callers feed, so no later (in-place)
+        write of the blob takes that name."""
+        self.writes[blob] += 1
+        self.seen[blob] += 1
+        self.current[blob] = blob
+        return blob
 
     def constant(self, stem: str, value) -> str:
         """An initializer holding ``value`` (float32 unless it is an integer array)."""
@@ -104,10 +114,30 @@ def _crop(b: _Builder, node, layer, x: str, y: str) -> None:
                     b.constant(f"{node.name}/axes", axes)], [y], node.name)
 
 
+def _linear(b: _Builder, name: str, x: str, matrix: numpy.ndarray, bias, y: str | None = None) -> str:
+    """``x @ matrix (+ bias)`` over x's last axis (MatMul, and Add for a bias) written to ``y``, or to a fresh
+    tensor without one; the tensor's name."""
+    out = y or b.temporary(name)
+    weight = b.constant(f"{name}/weight", matrix)
+    if bias is None:
+        b.add("MatMul", [x, weight], [out], name)
+    else:
+        b.add("Add", [b.intermediate("MatMul", [x, weight], name), b.constant(f"{name}/bias", bias)], [out], name)
+    return out
+
+
 def _inner_product(b: _Builder, node, layer, x: str, y: str) -> None:
+    """Gemm on the flattened input for axis 1; for any other axis the axes from it on flattened into the last
+    one (a Reshape where there are several), then MatMul and Add."""
     p = layer.params
-    if layer.split(node.bottom_shapes[0])[0] != 1:
-        raise ExportError(f"layer '{node.name}' (InnerProduct): only axis 1 is exported")
+    shape = node.bottom_shapes[0]
+    axis = layer.split(shape)[0]
+    if axis != 1:
+        if axis != len(shape) - 1:
+            x = b.intermediate("Reshape", [x, b.constant(f"{node.name}/shape", [*shape[:axis], -1])], node.name)
+        _linear(b, node.name, x, _param(layer, 0) if p.transpose else _param(layer, 0).T,
+                _param(layer, 1) if p.bias_term else None, y)
+        return
     flat = b.temporary(node.name)
     b.add("Flatten", [x], [flat], node.name, axis=1)
     inputs = [flat, b.constant(f"{node.name}/weight", _param(layer, 0))]
@@ -157,26 +187,30 @@ def _batch_norm(b: _Builder, node, layer, x: str, y: str) -> None:
           [y], node.name, epsilon=float(layer.block("batch_norm_param").eps))
 
 
-def _broadcast(node, layer, array: numpy.ndarray, block: str) -> numpy.ndarray:
-    """A Scale/Bias parameter shaped to broadcast against the bottom (numpy rules)."""
-    p = layer.block(block)
+def _broadcast(b: _Builder, node, layer, index: int) -> str:
+    """An initializer holding Scale's or Bias's learned blob ``index``, shaped to broadcast against the bottom
+    (numpy rules); an operand given as a second bottom is refused."""
+    if len(node.bottoms) > 1:
+        operand = layer.block_name.removesuffix("_param")
+        raise ExportError(f"layer '{node.name}' ({layer.type}): a {operand} given as a second bottom is not exported")
+    p = layer.block(layer.block_name)
+    array = _param(layer, index)
     ndim = len(node.bottom_shapes[0])
     axis = p.axis % ndim
     span = ndim - axis if p.num_axes == -1 else p.num_axes
-    return array.reshape(*array.shape, *([1] * (ndim - axis - span)))
+    return b.constant(f"{node.name}/operand", array.reshape(*array.shape, *([1] * (ndim - axis - span))))
 
 
 def _scale(b: _Builder, node, layer, x: str, y: str) -> None:
-    if len(node.bottoms) > 1:
-        raise ExportError(f"layer '{node.name}' (Scale): a scale given as a second bottom is not exported")
-    scale = b.constant(f"{node.name}/scale", _broadcast(node, layer, _param(layer, 0), "scale_param"))
+    scale = _broadcast(b, node, layer, 0)
     if not layer.block("scale_param").bias_term:
         b.add("Mul", [x, scale], [y], node.name)
         return
-    scaled = b.temporary(node.name)
-    b.add("Mul", [x, scale], [scaled], node.name)
-    bias = b.constant(f"{node.name}/bias", _broadcast(node, layer, _param(layer, 1), "scale_param"))
-    b.add("Add", [scaled, bias], [y], node.name)
+    b.add("Add", [b.intermediate("Mul", [x, scale], node.name), _broadcast(b, node, layer, 1)], [y], node.name)
+
+
+def _bias(b: _Builder, node, layer, x: str, y: str) -> None:
+    b.add("Add", [x, _broadcast(b, node, layer, 0)], [y], node.name)
 
 
 def _eltwise(b: _Builder, node, layer, inputs: list[str], y: str) -> None:
@@ -287,6 +321,41 @@ def _matmul(b: _Builder, node, layer, inputs: list[str], y: str) -> None:
     b.add("MatMul", operands, [y], node.name)
 
 
+def _attention(b: _Builder, node, layer, inputs: list[str], y: str) -> None:
+    """MultiHeadAttention in plain operators (ONNX's Attention needs opset 23).
+
+    Per role, q, k and v = x W^T (+ b), 1/sqrt(D) folded into W_q and b_q, reshaped to (N, T, heads, D) and
+    transposed to (N, heads, T, D), k to (N, heads, D, T); then softmax(q k^T (+ the causal mask)) v, the heads
+    merged back to (N, T_q, E) and the out projection.  One bottom feeds all three projections.
+    """
+    n, tq, tk, e = layer.dims(node.bottom_shapes)
+    heads = layer.params.num_heads
+    w_in, b_in, w_out, b_out = layer.blob_indices()
+    scale = numpy.ones(3 * e, dtype=numpy.float32)
+    scale[:e] = 1 / math.sqrt(e // heads)
+    weight = _param(layer, w_in) * scale[:, None]
+    bias = None if b_in is None else _param(layer, b_in) * scale
+    sources = inputs * 3 if len(inputs) == 1 else inputs
+    layouts = ((tq, [0, 2, 1, 3]), (tk, [0, 2, 3, 1]), (tk, [0, 2, 1, 3]))  # (length, perm) of q, k, v
+    parts = []
+    for role, (x, (length, perm)) in enumerate(zip(sources, layouts)):
+        rows = slice(role * e, (role + 1) * e)
+        projected = _linear(b, node.name, x, weight[rows].T, None if bias is None else bias[rows])
+        shape = b.constant(f"{node.name}/shape", [n, length, heads, e // heads])
+        parts.append(b.intermediate("Transpose", [b.intermediate("Reshape", [projected, shape], node.name)],
+                                    node.name, perm=perm))
+    q, k_transposed, v = parts
+    scores = b.intermediate("MatMul", [q, k_transposed], node.name)
+    if layer.params.causal:
+        mask = numpy.triu(numpy.full((tq, tk), -numpy.inf, dtype=numpy.float32), 1)
+        scores = b.intermediate("Add", [scores, b.constant(f"{node.name}/mask", mask)], node.name)
+    weights = b.intermediate("Softmax", [scores], node.name, axis=-1)
+    context = b.intermediate("Transpose", [b.intermediate("MatMul", [weights, v], node.name)], node.name,
+                             perm=[0, 2, 1, 3])
+    merged = b.intermediate("Reshape", [context, b.constant(f"{node.name}/shape", [n, tq, e])], node.name)
+    _linear(b, node.name, merged, _param(layer, w_out).T, None if b_out is None else _param(layer, b_out), y)
+
+
 def _layer_norm(b: _Builder, node, layer, x: str, y: str) -> None:
     p = layer.block("layer_norm_param")
     shape = layer.normalised(node.bottom_shapes[0])
@@ -299,6 +368,27 @@ def _softmax(b: _Builder, node, layer, x: str, y: str) -> None:
     b.add("Softmax", [x], [y], node.name, axis=layer.block("softmax_param").axis)
 
 
+def _permute(b: _Builder, node, layer, x: str, y: str) -> None:
+    b.add("Transpose", [x], [y], node.name, perm=list(layer.axes(len(node.bottom_shapes[0]))))
+
+
+REDUCTIONS = {"SUM": "ReduceSum", "ASUM": "ReduceL1", "SUMSQ": "ReduceSumSquare", "MEAN": "ReduceMean"}
+
+
+def _reduction(b: _Builder, node, layer, x: str, y: str) -> None:
+    """The Reduce operator over the axes from ``axis`` on, times ``coeff``.  The axes are an input from opset
+    18 (ReduceSum's from 13), an attribute before."""
+    p = layer.block("reduction_param")
+    op = REDUCTIONS[p.operation]
+    axes = list(range(len(node.top_shapes[0]), len(node.bottom_shapes[0])))
+    as_input = b.opset >= (13 if op == "ReduceSum" else 18)
+    out = y if p.coeff == 1 else b.temporary(node.name)
+    b.add(op, [x, b.constant(f"{node.name}/axes", axes)] if as_input else [x], [out], node.name, keepdims=0,
+          **({} if as_input else {"axes": axes}))
+    if p.coeff != 1:
+        b.add("Mul", [out, b.constant(f"{node.name}/coeff", numpy.float32(p.coeff))], [y], node.name)
+
+
 def _reshape(b: _Builder, node, layer, x: str, y: str) -> None:
     b.add("Reshape", [x, b.constant(f"{node.name}/shape", list(node.top_shapes[0]))], [y], node.name)
 
@@ -309,8 +399,8 @@ ONE_INPUT = {"Convolution": _convolution("Conv"), "Deconvolution": _convolution(
              "Sigmoid": _simple("Sigmoid"), "TanH": _simple("Tanh"), "AbsVal": _simple("Abs"),
              "Dropout": _simple("Identity"), "Flatten": _reshape, "Reshape": _reshape, "ReLU6": _relu6,
              "HardSigmoid": _hard_sigmoid, "HardSwish": _simple("HardSwish"), "Swish": _swish,
-             "LayerNorm": _layer_norm, "GELU": _gelu}
-MANY_INPUTS = {"Eltwise": _eltwise, "Concat": _concat, "MatMul": _matmul}
+             "LayerNorm": _layer_norm, "GELU": _gelu, "Bias": _bias, "Permute": _permute, "Reduction": _reduction}
+MANY_INPUTS = {"Eltwise": _eltwise, "Concat": _concat, "MatMul": _matmul, "MultiHeadAttention": _attention}
 SKIPPED = {"Silence"}
 
 
@@ -332,8 +422,8 @@ def export_onnx(net, out: str, opset: int = DEFAULT_OPSET) -> None:
         kind = node.layer.type
         if kind == "Input":
             for name, shape in zip(node.tops, node.top_shapes):
-                tensor = b.tensor_for_top(name)
-                inputs.append(b.helper.make_tensor_value_info(tensor, onnx.TensorProto.FLOAT, list(shape)))
+                inputs.append(b.helper.make_tensor_value_info(b.graph_input(name), onnx.TensorProto.FLOAT,
+                                                              list(shape)))
             continue
         sources = [b.current[name] for name in node.bottoms]
         if kind == "Split":
