@@ -31,6 +31,7 @@ from netspec.layers import (  # noqa: F401 - imported to register the layer type
     losses,
     lrn,
     matmul,
+    memory_data,
     mvn,
     parameter,
     pooling,

@@ -702,9 +702,9 @@ def reference_of(case: Case):
 
 def test_every_registered_layer_is_covered():
     # the data layers read files; test_hdf5_data.py and test_record_data.py check them (and HDF5Output);
-    # test_python_layers.py checks users' Python layers
+    # test_python_layers.py checks users' Python layers, test_memory_data.py MemoryData
     covered = {case.type for case in CASES} | {"Input", "DummyData", "HDF5Data", "Silence", "Data", "ImageData",
-                                                "HDF5Output", "Python"}
+                                                "HDF5Output", "Python", "MemoryData"}
     assert set(layer_types()) == covered
 
 

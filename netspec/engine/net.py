@@ -13,7 +13,7 @@ from netspec.engine.backend import Backend
 from netspec.engine.blob import Blob
 from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_schemas, layer_types
-from netspec.errors import ConfigError, ParamError, WeightsError
+from netspec.errors import ConfigError, DataError, ParamError, WeightsError
 from netspec.graph.compiler import compile_graph
 from netspec.graph.graph import Graph
 from netspec.spec.net_spec import NetSpec, parse_net
@@ -284,6 +284,20 @@ class Net:
                 if weight:
                     total += weight * float(blob.data.sum())
         return total
+
+    def set_input_arrays(self, data, labels=None, layer: str | None = None) -> None:
+        """Hand arrays to the net's MemoryData layer (``layer`` names it when the net has several).
+
+        The layer serves them, ``batch_size`` rows at a time, from the next forward pass on.
+        """
+        takers = [each for each in self.layers if hasattr(each, "set_arrays")]
+        chosen = [each for each in takers if layer is None or each.name == layer]
+        if len(chosen) != 1:
+            names = ", ".join(f"'{each.name}'" for each in takers) or "none"
+            wanted = "a MemoryData layer" if layer is None else f"a MemoryData layer named '{layer}'"
+            raise DataError(f"net '{self.name}': set_input_arrays needs {wanted}, and one only "
+                            f"(its MemoryData layers: {names})")
+        chosen[0].set_arrays(data, labels)
 
     def forward(self) -> float:
         """Run every layer forward; return the weighted loss."""
