@@ -22,11 +22,9 @@ def make_pairs(images: numpy.ndarray, labels: numpy.ndarray, count: int,
     Returns ``{"pair_data": (count, 2, 8, 8), "sim": (count,)}``.
     """
     first = rng.integers(0, len(labels), count)
-    second = numpy.empty_like(first)
-    alike = numpy.arange(count) % 2 == 0
-    for i, row in enumerate(first):
-        pool = numpy.flatnonzero((labels == labels[row]) == alike[i])
-        second[i] = rng.choice(pool)
+    pools = {(label, alike): numpy.flatnonzero((labels == label) == alike)
+             for label in numpy.unique(labels) for alike in (True, False)}
+    second = numpy.array([rng.choice(pools[labels[row], i % 2 == 0]) for i, row in enumerate(first)])
     data = numpy.concatenate([images[first], images[second]], axis=1)
     return {"pair_data": data, "sim": (labels[first] == labels[second]).astype(numpy.float32)}
 

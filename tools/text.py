@@ -23,7 +23,7 @@ from netspec.data.files import regular_file, writing
 from netspec.data.hdf5 import write_splits
 from netspec.errors import DataError
 
-MAX_TEXT_BYTES = 1 << 30
+MAX_TEXT_BYTES = 1 << 28  # 256 MiB: each character takes 12 bytes while it is numbered
 
 
 def python_help_text() -> str:
@@ -64,8 +64,9 @@ def convert_text(out_dir: str, source: str | None = None, length: int = 64,
     Returns the number of windows per split and the vocabulary size (``vocab``).
     """
     text = python_help_text() if source is None else read_text(source)
-    vocabulary = sorted(set(text))
-    ids = numpy.searchsorted(numpy.array(vocabulary), numpy.array(list(text)))
+    code_points = numpy.frombuffer(text.encode("utf-32-le"), numpy.uint32)
+    distinct, ids = numpy.unique(code_points, return_inverse=True)
+    vocabulary = [chr(code) for code in distinct]
     split_at = int(len(ids) * (1 - test_fraction))
     train, test = windows(ids[:split_at], length), windows(ids[split_at:], length)
     name = source or "Python's help text"
