@@ -274,3 +274,18 @@ def test_an_imported_caffe_example_reads_what_caffe_would_and_trains(tmp_path):
     trained = run("train", colour / "solver.yaml", "--device", "cpu", cwd=tmp_path)
     assert trained.returncode == 0, trained.stderr
     assert (colour / "colour_iter_4.weights.h5").exists()
+
+
+def test_every_v1_layer_type_but_window_data_imports(tmp_path):
+    v1 = tmp_path / "im2col.prototxt"
+    v1.write_text('input: "x"\ninput_dim: 1\ninput_dim: 2\ninput_dim: 4\ninput_dim: 4\n'
+                  'layers { name: "cols" type: IM2COL bottom: "x" top: "y" convolution_param { kernel_size: 3 } }\n')
+    result = run("import", "caffe", v1, "-o", tmp_path / "im2col.yaml")
+    assert result.returncode == 0, result.stderr
+    assert netspec.load_net(str(tmp_path / "im2col.yaml")).blobs["y"].shape == (1, 18, 2, 2)
+    window = tmp_path / "window.prototxt"
+    window.write_text('layers { name: "w" type: WINDOW_DATA top: "data" top: "label" }\n')
+    result = run("import", "caffe", window, "-o", tmp_path / "window.yaml")
+    assert result.returncode == 1
+    assert result.stderr == ("error: layer 'w': type 'WINDOW_DATA' has no netspec equivalent "
+                             "(netspec layers lists the types)\n")
