@@ -110,6 +110,67 @@ layers:
                                                                                     transpose: true}}
 """
 
+CAFFE_ELEMENTWISE = """name: caffe_elementwise
+layers:
+  - {name: data, type: Input, top: data, input_param: {shape: {dim: [2, 3, 4, 5]}}}
+  - {name: wide, type: Convolution, bottom: data, top: wide, convolution_param: {num_output: 3, kernel_size: 1}}
+  - {name: elu, type: ELU, bottom: wide, top: elu, elu_param: {alpha: 0.7}}
+  - {name: prelu, type: PReLU, bottom: wide, top: prelu}
+  - {name: prelu_shared, type: PReLU, bottom: elu, top: elu, prelu_param: {channel_shared: true}}
+  - {name: bnll, type: BNLL, bottom: wide, top: bnll}
+  - {name: exp, type: Exp, bottom: wide, top: exp}
+  - {name: exp2, type: Exp, bottom: prelu, top: prelu, exp_param: {base: 2, scale: 0.5, shift: 0.1}}
+  - {name: abs, type: AbsVal, bottom: wide, top: abs}
+  - {name: log, type: Log, bottom: abs, top: log}
+  - {name: log10, type: Log, bottom: abs, top: log10, log_param: {base: 10, scale: 2, shift: 0.5}}
+  - {name: root, type: Power, bottom: abs, top: root, power_param: {power: 1.5, scale: 0.5, shift: 1}}
+  - {name: square, type: Power, bottom: wide, top: square, power_param: {power: 2, scale: -1, shift: 0.5}}
+  - {name: clip, type: Clip, bottom: wide, top: clip, clip_param: {min: -0.5, max: 0.7}}
+  - {name: below, type: Clip, bottom: wide, top: below, clip_param: {max: 0.2}}
+  - {name: mask, type: Threshold, bottom: bnll, top: bnll, threshold_param: {threshold: 0.7}}
+  - {name: product, type: Eltwise, bottom: [clip, below, square], top: product, eltwise_param: {operation: PROD}}
+  - {name: larger, type: Eltwise, bottom: [exp, log], top: larger, eltwise_param: {operation: MAX}}
+  - {name: mvn, type: MVN, bottom: wide, top: mvn}
+  - {name: mvn_all, type: MVN, bottom: wide, top: mvn_all, mvn_param: {across_channels: true, eps: 0.01}}
+  - {name: centred, type: MVN, bottom: wide, top: centred, mvn_param: {normalize_variance: false}}
+"""
+SHAPES_AND_SEARCH = """name: shapes_and_search
+layers:
+  - {name: data, type: Input, top: data, input_param: {shape: {dim: [2, 3, 10, 11]}}}
+  - {name: spp, type: SPP, bottom: data, top: spp, spp_param: {pyramid_height: 3}}
+  - {name: spp_ave, type: SPP, bottom: data, top: spp_ave, spp_param: {pyramid_height: 3, pool: AVE}}
+  - {name: tile, type: Tile, bottom: data, top: tile, tile_param: {tiles: 3}}
+  - {name: tile_w, type: Tile, bottom: data, top: tile_w, tile_param: {axis: -1, tiles: 2}}
+  - {name: halves, type: Slice, bottom: tile, top: [first, rest], slice_param: {slice_point: [2]}}
+  - {name: thirds, type: Slice, bottom: data, top: [a, b, c], slice_param: {axis: 2, slice_point: [3, 7]}}
+  - {name: pairs, type: Slice, bottom: data, top: [left, right], slice_param: {axis: -1, slice_point: [4]}}
+  - {name: flat, type: Flatten, bottom: left, top: flat}
+  - {name: mvn2d, type: MVN, bottom: flat, top: mvn2d}
+  - {name: best, type: ArgMax, bottom: data, top: best}
+  - {name: best3, type: ArgMax, bottom: data, top: best3, argmax_param: {top_k: 3, out_max_val: true}}
+  - {name: channel, type: ArgMax, bottom: data, top: channel, argmax_param: {axis: 1, top_k: 2}}
+  - {name: row_max, type: ArgMax, bottom: data, top: row_max, argmax_param: {axis: -2, top_k: 4, out_max_val: true}}
+"""
+LOOKUPS = """name: lookups
+layers:
+  - {name: data, type: Input, top: [words, features, order], input_param: {shape: [{dim: [2, 5]}, {dim: [4, 3, 2]},
+                                                                                  {dim: [6]}]}}
+  - {name: embed, type: Embed, bottom: words, top: embed, embed_param: {num_output: 4, input_dim: 7}}
+  - {name: embed_nb, type: Embed, bottom: words, top: embed_nb, embed_param: {num_output: 3, input_dim: 7,
+                                                                              bias_term: false}}
+  - {name: reindex, type: BatchReindex, bottom: [features, order], top: reindex}
+  - {name: gains, type: Parameter, top: gains, parameter_param: {shape: {dim: [3]}}}
+  - {name: offsets, type: Parameter, top: offsets, parameter_param: {shape: {dim: [3, 2]}}}
+  - {name: table, type: Parameter, top: table, parameter_param: {shape: {dim: [2, 2]}}}
+  - {name: scaled, type: Scale, bottom: [features, gains], top: scaled, scale_param: {bias_term: true}}
+  - {name: shifted, type: Bias, bottom: [scaled, offsets], top: shifted}
+  - {name: gated, type: Scale, bottom: [reindex, offsets], top: gated}
+"""
+RECURRENT = """layers:
+  - {{name: data, type: Input, top: [x, cont], input_param: {{shape: [{{dim: [3, 2, 4]}}, {{dim: [3, 2]}}]}}}}
+  - {{name: seq, type: {kind}, bottom: [x, cont], top: seq, recurrent_param: {{num_output: 5}}}}
+"""
+
 
 def randomised(source, tmp_path):
     """The net with random weights (and BatchNorm statistics), saved, and its inputs by name."""
@@ -137,9 +198,13 @@ def test_onnxruntime_computes_what_netspec_computes(tmp_path, name, source):
     check_with_onnxruntime(tmp_path, source)
 
 
-def check_with_onnxruntime(tmp_path, source, opset=17):
-    """Export ``source`` (at ``opset``) and compare every output onnxruntime computes with netspec's."""
+def check_with_onnxruntime(tmp_path, source, opset=17, indices=None):
+    """Export ``source`` (at ``opset``) and compare every output onnxruntime computes with netspec's; the inputs
+    named in ``indices`` hold random row indices below the number it gives them."""
     net, weights, inputs = randomised(source, tmp_path)
+    rng = np.random.default_rng(2)
+    for name_, rows in (indices or {}).items():
+        inputs[name_] = rng.integers(0, rows, inputs[name_].shape).astype(np.float32)
     net_file = tmp_path / "net.yaml"
     net_file.write_text(Path(source).read_text() if source.endswith(".yaml") else source)
     result = run("export", "onnx", net_file, "--weights", weights, "-o", tmp_path / "m.onnx", "--opset", opset)
@@ -220,3 +285,42 @@ def test_the_vit_digits_deploy_net_exports(tmp_path, opset):
     deploy = deploy_net_yaml(derive_deploy_net(source, input_shape=(1, 8, 8), batch_size=2), source)
     assert "MultiHeadAttention" in deploy and "Reduction" in deploy
     check_with_onnxruntime(tmp_path, deploy, opset=opset)
+
+
+@pytest.mark.parametrize("opset", [13, 17, 18, 21])
+def test_caffes_element_wise_layers_and_mvn_export(tmp_path, opset):
+    check_with_onnxruntime(tmp_path, CAFFE_ELEMENTWISE, opset=opset)
+    graph = onnx.load(tmp_path / "m.onnx").graph
+    operators = Counter(node.op_type for node in graph.node)
+    assert operators["Elu"] == operators["Softplus"] == operators["Greater"] == 1
+    assert operators["PRelu"] == 2 and operators["Clip"] == 2 and operators["Pow"] == 2 and operators["Log"] == 2
+    assert operators["ReduceMean"] == 2 * 2 + 1 and operators["Sqrt"] == 2
+    assert all(len(node.input) == (2 if opset >= 18 else 1) for node in graph.node if node.op_type == "ReduceMean")
+
+
+@pytest.mark.parametrize("opset", [13, 18, 21])
+def test_spp_tile_slice_and_argmax_export(tmp_path, opset):
+    check_with_onnxruntime(tmp_path, SHAPES_AND_SEARCH, opset=opset)
+    operators = Counter(node.op_type for node in onnx.load(tmp_path / "m.onnx").graph.node)
+    assert operators["MaxPool"] + operators["GlobalMaxPool"] == 3 and operators["Split"] == 3
+    assert operators["TopK"] == 4 and operators["Tile"] == 2
+
+
+@pytest.mark.parametrize("opset", [13, 21])
+def test_embed_batch_reindex_parameter_and_operands_given_as_bottoms_export(tmp_path, opset):
+    check_with_onnxruntime(tmp_path, LOOKUPS, opset=opset, indices={"words": 7, "order": 4})
+    operators = Counter(node.op_type for node in onnx.load(tmp_path / "m.onnx").graph.node)
+    assert operators["Gather"] == 3 and operators["Cast"] == 3
+
+
+@pytest.mark.parametrize("kind", ["RNN", "LSTM"])
+def test_recurrent_layers_are_refused_with_the_reason(tmp_path, kind):
+    net_file = tmp_path / "net.yaml"
+    net_file.write_text(RECURRENT.format(kind=kind))
+    weights = tmp_path / "w.h5"
+    netspec.load_net(str(net_file), phase="TEST").save_weights(weights)
+    result = run("export", "onnx", net_file, "--weights", weights, "-o", tmp_path / "m.onnx")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (f"error: layer 'seq' ({kind}): its cont input can reset the state at any step, "
+                                     f"which ONNX's {kind} cannot express")
+    assert not (tmp_path / "m.onnx").exists()

@@ -5,10 +5,16 @@ in-place layers get fresh tensor names (ONNX tensors are written once),
 BatchNorm's stored sums are divided by its scale factor, Dropout is the
 identity, and Caffe's pooling (output size rounded up, the last window
 starting inside the padded input, average windows clipped at the padded
-edge) becomes explicit end padding.  MultiHeadAttention becomes plain
-operators (MatMul, Reshape, Transpose, Softmax), InnerProduct on an axis
-other than 1 a MatMul over the last axis.  A layer with no ONNX equivalent is
-refused by name; so is adaptive pooling whose windows differ in size.
+edge) becomes explicit end padding, for Pooling and for each level of SPP.
+MultiHeadAttention becomes plain operators (MatMul, Reshape, Transpose,
+Softmax), InnerProduct on an axis other than 1 a MatMul over the last axis,
+MVN its means, square root and division in Caffe's order, and Caffe's
+base/scale/shift forms of Exp, Log and Power a Mul and an Add before the
+operator.  Indices stored as floats (Embed's, BatchReindex's) are cast to
+int64 for Gather; ArgMax's and Threshold's results are cast back to floats.
+A layer with no ONNX equivalent is refused by name; so are adaptive pooling
+whose windows differ in size and RNN and LSTM, whose ``cont`` input can reset
+the state at any step, which ONNX's recurrent operators cannot.
 """
 
 from __future__ import annotations
@@ -146,11 +152,15 @@ def _inner_product(b: _Builder, node, layer, x: str, y: str) -> None:
 
 
 def _pooling(b: _Builder, node, layer, x: str, y: str) -> None:
-    p = layer.block("pooling_param")
+    _pool(b, node, layer.block("pooling_param"), x, y)
+
+
+def _pool(b: _Builder, node, p, x: str, y: str) -> None:
+    """The pooling ``p`` (a pooling_param block) of the node's bottom, with Caffe's rounding and padding."""
     shape = node.bottom_shapes[0]
     geo = pool_geometry(p, shape)
     if geo.bins is not None:
-        raise ExportError(f"layer '{node.name}' (Pooling): adaptive pooling of {shape[2]}x{shape[3]} to "
+        raise ExportError(f"layer '{node.name}' ({node.layer.type}): adaptive pooling of {shape[2]}x{shape[3]} to "
                           f"{geo.out[0]}x{geo.out[1]} has windows of different sizes, which ONNX's pooling cannot "
                           "express; pick an output size that divides the input's")
     if geo.kernel == tuple(shape[2:]) and geo.out == (1, 1) and not any(geo.pad):
@@ -161,7 +171,7 @@ def _pooling(b: _Builder, node, layer, x: str, y: str) -> None:
         b.add("MaxPool", [x], [y], node.name, pads=[*geo.pad, *geo.far_pad], **window)
         return
     if p.pool != "AVE":
-        raise ExportError(f"layer '{node.name}' (Pooling): {p.pool} pooling has no ONNX equivalent")
+        raise ExportError(f"layer '{node.name}' ({node.layer.type}): {p.pool} pooling has no ONNX equivalent")
     # Caffe's average counts the declared padding but not what rounding up adds past it: pad the declared
     # part with real zeros, and let AveragePool leave the rest out of its count
     declared_end = [min(pad, far) for pad, far in zip(geo.pad, geo.far_pad)]
@@ -172,6 +182,16 @@ def _pooling(b: _Builder, node, layer, x: str, y: str) -> None:
         x = padded
     extra = [max(0, far - pad) for pad, far in zip(geo.pad, geo.far_pad)]
     b.add("AveragePool", [x], [y], node.name, pads=[0, 0, *extra], count_include_pad=0, **window)
+
+
+def _spp(b: _Builder, node, layer, x: str, y: str) -> None:
+    """Each level's pooling (by SPP's own geometry) flattened per instance, the levels joined along axis 1."""
+    levels = []
+    for params in layer.levels(node.bottom_shapes[0]):
+        pooled = b.temporary(node.name)
+        _pool(b, node, params, x, pooled)
+        levels.append(b.intermediate("Flatten", [pooled], node.name, axis=1))
+    b.add("Concat", levels, [y], node.name, axis=1)
 
 
 def _batch_norm(b: _Builder, node, layer, x: str, y: str) -> None:
@@ -187,30 +207,33 @@ def _batch_norm(b: _Builder, node, layer, x: str, y: str) -> None:
           [y], node.name, epsilon=float(layer.block("batch_norm_param").eps))
 
 
-def _broadcast(b: _Builder, node, layer, index: int) -> str:
-    """An initializer holding Scale's or Bias's learned blob ``index``, shaped to broadcast against the bottom
-    (numpy rules); an operand given as a second bottom is refused."""
-    if len(node.bottoms) > 1:
-        operand = layer.block_name.removesuffix("_param")
-        raise ExportError(f"layer '{node.name}' ({layer.type}): a {operand} given as a second bottom is not exported")
-    p = layer.block(layer.block_name)
-    array = _param(layer, index)
+def _operand_shape(node, layer) -> list[int]:
+    """The shape of Scale's or Bias's operand with ones after it, to broadcast against the bottom (numpy rules)."""
+    shape = layer.operand(node.bottom_shapes)[0]
     ndim = len(node.bottom_shapes[0])
-    axis = p.axis % ndim
-    span = ndim - axis if p.num_axes == -1 else p.num_axes
-    return b.constant(f"{node.name}/operand", array.reshape(*array.shape, *([1] * (ndim - axis - span))))
+    start = layer.block(layer.block_name).axis % ndim
+    return [*shape, *([1] * (ndim - start - len(shape)))]
 
 
-def _scale(b: _Builder, node, layer, x: str, y: str) -> None:
-    scale = _broadcast(b, node, layer, 0)
+def _operand(b: _Builder, node, layer, inputs: list[str]) -> str:
+    """Scale's or Bias's operand, broadcastable: the second bottom reshaped, or an initializer of the learned one."""
+    shape = _operand_shape(node, layer)
+    if len(inputs) > 1:
+        return b.intermediate("Reshape", [inputs[1], b.constant(f"{node.name}/shape", shape)], node.name)
+    return b.constant(f"{node.name}/operand", _param(layer, 0).reshape(shape))
+
+
+def _scale(b: _Builder, node, layer, inputs: list[str], y: str) -> None:
+    scale = _operand(b, node, layer, inputs)
     if not layer.block("scale_param").bias_term:
-        b.add("Mul", [x, scale], [y], node.name)
+        b.add("Mul", [inputs[0], scale], [y], node.name)
         return
-    b.add("Add", [b.intermediate("Mul", [x, scale], node.name), _broadcast(b, node, layer, 1)], [y], node.name)
+    bias = b.constant(f"{node.name}/bias", _param(layer, -1).reshape(_operand_shape(node, layer)))
+    b.add("Add", [b.intermediate("Mul", [inputs[0], scale], node.name), bias], [y], node.name)
 
 
-def _bias(b: _Builder, node, layer, x: str, y: str) -> None:
-    b.add("Add", [x, _broadcast(b, node, layer, 0)], [y], node.name)
+def _bias(b: _Builder, node, layer, inputs: list[str], y: str) -> None:
+    b.add("Add", [inputs[0], _operand(b, node, layer, inputs)], [y], node.name)
 
 
 def _eltwise(b: _Builder, node, layer, inputs: list[str], y: str) -> None:
@@ -256,10 +279,54 @@ def _lrn(b: _Builder, node, layer, x: str, y: str) -> None:
     b.add("Div", [x, powered], [y], node.name)
 
 
-def _simple(op: str, **attributes):
+def _simple(op: str, block: str = "", *keys: str):
+    """One ``op`` node, its attributes ``keys`` read from the layer's parameter block ``block``."""
     def export(b: _Builder, node, layer, x: str, y: str) -> None:
-        b.add(op, [x], [y], node.name, **attributes)
+        b.add(op, [x], [y], node.name, **{key: getattr(layer.block(block), key) for key in keys})
     return export
+
+
+def _affine(b: _Builder, name: str, x: str, scale: float, shift: float) -> str:
+    """``shift + scale * x`` (a Mul, an Add, each only where it changes something); the tensor's name."""
+    if scale != 1:
+        x = b.intermediate("Mul", [x, b.constant(f"{name}/scale", numpy.float32(scale))], name)
+    if shift != 0:
+        x = b.intermediate("Add", [x, b.constant(f"{name}/shift", numpy.float32(shift))], name)
+    return x
+
+
+def _exp(b: _Builder, node, layer, x: str, y: str) -> None:
+    """``exp(ln(base) * (shift + scale * x))``, in netspec's order."""
+    p = layer.params
+    b.add("Exp", [_affine(b, node.name, _affine(b, node.name, x, p.scale, p.shift), layer.ln_base(), 0)], [y],
+          node.name)
+
+
+def _log(b: _Builder, node, layer, x: str, y: str) -> None:
+    """``log(shift + scale * x) / ln(base)``."""
+    p = layer.params
+    natural = y if layer.ln_base() == 1 else b.temporary(node.name)
+    b.add("Log", [_affine(b, node.name, x, p.scale, p.shift)], [natural], node.name)
+    if natural != y:
+        b.add("Div", [natural, b.constant(f"{node.name}/ln_base", numpy.float32(layer.ln_base()))], [y], node.name)
+
+
+def _power(b: _Builder, node, layer, x: str, y: str) -> None:
+    p = layer.block("power_param")
+    b.add("Pow", [_affine(b, node.name, x, p.scale, p.shift), b.constant(f"{node.name}/power",
+                                                                          numpy.float32(p.power))], [y], node.name)
+
+
+def _prelu(b: _Builder, node, layer, x: str, y: str) -> None:
+    """PRelu, the slopes (C,) or the shared one shaped to broadcast over the axes after the channels."""
+    slopes = _param(layer, 0)
+    ndim = len(node.bottom_shapes[0])
+    b.add("PRelu", [x, b.constant(f"{node.name}/slope", slopes.reshape(-1, *([1] * (ndim - 2))))], [y], node.name)
+
+
+def _threshold(b: _Builder, node, layer, x: str, y: str) -> None:
+    limit = b.constant(f"{node.name}/threshold", numpy.float32(layer.block("threshold_param").threshold))
+    b.add("Cast", [b.intermediate("Greater", [x, limit], node.name)], [y], node.name, to=b.onnx.TensorProto.FLOAT)
 
 
 def _relu(b: _Builder, node, layer, x: str, y: str) -> None:
@@ -267,14 +334,19 @@ def _relu(b: _Builder, node, layer, x: str, y: str) -> None:
     b.add("LeakyRelu" if slope else "Relu", [x], [y], node.name, **({"alpha": slope} if slope else {}))
 
 
+def _clamp(b: _Builder, node, x: str, y: str, low: float, high: float) -> None:
+    """Clip to [low, high], the bounds as inputs (infinite ones too)."""
+    b.add("Clip", [x, b.constant(f"{node.name}/min", numpy.float32(low)),
+                   b.constant(f"{node.name}/max", numpy.float32(high))], [y], node.name)
+
+
 def _relu6(b: _Builder, node, layer, x: str, y: str) -> None:
-    b.add("Clip", [x, b.constant(f"{node.name}/min", numpy.float32(0)), b.constant(f"{node.name}/max",
-                                                                                   numpy.float32(6))], [y], node.name)
+    _clamp(b, node, x, y, 0, 6)
 
 
-def _hard_sigmoid(b: _Builder, node, layer, x: str, y: str) -> None:
-    p = layer.block("hard_sigmoid_param")
-    b.add("HardSigmoid", [x], [y], node.name, alpha=p.alpha, beta=p.beta)
+def _clip(b: _Builder, node, layer, x: str, y: str) -> None:
+    p = layer.block("clip_param")
+    _clamp(b, node, x, y, p.min, p.max)
 
 
 def _swish(b: _Builder, node, layer, x: str, y: str) -> None:
@@ -375,33 +447,129 @@ def _permute(b: _Builder, node, layer, x: str, y: str) -> None:
 REDUCTIONS = {"SUM": "ReduceSum", "ASUM": "ReduceL1", "SUMSQ": "ReduceSumSquare", "MEAN": "ReduceMean"}
 
 
-def _reduction(b: _Builder, node, layer, x: str, y: str) -> None:
-    """The Reduce operator over the axes from ``axis`` on, times ``coeff``.  The axes are an input from opset
-    18 (ReduceSum's from 13), an attribute before."""
-    p = layer.block("reduction_param")
-    op = REDUCTIONS[p.operation]
-    axes = list(range(len(node.top_shapes[0]), len(node.bottom_shapes[0])))
+def _reduce(b: _Builder, name: str, op: str, x: str, axes: list[int], keepdims: int, out: str) -> None:
+    """The Reduce operator ``op`` over ``axes`` written to ``out``.  The axes are an input from opset 18
+    (ReduceSum's from 13), an attribute before."""
     as_input = b.opset >= (13 if op == "ReduceSum" else 18)
-    out = y if p.coeff == 1 else b.temporary(node.name)
-    b.add(op, [x, b.constant(f"{node.name}/axes", axes)] if as_input else [x], [out], node.name, keepdims=0,
+    b.add(op, [x, b.constant(f"{name}/axes", axes)] if as_input else [x], [out], name, keepdims=keepdims,
           **({} if as_input else {"axes": axes}))
+
+
+def _reduction(b: _Builder, node, layer, x: str, y: str) -> None:
+    """The Reduce operator over the axes from ``axis`` on, times ``coeff``."""
+    p = layer.block("reduction_param")
+    axes = list(range(len(node.top_shapes[0]), len(node.bottom_shapes[0])))
+    out = y if p.coeff == 1 else b.temporary(node.name)
+    _reduce(b, node.name, REDUCTIONS[p.operation], x, axes, 0, out)
     if p.coeff != 1:
         b.add("Mul", [out, b.constant(f"{node.name}/coeff", numpy.float32(p.coeff))], [y], node.name)
+
+
+def _mvn(b: _Builder, node, layer, x: str, y: str) -> None:
+    """``(x - mean) / (sqrt(mean((x - mean)^2)) + eps)`` over the axes from 2 (from 1 across channels) on, eps
+    added to the standard deviation as Caffe does; over no axes (an (N, C) bottom) the mean is x itself."""
+    p = layer.block("mvn_param")
+    axes = list(range(1 if p.across_channels else 2, len(node.bottom_shapes[0])))
+
+    def mean(value: str) -> str:
+        if not axes:
+            return value
+        out = b.temporary(node.name)
+        _reduce(b, node.name, "ReduceMean", value, axes, 1, out)
+        return out
+
+    if not p.normalize_variance:
+        b.add("Sub", [x, mean(x)], [y], node.name)
+        return
+    centred = b.intermediate("Sub", [x, mean(x)], node.name)
+    std = b.intermediate("Sqrt", [mean(b.intermediate("Mul", [centred, centred], node.name))], node.name)
+    eps = b.constant(f"{node.name}/eps", numpy.float32(p.eps))
+    b.add("Div", [centred, b.intermediate("Add", [std, eps], node.name)], [y], node.name)
 
 
 def _reshape(b: _Builder, node, layer, x: str, y: str) -> None:
     b.add("Reshape", [x, b.constant(f"{node.name}/shape", list(node.top_shapes[0]))], [y], node.name)
 
 
+def _tile(b: _Builder, node, layer, x: str, y: str) -> None:
+    p = layer.block("tile_param")
+    repeats = [1] * len(node.bottom_shapes[0])
+    repeats[p.axis % len(repeats)] = p.tiles
+    b.add("Tile", [x, b.constant(f"{node.name}/repeats", repeats)], [y], node.name)
+
+
+def _rows(b: _Builder, name: str, indices: str) -> str:
+    """Row indices stored as floats (netspec checks they are whole numbers in range) cast to int64."""
+    return b.intermediate("Cast", [indices], name, to=b.onnx.TensorProto.INT64)
+
+
+def _embed(b: _Builder, node, layer, x: str, y: str) -> None:
+    """Gather of the weight's rows, plus the bias."""
+    bias = layer.params.bias_term
+    rows = b.temporary(node.name) if bias else y
+    b.add("Gather", [b.constant(f"{node.name}/weight", _param(layer, 0)), _rows(b, node.name, x)], [rows],
+          node.name, axis=0)
+    if bias:
+        b.add("Add", [rows, b.constant(f"{node.name}/bias", _param(layer, 1))], [y], node.name)
+
+
+def _batch_reindex(b: _Builder, node, layer, inputs: list[str], y: str) -> None:
+    b.add("Gather", [inputs[0], _rows(b, node.name, inputs[1])], [y], node.name, axis=0)
+
+
+def _parameter(b: _Builder, node, layer, inputs: list[str], y: str) -> None:
+    """The learned blob: an Identity of an initializer holding it."""
+    b.add("Identity", [b.constant(f"{node.name}/value", _param(layer, 0))], [y], node.name)
+
+
+def _argmax(b: _Builder, node, layer, x: str, y: str) -> None:
+    """TopK (largest first; on ties the lower index first, as netspec's stable sort), the indices cast to floats.
+    Along ``axis``: the indices, or the values with ``out_max_val``.  Without: over each instance flattened, shaped
+    (N, 1, k), or (N, 2, k) with the values after the indices."""
+    p = layer.block("argmax_param")
+    along = p.axis is not None
+    values = y if along and p.out_max_val else b.temporary(node.name)
+    indices = b.temporary(node.name)
+    searched = x if along else b.intermediate("Flatten", [x], node.name, axis=1)
+    b.add("TopK", [searched, b.constant(f"{node.name}/k", [p.top_k])], [values, indices], node.name,
+          axis=p.axis % len(node.bottom_shapes[0]) if along else 1)
+    if along and p.out_max_val:
+        return
+    if along:
+        b.add("Cast", [indices], [y], node.name, to=b.onnx.TensorProto.FLOAT)
+        return
+    found = b.intermediate("Cast", [indices], node.name, to=b.onnx.TensorProto.FLOAT)
+    _reshape(b, node, layer, b.intermediate("Concat", [found, values], node.name, axis=1) if p.out_max_val
+             else found, y)
+
+
+def _slice(b: _Builder, node, layer, x: str, ys: list[str]) -> None:
+    """Split with the pieces' sizes (an input from opset 13)."""
+    axis, spans = layer.pieces(node.bottom_shapes[0])
+    sizes = b.constant(f"{node.name}/split", [stop - start for start, stop in spans])
+    b.add("Split", [x, sizes], ys, node.name, axis=axis)
+
+
+# layer type -> export(builder, node, layer, x, y): x the bottom's tensor, y the top's
 ONE_INPUT = {"Convolution": _convolution("Conv"), "Deconvolution": _convolution("ConvTranspose"), "Crop": _crop,
-             "InnerProduct": _inner_product, "Pooling": _pooling,
-             "BatchNorm": _batch_norm, "Scale": _scale, "LRN": _lrn, "ReLU": _relu, "Softmax": _softmax,
+             "InnerProduct": _inner_product, "Pooling": _pooling, "SPP": _spp,
+             "BatchNorm": _batch_norm, "LRN": _lrn, "ReLU": _relu, "Softmax": _softmax,
              "Sigmoid": _simple("Sigmoid"), "TanH": _simple("Tanh"), "AbsVal": _simple("Abs"),
              "Dropout": _simple("Identity"), "Flatten": _reshape, "Reshape": _reshape, "ReLU6": _relu6,
-             "HardSigmoid": _hard_sigmoid, "HardSwish": _simple("HardSwish"), "Swish": _swish,
-             "LayerNorm": _layer_norm, "GELU": _gelu, "Bias": _bias, "Permute": _permute, "Reduction": _reduction}
-MANY_INPUTS = {"Eltwise": _eltwise, "Concat": _concat, "MatMul": _matmul, "MultiHeadAttention": _attention}
+             "HardSigmoid": _simple("HardSigmoid", "hard_sigmoid_param", "alpha", "beta"),
+             "HardSwish": _simple("HardSwish"), "Swish": _swish, "LayerNorm": _layer_norm, "GELU": _gelu,
+             "Permute": _permute, "Reduction": _reduction, "ELU": _simple("Elu", "elu_param", "alpha"),
+             "PReLU": _prelu, "BNLL": _simple("Softplus"), "Exp": _exp, "Log": _log, "Power": _power, "Clip": _clip,
+             "Threshold": _threshold, "MVN": _mvn, "ArgMax": _argmax, "Tile": _tile, "Embed": _embed}
+# export(builder, node, layer, [every bottom's tensor], y)
+MANY_INPUTS = {"Eltwise": _eltwise, "Concat": _concat, "MatMul": _matmul, "MultiHeadAttention": _attention,
+               "Scale": _scale, "Bias": _bias, "BatchReindex": _batch_reindex, "Parameter": _parameter}
+# export(builder, node, layer, x, [every top's tensor])
+MANY_TOPS = {"Slice": _slice}
 SKIPPED = {"Silence"}
+# layer type -> why it is not exported, though ONNX has an operator of its name
+REFUSED = {kind: f"its cont input can reset the state at any step, which ONNX's {kind} cannot express"
+           for kind in ("RNN", "LSTM")}
 
 
 def export_onnx(net, out: str, opset: int = DEFAULT_OPSET) -> None:
@@ -409,8 +577,11 @@ def export_onnx(net, out: str, opset: int = DEFAULT_OPSET) -> None:
     onnx = _onnx()
     b = _Builder(onnx, net, opset)
     inputs = []
+    for node in net.nodes:
+        if node.layer.type in REFUSED:
+            raise ExportError(f"layer '{node.name}' ({node.layer.type}): {REFUSED[node.layer.type]}")
     unsupported = [f"'{node.name}' ({node.layer.type})" for node in net.nodes
-                   if node.layer.type not in {**ONE_INPUT, **MANY_INPUTS}
+                   if node.layer.type not in {**ONE_INPUT, **MANY_INPUTS, **MANY_TOPS}
                    and node.layer.type not in SKIPPED | {"Input", "Split"}]
     for kind, least in (("HardSwish", 14), ("LayerNorm", 17)):
         if opset < least and any(node.layer.type == kind for node in net.nodes):
@@ -432,6 +603,9 @@ def export_onnx(net, out: str, opset: int = DEFAULT_OPSET) -> None:
                 b.seen[name] += 1
             continue
         if kind in SKIPPED:
+            continue
+        if kind in MANY_TOPS:
+            MANY_TOPS[kind](b, node, layer, sources[0], [b.tensor_for_top(name) for name in node.tops])
             continue
         target = b.tensor_for_top(node.tops[0])
         if kind in MANY_INPUTS:
