@@ -56,6 +56,21 @@ class ModelFile:
 
 
 @dataclass
+class CaffeOrigin:
+    """The Caffe Model Zoo directory a model was imported from: its readme's front matter, and the readme's text."""
+
+    url: str = required(doc="the model directory (folder or URL) it was imported from")
+    caffemodel: str = required(doc="the weights file the readme names")
+    caffemodel_url: str = required(doc="where the readme says the weights are")
+    sha1: str = required(doc="SHA-1 of the weights, as the readme gives it (checked before the import)")
+    name: str = doc("", "the model's name in the readme")
+    license: str = doc("", "the licence the readme names")
+    caffe_commit: str | None = doc(None, "the Caffe commit the model was made with")
+    gist_id: str | None = doc(None, "the GitHub gist that published it")
+    readme: str = doc("", "the readme's text, front matter left out")
+
+
+@dataclass
 class Provenance:
     """Where a model came from."""
 
@@ -64,6 +79,7 @@ class Provenance:
     dataset_sha256: str | None = doc(None, "sha256 of the training data's manifest (or list file)")
     iterations: int | None = doc(None, "training iterations of the weights")
     date: str = doc("", "publication date, ISO 8601")
+    caffe: CaffeOrigin | None = doc(None, "for a model imported from Caffe's Model Zoo: where it came from")
 
 
 @dataclass
@@ -96,13 +112,17 @@ class ModelCard:
         return [n for n in names if n]
 
 
-def file_sha256(path: str) -> str:
-    """sha256 of a file's bytes."""
-    digest = hashlib.sha256()
+def file_digest(path: str, digest) -> str:
+    """The hex digest of a file's bytes, fed to ``digest`` (a new hashlib object)."""
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def file_sha256(path: str) -> str:
+    """sha256 of a file's bytes."""
+    return file_digest(path, hashlib.sha256())
 
 
 def check_name(name: str, what: str = "model name") -> str:
@@ -200,8 +220,29 @@ def readme(card: ModelCard) -> str:
         lines.append(f"- trained for {p.iterations} iterations (net config {p.config_hash[:12]})")
     if p.dataset_sha256:
         lines.append(f"- training data sha256 {p.dataset_sha256[:16]}...")
+    if p.caffe:
+        lines += _caffe_lines(card, p.caffe)
     lines += ["", "## Use", "", "```bash", f"netspec zoo download {card.ref}",
               f"netspec predict {card.name} image.png", "```", "", "## Files", "",
               "| file | bytes | sha256 |", "|---|---|---|"]
     lines += [f"| {f.path} | {f.size} | {f.sha256} |" for f in card.files]
+    if p.caffe:
+        lines += ["", "## Caffe readme", "", p.caffe.readme or "(no text beside the front matter)"]
     return "\n".join(lines) + "\n"
+
+
+def _caffe_lines(card: ModelCard, caffe: CaffeOrigin) -> list[str]:
+    """The README's provenance lines of a model imported from Caffe's Model Zoo."""
+    lines = [f"- imported from Caffe's Model Zoo: {caffe.url}",
+             f"- weights {caffe.caffemodel_url}, SHA-1 {caffe.sha1} (checked)"]
+    if caffe.caffe_commit:
+        lines.append(f"- made with Caffe at commit {caffe.caffe_commit}")
+    if caffe.gist_id:
+        lines.append(f"- published in gist {caffe.gist_id}")
+    if not card.input.mean_value and not card.input.mean_file:
+        lines.append("- no mean is subtracted from the input: Caffe models usually need the one their readme names "
+                     "(netspec zoo import-caffe --mean-value B,G,R sets it)")
+    if card.train_net or card.solver:
+        lines.append("- the train net and solver keep Caffe's paths (data, mean file, snapshots), which Caffe reads "
+                     "from the root of its checkout")
+    return lines

@@ -18,6 +18,7 @@ from netspec.errors import NetspecError
 from netspec.graph.compiler import included
 from netspec.model_zoo.card import (
     CARD,
+    CaffeOrigin,
     InputSpec,
     ModelCard,
     ModelFile,
@@ -34,6 +35,7 @@ from netspec.training import run_folder
 from netspec.version import __version__
 
 DEPLOY, WEIGHTS = "deploy.yaml", "weights.h5"  # the names of the two files in a model folder
+CONFIGS = {"solver": "solver.yaml", "train_net": "train_net.yaml"}  # and of its training configs, by card field
 
 
 @dataclass
@@ -54,6 +56,9 @@ class PublishRequest:
     channels: str | None = None
     force: bool = False
     allow_side_effects: bool = False  # publish a net with layers that write files (its users must allow them too)
+    train_net: str | None = None  # the train net to include [default: the run's]
+    solver: str | None = None  # the solver to include [default: the run's]
+    caffe: CaffeOrigin | None = None  # the Caffe Model Zoo directory the net and weights were imported from
 
 
 def deploy_input(net) -> tuple[str, tuple[int, ...]]:
@@ -196,6 +201,10 @@ def _build_card(request: PublishRequest, net, shape, sources: dict, staged: str)
         provenance.dataset_sha256 = dataset_sha256(layer) if layer is not None else None
         labels = dataset_label_names(layer) if layer is not None else []
         extra = _copy_training_configs(request.run_dir, sources, staged)
+    for key, path in (("train_net", request.train_net), ("solver", request.solver)):
+        if path:
+            shutil.copyfile(path, os.path.join(staged, CONFIGS[key]))
+            extra[key] = CONFIGS[key]
     if request.scale is not None:
         preprocessing["scale"] = request.scale
     if request.mean_value is not None:
@@ -204,8 +213,9 @@ def _build_card(request: PublishRequest, net, shape, sources: dict, staged: str)
         labels = _label_names(request.labels_file)
     _check_label_count(labels, net, request)
     with h5py.File(os.path.join(staged, WEIGHTS), "r") as handle:
-        provenance.iterations = int(handle.attrs.get("iteration", 0))
+        provenance.iterations = None if request.caffe else int(handle.attrs.get("iteration", 0))  # Caffe's: unknown
         provenance.config_hash = str(handle.attrs.get("config_hash", ""))
+    provenance.caffe = request.caffe
 
     provenance.netspec_version = __version__
     provenance.date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -233,7 +243,7 @@ def _check_label_count(labels: list[str], net, request: PublishRequest) -> None:
 def _copy_training_configs(run_dir: str, sources: dict, staged: str) -> dict[str, str]:
     """Copy the run's solver and train net (from RUN_DIR/config) as solver.yaml and train_net.yaml."""
     copied = {}
-    for key, target in (("solver", "solver.yaml"), ("train_net", "train_net.yaml")):
+    for key, target in CONFIGS.items():
         copy = run_folder.config_copy(run_dir, sources.get(key))
         if copy:
             shutil.copyfile(copy, os.path.join(staged, target))

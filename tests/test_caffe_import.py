@@ -176,6 +176,24 @@ def test_caffemodel_weights_are_decoded_and_written(tmp_path, v1):
             np.testing.assert_allclose(blob.data, array.reshape(blob.shape).astype(np.float32))
 
 
+def test_caffemodel_weights_go_into_the_yaml_net_import_caffe_wrote_as_into_its_prototxt(tmp_path):
+    rng = np.random.default_rng(1)
+    arrays = {name: [rng.normal(size=shape), rng.normal(size=shape[0])] for name, shape in (
+        ("conv1", (20, 1, 5, 5)), ("conv2", (50, 20, 5, 5)), ("ip1", (500, 800)), ("ip2", (10, 500)))}
+    (tmp_path / "w.caffemodel").write_bytes(caffemodel(arrays, v1=False))
+    out, _ = imported(tmp_path, "lenet_v1")
+    for net_file, weights in ((out, tmp_path / "yaml.h5"), (HERE / "lenet_v1.prototxt", tmp_path / "prototxt.h5")):
+        result = run("import", "caffemodel", net_file, tmp_path / "w.caffemodel", "-o", weights)
+        assert result.returncode == 0 and result.stdout == f"wrote {weights}: 4 layer(s) of weights\n", result.stderr
+    nets = [netspec.load_net(str(out)) for _ in range(2)]
+    nets[0].load_weights(tmp_path / "yaml.h5")
+    nets[1].load_weights(tmp_path / "prototxt.h5")
+    for name, blobs in arrays.items():
+        for from_yaml, from_prototxt, array in zip(nets[0].params[name], nets[1].params[name], blobs):
+            np.testing.assert_array_equal(from_yaml.data, array.reshape(from_yaml.shape).astype(np.float32))
+            np.testing.assert_array_equal(from_yaml.data, from_prototxt.data)
+
+
 def test_caffemodel_blobs_that_do_not_fit_are_named(tmp_path):
     arrays = {"conv1": [np.zeros((20, 1, 3, 3)), np.zeros(20)], "ip2": [np.zeros((10, 500))]}
     (tmp_path / "w.caffemodel").write_bytes(caffemodel(arrays, v1=False))

@@ -69,13 +69,14 @@ def import_caffe(prototxt, out, caffe_root):
 
 
 @import_group.command("caffemodel")
-@click.argument("prototxt", type=click.Path(dir_okay=False))
+@click.argument("net_file", metavar="NET", type=click.Path(dir_okay=False))
 @click.argument("caffemodel", type=click.Path(dir_okay=False))
 @click.option("-o", "--out", required=True, type=click.Path(dir_okay=False), help="the netspec weights to write")
 @user_errors
-def import_caffemodel(prototxt, caffemodel, out):
-    """Convert Caffe weights (.caffemodel) for the net of PROTOTXT into a netspec weights file."""
-    net, missing, unused = import_caffemodel_file(prototxt, caffemodel, out)
+def import_caffemodel(net_file, caffemodel, out):
+    """Convert Caffe weights (.caffemodel) for NET, a Caffe .prototxt or a netspec .yaml net (as import caffe writes
+    it), into a netspec weights file."""
+    net, missing, unused = import_caffemodel_file(net_file, caffemodel, out)
     click.echo(f"wrote {out}: {len(net.owned_params()) - len(missing)} layer(s) of weights")
     if missing:
         click.echo(f"not in the caffemodel (keep their fillers): {', '.join(missing)}")

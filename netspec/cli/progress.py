@@ -7,10 +7,11 @@ import sys
 
 
 @contextlib.contextmanager
-def progress_bar(total: int, label: str, stream=None, in_bytes: bool = False):
+def progress_bar(total: int | None, label: str, stream=None, in_bytes: bool = False):
     """Yield ``advance(count=1)``; nothing is drawn when ``stream`` is not a terminal.
 
-    With ``in_bytes`` the bar shows sizes and transfer speed instead of counts and a rate.
+    With ``in_bytes`` the bar shows sizes and transfer speed instead of counts and a rate.  A ``total`` of None (not
+    known beforehand) shows the count so far and a moving bar.
     """
     stream = stream or sys.stderr
     if not stream.isatty():

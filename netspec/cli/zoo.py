@@ -1,4 +1,5 @@
-"""Commands about the model zoo: zoo publish | list | show | verify | remove | serve | download, and predict."""
+"""Commands about the model zoo: zoo publish | list | show | verify | remove | serve | download | import-caffe, and
+predict."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 import click
 
 from netspec.cli.errors import user_errors
+from netspec.cli.interop import echo_report
 from netspec.cli.options import (
     Integer,
     Real,
@@ -20,15 +22,20 @@ from netspec.cli.progress import progress_bar
 from netspec.errors import NetspecError
 from netspec.inspect.report import format_table
 from netspec.model_zoo.builtin import builtin_cards
+from netspec.model_zoo.caffe_zoo import CaffeImport, import_caffe, open_directory
 from netspec.model_zoo.card import read_card, readme
-from netspec.model_zoo.download import configured_sources, download, open_source, read_index
+from netspec.model_zoo.download import download, read_index
 from netspec.model_zoo.predict import load, model_folder, read_inputs
 from netspec.model_zoo.publish import PublishRequest, publish
 from netspec.model_zoo.serve import IDLE_TIMEOUT, make_server
+from netspec.model_zoo.sources import configured_sources, open_source
 from netspec.model_zoo.zoo import Zoo, ZooError
 
 zoo_option = click.option("--zoo", "zoo_dir", type=click.Path(file_okay=False), default=None,
                           help="zoo folder [default: $NETSPEC_ZOO, else ~/.local/share/netspec/zoo]")
+timeout_option = click.option("--timeout", type=Real(min=0.1), default=30, show_default=True,
+                              help="seconds without data before giving up")
+force_option = click.option("--force", is_flag=True, help="replace the model if the zoo already has that version")
 
 
 def parse_floats(value: str | None, option: str) -> list[float] | None:
@@ -86,7 +93,8 @@ def zoo_publish(name, version, net_file, weights, run_dir, labels_file, license_
 
 @zoo.command("list")
 @zoo_option
-@click.option("--from", "source", default=None, help="list another zoo (folder or URL) instead")
+@click.option("--from", "source", default=None,
+              help="list another zoo, or a Caffe models tree, instead (folder or URL)")
 @click.option("--builtin", is_flag=True, help="the reference architectures shipped with netspec (no weights)")
 @user_errors
 def zoo_list(zoo_dir, source, builtin):
@@ -165,19 +173,51 @@ def zoo_serve(zoo_dir, host, port, verbose, idle_timeout):
 @zoo.command("download")
 @click.argument("ref", metavar="NAME[@VERSION]")
 @click.option("--from", "sources", multiple=True,
-              help="folder or URL to look in (repeatable, tried in order) [default: the sources of "
-                   "~/.config/netspec/zoo.yaml]")
+              help="zoo or Caffe models tree (folder or URL) to look in (repeatable, tried in order) [default: the "
+                   "sources of ~/.config/netspec/zoo.yaml]")
 @zoo_option
-@click.option("--timeout", type=Real(min=0.1), default=30, show_default=True,
-              help="seconds without data before giving up")
-@click.option("--force", is_flag=True, help="replace the model if the zoo already has that version")
+@timeout_option
+@force_option
 @user_errors
 def zoo_download(ref, sources, zoo_dir, timeout, force):
-    """Download a model, check the size and sha256 of every file, then install it."""
+    """Download a model, check the size and sha256 of every file, then install it (from a Caffe models tree:
+    import it, as import-caffe does)."""
     opened = [open_source(s, timeout) for s in (sources or configured_sources())]
     local = Zoo(zoo_dir)
-    card = download(ref, opened, local, force=force,
-                    progress_factory=lambda total: progress_bar(total, "downloading", in_bytes=True))
+    card = download(ref, opened, local, force=force, progress_factory=download_progress, timeout=timeout)
+    echo_installed(card, local)
+
+
+@zoo.command("import-caffe")
+@click.argument("location", metavar="DIR_OR_URL")
+@click.option("--name", default=None, help="model name [default: the directory's name, lower-case]")
+@click.option("--weights", type=click.Path(dir_okay=False), default=None,
+              help="the .caffemodel [default: the file beside readme.md, else the readme's caffemodel_url]")
+@click.option("--mean-value", default=None, help="per-channel input mean in B, G, R order, e.g. 104,117,123 "
+                                                 "[default: none]")
+@click.option("--labels", "labels_file", type=click.Path(dir_okay=False), default=None,
+              help="class names, one a line")
+@zoo_option
+@timeout_option
+@force_option
+@user_errors
+def zoo_import_caffe(location, name, weights, mean_value, labels_file, zoo_dir, timeout, force):
+    """Import a Caffe Model Zoo directory (readme.md with front matter, deploy.prototxt, ...) as one model."""
+    request = CaffeImport(name=name, weights=weights, mean_value=parse_floats(mean_value, "--mean-value"),
+                          labels_file=labels_file, force=force, timeout=timeout)
+    local = Zoo(zoo_dir)
+    card, report = import_caffe(open_directory(location, timeout), local, request, download_progress)
+    echo_installed(card, local)
+    echo_report(report)
+
+
+def download_progress(total: int | None):
+    """The progress bar of a download (sizes and speed; total None: not known beforehand)."""
+    return progress_bar(total, "downloading", in_bytes=True)
+
+
+def echo_installed(card, local: Zoo) -> None:
+    """The line saying a downloaded or imported model is installed."""
     size = sum(f.size for f in card.files)
     click.echo(f"installed {card.ref} ({len(card.files)} files, {size} bytes, all verified) in "
                f"{local.folder(card.name, card.version)}")

@@ -31,10 +31,15 @@ def _out_path(prototxt: str, out: str | None) -> str:
     return out or os.path.splitext(prototxt)[0] + ".yaml"
 
 
+def imported_yaml(data: dict, source: str, command: str) -> str:
+    """``data`` (a net or solver) as the YAML text of an imported file, headed by where and how it was imported."""
+    return (f"# imported from {source} by netspec {command}\n"
+            + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120))
+
+
 def _write(prototxt: str, out: str, data: dict, command: str, check=None) -> str:
     """Write ``data`` as YAML to ``out``; ``check(text)`` may refuse it first.  Returns the text."""
-    text = (f"# imported from {os.path.basename(prototxt)} by netspec import {command}\n"
-            + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120))
+    text = imported_yaml(data, os.path.basename(prototxt), f"import {command}")
     if check is not None:
         check(text)
     with open(out, "w", encoding="utf-8") as handle:
@@ -90,15 +95,22 @@ def import_solver_file(prototxt: str, out: str | None = None,
     return out, report
 
 
-def import_caffemodel_file(prototxt: str, caffemodel: str, out: str) -> tuple[Net, list[str], list[str]]:
-    """Copy the weights of ``caffemodel`` (for the net of ``prototxt``) into a netspec weights file ``out``.
+def import_caffemodel_file(net_file: str, caffemodel: str, out: str,
+                           where: str | None = None) -> tuple[Net, list[str], list[str]]:
+    """Copy the weights of ``caffemodel`` into a netspec weights file ``out``, for the net of ``net_file``: a Caffe
+    .prototxt, or a netspec net (``.yaml``/``.yml``, such as ``netspec import caffe`` writes).  Blobs that do not
+    fit the net are named with ``where`` (default: the caffemodel's path).
 
     Returns the net holding them, the layers the caffemodel lacks (they keep
     their fillers) and the caffemodel's layers the net does not have.
     """
-    spec, _ = import_net(read_prototxt(prototxt))
-    net = load_net(yaml.safe_dump(spec, sort_keys=False), phase="TEST",
-                   output_folder=OutputFolder(anywhere=True))  # its weights are copied, it is never run
-    missing, unused = copy_caffemodel(net, read_caffemodel(caffemodel), caffemodel)
+    if net_file.lower().endswith((".yaml", ".yml")):
+        source = net_file
+    else:
+        spec, _ = import_net(read_prototxt(net_file))
+        source = yaml.safe_dump(spec, sort_keys=False)
+    # the net's weights are copied, it is never run
+    net = load_net(source, phase="TEST", output_folder=OutputFolder(anywhere=True))
+    missing, unused = copy_caffemodel(net, read_caffemodel(caffemodel), where or caffemodel)
     net.save_weights(out)
     return net, missing, unused
