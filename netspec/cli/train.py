@@ -38,6 +38,9 @@ from netspec.training.signals import exit_status
 @outputs_anywhere_option
 @click.option("--debug-info", is_flag=True,
               help="at every display, log each blob's mean |data| and |diff| and each parameter's update ratio")
+@click.option("--tensorboard", is_flag=True,
+              help="also write TensorBoard event files into RUN/tensorboard/ (as the solver's tensorboard: true "
+                   "does; needs the tensorboard extra)")
 @click.option("--distributed", is_flag=True,
               help="be one rank of a data-parallel run started by mpiexec (needs the dist extra)")
 @click.option("--collective-timeout", type=Real(min=1), default=600, show_default=True,
@@ -49,7 +52,8 @@ from netspec.training.signals import exit_status
 @threads_option
 @user_errors
 def train(solver_file, device, weights, resume, force, max_iter, seed, stages, level, run_dir, sigint_effect,
-          sighup_effect, outputs_anywhere, debug_info, distributed, collective_timeout, bucket_mb, processes):
+          sighup_effect, outputs_anywhere, debug_info, tensorboard, distributed, collective_timeout, bucket_mb,
+          processes):
     """Train the net of SOLVER_FILE, testing, logging and snapshotting as it says.
 
     With --distributed, run it as `mpiexec -n N netspec train SOLVER_FILE --distributed`:
@@ -68,7 +72,8 @@ def train(solver_file, device, weights, resume, force, max_iter, seed, stages, l
     comm = MPICommunicator(collective_timeout, bucket_mb * 2 ** 20) if distributed else SingleProcess()
     options = TrainOptions(device=device, weights=weights, resume=resume, force=force, max_iter=max_iter, seed=seed,
                            stages=stages, level=level, run_dir=run_dir, sigint_effect=sigint_effect,
-                           sighup_effect=sighup_effect, outputs_anywhere=outputs_anywhere, debug_info=debug_info)
+                           sighup_effect=sighup_effect, outputs_anywhere=outputs_anywhere, debug_info=debug_info,
+                           tensorboard=tensorboard)
     with rank_errors(comm):
         solver = train_run(solver_file, options, comm, say=click.echo)
         if solver.interrupted:

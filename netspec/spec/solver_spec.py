@@ -85,6 +85,8 @@ class SolverParams:
     test_initialization: bool = doc(True, "also test before the first iteration")
     display: int = doc(0, "log every this many iterations (0: never)")
     average_loss: int = doc(1, "iterations over which the logged loss is averaged")
+    tensorboard: bool = doc(False, "also write the logged values as TensorBoard event files into the run folder's "
+                                   "tensorboard/ (needs the tensorboard extra; --tensorboard does the same)")
     snapshot: int = doc(0, "write weights and solver state every this many iterations (0: only at the end)")
     snapshot_epochs: float | None = doc(None, "snapshot every this many epochs (instead of snapshot)")
     keep_last: int | None = doc(None, "keep only the newest K periodic snapshots (never the best, never the last)")

@@ -26,7 +26,7 @@ from netspec.training import run_folder, solver_state
 RESUME_MAY_CHANGE = frozenset({
     "display", "average_loss", "test_iter", "test_interval", "test_interval_epochs", "test_initialization",
     "snapshot", "snapshot_epochs", "snapshot_prefix", "snapshot_after_train", "snapshot_best", "keep_last",
-    "early_stop", "max_iter", "max_epoch"})
+    "early_stop", "tensorboard", "max_iter", "max_epoch"})
 LENGTH_KEYS = frozenset({"max_iter", "max_epoch"})  # part of the lr schedule for the policies that read max_iter
 
 

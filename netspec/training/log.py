@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from netspec.training import run_folder
+from netspec.training.tensorboard import TensorBoardEvents, summary_writer_class
 
 
 def format_value(value: float) -> str:
@@ -30,26 +31,40 @@ class TrainingLog:
     Lines go to ``stream``; when it is a terminal, a live progress bar with
     the ETA (rich) sits under them.  With ``run_dir`` every display and test
     event is also appended to the run folder's metrics.jsonl (see
-    :mod:`netspec.training.run_folder`).  Set
+    :mod:`netspec.training.run_folder`), and with ``tensorboard`` its scalars
+    to TensorBoard event files there (:mod:`netspec.training.tensorboard`;
+    without tensorboardX that is refused here, before training).  Set
     ``iterations_per_epoch`` when the train data's size is known, and lines
-    show the epoch beside the iteration.
+    show the epoch beside the iteration.  A resumed run sets ``kept_events``
+    to the events metrics.jsonl keeps from its first iteration on (see
+    :func:`netspec.training.run_folder.truncate_metrics`): TensorBoard hides
+    the earlier event files from that step on, so they are written again.
     """
 
     def __init__(self, run_dir: str | None = None, stream=None, progress: bool | None = None,
-                 quiet: bool = False):
+                 quiet: bool = False, tensorboard: bool = False):
         self.stream = stream or sys.stdout
         self.run_dir = run_dir
         self.quiet = quiet
         self.show_progress = self.stream.isatty() if progress is None else progress
         self.progress = None
         self.metrics = None
+        self.tensorboard = tensorboard
+        if self.tensorboard:
+            summary_writer_class()  # a missing library is reported now, not at the first event
+        self.events: TensorBoardEvents | None = None
+        self.kept_events: list[dict] = []
         self.iterations_per_epoch: float | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------
     def start(self, first_iter: int, max_iter: int) -> None:
-        """Open metrics.jsonl (for appending: a resumed run adds to it) and the progress bar."""
+        """Open metrics.jsonl (for appending: a resumed run adds to it), the event file and the progress bar."""
         if self.run_dir:
             self.metrics = run_folder.open_metrics(self.run_dir)
+        if self.run_dir and self.tensorboard:
+            self.events = TensorBoardEvents(run_folder.tensorboard_folder(self.run_dir), purge_step=first_iter)
+            for event in self.kept_events:
+                self.events.record(event)
         if self.show_progress and not self.quiet:
             from rich.console import Console
             from rich.progress import (
@@ -68,13 +83,16 @@ class TrainingLog:
             self.progress.start()
 
     def close(self) -> None:
-        """Stop the progress bar and close metrics.jsonl."""
+        """Stop the progress bar and close metrics.jsonl and the event file."""
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
         if self.metrics is not None:
             self.metrics.close()
             self.metrics = None
+        if self.events is not None:
+            self.events.close()
+            self.events = None
 
     # ---- events --------------------------------------------------------------------------
     def message(self, text: str) -> None:
@@ -92,9 +110,11 @@ class TrainingLog:
             self.progress.update(self.task, completed=iteration)
 
     def record(self, event: dict) -> None:
-        """Append one event to metrics.jsonl."""
+        """Append one event to metrics.jsonl, and its scalars to the event file."""
         if self.metrics is not None:
             run_folder.write_event(self.metrics, event)
+        if self.events is not None:
+            self.events.record(event)
 
     def where(self, iteration: int) -> str:
         """``iter N``, with the epoch when it is known."""

@@ -40,6 +40,7 @@ class TrainOptions:
     sigint_effect: str = "stop"
     sighup_effect: str = "snapshot"
     debug_info: bool = False
+    tensorboard: bool = False  # also write TensorBoard event files (as the solver's tensorboard: true does)
     outputs_anywhere: bool = False  # layers that write files may write outside the run folder
 
 
@@ -96,7 +97,8 @@ def train(solver_file: str, options: TrainOptions, comm=None, say: Callable[[str
 def _train(spec: SolverSpec, folder: str, options: TrainOptions, comm, say: Callable[[str], None]) -> Solver:
     """The run itself, in ``folder`` (whose lock rank 0 holds)."""
     root = comm.rank == 0
-    log = TrainingLog(run_dir=folder) if root else TrainingLog(quiet=True)
+    tensorboard = options.tensorboard or spec.params.tensorboard
+    log = TrainingLog(run_dir=folder, tensorboard=tensorboard) if root else TrainingLog(quiet=True)
     solver = Solver(spec, device=options.device, seed=options.seed, stages=options.stages or None,
                     level=options.level, log=log, debug_info=options.debug_info, comm=comm,
                     outputs_anywhere=options.outputs_anywhere)
@@ -104,7 +106,8 @@ def _train(spec: SolverSpec, folder: str, options: TrainOptions, comm, say: Call
         if options.resume:
             solver.restore(options.resume, force=options.force)
             if root:
-                run_folder.truncate_metrics(folder, solver.iter, solver.tests_on_resuming_at(solver.iter))
+                log.kept_events = run_folder.truncate_metrics(folder, solver.iter,
+                                                              solver.tests_on_resuming_at(solver.iter))
         if options.weights:
             say(solver.net.load_weights(options.weights, strict=False).summary(options.weights))
         if root:

@@ -4,6 +4,7 @@
 
     RUN/                                  the folder of the solver's snapshot_prefix (or --out)
       metrics.jsonl                       one JSON event a line (below); a resumed run appends
+      tensorboard/events.out.tfevents.*   their scalars for TensorBoard (--tensorboard); a resumed run adds a file
       config/<solver file>                the solver text exactly as read
       config/<net file>                   each net file the solver names, as read
       config/sources.json                 {"solver": path, "train_net": path or null}: where they were read
@@ -43,6 +44,7 @@ SNAPSHOT_ENDINGS = (".weights.h5", ".solverstate.h5")
 STATE_NAME = re.compile(r".+_iter_(\d+)\.solverstate\.h5")
 WEIGHTS_NAME = re.compile(r".+_iter_(\d+)\.weights\.h5")
 CONFIG = "config"
+TENSORBOARD = "tensorboard"
 SOURCES = "sources.json"
 LOCK = ".lock"
 # keys of an event that are not outputs of a net
@@ -80,6 +82,11 @@ def last_snapshot_weights(folder: str) -> str | None:
 def metrics_path(folder: str) -> str:
     """The run's metrics.jsonl."""
     return os.path.join(folder, METRICS)
+
+
+def tensorboard_folder(folder: str) -> str:
+    """The run's TensorBoard event files' folder (:mod:`netspec.training.tensorboard` writes them)."""
+    return os.path.join(folder, TENSORBOARD)
 
 
 def refuse_used(folder: str) -> None:
@@ -194,31 +201,39 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
     return sorted(latest.values(), key=lambda e: e["iter"])
 
 
-def truncate_metrics(folder: str, iteration: int, retest: bool) -> None:
-    """Drop from metrics.jsonl the events a run resumed at ``iteration`` writes again.
+def truncate_metrics(folder: str, iteration: int, retest: bool) -> list[dict]:
+    """Drop from metrics.jsonl the events a run resumed at ``iteration`` writes again; return those it keeps
+    from ``iteration`` on.
 
     Those are its training events from ``iteration`` on and its tests after
     it; the test at ``iteration`` too when the resumed run ``retest``s there.
+    When it does not, that test stays, and is what this returns.
     """
     path = metrics_path(folder)
     if not os.path.isfile(path):
-        return
+        return []
     with open(path, encoding="utf-8") as handle:
         lines = handle.readlines()
-    kept = [line for line in lines if not line.strip() or _kept(line, iteration, retest)]
+    kept = [line for line in lines if not line.strip() or _kept(_event(line), iteration, retest)]
     if len(kept) != len(lines):
         with atomic_path(path) as temporary, open(temporary, "w", encoding="utf-8") as handle:
             handle.writelines(kept)
+    return [event for event in map(_event, kept) if event is not None and event["iter"] >= iteration]
 
 
-def _kept(line: str, iteration: int, retest: bool) -> bool:
-    """Whether an event line stays in a run resumed at ``iteration`` (a line that is no event stays, for
-    :func:`read_metrics` to report)."""
+def _event(line: str) -> dict | None:
+    """The event of a metrics.jsonl line, or None when it is none."""
     try:
         event = json.loads(line)
     except json.JSONDecodeError:
-        return True
-    if not isinstance(event, dict) or not isinstance(event.get("iter"), int):
+        return None
+    return event if isinstance(event, dict) and isinstance(event.get("iter"), int) else None
+
+
+def _kept(event: dict | None, iteration: int, retest: bool) -> bool:
+    """Whether an event stays in a run resumed at ``iteration`` (a line that is no event stays, for
+    :func:`read_metrics` to report)."""
+    if event is None:
         return True
     if event.get("phase") == "TEST" and not retest:
         return event["iter"] <= iteration
