@@ -27,10 +27,11 @@ MAX_INPUT_PIXELS = 89_478_485  # H x W of a model's input: Pillow's decompressio
 CARD = "model.yaml"
 README = "README.md"
 PART = ".part"  # the ending of a file being downloaded
-NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-VERSION_PATTERN = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+_-]{0,31}$")
-FILE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+# \Z, not $: '$' also matches before a final newline, and 'x\n' is no name
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}\Z")
+VERSION_PATTERN = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+_-]{0,31}\Z")
+FILE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 @dataclass
@@ -141,6 +142,15 @@ def check_version(version: str) -> str:
     return version
 
 
+def input_shape_problem(shape: list[int]) -> str | None:
+    """What is wrong with a model's input shape, or None: it must be [C, H, W] with 1 or 3 channels."""
+    if (len(shape) != 3 or shape[0] not in (1, 3) or any(d <= 0 for d in shape)
+            or shape[1] * shape[2] > MAX_INPUT_PIXELS):
+        return (f"must be [C, H, W] with 1 or 3 channels and at most {MAX_INPUT_PIXELS:,} pixels, got "
+                f"{shown(shape)}")
+    return None
+
+
 def parse_card(text: str, where: str) -> ModelCard:
     """A card from YAML text (safe loading), validated; ConfigError with ``where``:line otherwise."""
     tree = load_yaml(text, where)
@@ -174,11 +184,9 @@ def parse_card(text: str, where: str) -> ModelCard:
     for name in card.referenced_files():
         if name not in listed:
             bad("files", f"'{name}' is named by the card but not listed in files")
-    shape = card.input.shape
-    if (len(shape) != 3 or shape[0] not in (1, 3) or any(d <= 0 for d in shape)
-            or shape[1] * shape[2] > MAX_INPUT_PIXELS):
-        bad("input.shape", f"must be [C, H, W] with 1 or 3 channels and at most {MAX_INPUT_PIXELS:,} pixels, got "
-                           f"{shown(shape)}")
+    shape_problem = input_shape_problem(card.input.shape)
+    if shape_problem:
+        bad("input.shape", shape_problem)
     if problems:
         raise ConfigError(problems)
     return card

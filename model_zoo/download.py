@@ -24,13 +24,16 @@ from netspec.model_zoo.caffe_zoo import (
     CAFFE_VERSION,
     CaffeDirectory,
     CaffeImport,
-    has_model,
     import_caffe,
+    tree_folder,
     tree_index,
 )
 from netspec.model_zoo.card import CARD, PART, ModelCard, file_sha256, parse_card
 from netspec.model_zoo.sources import (
     NotFoundError,
+    check_room,
+    fetch_file,
+    location,
     make_partial_folder,
     open_source,
     remove_partial,
@@ -49,12 +52,10 @@ from netspec.model_zoo.zoo import (
     write_readme,
 )
 
-SPARE_FRACTION, SPARE_BYTES = 0.05, 64 << 20  # room left on the disk beyond the files of a download
 
-
-def find(ref: str, sources: list) -> tuple[object, str, str, bool]:
-    """The first source that has ``ref``: ``(source, name, version, caffe)``, ``caffe`` true for a Caffe models tree;
-    ZooError listing why none did."""
+def find(ref: str, sources: list) -> tuple[object, str, str, str | None]:
+    """The first source that has ``ref``: ``(source, name, version, folder)``, ``folder`` the model's directory when
+    the source is a Caffe models tree (else None); ZooError listing why none did."""
     name, version = split_ref(ref)
     reasons = []
     for source in sources:
@@ -68,22 +69,23 @@ def find(ref: str, sources: list) -> tuple[object, str, str, bool]:
     raise ZooError(f"no source has {ref}: " + "; ".join(reasons))
 
 
-def _lookup(source, name: str, version: str | None, ref: str) -> tuple[str, bool]:
-    """The version of ``name`` that ``source`` has and whether the source is a Caffe models tree (no index, a folder
-    ``name/readme.md``, version 1); ZooError saying why it has none."""
+def _lookup(source, name: str, version: str | None, ref: str) -> tuple[str, str | None]:
+    """The version of ``name`` that ``source`` has, and the folder of its model directory when the source is a Caffe
+    models tree (no index, a folder ``name/readme.md``, version 1); ZooError saying why it has none."""
     try:
         index = parse_index(source.read(INDEX), f"{source.label}/{INDEX}")
     except NotFoundError:
         index = None
     if index is None:
-        if version in (None, CAFFE_VERSION) and has_model(source, name):
-            return CAFFE_VERSION, True
+        folder = tree_folder(source, name) if version in (None, CAFFE_VERSION) else None
+        if folder is not None:
+            return CAFFE_VERSION, folder
         raise ZooError(f"{source.label}: has no {ref} (no {INDEX}, nor a Caffe model directory {name}/readme.md, "
                        f"which is version {CAFFE_VERSION})")
     entry = index["models"].get(name)
     if entry is None or (version and version not in entry["versions"]):
         raise ZooError(f"{source.label}: has no {ref}")
-    return version or max(entry["versions"], key=version_key), False
+    return version or max(entry["versions"], key=version_key), None
 
 
 def download(ref: str, sources: list, zoo: Zoo, force: bool = False, progress_factory=None,
@@ -92,12 +94,11 @@ def download(ref: str, sources: list, zoo: Zoo, force: bool = False, progress_fa
 
     From a Caffe models tree, the model directory is imported (``timeout``: for the download of its caffemodel).
     """
-    source, name, version, caffe = find(ref, sources)
-    if caffe:
+    source, name, version, folder = find(ref, sources)
+    if folder is not None:
         request = CaffeImport(name=name, force=force, timeout=timeout)
-        return import_caffe(CaffeDirectory(source, name), zoo, request, progress_factory)[0]
-    if os.path.exists(zoo.folder(name, version)) and not force:
-        raise ZooError(f"{name}@{version} is already in the zoo {zoo.root}; pass --force to replace it")
+        return import_caffe(CaffeDirectory(source, folder), zoo, request, progress_factory)[0]
+    zoo.refuse_existing(name, version, force)
     base = f"{MODELS}/{name}/{version}"
     card_text = source.read(f"{base}/{CARD}")
     card = parse_card(card_text.decode("utf-8", errors="replace"), f"{source.label}/{base}/{CARD}")
@@ -109,7 +110,7 @@ def download(ref: str, sources: list, zoo: Zoo, force: bool = False, progress_fa
     total = sum(entry.size for entry in card.files)
     with resumable(partial_dir, source), (progress_factory or without_progress)(total) as advance:
         for entry in card.files:
-            _fetch_file(source, f"{base}/{entry.path}", os.path.join(partial_dir, entry.path), entry, advance)
+            _fetch_checked(source, f"{base}/{entry.path}", os.path.join(partial_dir, entry.path), entry, advance)
     staged = zoo.staging_folder(name)
     try:
         for entry in card.files:
@@ -133,32 +134,18 @@ def _check_room(card: ModelCard, partial_dir: str, root: str) -> None:
         if not os.path.exists(target):
             part = target + PART
             missing += entry.size - (min(os.path.getsize(part), entry.size) if os.path.exists(part) else 0)
-    spare = int(missing * SPARE_FRACTION) + SPARE_BYTES
-    folder = root
-    while not os.path.isdir(folder):  # the zoo, or the folder it will be made in
-        folder = os.path.dirname(folder)
-    free = shutil.disk_usage(folder).free
-    if missing + spare > free:
-        raise ZooError(f"not enough disk space to download {card.ref}: its files need {missing:,} more bytes and "
-                       f"{spare:,} to spare, {folder} has {free:,} bytes free")
+    check_room(missing, root, card.ref)
 
 
-def _fetch_file(source, relative: str, target: str, entry, advance) -> None:
-    """Fetch one file of the card to ``target`` (through ``target.part``), checking its size and sha256."""
+def _fetch_checked(source, relative: str, target: str, entry, advance) -> None:
+    """Fetch one file of the card to ``target``, checking its size and sha256 (one an earlier attempt fetched is kept
+    when intact)."""
     if os.path.exists(target) and _intact(target, entry):
         advance(entry.size)
         return
-    partial = target + PART
-    if os.path.exists(partial):
-        advance(os.path.getsize(partial))
-    source.fetch(relative, partial, entry.size, advance)
-    where = f"{source.label}/{relative}"
-    if os.path.getsize(partial) != entry.size:
-        raise ZooError(f"{where}: the source has {os.path.getsize(partial)} of the {entry.size} bytes the card lists; "
-                       "the download was discarded")
-    if not _intact(partial, entry):
-        raise ZooError(f"{where}: the sha256 does not match the card; the download was discarded")
-    os.replace(partial, target)
+    fetch_file(source, relative, target, entry.size, lambda _total: advance)
+    if not _intact(target, entry):
+        raise ZooError(f"{location(source, relative)}: the sha256 does not match the card; the download was discarded")
 
 
 def _intact(path: str, entry) -> bool:
@@ -166,14 +153,15 @@ def _intact(path: str, entry) -> bool:
     return os.path.getsize(path) == entry.size and file_sha256(path) == entry.sha256
 
 
-def read_index(zoo_dir: str | None, source: str | None) -> tuple[dict, str]:
+def read_index(zoo_dir: str | None, source: str | None) -> tuple[dict, str, list[str]]:
     """The index of the local zoo (``zoo_dir``, or the default one), or of a source folder or URL (a Caffe models
-    tree's from its model directories), and where it is."""
+    tree's from its model directories), where it is, and notes on what the index leaves out."""
     if source is None:
         local = Zoo(zoo_dir)
-        return local.index(), local.root
+        return local.index(), local.root, []
     opened = open_source(source, timeout=30)
     try:
-        return parse_index(opened.read(INDEX), f"{source}/{INDEX}"), source
+        return parse_index(opened.read(INDEX), f"{source}/{INDEX}"), source, []
     except NotFoundError:
-        return tree_index(opened), source
+        index, notes = tree_index(opened)
+        return index, source, notes

@@ -27,6 +27,7 @@ from netspec.model_zoo.card import (
     check_name,
     check_version,
     file_sha256,
+    input_shape_problem,
 )
 from netspec.model_zoo.predict import scores_blob
 from netspec.model_zoo.zoo import Zoo, ZooError, write_readme
@@ -54,6 +55,7 @@ class PublishRequest:
     scale: float | None = None
     mean_value: list[float] | None = None
     channels: str | None = None
+    channel_order: str = "RGB"  # of a 3-channel input when neither channels nor the run's transform_param says
     force: bool = False
     allow_side_effects: bool = False  # publish a net with layers that write files (its users must allow them too)
     train_net: str | None = None  # the train net to include [default: the run's]
@@ -122,15 +124,14 @@ def publish(request: PublishRequest, zoo: Zoo) -> ModelCard:
     """Build the model folder, check the weights load into the deploy net, and install it into ``zoo``."""
     check_name(request.name)
     check_version(request.version)
-    if not request.force and os.path.exists(zoo.folder(request.name, request.version)):
-        raise ZooError(f"{request.name}@{request.version} is already in the zoo {zoo.root}; pass --force to "
-                       "replace it")
+    zoo.refuse_existing(request.name, request.version, request.force)
     if request.run_dir is None and (request.net is None or request.weights is None):
         raise ZooError("give the deploy net (--net) and the weights (--weights), or the run folder (--run) they "
                        "come from")
     sources = run_folder.read_sources(request.run_dir) if request.run_dir else {}
     deploy = request.net or run_deploy_net(request.run_dir, sources)
     weights = request.weights or run_weights(request.run_dir)
+    net_label = request.net or "the deploy net derived from the run"
     spec = parse_net(deploy, layer_schemas())
     python = [layer.name for layer in spec.layers if layer.type == "Python"]
     if python:
@@ -138,14 +139,17 @@ def publish(request: PublishRequest, zoo: Zoo) -> ModelCard:
                        "modules, so the model would not run elsewhere")
     graph = compile_net(spec, phase="TEST")
     if not request.allow_side_effects:
-        check_sandbox(graph, request.net or "the deploy net derived from the run")
+        check_sandbox(graph, net_label)
     net = Net(graph, output_folder=OutputFolder(remedy="since its users run it in folders of their own"))
     report = net.load_weights(weights)
     missing = [name for name in report.missing if net.params.get(name)]
     if missing:
         raise ZooError(f"{weights} does not hold the weights of layer(s) {', '.join(missing)} of the deploy "
                        f"net {request.net or '(derived from the run)'}")
-    _, shape = deploy_input(net)
+    input_name, shape = deploy_input(net)
+    shape_problem = input_shape_problem(list(shape))
+    if shape_problem:
+        raise ZooError(f"{net_label}: the input '{input_name}' {shape_problem}")
     staged = zoo.staging_folder(request.name)
     try:
         if request.net:
@@ -187,7 +191,8 @@ def run_weights(run_dir: str) -> str:
 
 
 def _build_card(request: PublishRequest, net, shape, sources: dict, staged: str) -> ModelCard:
-    preprocessing, provenance, metrics, extra, channel_order, labels = {}, Provenance(), {}, {}, "RGB", []
+    preprocessing, provenance, metrics, extra, labels = {}, Provenance(), {}, {}, []
+    channel_order = request.channel_order
     if request.run_dir:
         metrics = last_test_metrics(request.run_dir)
         layer = train_data_layer(sources)

@@ -4,13 +4,14 @@ A source reads small files whole (an index, a card, a readme) and fetches
 large ones into a ``.part`` file, each cut off at the size it should have.
 Both kinds name their files by paths relative to their root, and ``""`` names
 the root itself, so a source opened on one file's URL fetches that file.  HTTP
-redirects are followed to http and https URLs only.
+URLs need a host, a numeric port and printable ASCII; redirects are followed
+to such http and https URLs only.
 
 A transfer that breaks off (a connection that fails, stalls past the timeout
 or closes early, or Ctrl-C) is a :class:`TransferError`; :func:`resumable`
 keeps the partial files then when the source can continue them (a folder, or
-an HTTP server that answers Range requests), and removes them after any other
-failure.
+an HTTP server that answers Range requests) and they hold something, and
+removes them after any other failure.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import urllib.parse
 import urllib.request
 
 from netspec.errors import ConfigError
+from netspec.model_zoo.card import PART
 from netspec.model_zoo.zoo import ZooError
 from netspec.spec.yaml_lines import load_yaml, read_source
 
@@ -32,6 +34,7 @@ SMALL_FILE_LIMIT = 1 << 20  # index.json, model.yaml and a directory listing are
 MAX_UNLISTED_BYTES = (1 << 31) - 1  # a file whose size no card lists: protobuf's own limit, so any caffemodel
 CHUNK = 1 << 16
 SOURCES_CONFIG = "zoo.yaml"
+SPARE_FRACTION, SPARE_BYTES = 0.05, 64 << 20  # room left on the disk beyond the files of a download
 
 
 class TransferError(ZooError):
@@ -82,13 +85,19 @@ class FolderSource:
         with self._open(path) as handle:
             return handle.read()
 
-    def fetch(self, relative: str, partial: str, size: int | None, advance) -> None:
+    def fetch(self, relative: str, partial: str, size: int | None, begin) -> None:
         """Append to ``partial`` the bytes of ``relative`` past its current length, up to ``size`` (None: a size no
-        card lists)."""
+        card lists).
+
+        ``begin(total)`` is called before the first byte is copied, with the file's size, and returns the
+        ``advance(count)`` of the transfer's progress, which is told first of the bytes ``partial`` keeps.
+        """
         path = self._path(relative)
         if not os.path.isfile(path):
             raise NotFoundError(f"{path}: not found")
         with self._open(path) as source, open(partial, "ab") as out:
+            advance = begin(os.fstat(source.fileno()).st_size)
+            advance(out.tell())
             source.seek(out.tell())
             _copy(source, out, size, path, advance)
 
@@ -141,6 +150,8 @@ class HttpSource:
         except urllib.error.HTTPError as exc:
             kind = NotFoundError if exc.code == 404 else ZooError
             raise kind(f"{url}: HTTP {exc.code} {exc.reason}") from None
+        except (http.client.InvalidURL, ValueError) as exc:  # the source's URL was checked: a redirect's is wrong
+            raise ZooError(f"{url}: redirects to a URL netspec cannot fetch: {exc}") from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             reason = getattr(exc, "reason", exc)
             raise TransferError(f"{url}: cannot connect: {reason}") from None
@@ -157,22 +168,29 @@ class HttpSource:
             raise ZooError(f"{url}: larger than {limit:,} bytes, more than such a file ever is")
         return data
 
-    def fetch(self, relative: str, partial: str, size: int | None, advance) -> None:
+    def fetch(self, relative: str, partial: str, size: int | None, begin) -> None:
         """Write ``relative`` to ``partial``, asking only for the bytes past its current length when it has some.
 
-        ``size`` is the size the card lists, or None when none does (the server's Content-Length then says it).
+        ``size`` is the size the card lists, or None when none does (the server's Content-Length then says it,
+        and a file it says is larger than :data:`MAX_UNLISTED_BYTES` is refused before any byte is read).
+        ``begin(total)`` is called before the first byte is copied, with the file's size (None: the server does not
+        say), and returns the ``advance(count)`` of the transfer's progress, which is told first of the bytes
+        ``partial`` keeps.
         """
         start = os.path.getsize(partial) if os.path.exists(partial) else 0
         response, url = self._open(relative, start)
         with response:
             resumed = response.status == 206
             self.resumes = resumed or response.headers.get("Accept-Ranges", "").strip().lower() == "bytes"
-            if start and not resumed:
-                advance(-start)  # the server sends the whole file again
-                start = 0
-            expected = None if response.length is None else start + response.length
+            kept = start if resumed else 0  # else the server sends the whole file again
+            expected = None if response.length is None else kept + response.length
             if size is not None and expected is not None and expected != size:
                 raise ZooError(f"{url}: the server has {expected} bytes where the card lists {size}; refused")
+            if size is None and expected is not None and expected > MAX_UNLISTED_BYTES:
+                raise ZooError(f"{url}: the server has {expected:,} bytes, more than the {MAX_UNLISTED_BYTES:,} "
+                               "netspec takes of a file no card lists; refused")
+            advance = begin(expected)
+            advance(kept)
             with open(partial, "ab" if resumed else "wb") as out:
                 _copy(response, out, size, url, advance)
             if response.length:
@@ -224,10 +242,29 @@ def _copy(source, out, size: int | None, where: str, advance) -> None:
         advance(len(chunk))
 
 
+def http_url_problem(url: str) -> str | None:
+    """Why no server can answer the http(s) URL ``url`` (no host, a port that is no number, a space, control or
+    non-ASCII character), or None."""
+    if any(not " " < character < "\x7f" for character in url):
+        return "a space, a control or a non-ASCII character (percent-encode it)"
+    try:
+        parsed = urllib.parse.urlparse(url)
+        host, _ = parsed.hostname, parsed.port  # the port raises ValueError when it is no number
+    except ValueError as exc:
+        return str(exc)
+    return None if host else "no host"
+
+
 def open_source(source: str, timeout: float):
     """A FolderSource or HttpSource for a folder path or URL."""
-    scheme = urllib.parse.urlparse(source).scheme
+    try:
+        scheme = urllib.parse.urlparse(source).scheme
+    except ValueError as exc:
+        raise ZooError(f"{source}: not a URL netspec can fetch: {exc}") from None
     if scheme in ("http", "https"):
+        problem = http_url_problem(source)
+        if problem:
+            raise ZooError(f"{source}: not a URL netspec can fetch: {problem}")
         return HttpSource(source, timeout)
     if scheme == "file":
         return FolderSource(urllib.request.url2pathname(urllib.parse.urlparse(source).path))
@@ -236,22 +273,54 @@ def open_source(source: str, timeout: float):
     return FolderSource(source)
 
 
+def location(source, relative: str) -> str:
+    """Where file ``relative`` of ``source`` is, for messages."""
+    return f"{source.label}/{relative}" if relative else source.label
+
+
+def fetch_file(source, relative: str, target: str, size: int | None, begin) -> None:
+    """Fetch file ``relative`` of ``source`` to ``target`` through ``target.part``, continuing what a stopped
+    attempt left there; ``size``: the size the card lists (None: none does).  ``begin(total)`` starts the
+    transfer's progress, as the sources' ``fetch`` says."""
+    partial = target + PART
+    source.fetch(relative, partial, size, begin)
+    if size is not None and os.path.getsize(partial) != size:
+        raise ZooError(f"{location(source, relative)}: the source has {os.path.getsize(partial)} of the {size} bytes "
+                       "the card lists; the download was discarded")
+    os.replace(partial, target)
+
+
+def check_room(needed: int, zoo_root: str, what: str) -> None:
+    """Refuse the download of ``what`` when the disk of the zoo ``zoo_root`` has not ``needed`` bytes free, and
+    some to spare."""
+    spare = int(needed * SPARE_FRACTION) + SPARE_BYTES
+    folder = zoo_root
+    while not os.path.isdir(folder):  # the zoo, or the folder it will be made in
+        folder = os.path.dirname(folder)
+    free = shutil.disk_usage(folder).free
+    if needed + spare > free:
+        raise ZooError(f"not enough disk space to download {what}: its files need {needed:,} more bytes and "
+                       f"{spare:,} to spare, {folder} has {free:,} bytes free")
+
+
 @contextlib.contextmanager
 def resumable(partial_dir: str, source=None):
     """Run the transfers of one download into ``partial_dir``, keeping or removing its files when one fails.
 
     A TransferError or Ctrl-C keeps them when ``source`` can continue them
-    (the TransferError then says to run the command again); any other
-    failure removes them.  ``source`` None: nothing is fetched that could resume.
+    and they hold any byte (the TransferError then says to run the command
+    again); any other failure removes them.  ``source`` None: nothing is
+    fetched that could resume.
     """
     try:
         yield
     except (TransferError, KeyboardInterrupt) as exc:
         resumes = source is not None and source.resumes
-        if not resumes:
+        kept = resumes and _holds_data(partial_dir)
+        if not kept:
             remove_partial(partial_dir)
-        if isinstance(exc, TransferError):
-            then = ("run the same command again to resume" if resumes else
+        if isinstance(exc, TransferError) and (kept or not resumes):
+            then = ("run the same command again to resume" if kept else
                     "the server cannot resume a download, so its partial files were removed")
             raise ZooError(f"{exc}; {then}") from None
         raise
@@ -266,6 +335,15 @@ def make_partial_folder(partial_dir: str, zoo_root: str) -> None:
         os.makedirs(partial_dir, exist_ok=True)
     except OSError as exc:
         raise ZooError(f"{zoo_root}: cannot write to the zoo: {exc.strerror}") from None
+
+
+def _holds_data(partial_dir: str) -> bool:
+    """Whether a download's folder of partial files holds any byte."""
+    try:
+        with os.scandir(partial_dir) as entries:
+            return any(entry.is_file() and entry.stat().st_size for entry in entries)
+    except FileNotFoundError:
+        return False
 
 
 def remove_partial(partial_dir: str) -> None:

@@ -149,6 +149,11 @@ class Zoo:
             problems += [f"{each}: {p}" for p in verify_folder(folder)]
         return problems
 
+    def refuse_existing(self, name: str, version: str, force: bool = False) -> None:
+        """ZooError when the zoo has ``name@version`` already, unless ``force`` allows replacing it."""
+        if not force and os.path.exists(self.folder(name, version)):
+            raise ZooError(f"{name}@{version} is already in the zoo {self.root}; pass --force to replace it")
+
     # ---- changing -----------------------------------------------------------------------------
     def install(self, staged: str, force: bool = False) -> str:
         """Move the complete model folder ``staged`` into place (after verifying it) and update the index."""
@@ -156,12 +161,9 @@ class Zoo:
         problems = verify_folder(staged)
         if problems:
             raise ZooError(f"{card.ref} was not installed: " + "; ".join(problems))
+        self.refuse_existing(card.name, card.version, force)
         target = self.folder(card.name, card.version)
-        old = None
-        if os.path.exists(target):
-            if not force:
-                raise ZooError(f"{card.ref} is already in the zoo {self.root}; pass --force to replace it")
-            old = self._set_aside(target)
+        old = self._set_aside(target) if os.path.exists(target) else None
         os.makedirs(os.path.dirname(target), exist_ok=True)
         os.replace(staged, target)
         if old:

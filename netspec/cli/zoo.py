@@ -103,13 +103,15 @@ def zoo_list(zoo_dir, source, builtin):
         rows = [[c.name, "x".join(map(str, c.input.shape)), c.net, c.summary] for c in builtin_cards()]
         click.echo(format_table(["name", "input", "net (config only)", "summary"], rows))
         return
-    index, where = read_index(zoo_dir, source)
-    if not index["models"]:
+    index, where, notes = read_index(zoo_dir, source)
+    if index["models"]:
+        rows = [[name, ", ".join(entry["versions"]), entry.get("task", ""), entry.get("summary", "")]
+                for name, entry in index["models"].items()]
+        click.echo(format_table(["name", "versions", "task", "summary"], rows))
+    else:
         click.echo(f"{where}: no models")
-        return
-    rows = [[name, ", ".join(entry["versions"]), entry.get("task", ""), entry.get("summary", "")]
-            for name, entry in index["models"].items()]
-    click.echo(format_table(["name", "versions", "task", "summary"], rows))
+    for note in notes:
+        click.echo(f"note: {note}")
 
 
 @zoo.command("show")

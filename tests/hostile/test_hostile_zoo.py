@@ -272,7 +272,8 @@ def test_a_zoo_that_cannot_be_written_is_one_line(tmp_path):
 
 
 def test_download_from_python_needs_no_progress_display(tmp_path):
-    from netspec.model_zoo.download import download, open_source
+    from netspec.model_zoo.download import download
+    from netspec.model_zoo.sources import open_source
     from netspec.model_zoo.zoo import Zoo
 
     card = download("tiny", [open_source(str(make_zoo(tmp_path / "source")), 5)], Zoo(str(tmp_path / "zoo")))
