@@ -2,7 +2,9 @@
 HardSigmoid, HardSwish, Swish and GELU.
 
 Each maps every value independently, so the top has the bottom's shape.
-Those whose gradient can be computed from the output run in place.
+Those whose gradient can be computed from the output run in place.  On the
+CPU in float32, those whose formula oneDNN's eltwise primitive has run
+there (:class:`OneDnnElementwise`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,48 @@ class Elementwise(Layer):
         return [bottom_shapes[0]]
 
 
+class OneDnnElementwise(Elementwise):
+    """Base of the activations oneDNN's eltwise primitive computes with the same formula, forward and backward.
+
+    On the CPU in float32 (and oneDNN loaded) they run there, as
+    :meth:`onednn_algorithm` says, else on :meth:`numpy_forward` and
+    :meth:`numpy_backward`.  An algorithm whose backward reads the output
+    (``..._USE_DST``) lets the layer run in place.
+    """
+
+    def onednn_algorithm(self) -> tuple[int, float, float] | None:
+        """oneDNN's algorithm and its alpha and beta for this layer's parameters; None where it has none."""
+        raise NotImplementedError
+
+    def reshape(self, bottom, top):
+        super().reshape(bottom, top)
+        algorithm = self.onednn_algorithm()
+        self.fast = None if algorithm is None else onednn.attempt(
+            self, lambda lib: onednn.Elementwise(lib, bottom[0].shape, *algorithm))
+
+    def forward(self, bottom, top):
+        if self.fast is not None:
+            self.fast.forward(bottom[0].data, top[0].data)
+        else:
+            self.numpy_forward(bottom, top)
+
+    def backward(self, top, propagate_down, bottom):
+        if not propagate_down[0]:
+            return
+        if self.fast is not None:
+            self.fast.backward(bottom[0].data, top[0].data, top[0].diff, bottom[0].diff)
+        else:
+            self.numpy_backward(top, bottom)
+
+    def numpy_forward(self, bottom, top) -> None:
+        """The top's data from the bottom's, off oneDNN."""
+        raise NotImplementedError
+
+    def numpy_backward(self, top, bottom) -> None:
+        """The bottom's diff from the top's, off oneDNN."""
+        raise NotImplementedError
+
+
 @dataclass
 class ReLUParams:
     """Parameters of ReLU."""
@@ -34,10 +78,10 @@ class ReLUParams:
 
 
 @register_layer
-class ReLU(Elementwise):
+class ReLU(OneDnnElementwise):
     """ReLU: ``y = max(x, 0) + negative_slope * min(x, 0)``.
 
-    Bottom/top: any shape.  Runs in place.
+    Bottom/top: any shape.  Runs in place.  On oneDNN (float32) unless the slope is negative.
 
     Example::
 
@@ -48,18 +92,11 @@ class ReLU(Elementwise):
     param_blocks = {"relu_param": ReLUParams}
     inplace_ok = True
 
-    def reshape(self, bottom, top):
-        super().reshape(bottom, top)
-        self.fast = None
+    def onednn_algorithm(self):
         slope = self.block("relu_param").negative_slope
-        if slope >= 0:  # (oneDNN's ReLU from its output takes no negative slope)
-            self.fast = onednn.attempt(self, lambda lib: onednn.Elementwise(lib, bottom[0].shape,
-                                                                             onednn.ELTWISE_RELU_USE_DST, alpha=slope))
+        return (onednn.ELTWISE_RELU_USE_DST, slope, 0.0) if slope >= 0 else None  # (from the output: no slope < 0)
 
-    def forward(self, bottom, top):
-        if self.fast is not None:
-            self.fast.forward(bottom[0].data, top[0].data)
-            return
+    def numpy_forward(self, bottom, top):
         slope = self.block("relu_param").negative_slope
         x = bottom[0].data
         if slope:
@@ -67,16 +104,13 @@ class ReLU(Elementwise):
         else:
             self.xp.maximum(x, 0, out=top[0].data)
 
-    def backward(self, top, propagate_down, bottom):
-        if propagate_down[0] and self.fast is not None:
-            self.fast.backward(top[0].data, top[0].diff, bottom[0].diff)
-        elif propagate_down[0]:
-            slope = self.block("relu_param").negative_slope
-            y = top[0].data
-            if slope:
-                self.xp.copyto(bottom[0].diff, self.xp.where(y > 0, top[0].diff, top[0].diff * slope))
-            else:
-                self.xp.multiply(top[0].diff, y > 0, out=bottom[0].diff)
+    def numpy_backward(self, top, bottom):
+        slope = self.block("relu_param").negative_slope
+        y = top[0].data
+        if slope:
+            self.xp.copyto(bottom[0].diff, self.xp.where(y > 0, top[0].diff, top[0].diff * slope))
+        else:
+            self.xp.multiply(top[0].diff, y > 0, out=bottom[0].diff)
 
 
 @dataclass
@@ -146,10 +180,11 @@ class ELUParams:
 
 
 @register_layer
-class ELU(Elementwise):
+class ELU(OneDnnElementwise):
     """ELU: ``y = x`` for x > 0, ``alpha * (exp(x) - 1)`` otherwise.
 
-    Bottom/top: any shape.  Runs in place (alpha > 0 keeps the sign).
+    Bottom/top: any shape.  Runs in place (alpha > 0 keeps the sign).  On oneDNN (float32) unless alpha is
+    negative.
 
     Example::
 
@@ -160,23 +195,26 @@ class ELU(Elementwise):
     param_blocks = {"elu_param": ELUParams}
     inplace_ok = True
 
-    def forward(self, bottom, top):
+    def onednn_algorithm(self):
+        alpha = self.block("elu_param").alpha
+        return (onednn.ELTWISE_ELU_USE_DST, alpha, 0.0) if alpha >= 0 else None  # (from the output: no alpha < 0)
+
+    def numpy_forward(self, bottom, top):
         alpha = self.block("elu_param").alpha
         x = bottom[0].data
         self.xp.copyto(top[0].data, self.xp.where(x > 0, x, alpha * self.xp.expm1(self.xp.minimum(x, 0))))
 
-    def backward(self, top, propagate_down, bottom):
-        if propagate_down[0]:
-            alpha = self.block("elu_param").alpha
-            y, dy = top[0].data, top[0].diff
-            self.xp.copyto(bottom[0].diff, self.xp.where(y > 0, dy, dy * (y + alpha)))
+    def numpy_backward(self, top, bottom):
+        alpha = self.block("elu_param").alpha
+        y, dy = top[0].data, top[0].diff
+        self.xp.copyto(bottom[0].diff, self.xp.where(y > 0, dy, dy * (y + alpha)))
 
 
 @register_layer
-class Sigmoid(Elementwise):
+class Sigmoid(OneDnnElementwise):
     """Sigmoid: ``y = 1 / (1 + exp(-x))``.
 
-    Bottom/top: any shape.  Runs in place.
+    Bottom/top: any shape.  Runs in place.  On oneDNN (float32).
 
     Example::
 
@@ -186,7 +224,10 @@ class Sigmoid(Elementwise):
     type = "Sigmoid"
     inplace_ok = True
 
-    def forward(self, bottom, top):
+    def onednn_algorithm(self):
+        return onednn.ELTWISE_LOGISTIC_USE_DST, 0.0, 0.0
+
+    def numpy_forward(self, bottom, top):
         xp = self.xp
         out = top[0].data
         xp.multiply(bottom[0].data, 0.5, out=out)
@@ -194,17 +235,16 @@ class Sigmoid(Elementwise):
         out *= 0.5
         out += 0.5
 
-    def backward(self, top, propagate_down, bottom):
-        if propagate_down[0]:
-            y = top[0].data
-            self.xp.multiply(top[0].diff, y * (1 - y), out=bottom[0].diff)
+    def numpy_backward(self, top, bottom):
+        y = top[0].data
+        self.xp.multiply(top[0].diff, y * (1 - y), out=bottom[0].diff)
 
 
 @register_layer
-class TanH(Elementwise):
+class TanH(OneDnnElementwise):
     """TanH: ``y = tanh(x)``.
 
-    Bottom/top: any shape.  Runs in place.
+    Bottom/top: any shape.  Runs in place.  On oneDNN (float32).
 
     Example::
 
@@ -214,20 +254,22 @@ class TanH(Elementwise):
     type = "TanH"
     inplace_ok = True
 
-    def forward(self, bottom, top):
+    def onednn_algorithm(self):
+        return onednn.ELTWISE_TANH_USE_DST, 0.0, 0.0
+
+    def numpy_forward(self, bottom, top):
         self.xp.tanh(bottom[0].data, out=top[0].data)
 
-    def backward(self, top, propagate_down, bottom):
-        if propagate_down[0]:
-            y = top[0].data
-            self.xp.multiply(top[0].diff, 1 - y * y, out=bottom[0].diff)
+    def numpy_backward(self, top, bottom):
+        y = top[0].data
+        self.xp.multiply(top[0].diff, 1 - y * y, out=bottom[0].diff)
 
 
 @register_layer
-class BNLL(Elementwise):
+class BNLL(OneDnnElementwise):
     """BNLL (binomial normal log-likelihood): ``y = log(1 + exp(x))``, computed stably.
 
-    Bottom/top: any shape.  Not in place.
+    Bottom/top: any shape.  Not in place.  On oneDNN (float32, its soft_relu).
 
     Example::
 
@@ -236,13 +278,15 @@ class BNLL(Elementwise):
 
     type = "BNLL"
 
-    def forward(self, bottom, top):
+    def onednn_algorithm(self):
+        return onednn.ELTWISE_SOFT_RELU, 1.0, 0.0  # (alpha: the slope inside, log(1 + exp(alpha x)) / alpha)
+
+    def numpy_forward(self, bottom, top):
         self.xp.logaddexp(0, bottom[0].data, out=top[0].data)
 
-    def backward(self, top, propagate_down, bottom):
-        if propagate_down[0]:
-            sigmoid = 0.5 * self.xp.tanh(0.5 * bottom[0].data) + 0.5
-            self.xp.multiply(top[0].diff, sigmoid, out=bottom[0].diff)
+    def numpy_backward(self, top, bottom):
+        sigmoid = 0.5 * self.xp.tanh(0.5 * bottom[0].data) + 0.5
+        self.xp.multiply(top[0].diff, sigmoid, out=bottom[0].diff)
 
 
 @dataclass
@@ -316,10 +360,10 @@ class Clip(Elementwise):
 
 
 @register_layer
-class ReLU6(Elementwise):
+class ReLU6(OneDnnElementwise):
     """ReLU6: ``y = min(max(x, 0), 6)`` (MobileNet's); the gradient passes where ``0 < y < 6``.
 
-    Bottom/top: any shape.  Runs in place.
+    Bottom/top: any shape.  Runs in place.  On oneDNN (float32, its clip_v2).
 
     Example::
 
@@ -329,13 +373,15 @@ class ReLU6(Elementwise):
     type = "ReLU6"
     inplace_ok = True
 
-    def forward(self, bottom, top):
+    def onednn_algorithm(self):
+        return onednn.ELTWISE_CLIP_V2_USE_DST, 0.0, 6.0
+
+    def numpy_forward(self, bottom, top):
         self.xp.clip(bottom[0].data, 0, 6, out=top[0].data)
 
-    def backward(self, top, propagate_down, bottom):
-        if propagate_down[0]:
-            y = top[0].data
-            self.xp.multiply(top[0].diff, (y > 0) & (y < 6), out=bottom[0].diff)
+    def numpy_backward(self, top, bottom):
+        y = top[0].data
+        self.xp.multiply(top[0].diff, (y > 0) & (y < 6), out=bottom[0].diff)
 
 
 @dataclass
@@ -347,10 +393,10 @@ class HardSigmoidParams:
 
 
 @register_layer
-class HardSigmoid(Elementwise):
+class HardSigmoid(OneDnnElementwise):
     """HardSigmoid: ``y = min(max(alpha * x + beta, 0), 1)``; the gradient is ``alpha`` where ``0 < y < 1``.
 
-    Bottom/top: any shape.  Runs in place.
+    Bottom/top: any shape.  Runs in place.  On oneDNN (float32).
 
     Example::
 
@@ -361,26 +407,45 @@ class HardSigmoid(Elementwise):
     param_blocks = {"hard_sigmoid_param": HardSigmoidParams}
     inplace_ok = True
 
-    def forward(self, bottom, top):
+    def onednn_algorithm(self):
+        p = self.block("hard_sigmoid_param")
+        return onednn.ELTWISE_HARDSIGMOID, p.alpha, p.beta
+
+    def reshape(self, bottom, top):
+        # oneDNN's hardsigmoid takes the input in backward, which running in place overwrites: the gradient is
+        # taken from the output instead, as a clip's to [0, 1] (passing where 0 < y < 1) times alpha
+        super().reshape(bottom, top)
+        self.clip = None if self.fast is None else onednn.attempt(
+            self, lambda lib: onednn.Elementwise(lib, bottom[0].shape, onednn.ELTWISE_CLIP_V2_USE_DST, 0.0, 1.0))
+        if self.clip is None:
+            self.fast = None
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0] and self.fast is not None:
+            self.clip.backward(bottom[0].data, top[0].data, top[0].diff, bottom[0].diff)
+            bottom[0].diff *= self.block("hard_sigmoid_param").alpha
+        else:
+            super().backward(top, propagate_down, bottom)
+
+    def numpy_forward(self, bottom, top):
         p = self.block("hard_sigmoid_param")
         out = top[0].data
         self.xp.multiply(bottom[0].data, p.alpha, out=out)
         out += p.beta
         self.xp.clip(out, 0, 1, out=out)
 
-    def backward(self, top, propagate_down, bottom):
-        if propagate_down[0]:
-            y = top[0].data
-            alpha = self.block("hard_sigmoid_param").alpha
-            self.xp.multiply(top[0].diff, alpha * ((y > 0) & (y < 1)), out=bottom[0].diff)
+    def numpy_backward(self, top, bottom):
+        y = top[0].data
+        alpha = self.block("hard_sigmoid_param").alpha
+        self.xp.multiply(top[0].diff, alpha * ((y > 0) & (y < 1)), out=bottom[0].diff)
 
 
 @register_layer
-class HardSwish(Elementwise):
+class HardSwish(OneDnnElementwise):
     """HardSwish: ``y = x * min(max(x + 3, 0), 6) / 6`` (MobileNetV3's); the gradient is 0 below -3, 1 above 3,
     ``(2x + 3) / 6`` between.
 
-    Bottom/top: any shape.  Not in place.
+    Bottom/top: any shape.  Not in place.  On oneDNN (float32).
 
     Example::
 
@@ -389,15 +454,17 @@ class HardSwish(Elementwise):
 
     type = "HardSwish"
 
-    def forward(self, bottom, top):
+    def onednn_algorithm(self):
+        return onednn.ELTWISE_HARDSWISH, 1 / 6, 0.5  # (x * min(max(alpha x + beta, 0), 1))
+
+    def numpy_forward(self, bottom, top):
         x = bottom[0].data
         self.xp.multiply(x, self.xp.clip(x + 3, 0, 6) / 6, out=top[0].data)
 
-    def backward(self, top, propagate_down, bottom):
-        if propagate_down[0]:
-            x = bottom[0].data
-            slope = self.xp.where(x < -3, 0.0, self.xp.where(x > 3, 1.0, (2 * x + 3) / 6))
-            self.xp.multiply(top[0].diff, slope, out=bottom[0].diff)
+    def numpy_backward(self, top, bottom):
+        x = bottom[0].data
+        slope = self.xp.where(x < -3, 0.0, self.xp.where(x > 3, 1.0, (2 * x + 3) / 6))
+        self.xp.multiply(top[0].diff, slope, out=bottom[0].diff)
 
 
 @dataclass
@@ -408,11 +475,11 @@ class SwishParams:
 
 
 @register_layer
-class Swish(Elementwise):
+class Swish(OneDnnElementwise):
     """Swish: ``y = x * sigmoid(beta * x)`` (Caffe's Swish; with ``beta: 1``, SiLU).
 
     The gradient is ``sigmoid(beta x) + beta * y * (1 - sigmoid(beta x))``.
-    Bottom/top: any shape.  Not in place.
+    Bottom/top: any shape.  Not in place.  On oneDNN (float32).
 
     Example::
 
@@ -426,15 +493,17 @@ class Swish(Elementwise):
         """``sigmoid(beta * x)``, computed through tanh (no overflow)."""
         return 0.5 * self.xp.tanh(0.5 * self.block("swish_param").beta * x) + 0.5
 
-    def forward(self, bottom, top):
+    def onednn_algorithm(self):
+        return onednn.ELTWISE_SWISH, self.block("swish_param").beta, 0.0
+
+    def numpy_forward(self, bottom, top):
         x = bottom[0].data
         self.xp.multiply(x, self.gate(x), out=top[0].data)
 
-    def backward(self, top, propagate_down, bottom):
-        if propagate_down[0]:
-            gate = self.gate(bottom[0].data)
-            beta = self.block("swish_param").beta
-            self.xp.multiply(top[0].diff, gate + beta * top[0].data * (1 - gate), out=bottom[0].diff)
+    def numpy_backward(self, top, bottom):
+        gate = self.gate(bottom[0].data)
+        beta = self.block("swish_param").beta
+        self.xp.multiply(top[0].diff, gate + beta * top[0].data * (1 - gate), out=bottom[0].diff)
 
 
 # W. J. Cody's rational approximations of erf and erfc ("Rational Chebyshev approximations for the error function",
@@ -504,7 +573,7 @@ TANH_SCALE, TANH_CUBIC = math.sqrt(2 / math.pi), 0.044715
 
 
 @register_layer
-class GELU(Elementwise):
+class GELU(OneDnnElementwise):
     """GELU (Gaussian error linear unit, BERT's and ViT's): ``y = x * Phi(x)``, ``Phi`` the standard normal
     distribution function ``(1 + erf(x / sqrt(2))) / 2``; the gradient is ``Phi(x) + x * exp(-x^2 / 2) / sqrt(2 pi)``.
 
@@ -526,15 +595,10 @@ class GELU(Elementwise):
         """True for the tanh approximation."""
         return self.block("gelu_param").approximate == "tanh"
 
-    def reshape(self, bottom, top):
-        super().reshape(bottom, top)
-        algorithm = onednn.ELTWISE_GELU_TANH if self.tanh else onednn.ELTWISE_GELU_ERF
-        self.fast = onednn.attempt(self, lambda lib: onednn.Elementwise(lib, bottom[0].shape, algorithm))
+    def onednn_algorithm(self):
+        return onednn.ELTWISE_GELU_TANH if self.tanh else onednn.ELTWISE_GELU_ERF, 0.0, 0.0
 
-    def forward(self, bottom, top):
-        if self.fast is not None:
-            self.fast.forward(bottom[0].data, top[0].data)
-            return
+    def numpy_forward(self, bottom, top):
         xp, x = self.xp, bottom[0].data
         if self.tanh:
             self.cdf = 0.5 * xp.tanh(TANH_SCALE * (x + TANH_CUBIC * x * x * x)) + 0.5
@@ -542,13 +606,8 @@ class GELU(Elementwise):
             self.cdf = 0.5 * erf(xp, x * math.sqrt(0.5)) + 0.5
         xp.multiply(x, self.cdf, out=top[0].data)
 
-    def backward(self, top, propagate_down, bottom):
-        if not propagate_down[0]:
-            return
+    def numpy_backward(self, top, bottom):
         x = bottom[0].data
-        if self.fast is not None:
-            self.fast.backward(x, top[0].diff, bottom[0].diff)
-            return
         cdf = self.cdf  # Phi(x) from forward (or its tanh approximation)
         if self.tanh:  # d tanh(u) = 1 - tanh(u)^2 = 4 Phi (1 - Phi)
             slope = cdf + 2 * TANH_SCALE * x * cdf * (1 - cdf) * (1 + 3 * TANH_CUBIC * x * x)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from netspec.engine import onednn
 from netspec.engine.fillers import FillerParams
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
@@ -28,17 +29,19 @@ class MultiHeadAttentionParams:
 
 
 def split_heads(projected, n: int, parts: int, heads: int):
-    """(N * T, parts * E) projections as (parts, N, heads, T, E / heads) (a view)."""
+    """(N * T, parts * E) projections as (parts, N, heads, T, E / heads) (a view: writing into it fills the
+    projections)."""
     return projected.reshape(n, projected.shape[0] // n, parts, heads, -1).transpose(2, 0, 3, 1, 4)
 
 
-def merge_heads(xp, parts):
-    """(N, heads, T, D) arrays side by side as one (N * T, len(parts) * heads * D) array: split_heads undone."""
-    n, heads, t, d = parts[0].shape
-    merged = xp.empty((n, t, len(parts), heads, d), dtype=parts[0].dtype)
-    for index, part in enumerate(parts):
-        merged[:, :, index] = part.swapaxes(1, 2)
-    return merged.reshape(n * t, -1)
+@dataclass
+class AttentionPrimitives:
+    """MultiHeadAttention's oneDNN primitives: the input projections (an inner product for each of
+    :meth:`MultiHeadAttention.sources`), the output projection, and the softmax over the key positions."""
+
+    projections: list[onednn.InnerProduct]
+    output: onednn.InnerProduct
+    softmax: onednn.Softmax
 
 
 @register_layer
@@ -52,7 +55,8 @@ class MultiHeadAttention(Layer):
 
     Bottoms, batch first: one (N, T, E) (self-attention: x_q = x_k = x_v), or
     three, query (N, T_q, E), key (N, T_k, E) and value (N, T_k, E).  Top:
-    (N, T_q, E).  Every bottom receives gradients.  Not in place.
+    (N, T_q, E).  Every bottom receives gradients.  Not in place.  On the
+    CPU in float32 oneDNN runs the projections and the softmax.
 
     Learnable, as PyTorch's ``nn.MultiheadAttention`` stores them (its
     weights copy over as they are): in_proj_weight (3E, E), the rows W_q, W_k,
@@ -140,62 +144,102 @@ class MultiHeadAttention(Layer):
 
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
-        t = bottom[0].shape[1]
-        self.mask = self.xp.triu(self.xp.full((t, t), -math.inf, dtype=self.dtype), 1) if self.params.causal else None
+        n, tq, tk, e = self.dims([b.shape for b in bottom])
+        self.mask = self.xp.triu(self.xp.full((tq, tq), -math.inf, dtype=self.dtype), 1) if self.params.causal else None
+        sources = self.sources(len(bottom))
+        self.source_rows = [slice(first * e, (first + parts) * e) for _, first, parts in sources]  # of in_proj
+        bias, heads = self.params.bias_term, self.params.num_heads
+        self.fast = onednn.attempt(self, lambda lib: AttentionPrimitives(
+            [onednn.InnerProduct(lib, n * bottom[index].shape[1], e, parts * e, bias) for index, _, parts in sources],
+            onednn.InnerProduct(lib, n * tq, e, e, bias), onednn.Softmax(lib, (n, heads, tq, tk), 3)))
+
+    def projection(self, source: int | None) -> tuple:
+        """The input projection of ``source`` (an index into :meth:`sources`), or the output projection (None):
+        ``(oneDNN's primitive or None, W, W's diff, b, b's diff, learn)``, with W and b views of the blobs' rows
+        (b and its diff None without bias) and ``learn`` their param_propagate_down."""
+        w_in, b_in, w_out, b_out = self.blob_indices()
+        weights, bias, rows = (w_out, b_out, slice(None)) if source is None else (w_in, b_in, self.source_rows[source])
+        primitive = None
+        if self.fast is not None:
+            primitive = self.fast.output if source is None else self.fast.projections[source]
+        w = self.blobs[weights]
+        if bias is None:
+            return primitive, w.data[rows], w.diff[rows], None, None, [self.param_propagate_down[weights], False]
+        b = self.blobs[bias]
+        return (primitive, w.data[rows], w.diff[rows], b.data[rows], b.diff[rows],
+                [self.param_propagate_down[weights], self.param_propagate_down[bias]])
+
+    def project(self, source: int | None, x, out) -> None:
+        """``out = x W^T + b`` for the :meth:`projection` of ``source``."""
+        primitive, w, _, b, _, _ = self.projection(source)
+        if primitive is not None:
+            primitive.forward(x, w, b, out)
+            return
+        self.xp.matmul(x, w.T, out=out)
+        if b is not None:
+            out += b
+
+    def project_backward(self, source: int | None, x, dy, dx) -> None:
+        """:meth:`project`'s backward from the output's gradient ``dy``: W's and b's gradients added to their
+        diffs where param_propagate_down says, x's written into ``dx`` (None: not wanted)."""
+        primitive, w, w_diff, _, b_diff, learn = self.projection(source)
+        if primitive is not None:
+            primitive.accumulate(x, dy, dx, w, w_diff, b_diff, learn)
+            return
+        if learn[0]:
+            w_diff += dy.T @ x
+        if b_diff is not None and learn[1]:
+            b_diff += dy.sum(axis=0)
+        if dx is not None:
+            self.xp.matmul(dy, w, out=dx)
 
     def forward(self, bottom, top):
         xp = self.xp
         n, _, e = bottom[0].shape
         heads = self.params.num_heads
-        w_in, b_in, w_out, b_out = self.blob_indices()
         projections = []
-        for index, first, parts in self.sources(len(bottom)):
-            rows = slice(first * e, (first + parts) * e)
-            projected = bottom[index].data.reshape(-1, e) @ self.blobs[w_in].data[rows].T
-            if b_in is not None:
-                projected += self.blobs[b_in].data[rows]
+        for source, (index, _, parts) in enumerate(self.sources(len(bottom))):
+            x = bottom[index].data.reshape(-1, e)
+            projected = xp.empty((x.shape[0], parts * e), dtype=self.dtype)
+            self.project(source, x, projected)
             projections.extend(split_heads(projected, n, parts, heads))
         q, k, v = projections  # (N, heads, T, D) views
         q *= 1 / math.sqrt(e // heads)
         scores = xp.matmul(q, k.swapaxes(-1, -2))  # (N, heads, T_q, T_k)
         if self.mask is not None:
             scores += self.mask
-        rows = scores.reshape(-1, scores.shape[-1], 1)
-        softmax(xp, rows, rows)
+        if self.fast is not None:
+            self.fast.softmax.forward(scores, scores)
+        else:
+            rows = scores.reshape(-1, scores.shape[-1], 1)
+            softmax(xp, rows, rows)
         self.q, self.k, self.v, self.attention = q, k, v, scores  # what backward needs
-        self.context = merge_heads(xp, [xp.matmul(scores, v)])  # (N * T_q, E)
-        out = top[0].data.reshape(-1, e)
-        xp.matmul(self.context, self.blobs[w_out].data.T, out=out)
-        if b_out is not None:
-            out += self.blobs[b_out].data
+        self.context = xp.empty((scores.shape[0] * scores.shape[2], e), dtype=self.dtype)  # (N * T_q, E)
+        xp.matmul(scores, v, out=split_heads(self.context, n, 1, heads)[0])
+        self.project(None, self.context, top[0].data.reshape(-1, e))
 
     def backward(self, top, propagate_down, bottom):
         xp = self.xp
         n, _, e = bottom[0].shape
         heads = self.params.num_heads
-        w_in, b_in, w_out, b_out = self.blob_indices()
-        dy = top[0].diff.reshape(-1, e)
-        if self.param_propagate_down[w_out]:
-            self.blobs[w_out].diff += dy.T @ self.context
-        if b_out is not None and self.param_propagate_down[b_out]:
-            self.blobs[b_out].diff += dy.sum(axis=0)
-        d_context = split_heads(dy @ self.blobs[w_out].data, n, 1, heads)[0]
+        d_context = xp.empty_like(self.context)
+        self.project_backward(None, self.context, top[0].diff.reshape(-1, e), d_context)
+        d_context = split_heads(d_context, n, 1, heads)[0]
         p = self.attention
-        dv = xp.matmul(p.swapaxes(-1, -2), d_context)
         d_scores = xp.matmul(d_context, self.v.swapaxes(-1, -2))
         # the softmax's backward: sum_j p_ij dp_ij = d_context_i . context_i, as context_i = sum_j p_ij v_j
         d_scores -= (d_context * split_heads(self.context, n, 1, heads)[0]).sum(axis=-1, keepdims=True)
         d_scores *= p
-        dq = xp.matmul(d_scores, self.k) * (1 / math.sqrt(e // heads))
-        dk = xp.matmul(d_scores.swapaxes(-1, -2), self.q)  # q was scaled in forward
-        grads = [dq, dk, dv]
-        for index, first, parts in self.sources(len(bottom)):
-            rows = slice(first * e, (first + parts) * e)
-            d_projected = merge_heads(xp, grads[first:first + parts])  # (N * T, parts * E)
+        for source, (index, first, parts) in enumerate(self.sources(len(bottom))):
             x = bottom[index].data.reshape(-1, e)
-            if self.param_propagate_down[w_in]:
-                self.blobs[w_in].diff[rows] += d_projected.T @ x
-            if b_in is not None and self.param_propagate_down[b_in]:
-                self.blobs[b_in].diff[rows] += d_projected.sum(axis=0)
-            if propagate_down[index]:
-                xp.matmul(d_projected, self.blobs[w_in].data[rows], out=bottom[index].diff.reshape(-1, e))
+            d_projected = xp.empty((x.shape[0], parts * e), dtype=self.dtype)  # the gradients of q, k, v's rows
+            for role, view in zip(ROLES[first:first + parts], split_heads(d_projected, n, parts, heads)):
+                if role == "query":
+                    xp.matmul(d_scores, self.k, out=view)
+                    view *= 1 / math.sqrt(e // heads)
+                elif role == "key":
+                    xp.matmul(d_scores.swapaxes(-1, -2), self.q, out=view)  # (q was scaled in forward)
+                else:
+                    xp.matmul(p.swapaxes(-1, -2), d_context, out=view)
+            dx = bottom[index].diff.reshape(-1, e) if propagate_down[index] else None
+            self.project_backward(source, x, d_projected, dx)

@@ -9,7 +9,7 @@ from netspec.engine.fillers import FillerParams
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError
-from netspec.layers.selection import row_indices
+from netspec.layers.selection import add_rows, row_indices, take_rows
 from netspec.spec.schema import doc, required
 
 
@@ -76,15 +76,14 @@ class Embed(Layer):
     def forward(self, bottom, top):
         self.indices = row_indices(self, bottom[0].data, self.params.input_dim, 0,
                                    f"the embedding (input_dim {self.params.input_dim})")
-        out = top[0].data
-        out[...] = self.blobs[0].data[self.indices]
+        take_rows(self, self.blobs[0].data, self.indices, top[0].data)
         if self.params.bias_term:
-            out += self.blobs[1].data
+            top[0].data += self.blobs[1].data
 
     def backward(self, top, propagate_down, bottom):
         dy = top[0].diff.reshape(-1, self.params.num_output)
         if self.param_propagate_down[0]:
-            self.xp.add.at(self.blobs[0].diff, self.indices.reshape(-1), dy)
+            add_rows(self.xp, self.blobs[0].diff, self.indices, dy)
         if self.params.bias_term and self.param_propagate_down[1]:
             self.blobs[1].diff += dy.sum(axis=0)
         if propagate_down[0]:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy
+
+from netspec.engine import onednn
 from netspec.engine.fillers import FillerParams, constant
 from netspec.engine.layer import Layer, canonical_axis
 from netspec.engine.registry import register_layer
@@ -30,7 +33,8 @@ class LayerNorm(Layer):
     The mean and (biased) variance are each example's, over the normalised
     axes, in TRAIN and TEST alike.  Learnable with ``elementwise_affine``:
     ``g`` (default 1) and ``b`` (default 0), of the normalised axes' shape.
-    Bottom/top: any shape.  Not in place.
+    Bottom/top: any shape.  Not in place.  On the CPU in float32 oneDNN's
+    layer normalization runs it (``NETSPEC_ONEDNN=0``: NumPy).
 
     Example (a transformer's, over the width of (N, T, D) tokens)::
 
@@ -61,30 +65,62 @@ class LayerNorm(Layer):
         width = math.prod(self.normalised(shape))
         return math.prod(shape) // width, width
 
-    def forward(self, bottom, top):
+    def reshape(self, bottom, top):
+        super().reshape(bottom, top)
         rows, width = self.rows(bottom[0].shape)
-        x = bottom[0].data.reshape(rows, width)
-        centred = x - x.mean(axis=1, keepdims=True)
-        self.inv_std = 1 / self.xp.sqrt((centred * centred).mean(axis=1, keepdims=True)
-                                        + self.block("layer_norm_param").eps)
-        self.normalised_x = centred * self.inv_std
-        out = top[0].data.reshape(rows, width)
+        flags = (onednn.NORMALIZE_SCALE | onednn.NORMALIZE_SHIFT) if self.blobs else 0
+        self.fast = onednn.attempt(self, lambda lib: onednn.LayerNormalization(
+            lib, rows, width, self.block("layer_norm_param").eps, flags))
+        if self.fast is not None:  # each row's statistics, which forward writes for backward
+            self.statistics = {onednn.ARG_MEAN: numpy.empty(rows, self.dtype),
+                               onednn.ARG_VARIANCE: numpy.empty(rows, self.dtype)}
+        else:  # the normalised input, which forward writes for backward
+            self.normalised_x = self.xp.empty((rows, width), dtype=self.dtype)
+
+    def affine(self, width: int) -> dict[int, numpy.ndarray]:
+        """The scale and shift as oneDNN arguments, (width,) each (none without ``elementwise_affine``)."""
+        return {arg: blob.data.reshape(width) for arg, blob in zip((onednn.ARG_SCALE, onednn.ARG_SHIFT), self.blobs)}
+
+    def forward(self, bottom, top):
+        xp = self.xp
+        rows, width = self.rows(bottom[0].shape)
+        x, out = bottom[0].data.reshape(rows, width), top[0].data.reshape(rows, width)
+        if self.fast is not None:
+            self.fast.forward(x, out, {**self.statistics, **self.affine(width)})
+            return
+        normalised = self.normalised_x
+        xp.subtract(x, x.mean(axis=1, keepdims=True), out=normalised)
+        variance = xp.einsum("ij,ij->i", normalised, normalised)[:, None] / width
+        self.inv_std = 1 / xp.sqrt(variance + self.block("layer_norm_param").eps)
+        normalised *= self.inv_std
         if self.blobs:
-            self.xp.multiply(self.normalised_x, self.blobs[0].data.reshape(1, width), out=out)
+            xp.multiply(normalised, self.blobs[0].data.reshape(1, width), out=out)
             out += self.blobs[1].data.reshape(1, width)
         else:
-            out[...] = self.normalised_x
+            out[...] = normalised
 
     def backward(self, top, propagate_down, bottom):
+        if not propagate_down[0] and not any(self.param_propagate_down):
+            return
+        xp = self.xp
         rows, width = self.rows(bottom[0].shape)
         dy = top[0].diff.reshape(rows, width)
+        if self.fast is not None:
+            x = bottom[0].data.reshape(rows, width)
+            dx = bottom[0].diff.reshape(rows, width) if propagate_down[0] else None
+            self.fast.backward_into(dy, dx, {onednn.ARG_SRC: x, **self.statistics, **self.affine(width)}, self.blobs,
+                                    self.param_propagate_down)
+            return
+        y = self.normalised_x
         if self.blobs:
             if self.param_propagate_down[0]:
-                self.blobs[0].diff += (dy * self.normalised_x).sum(axis=0).reshape(self.blobs[0].shape)
+                self.blobs[0].diff += xp.einsum("ij,ij->j", dy, y).reshape(self.blobs[0].shape)
             if self.param_propagate_down[1]:
                 self.blobs[1].diff += dy.sum(axis=0).reshape(self.blobs[1].shape)
             dy = dy * self.blobs[0].data.reshape(1, width)
         if propagate_down[0]:
-            y = self.normalised_x
-            grad = dy - dy.mean(axis=1, keepdims=True) - y * (dy * y).mean(axis=1, keepdims=True)
-            bottom[0].diff.reshape(rows, width)[...] = grad * self.inv_std
+            dx = bottom[0].diff.reshape(rows, width)
+            xp.multiply(y, xp.einsum("ij,ij->i", dy, y)[:, None] / width, out=dx)
+            xp.subtract(dy, dx, out=dx)
+            dx -= dy.mean(axis=1, keepdims=True)
+            dx *= self.inv_std

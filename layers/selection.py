@@ -1,4 +1,5 @@
-"""BatchReindex: rows of a blob picked by index, and ``row_indices``, the check of indices stored as floats.
+"""BatchReindex: rows of a blob picked by index; ``row_indices``, the check of indices stored as floats, and
+``take_rows``/``add_rows``, rows picked and their gradients added back (Embed's too).
 
 Caffe's Filter is not here: its top's first axis is the number of nonzero
 selector values, known only once data exists, while netspec's graph fixes every
@@ -7,6 +8,8 @@ array exists.
 """
 
 from __future__ import annotations
+
+import math
 
 from netspec.engine.layer import Layer, bad_index
 from netspec.engine.registry import register_layer
@@ -27,6 +30,24 @@ def row_indices(layer: Layer, values, rows: int, bottom: int, of_what: str):
                         f"of {of_what}, a whole number 0 to {rows - 1} ({count} such "
                         f"{'index' if count == 1 else 'indices'} in the batch)")
     return values.astype(layer.xp.int64)
+
+
+def take_rows(layer: Layer, source, indices, out) -> None:
+    """``out[...] = source[indices]``: rows of ``source`` along its first axis, at ``indices`` that
+    :func:`row_indices` checked.  On the CPU NumPy's take writes them into ``out`` without a temporary (its mode
+    'clip', as 'raise' would check the indices again through a buffer; the indices are valid)."""
+    if layer.backend.is_gpu:
+        out[...] = source[indices]
+    else:
+        layer.xp.take(source, indices, axis=0, out=out, mode="clip")
+
+
+def add_rows(xp, target, indices, rows) -> None:
+    """``target[indices[i]] += rows[i]`` along the first axis of ``target`` (C-contiguous), a row picked twice
+    receiving both: ``add.at`` over the flattened arrays (NumPy's fast path takes one-dimensional indices)."""
+    width = math.prod(target.shape[1:])
+    flat = (indices.reshape(-1, 1) * width + xp.arange(width)).reshape(-1)
+    xp.add.at(target.reshape(-1), flat, rows.reshape(-1))
 
 
 @register_layer
@@ -60,11 +81,11 @@ class BatchReindex(Layer):
     def forward(self, bottom, top):
         x = bottom[0]
         self.indices = row_indices(self, bottom[1].data, x.shape[0], 1, f"bottom '{self.spec.bottoms[0]}'")
-        top[0].data[...] = x.data[self.indices]
+        take_rows(self, x.data, self.indices, top[0].data)
 
     def backward(self, top, propagate_down, bottom):
         if propagate_down[0]:
             bottom[0].diff[...] = 0
-            self.xp.add.at(bottom[0].diff, self.indices, top[0].diff)
+            add_rows(self.xp, bottom[0].diff, self.indices, top[0].diff)
         if propagate_down[1]:
             bottom[1].diff[...] = 0

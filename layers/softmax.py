@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from netspec.engine import onednn
 from netspec.engine.layer import Layer, canonical_axis
 from netspec.engine.registry import register_layer
 from netspec.spec.schema import doc
@@ -34,7 +35,7 @@ def softmax(xp, x, out) -> None:
 class Softmax(Layer):
     """Softmax: ``y_k = exp(x_k) / sum_j exp(x_j)`` along ``axis``.
 
-    Bottom/top: any shape.  Not in place.
+    Bottom/top: any shape.  Not in place.  On the CPU in float32 oneDNN's softmax runs it.
 
     Example::
 
@@ -48,12 +49,22 @@ class Softmax(Layer):
         softmax_view(bottom_shapes[0], self.block("softmax_param").axis)
         return [bottom_shapes[0]]
 
+    def reshape(self, bottom, top):
+        super().reshape(bottom, top)
+        view = softmax_view(bottom[0].shape, self.block("softmax_param").axis)
+        self.fast = onednn.attempt(self, lambda lib: onednn.Softmax(lib, view, 1))
+
     def forward(self, bottom, top):
+        if self.fast is not None:
+            self.fast.forward(bottom[0].data, top[0].data)
+            return
         view = softmax_view(bottom[0].shape, self.block("softmax_param").axis)
         softmax(self.xp, bottom[0].data.reshape(view), top[0].data.reshape(view))
 
     def backward(self, top, propagate_down, bottom):
-        if propagate_down[0]:
+        if propagate_down[0] and self.fast is not None:
+            self.fast.backward(None, top[0].data, top[0].diff, bottom[0].diff)
+        elif propagate_down[0]:
             view = softmax_view(bottom[0].shape, self.block("softmax_param").axis)
             y, dy = top[0].data.reshape(view), top[0].diff.reshape(view)
             dot = (dy * y).sum(axis=1, keepdims=True)

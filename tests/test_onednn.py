@@ -15,6 +15,7 @@ import yaml
 
 import netspec
 from netspec.engine import onednn
+from netspec.engine.registry import layer_class
 from netspec.testing import one_layer_net
 
 ROOT = Path(__file__).parent.parent
@@ -50,9 +51,10 @@ def passes(net, fast: bool, times: int = 2):
             **{f"param {i} diff": blob.diff.copy() for i, blob in enumerate(conv.blobs)}}
 
 
-def both_paths(layer_type, shapes, params, phase="TRAIN", inplace=False, rtol=1e-4, atol=1e-4):
-    """Run one layer on oneDNN and on NumPy (same float32 bottoms and blobs, forward, then backward twice so that
-    parameter diffs accumulate) and compare the top, every bottom diff, and every blob's data and diff."""
+def both_paths(layer_type, shapes, params, phase="TRAIN", inplace=False, rtol=1e-4, atol=1e-4, spread=1.0):
+    """Run one layer on oneDNN and on NumPy (same float32 bottoms, normal with deviation ``spread``, and blobs,
+    forward, then backward twice so that parameter diffs accumulate) and compare the top, every bottom diff, and
+    every blob's data and diff."""
     results = []
     for fast in (True, False):
         with pytest.MonkeyPatch.context() as patch:
@@ -63,7 +65,7 @@ def both_paths(layer_type, shapes, params, phase="TRAIN", inplace=False, rtol=1e
         assert (layer.fast is not None) == fast, f"{layer_type} {'should' if fast else 'should not'} run on oneDNN"
         rng = np.random.default_rng(0)
         for blob in bottom:
-            blob.data[...] = rng.standard_normal(blob.shape)
+            blob.data[...] = spread * rng.standard_normal(blob.shape)
         for blob in layer.blobs:
             blob.data[...] = rng.uniform(0.5, 1.5, blob.shape)
             blob.diff[...] = 0
@@ -178,6 +180,95 @@ def test_a_relu_with_a_negative_slope_keeps_the_numpy_path():
     assert net.layers[-1].fast is None
 
 
+ACTIVATIONS = {  # type: parameters (inputs spread over [-12, 12] or so: past ReLU6's 6, HardSwish's and the bounds)
+    "ReLU6": {},
+    "HardSigmoid": {"hard_sigmoid_param": {}},
+    "HardSigmoid, ONNX's alpha": {"hard_sigmoid_param": {"alpha": 0.2, "beta": 0.4}},
+    "HardSigmoid, negative slope": {"hard_sigmoid_param": {"alpha": -0.3, "beta": 0.6}},
+    "HardSwish": {},
+    "Swish": {"swish_param": {}},
+    "Swish, beta 1.7": {"swish_param": {"beta": 1.7}},
+    "ELU": {"elu_param": {}},
+    "ELU, alpha 0.3": {"elu_param": {"alpha": 0.3}},
+    "Sigmoid": {},
+    "TanH": {},
+    "BNLL": {},
+}
+
+
+@pytest.mark.parametrize("name, inplace", [(name, inplace) for name in ACTIVATIONS for inplace in (False, True)
+                                           if not inplace or layer_class(name.split(",")[0]).inplace_ok])
+def test_activations_match_the_numpy_path(name, inplace):
+    both_paths(name.split(",")[0], [(3, 4, 5, 6)], ACTIVATIONS[name], inplace=inplace, spread=4.0, rtol=1e-5,
+               atol=1e-5)
+
+
+def test_an_elu_with_a_negative_alpha_keeps_the_numpy_path():
+    net = one_layer_net("ELU", [(2, 3)], params={"elu_param": {"alpha": -0.5}}, dtype=np.float32)
+    assert net.layers[-1].fast is None
+
+
+LAYER_NORMS = {  # name: (bottom shape, layer_norm_param and param)
+    "over the last axis": ((4, 7, 16), {"layer_norm_param": {}}),
+    "over the last two axes": ((3, 5, 7, 4), {"layer_norm_param": {"axis": 2}}),
+    "one row": ((1, 33), {"layer_norm_param": {"eps": 1e-3}}),
+    "without scale and shift": ((4, 6, 8), {"layer_norm_param": {"elementwise_affine": False}}),
+    "frozen scale": ((4, 6, 8), {"layer_norm_param": {}, "param": [{"lr_mult": 0}, {}]}),
+}
+
+
+@pytest.mark.parametrize("name", LAYER_NORMS)
+@pytest.mark.parametrize("phase", ["TRAIN", "TEST"])
+def test_layer_norm_matches_the_numpy_path(name, phase):
+    shape, params = LAYER_NORMS[name]
+    both_paths("LayerNorm", [shape], params, phase=phase, spread=3.0)
+
+
+def test_a_layer_norm_without_bottom_gradient_still_accumulates_its_parameters():
+    net = one_layer_net("LayerNorm", [(4, 6, 8)], dtype=np.float32)
+    layer, bottom, top = net.layers[-1], net.bottom_blobs[-1], net.top_blobs[-1]
+    assert layer.fast is not None
+    rng = np.random.default_rng(0)
+    bottom[0].data[...] = rng.standard_normal(bottom[0].shape)
+    bottom[0].diff[...] = 7
+    layer.forward(bottom, top)
+    top[0].diff[...] = rng.standard_normal(top[0].shape)
+    for blob in layer.blobs:
+        blob.diff[...] = 1
+    layer.backward(top, [False], bottom)
+    once = [blob.diff.copy() for blob in layer.blobs]
+    layer.backward(top, [False], bottom)
+    assert (bottom[0].diff == 7).all()
+    for blob, diff in zip(layer.blobs, once):
+        np.testing.assert_allclose(blob.diff - 1, 2 * (diff - 1), rtol=1e-6, atol=1e-6)
+
+
+def test_a_float64_layer_norm_keeps_the_numpy_path():
+    assert one_layer_net("LayerNorm", [(2, 3)], dtype=np.float64).layers[-1].fast is None
+
+
+ATTENTIONS = {  # name: (bottom shapes, multi_head_attention_param and param)
+    "self-attention": ([(2, 5, 8)], {"multi_head_attention_param": {"num_heads": 2}}),
+    "causal": ([(3, 6, 6)], {"multi_head_attention_param": {"num_heads": 3, "causal": True}}),
+    "query, key and value": ([(2, 3, 8), (2, 5, 8), (2, 5, 8)], {"multi_head_attention_param": {"num_heads": 4}}),
+    "without biases": ([(2, 4, 6)], {"multi_head_attention_param": {"num_heads": 2, "bias_term": False}}),
+    "frozen projections": ([(2, 4, 6), (2, 3, 6), (2, 3, 6)],
+                           {"multi_head_attention_param": {"num_heads": 1},
+                            "param": [{"lr_mult": 0}, {}, {}, {"lr_mult": 0}]}),
+}
+
+
+@pytest.mark.parametrize("name", ATTENTIONS)
+def test_multi_head_attention_matches_the_numpy_path(name):
+    shapes, params = ATTENTIONS[name]
+    both_paths("MultiHeadAttention", shapes, params, atol=1e-3)  # (values up to some 100s: float32 rounding)
+
+
+@pytest.mark.parametrize("shape, axis", [((4, 10), 1), ((2, 5, 3, 4), 1), ((3, 4, 7), -1)])
+def test_softmax_matches_the_numpy_path(shape, axis):
+    both_paths("Softmax", [shape], {"softmax_param": {"axis": axis}}, spread=3.0, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("params", [{}, {"coeff": [2, -0.5, 1]}])
 def test_eltwise_sum_matches_the_numpy_path(params):
     both_paths("Eltwise", [(2, 3, 4, 5)] * 3, {"eltwise_param": params})
@@ -237,7 +328,7 @@ FOLDS = {
     "leaky ReLU": (dict(bn=False, scale=False, slope=-0.2), "conv+relu"),
     "Scale and ReLU": (dict(bn=False), "conv+scale+relu"),
     "then a layer that does not fuse": (dict(relu=False, tail="  - {name: sig, type: Sigmoid, bottom: c, top: c}\n"),
-                                        "conv+bn+scale;"),
+                                        "conv+bn+scale, sig;"),
 }
 
 

@@ -39,10 +39,14 @@ FORWARD_TRAINING, FORWARD_INFERENCE = 64, 96
 BACKWARD, BACKWARD_DATA = 128, 160
 CONVOLUTION_DIRECT = 1
 ELTWISE_RELU, ELTWISE_RELU_USE_DST = 0x20, 0x100  # (the second's backward reads the output, so runs in place)
+ELTWISE_SOFT_RELU, ELTWISE_HARDSIGMOID, ELTWISE_SWISH, ELTWISE_HARDSWISH = 0x27, 0x28, 0x2C, 0x34
 ELTWISE_GELU_TANH, ELTWISE_GELU_ERF = 0x2B, 0x31
+ELTWISE_TANH_USE_DST, ELTWISE_ELU_USE_DST, ELTWISE_LOGISTIC_USE_DST = 0x101, 0x102, 0x104
+ELTWISE_CLIP_V2_USE_DST = 0x106
 BINARY_ADD, BINARY_MUL = 0x1FFF0, 0x1FFF1
 POOLING_MAX, POOLING_AVG_INCLUDE_PADDING = 0x1FF, 0x2FF
 LRN_ACROSS_CHANNELS, LRN_WITHIN_CHANNEL = 0xAFF, 0xBFF
+SOFTMAX_ACCURATE = 0x30000  # (the maximum subtracted before exp)
 ARG_SRC, ARG_DST, ARG_WEIGHTS, ARG_BIAS = 1, 17, 33, 41
 ARG_SRC_1 = 2  # a binary operation's second input
 ARG_POST_OPS = 32768  # the post-op i's arguments are ARG_POST_OPS * (i + 1) | its argument
@@ -300,17 +304,24 @@ class Weighted:
                  learn: list[bool]) -> None:
         """A layer's backward: the ``weights`` and ``bias`` blobs' gradients added to their diffs where
         ``learn`` (their param_propagate_down) says, the input's written into ``dx`` unless it is None."""
-        learn_weights, learn_bias = learn[0], bias is not None and learn[1]
+        self.accumulate(x, dy, dx, weights.data, weights.diff, None if bias is None else bias.diff, learn)
+
+    def accumulate(self, x: numpy.ndarray, dy: numpy.ndarray, dx: numpy.ndarray | None, w: numpy.ndarray,
+                   w_diff: numpy.ndarray, b_diff: numpy.ndarray | None, learn: list[bool]) -> None:
+        """:meth:`backward` on arrays (views of a blob's arrays included): the weights' and bias' gradients
+        added to ``w_diff`` and ``b_diff`` (None: no bias) where ``learn`` says, the input's written into ``dx``
+        unless it is None, from the weights ``w``."""
+        learn_weights, learn_bias = learn[0], b_diff is not None and learn[1]
         if learn_weights or learn_bias:
-            dw = numpy.empty_like(weights.diff)
-            db = numpy.empty_like(bias.diff) if bias is not None else None
+            dw = numpy.empty_like(w_diff)
+            db = numpy.empty_like(b_diff) if b_diff is not None else None
             self.backward_weights(x, dy, dw, db)
             if learn_weights:
-                weights.diff += dw
+                w_diff += dw
             if learn_bias:
-                bias.diff += db
+                b_diff += db
         if dx is not None:
-            self.backward_data(dy, weights.data, dx)
+            self.backward_data(dy, w, dx)
 
 
 def convolution_descriptors(lib: Library, input_shape, weights_shape, output_shape, group: int, stride, pad,
@@ -432,7 +443,27 @@ class Passes:
         self.lib.wait()
 
 
-class Normalization(Passes):
+class ScaledNormalization(Passes):
+    """Base of the normalizations with a learned scale and shift: their backward pass for a layer, whose
+    parameters' diffs accumulate while oneDNN overwrites the gradients it writes."""
+
+    def backward(self, dy: numpy.ndarray, dx: numpy.ndarray, arrays: dict[int, numpy.ndarray]) -> None:
+        """The input's gradient written into ``dx``, the scale's and shift's into ``arrays``."""
+        raise NotImplementedError
+
+    def backward_into(self, dy: numpy.ndarray, dx: numpy.ndarray | None, arrays: dict[int, numpy.ndarray],
+                      blobs: list, learn: list[bool]) -> None:
+        """:meth:`backward` for a layer: the input's gradient written into ``dx`` (None: not wanted), the scale's
+        and shift's added to the diffs of ``blobs`` (the scale's and the shift's blobs) where ``learn`` says."""
+        diffs = [numpy.empty_like(blob.diff) for blob in blobs]
+        self.backward(dy, numpy.empty_like(dy) if dx is None else dx,
+                      {**arrays, **dict(zip((ARG_DIFF_SCALE, ARG_DIFF_SHIFT), diffs))})
+        for blob, diff, wanted in zip(blobs, diffs, learn):
+            if wanted:
+                blob.diff += diff
+
+
+class Normalization(ScaledNormalization):
     """oneDNN's batch normalization on float32 (N, C, ...) arrays of one shape, forward and backward:
     ``y = scale_c * (x - mean_c) / sqrt(variance_c + eps) + shift_c``.
 
@@ -482,25 +513,73 @@ class Normalization(Passes):
         :meth:`forward` and with the statistics it used."""
         self._run(self.backward_primitive, {ARG_DIFF_DST: dy, **channels}, {ARG_DIFF_SRC: dx}, {ARG_SRC: self.kept[0]})
 
-    def backward_into(self, dy: numpy.ndarray, dx: numpy.ndarray | None, channels: dict[int, numpy.ndarray],
-                      blobs: list, learn: list[bool]) -> None:
-        """:meth:`backward` for a layer: the input's gradient written into ``dx`` (None: not wanted), the scale's
-        and shift's added to the diffs of ``blobs`` (a Scale's factors and bias) where ``learn`` says."""
-        diffs = [numpy.empty_like(blob.diff) for blob in blobs]
-        self.backward(dy, numpy.empty_like(dy) if dx is None else dx,
-                      {**channels, **dict(zip((ARG_DIFF_SCALE, ARG_DIFF_SHIFT), diffs))})
-        for blob, diff, wanted in zip(blobs, diffs, learn):
-            if wanted:
-                blob.diff += diff
+
+class LayerNormalization(ScaledNormalization):
+    """oneDNN's layer normalization on plain float32 (rows, width) arrays of one shape, forward and backward: each
+    row normalised over its width, ``y_rj = scale_j * (x_rj - mean_r) / sqrt(variance_r + eps) + shift_j``.
+
+    The forward pass takes each row's mean and (biased) variance and writes
+    them out, (rows,) arrays; backward reads them back, with the same input.
+    ``flags``: NORMALIZE_SCALE and NORMALIZE_SHIFT (backward then also writes
+    their gradients, (width,) arrays it must be given), or 0.  Arrays are
+    given by oneDNN argument (``{ARG_MEAN: mean, ARG_VARIANCE: variance,
+    ARG_SCALE: ...}``).
+    """
+
+    def __init__(self, lib: Library, rows: int, width: int, eps: float, flags: int):
+        self.lib = lib
+        data, statistics = lib.memory_desc((rows, width)), lib.memory_desc((rows,))
+        epsilon, flags_ = ctypes.c_float(eps), ctypes.c_uint(flags)
+        forward, backward = Handle(), Handle()
+        lib.call("dnnl_layer_normalization_forward_primitive_desc_create", ctypes.byref(forward), lib.engine,
+                 FORWARD_TRAINING, data, data, statistics, epsilon, flags_, None)
+        lib.call("dnnl_layer_normalization_backward_primitive_desc_create", ctypes.byref(backward), lib.engine,
+                 BACKWARD if flags else BACKWARD_DATA, data, data, data, statistics, epsilon, flags_, forward, None)
+        self.forward_primitive, self.backward_primitive = lib.primitive(forward), lib.primitive(backward)
+        shapes = {(rows, width): (ARG_SRC, ARG_DST, ARG_DIFF_SRC, ARG_DIFF_DST), (rows,): (ARG_MEAN, ARG_VARIANCE),
+                  (width,): (ARG_SCALE, ARG_SHIFT, ARG_DIFF_SCALE, ARG_DIFF_SHIFT)}
+        self.operands = {arg: Operand(lib, shape) for shape, args in shapes.items() for arg in args}
+
+    def forward(self, x: numpy.ndarray, y: numpy.ndarray, arrays: dict[int, numpy.ndarray]) -> None:
+        """Normalise ``x`` into ``y``, each row's mean and variance written into ``arrays``."""
+        self._run(self.forward_primitive, {ARG_SRC: x, **arrays}, {ARG_DST: y})
+
+    def backward(self, dy: numpy.ndarray, dx: numpy.ndarray, arrays: dict[int, numpy.ndarray]) -> None:
+        """The input's gradient from the output's (and the scale's and shift's, into ``arrays``), with ``arrays``
+        holding the input (ARG_SRC) and the statistics :meth:`forward` wrote for it."""
+        self._run(self.backward_primitive, {ARG_DIFF_DST: dy, **arrays}, {ARG_DIFF_SRC: dx})
 
 
-class Elementwise(Passes):
+class Unary(Passes):
+    """Base of the primitives from one plain float32 array to another of its shape, forward and backward; backward
+    reads the output's gradient and ``backward_reads``: the input (ARG_SRC) or the output (ARG_DST: such a
+    primitive runs in place)."""
+
+    backward_reads = ARG_SRC
+
+    def bind(self, lib: Library, shape, forward: Handle, backward: Handle) -> None:
+        """Create the primitives of the descriptors ``forward`` and ``backward`` and their operands."""
+        self.lib = lib
+        self.forward_primitive, self.backward_primitive = lib.primitive(forward), lib.primitive(backward)
+        self.operands = {arg: Operand(lib, tuple(shape)) for arg in (ARG_SRC, ARG_DST, ARG_DIFF_SRC, ARG_DIFF_DST)}
+
+    def forward(self, x: numpy.ndarray, y: numpy.ndarray) -> None:
+        """``f(x)``, written into ``y``."""
+        self._run(self.forward_primitive, {ARG_SRC: x}, {ARG_DST: y})
+
+    def backward(self, x: numpy.ndarray | None, y: numpy.ndarray, dy: numpy.ndarray, dx: numpy.ndarray) -> None:
+        """The input's gradient from the output's ``dy`` and the output ``y`` or the input ``x`` (as
+        ``backward_reads`` says; the other may be None), written into ``dx``."""
+        data = y if self.backward_reads == ARG_DST else x
+        self._run(self.backward_primitive, {self.backward_reads: data, ARG_DIFF_DST: dy}, {ARG_DIFF_SRC: dx})
+
+
+class Elementwise(Unary):
     """One of oneDNN's element-wise functions (``algorithm``, with its ``alpha`` and ``beta``) on plain float32
     arrays of one shape, forward and backward.  Algorithms named ``..._USE_DST`` take the output in backward,
     and so run in place; the others take the input."""
 
     def __init__(self, lib: Library, shape, algorithm: int, alpha: float = 0.0, beta: float = 0.0):
-        self.lib = lib
         self.backward_reads = ARG_DST if algorithm >= ELTWISE_RELU_USE_DST else ARG_SRC  # (those come from 0x100)
         data = lib.memory_desc(tuple(shape))
         forward, backward = Handle(), Handle()
@@ -509,17 +588,23 @@ class Elementwise(Passes):
                  algorithm, data, data, *constants, None)
         lib.call("dnnl_eltwise_backward_primitive_desc_create", ctypes.byref(backward), lib.engine, algorithm, data,
                  data, data, *constants, forward, None)
-        self.forward_primitive, self.backward_primitive = lib.primitive(forward), lib.primitive(backward)
-        self.operands = {arg: Operand(lib, tuple(shape)) for arg in (ARG_SRC, ARG_DST, ARG_DIFF_SRC, ARG_DIFF_DST)}
+        self.bind(lib, shape, forward, backward)
 
-    def forward(self, x: numpy.ndarray, y: numpy.ndarray) -> None:
-        """``f(x)``, written into ``y``."""
-        self._run(self.forward_primitive, {ARG_SRC: x}, {ARG_DST: y})
 
-    def backward(self, data: numpy.ndarray, dy: numpy.ndarray, dx: numpy.ndarray) -> None:
-        """The input's gradient from the output's ``dy`` and ``data`` (the output for the ``..._USE_DST``
-        algorithms, else the input), written into ``dx``."""
-        self._run(self.backward_primitive, {self.backward_reads: data, ARG_DIFF_DST: dy}, {ARG_DIFF_SRC: dx})
+class Softmax(Unary):
+    """oneDNN's softmax, ``y_k = exp(x_k - max_j x_j) / sum_j exp(x_j - max_j x_j)`` along ``axis`` of plain
+    float32 arrays of one shape, forward and backward (from the output: it runs in place)."""
+
+    backward_reads = ARG_DST
+
+    def __init__(self, lib: Library, shape, axis: int):
+        data = lib.memory_desc(tuple(shape))
+        forward, backward = Handle(), Handle()
+        lib.call("dnnl_softmax_forward_primitive_desc_create", ctypes.byref(forward), lib.engine, FORWARD_TRAINING,
+                 SOFTMAX_ACCURATE, data, data, ctypes.c_int(axis), None)
+        lib.call("dnnl_softmax_backward_primitive_desc_create", ctypes.byref(backward), lib.engine, SOFTMAX_ACCURATE,
+                 data, data, data, ctypes.c_int(axis), forward, None)
+        self.bind(lib, shape, forward, backward)
 
 
 class Sum:
