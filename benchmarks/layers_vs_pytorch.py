@@ -6,7 +6,8 @@ Each row builds a net of one Input and the layer (float32, its weights
 drawn from +-0.1), fills the input, and times the layer's forward pass alone
 against the PyTorch op that computes the same thing on the same arrays
 (eager, under no_grad), both after warm-up, as the median of N runs, with
-the same thread count; a row whose two tops differ says so.  The shapes are ones a real net feeds the layer.
+the same thread count, each framework in a process of its own; a row whose
+two tops differ says so.  The shapes are ones a real net feeds the layer.
 Rows whose PyTorch op computes a little more or less say so in their note.
 PyTorch is needed only here (``pip install torch``); netspec never imports it.
 """
@@ -15,7 +16,10 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -162,33 +166,55 @@ def median_ms(function, repeats: int) -> float:
     return 1000 * statistics.median(times)
 
 
+def time_side(side: str, rows: list[Row], repeats: int, threads: int) -> list[dict]:
+    """Time every row on one side ("netspec" or "torch"); the torch side also checks the tops agree."""
+    netspec.threads.use_threads(threads)
+    if side == "torch":
+        import torch  # only here: netspec never imports it
+        import torch.nn.functional as fn
+
+        torch.set_num_threads(threads)
+    rng = numpy.random.default_rng(0)
+    results = []
+    for row in rows:
+        net, index, bottoms = build(row, rng)
+        if side == "netspec":
+            results.append({"ms": median_ms(functools.partial(net.forward_layer, index), repeats)})
+            continue
+        net.forward_layer(index)
+        with torch.no_grad():
+            inputs = [torch.from_numpy(b) for b in bottoms]
+            blobs = [torch.from_numpy(blob.data) for blob in net.layers[index].blobs]
+            op = row.torch_op(torch, fn, inputs, blobs)
+            results.append({"ms": median_ms(op, repeats),
+                            "same": bool(numpy.allclose(op().numpy(), net.blobs["top"].data, rtol=1e-3, atol=1e-4))})
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("types", nargs="*", help="layer types to time (default: every row)")
     parser.add_argument("--repeats", type=int, default=20, help="timed runs of each side")
     parser.add_argument("--threads", type=int, default=netspec.threads.all_cores(), help="for both frameworks")
+    parser.add_argument("--side", choices=["netspec", "torch"], help=argparse.SUPPRESS)  # one side, in a child
     args = parser.parse_args()
-    import torch  # only here: netspec never imports it
-    import torch.nn.functional as fn
-
-    netspec.threads.use_threads(args.threads)
-    torch.set_num_threads(args.threads)
-    rng = numpy.random.default_rng(0)
+    rows = [row for row in ROWS if not args.types or row.type in args.types]
+    if args.side:
+        print(json.dumps(time_side(args.side, rows, args.repeats, args.threads)))
+        return
+    # each framework in a process of its own: two OpenMP pools in one process slow each other down
+    sides = {}
+    for side in ("netspec", "torch"):
+        child = subprocess.run([sys.executable, __file__, *args.types, "--repeats", str(args.repeats),
+                                "--threads", str(args.threads), "--side", side],
+                               capture_output=True, text=True, check=True)
+        sides[side] = json.loads(child.stdout.splitlines()[-1])
     print(f"{'layer':<24} {'bottom shape':<22} {'netspec ms':>10} {'torch ms':>9} {'ratio':>6}  note")
-    for row in ROWS:
-        if args.types and row.type not in args.types:
-            continue
-        net, index, bottoms = build(row, rng)
-        ours = median_ms(functools.partial(net.forward_layer, index), args.repeats)
-        with torch.no_grad():
-            inputs = [torch.from_numpy(b) for b in bottoms]
-            blobs = [torch.from_numpy(blob.data) for blob in net.layers[index].blobs]
-            op = row.torch_op(torch, fn, inputs, blobs)
-            theirs = median_ms(op, args.repeats)
-            same = numpy.allclose(op().numpy(), net.blobs["top"].data, rtol=1e-3, atol=1e-4)
+    for row, ours, theirs in zip(rows, sides["netspec"], sides["torch"]):
         shape = "x".join(map(str, row.shapes[0]))
-        note = row.note if same else f"TOPS DIFFER {row.note}"
-        print(f"{row.type:<24} {shape:<22} {ours:>10.3f} {theirs:>9.3f} {theirs / ours:>6.2f}  {note}")
+        note = row.note if theirs["same"] else f"TOPS DIFFER {row.note}"
+        print(f"{row.type:<24} {shape:<22} {ours['ms']:>10.3f} {theirs['ms']:>9.3f} {theirs['ms'] / ours['ms']:>6.2f}"
+              f"  {note}")
 
 
 if __name__ == "__main__":
