@@ -89,6 +89,10 @@ class TrainingError(NetspecError):
     """Training cannot go on, e.g. the loss became NaN or infinite."""
 
 
+class DivergedError(TrainingError):
+    """The loss or the weights became NaN or infinite."""
+
+
 class DeviceError(NetspecError):
     """The device asked for cannot be used: an unknown name, no CuPy, or no such GPU."""
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from netspec.cli import data, interop, nets, train, zoo
+from netspec.cli import dashboard, data, interop, nets, train, zoo
 
 
 @click.group()
@@ -23,5 +23,6 @@ for command in (
     data.convert, data.compute_mean_command, data.data,
     zoo.zoo, zoo.predict,
     interop.export, interop.import_group,
+    dashboard.dashboard,
 ):
     main.add_command(command)

@@ -15,7 +15,7 @@ import numpy
 
 from netspec.engine.comm import SingleProcess
 from netspec.engine.registry import layer_schemas, solver_types
-from netspec.errors import StateError
+from netspec.errors import DivergedError, NetspecError, StateError
 from netspec.spec.solver_spec import SolverParams, SolverSpec, parse_solver
 from netspec.threads import pools_sized, thread_counts
 from netspec.training import run_folder
@@ -91,7 +91,22 @@ def train(solver_file: str, options: TrainOptions, comm=None, say: Callable[[str
             say(f"removed {len(left)} temporary file(s) an interrupted run left in {folder}")
         if folder != resumed_in:  # a fresh run, or a resumed one moving to --out: the folder must hold no other run
             run_folder.refuse_used(folder)
-        return _train(spec, folder, options, comm, say)
+        run_folder.clear_outcome(folder)
+        try:
+            solver = _train(spec, folder, options, comm, say)
+        except NetspecError as exc:
+            if os.path.exists(run_folder.metrics_path(folder)):  # one that failed before training leaves no trace
+                run_folder.write_outcome(folder, "diverged" if isinstance(exc, DivergedError) else "failed", str(exc))
+            raise
+        run_folder.write_outcome(folder, *_outcome(solver))
+        return solver
+
+
+def _outcome(solver: Solver) -> tuple[str, str]:
+    """How a training that returned ended: stopped by a signal, or finished (perhaps early)."""
+    if solver.interrupted:
+        return "stopped", solver.stop_reason
+    return "finished", solver.stop_reason or f"optimization done at iteration {solver.iter}"
 
 
 def _train(spec: SolverSpec, folder: str, options: TrainOptions, comm, say: Callable[[str], None]) -> Solver:

@@ -11,6 +11,7 @@
       <prefix>_iter_<N>.weights.h5        snapshot of iteration N: weights ...
       <prefix>_iter_<N>.solverstate.h5    ... and everything else a resumed run needs
       <prefix>_best.weights.h5            the weights of snapshot_best's best test pass
+      outcome.json                        how the last training here ended (below); none while one runs
       .lock                               the pid of the training that writes here, locked while it runs
 
 A folder holds one run: a fresh run refuses a folder with another run's
@@ -20,6 +21,11 @@ While a training writes to the folder it holds an OS lock on ``.lock``
 and a second training there is refused.  Taking the lock removes the
 temporary files a killed run left (:func:`remove_leftovers`); a resumed run
 drops the events after its snapshot from metrics.jsonl (:func:`truncate_metrics`).
+Who holds the lock can be asked without taking it (:func:`lock_holder`).
+
+``outcome.json`` is ``{"state": finished|stopped|diverged|failed, "message": text}``,
+written when a training ends by itself, is stopped or fails; a run that was
+killed leaves none (:func:`run_state` calls it stopped).
 
 An event is ``{"iter", "phase": TRAIN|TEST, "lr", ["epoch"], ["test_net"], <output>: value, ...}``;
 TRAIN events add ``smoothed_loss``, ``images_per_s`` and, distributed, ``communication_ms``.
@@ -47,6 +53,9 @@ CONFIG = "config"
 TENSORBOARD = "tensorboard"
 SOURCES = "sources.json"
 LOCK = ".lock"
+OUTCOME = "outcome.json"
+OUTCOMES = ("finished", "stopped", "diverged", "failed")
+PROC_LOCKS = "/proc/locks"  # Linux's table of the locks held, with their holders
 # keys of an event that are not outputs of a net
 EVENT_KEYS = {"iter", "epoch", "phase", "lr", "test_net", "smoothed_loss", "images_per_s", "communication_ms"}
 
@@ -89,11 +98,22 @@ def tensorboard_folder(folder: str) -> str:
     return os.path.join(folder, TENSORBOARD)
 
 
+def snapshot_files(names: list[str]) -> list[str]:
+    """The snapshot files among a folder's ``names`` (weights, states, best weights), by name."""
+    return sorted(name for name in names if name.endswith(SNAPSHOT_ENDINGS))
+
+
+def is_run_folder(folder: str, names: list[str]) -> bool:
+    """Whether ``folder``, holding ``names``, is a run folder: a training logged or snapshotted there, or is
+    starting there now (it holds the lock)."""
+    return METRICS in names or bool(snapshot_files(names)) or (LOCK in names and lock_holder(folder) is not None)
+
+
 def refuse_used(folder: str) -> None:
     """Refuse a fresh run in ``folder`` when it holds another run's metrics or snapshots, saying what to do."""
     names = os.listdir(folder) if os.path.isdir(folder) else []
     metrics = METRICS in names and os.path.getsize(metrics_path(folder)) > 0
-    snapshots = [name for name in names if name.endswith(SNAPSHOT_ENDINGS)]
+    snapshots = snapshot_files(names)
     if not metrics and not snapshots:
         return
     held = [METRICS] if metrics else []
@@ -137,6 +157,50 @@ def locked(folder: str):
             os.rmdir(folder)
 
 
+def lock_holder(folder: str) -> int | None:
+    """The pid of the training holding ``folder``'s lock, or None when none does; the lock is never taken.
+
+    Linux's table of locks names the process holding it.  Without that table
+    (other systems) the pid the lock file records counts while such a process exists.
+    """
+    lock = os.path.join(folder, LOCK)
+    try:
+        info = os.stat(lock)
+        with open(PROC_LOCKS, encoding="ascii") as handle:
+            table = handle.read()
+    except FileNotFoundError:
+        return _recorded_holder(lock) if os.path.exists(lock) else None
+    except OSError:
+        return None
+    # a line reads "1: FLOCK  ADVISORY  WRITE <pid> <major>:<minor>:<inode> 0 EOF"; a waiting one has "->"
+    place = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    for line in table.splitlines():
+        fields = line.split()
+        if "FLOCK" in fields and "->" not in fields and place in fields:
+            pid = fields[fields.index(place) - 1]
+            return int(pid) if pid.isdigit() and int(pid) > 0 else _recorded_holder(lock)
+    return None
+
+
+def loop_started(folder: str) -> bool:
+    """Whether the training holding ``folder``'s lock has opened metrics.jsonl since taking it: it is in its loop,
+    where SIGHUP and SIGINT ask for a snapshot or a stop (before, SIGHUP would end the process)."""
+    try:
+        return os.stat(metrics_path(folder)).st_mtime_ns >= os.stat(os.path.join(folder, LOCK)).st_mtime_ns
+    except OSError:
+        return False
+
+
+def _recorded_holder(lock: str) -> int | None:
+    """The pid a lock file records, while a process of that pid exists."""
+    try:
+        with open(lock, encoding="utf-8") as handle:
+            recorded = handle.read().strip()
+    except OSError:
+        return None
+    return int(recorded) if recorded.isdigit() and _running(int(recorded)) else None
+
+
 def remove_leftovers(folder: str) -> list[str]:
     """Delete the temporary files a killed process left in ``folder`` (call it holding the lock); their names.
 
@@ -161,11 +225,45 @@ def _running(pid: int) -> bool:
     return True
 
 
+# ---- how a run ended ---------------------------------------------------------------------------
+def write_outcome(folder: str, state: str, message: str) -> None:
+    """Record how the training in ``folder`` ended: ``state`` is one of OUTCOMES."""
+    with atomic_path(os.path.join(folder, OUTCOME)) as temporary, open(temporary, "w", encoding="utf-8") as handle:
+        json.dump({"state": state, "message": message}, handle)
+
+
+def clear_outcome(folder: str) -> None:
+    """Forget how an earlier training in ``folder`` ended (a resumed one is starting)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(folder, OUTCOME))
+
+
+def run_state(folder: str) -> tuple[str, str]:
+    """``(state, message)`` of the run in ``folder``: ``running`` while a training holds its lock, else the
+    recorded outcome, else ``stopped`` (the process ended without saying how: killed)."""
+    holder = lock_holder(folder)
+    if holder is not None:
+        return "running", f"pid {holder}"
+    try:
+        with open(os.path.join(folder, OUTCOME), encoding="utf-8") as handle:
+            outcome = json.load(handle)
+    except FileNotFoundError:
+        return "stopped", "the training ended without recording how (killed?)"
+    except (OSError, ValueError):
+        return "stopped", f"{OUTCOME} cannot be read"
+    if not isinstance(outcome, dict) or outcome.get("state") not in OUTCOMES:
+        return "stopped", f"{OUTCOME} holds no outcome"
+    return outcome["state"], str(outcome.get("message", ""))
+
+
 # ---- metrics ------------------------------------------------------------------------------------
 def open_metrics(folder: str) -> TextIO:
-    """metrics.jsonl opened for appending (a resumed run adds to its events)."""
+    """metrics.jsonl opened for appending (a resumed run adds to its events), its time set to now (see
+    :func:`loop_started`)."""
     os.makedirs(folder, exist_ok=True)
-    return open(metrics_path(folder), "a", encoding="utf-8")
+    handle = open(metrics_path(folder), "a", encoding="utf-8")  # noqa: SIM115 - the caller closes it
+    os.utime(metrics_path(folder))
+    return handle
 
 
 def write_event(handle: TextIO, event: dict) -> None:

@@ -30,7 +30,7 @@ from netspec.engine.comm import SingleProcess
 from netspec.engine.net import Net, compile_net
 from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_schemas, solver_class, solver_types
-from netspec.errors import ConfigError, DeviceError, Problem, TrainingError
+from netspec.errors import ConfigError, DeviceError, DivergedError, Problem
 from netspec.solvers.lr_policies import learning_rate
 from netspec.spec.solver_spec import SolverSpec, parse_solver
 from netspec.training import checkpoint, run_folder
@@ -273,7 +273,7 @@ class Solver:
         return loss / self.params.iter_size
 
     def diverged(self, loss: float) -> None:
-        """Raise TrainingError naming the iteration and the first layer whose output is not finite.
+        """Raise DivergedError naming the iteration and the first layer whose output is not finite.
 
         In a distributed run every rank raises it at the same iteration (the loss is their mean).
         """
@@ -284,9 +284,9 @@ class Solver:
         self._stop(f"iteration {self.iter}: the loss is {loss}{where}")
 
     def _stop(self, what: str) -> None:
-        """Raise TrainingError saying ``what`` went wrong and which snapshot is the last good one."""
+        """Raise DivergedError saying ``what`` went wrong and which snapshot is the last good one."""
         kept = f"the last snapshot is {self.last_snapshot}" if self.last_snapshot else "no snapshot was written"
-        error = TrainingError(f"{what}. Training stopped; {kept} (try a lower base_lr or clip_gradients)")
+        error = DivergedError(f"{what}. Training stopped; {kept} (try a lower base_lr or clip_gradients)")
         error.every_rank = True
         raise error
 

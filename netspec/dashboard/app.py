@@ -1,0 +1,195 @@
+"""The dashboard's Starlette app: its routes, and ``serve`` to run it with uvicorn.
+
+Pages: ``/`` (the runs list) and ``/run?run=PATH[&with=PATH...]`` (a run, other runs overlaid).
+API: ``GET /api/runs`` (the list as JSON), ``GET /api/runs/metrics?run=PATH`` (every event and
+damaged line, and the position after them), ``GET /api/runs/stream?run=PATH&since=POSITION``
+(server-sent events: the lines appended after the position, as they come), ``GET
+/api/runs/net.svg?run=PATH``, and ``POST /api/runs/snapshot?run=PATH`` and ``/api/runs/stop``,
+which send the run's training SIGHUP and SIGINT, as a terminal would.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+import os
+import signal
+import socket
+
+import anyio
+import uvicorn
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from netspec.dashboard import pages
+from netspec.dashboard.metrics import MetricsCache, Position, current, read_from
+from netspec.dashboard.runs import NetDrawings, config_files, row, snapshots
+from netspec.dashboard.security import Guard
+from netspec.dashboard.workspace import RefusedPathError, Workspace
+from netspec.errors import NetspecError
+from netspec.training import run_folder
+
+POLL_SECONDS = 0.5  # how often a stream looks for new metrics lines
+KEEPALIVE_SECONDS = 15.0  # a stream with nothing new sends a comment this often, to find closed connections
+CONTENT_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
+
+
+def static_files() -> dict[str, str]:
+    """The files under /static/: the dashboard's script and style sheet, and plotly.js as plotly ships it."""
+    try:
+        plotly = importlib.resources.files("plotly") / "package_data" / "plotly.min.js"
+    except ModuleNotFoundError:
+        raise NetspecError("netspec dashboard needs plotly: python3 -m pip install 'netspec[dashboard]'") from None
+    own = importlib.resources.files("netspec.dashboard") / "static"
+    files = {"plotly.min.js": str(plotly), "dashboard.js": str(own / "dashboard.js"),
+             "dashboard.css": str(own / "dashboard.css")}
+    missing = [path for path in files.values() if not os.path.isfile(path)]
+    if missing:
+        raise NetspecError(f"netspec dashboard: {', '.join(missing)} missing; reinstall netspec[dashboard]")
+    return files
+
+
+def create_app(root: str, token: str, token_required: bool) -> Starlette:
+    """The dashboard over the workspace folder ``root``; ``token_required`` guards reads too (see security)."""
+    workspace, cache, drawings, files = Workspace(root), MetricsCache(), NetDrawings(), static_files()
+
+    def run_of(request: Request) -> tuple[str, str]:
+        """The ``run`` query parameter and its folder."""
+        run = request.query_params.get("run")
+        if run is None:
+            raise RefusedPathError("name a run: ?run=PATH (relative to the workspace)", 400)
+        return run, workspace.run(run)
+
+    def rows() -> list[dict]:
+        """The runs list: a row for every run in the workspace."""
+        return [row(run, workspace.run(run), cache) for run in workspace.runs()]
+
+    def runs_page(request: Request) -> HTMLResponse:
+        return HTMLResponse(pages.runs_page(workspace.root, rows()))
+
+    def runs_list(request: Request) -> JSONResponse:
+        return JSONResponse(rows())
+
+    def run_page(request: Request) -> HTMLResponse:
+        run, folder = run_of(request)
+        overlaid = [other for other in request.query_params.getlist("with") if other != run]
+        for other in overlaid:
+            workspace.run(other)
+        _, damaged, _ = cache.events_json(run_folder.metrics_path(folder))
+        others = [other for other in workspace.runs() if other != run]
+        return HTMLResponse(pages.run_page(run, row(run, folder, cache), overlaid, others, damaged,
+                                           drawings.drawing(folder), config_files(folder), snapshots(folder)))
+
+    def metrics(request: Request) -> Response:
+        run, folder = run_of(request)
+        events, damaged, position = cache.events_json(run_folder.metrics_path(folder))
+        body = (f'{{"run":{json.dumps(run)},"events":{events},"damaged":{json.dumps(damaged)},'
+                f'"position":"{position.token}"}}')
+        return Response(body, media_type="application/json")
+
+    def stream(request: Request) -> StreamingResponse:
+        _, folder = run_of(request)
+        since = Position.parse(request.headers.get("last-event-id") or request.query_params.get("since", ""))
+        return StreamingResponse(tail(run_folder.metrics_path(folder), since), media_type="text/event-stream",
+                                 headers={"cache-control": "no-cache"})
+
+    def net_svg(request: Request) -> Response:
+        run, folder = run_of(request)
+        drawing = drawings.drawing(folder)
+        if drawing.svg is None:
+            return PlainTextResponse(drawing.message or f"{run}: no drawing", status_code=404)
+        return Response(drawing.svg, media_type="image/svg+xml")
+
+    def static(request: Request) -> FileResponse:
+        name = request.path_params["name"]
+        if name not in files:
+            raise RefusedPathError(f"/static/{name}: no such file", 404)
+        return FileResponse(files[name], media_type=CONTENT_TYPES[os.path.splitext(name)[1]],
+                            headers={"cache-control": "max-age=3600"})
+
+    def signaller(number: signal.Signals, wanted: str):
+        """The endpoint sending a run's training ``number``, which asks it for ``wanted``.
+
+        SIGHUP waits until the training is in its loop: before, it would end the process.
+        """
+
+        def send_signal(request: Request) -> PlainTextResponse:
+            run, folder = run_of(request)
+            pid = run_folder.lock_holder(folder)
+            if pid is None:
+                return PlainTextResponse(f"{run} is not running", status_code=409)
+            if number == signal.SIGHUP and not run_folder.loop_started(folder):
+                return PlainTextResponse(f"{run} has not started training yet: ask again in a moment", status_code=409)
+            try:
+                os.kill(pid, number)
+            except ProcessLookupError:
+                return PlainTextResponse(f"{run} is not running", status_code=409)
+            except PermissionError:
+                return PlainTextResponse(f"{run}: its training (pid {pid}) belongs to another user", status_code=403)
+            return PlainTextResponse(f"asked {run} (pid {pid}) for {wanted} ({number.name})")
+
+        return send_signal
+
+    routes = [
+        Route("/", runs_page),
+        Route("/run", run_page),
+        Route("/api/runs", runs_list),
+        Route("/api/runs/metrics", metrics),
+        Route("/api/runs/stream", stream),
+        Route("/api/runs/net.svg", net_svg),
+        Route("/api/runs/snapshot", signaller(signal.SIGHUP, "a snapshot"), methods=["POST"]),
+        Route("/api/runs/stop", signaller(signal.SIGINT, "a stop"), methods=["POST"]),
+        Route("/static/{name:str}", static),
+    ]
+    return Starlette(routes=routes, exception_handlers={RefusedPathError: refused},
+                     middleware=[Middleware(Guard, token=token, token_required=token_required)])
+
+
+def refused(request: Request, exc: RefusedPathError) -> PlainTextResponse:
+    """A path the dashboard will not serve, in one line."""
+    return PlainTextResponse(str(exc), status_code=exc.status)
+
+
+async def tail(path: str, position: Position):
+    """Server-sent events of the metrics lines appended after ``position``, as they are written.
+
+    Each message is ``event: metrics`` with ``{"events": [...], "damaged": [...]}`` and the new
+    position as its id (a reconnecting browser sends it back); ``event: reset`` when the file was
+    replaced or shrank (a resumed run rewrote it): the page then reads it again from the start.
+    """
+    quiet = 0.0
+    while True:
+        fresh = await anyio.to_thread.run_sync(current, path, position)
+        if fresh is None and (position.offset or os.path.exists(path)):
+            yield "event: reset\ndata: {}\n\n"
+            return
+        if fresh is not None:
+            chunk = await anyio.to_thread.run_sync(read_from, path, fresh)
+            position = chunk.position
+            if chunk.events or chunk.damaged:
+                data = json.dumps({"events": chunk.events, "damaged": chunk.damaged}, separators=(",", ":"))
+                yield f"id: {position.token}\nevent: metrics\ndata: {data}\n\n"
+                quiet = 0.0
+        if quiet >= KEEPALIVE_SECONDS:
+            yield ": keep-alive\n\n"
+            quiet = 0.0
+        await anyio.sleep(POLL_SECONDS)
+        quiet += POLL_SECONDS
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host``:``port`` (0: any free port), or a NetspecError saying why not."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family)
+    except OSError as exc:
+        raise NetspecError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def serve(app: Starlette, listening: socket.socket) -> None:
+    """Serve ``app`` on the socket until interrupted (Ctrl-C)."""
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1)
+    uvicorn.Server(config).run(sockets=[listening])

@@ -1,0 +1,135 @@
+"""The dashboard's HTML pages, written as Python string templates; every value from a file or a client is escaped."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+from html import escape
+
+from netspec.training.run_folder import EVENT_KEYS
+
+
+def page(title: str, body: str) -> str:
+    """A whole page: the header, ``body``, the dashboard's style sheet and scripts (plotly.js, then its own)."""
+    return f"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{escape(title)} · netspec dashboard</title>
+<link rel="stylesheet" href="/static/dashboard.css">
+<script src="/static/plotly.min.js" defer></script>
+<script src="/static/dashboard.js" defer></script>
+</head>
+<body>
+<header><a href="/">netspec dashboard</a></header>
+<main>
+{body}
+</main>
+</body>
+</html>
+"""
+
+
+def value(number) -> str:
+    """A metric for a table cell: four significant digits, a dash when missing."""
+    if number is None:
+        return "–"
+    return str(number) if isinstance(number, int) else f"{number:.4g}"
+
+
+def run_link(run: str) -> str:
+    """The address of run ``run``'s page."""
+    return "/run?" + urllib.parse.urlencode({"run": run})
+
+
+def state_badge(state: str, message: str) -> str:
+    """A run's state as a coloured label, its message as the tooltip."""
+    return f'<span class="state state-{escape(state)}" title="{escape(message)}">{escape(state)}</span>'
+
+
+def runs_page(workspace: str, rows: list[dict]) -> str:
+    """The runs list: one row per run folder with its state, last iteration, loss and test values."""
+    lines = []
+    for row in rows:
+        tests = "<br>".join(f"{escape(t['output'])}: {value(t['last'])} "
+                            f"<span class=\"best\">(best {value(t['best'])} at {value(t['best_iter'])})</span>"
+                            for t in row["tests"]) or "–"
+        lines.append(f"<tr><td><a href=\"{escape(run_link(row['run']))}\">{escape(row['run'])}</a></td>"
+                     f"<td>{state_badge(row['state'], row['message'])}</td><td>{value(row['iter'])}</td>"
+                     f"<td>{value(row['loss'])}</td><td>{value(row['lr'])}</td><td>{tests}</td>"
+                     f"<td>{row['snapshots']}</td></tr>")
+    table = "\n".join(lines) or '<tr><td colspan="7">no run folders under the workspace yet</td></tr>'
+    return page("Runs", f"""<h1>Runs</h1>
+<p class="where">in {escape(workspace)}</p>
+<table id="runs" class="runs">
+<thead><tr><th>run</th><th>state</th><th>iteration</th><th>train loss</th><th>lr</th>
+<th>test: last (best)</th><th>snapshots</th></tr></thead>
+<tbody>
+{table}
+</tbody>
+</table>""")
+
+
+def run_page(run: str, row: dict, overlaid: list[str], others: list[str], damaged: list[dict],
+             drawing, configs: list[tuple[str, str]], snapshots: list[dict]) -> str:
+    """One run: state and actions, live curves (with ``overlaid`` runs), the net, config files, snapshots."""
+    running = row["state"] == "running"
+    actions = "".join(f'<button data-action="{action}" data-run="{escape(run)}"{"" if running else " disabled"}>'
+                      f"{label}</button>" for action, label in (("snapshot", "Snapshot now"), ("stop", "Stop")))
+    boxes = "\n".join(f'<label><input type="checkbox" class="overlay" value="{escape(other)}"'
+                      f'{" checked" if other in overlaid else ""}> {escape(other)}</label>' for other in others)
+    shown = json.dumps([run, *overlaid])
+    return page(run, f"""<h1>{escape(run)} {state_badge(row['state'], row['message'])}</h1>
+<p class="message">{escape(row['message'])}</p>
+<p class="actions">{actions} <span id="action-result" role="status"></span></p>
+<section>
+<h2>Curves</h2>
+<ul id="damaged" class="damaged">{damaged_items(run, damaged)}</ul>
+<div id="charts" data-runs="{escape(shown)}" data-event-keys="{escape(json.dumps(sorted(EVENT_KEYS)))}">
+<div id="chart-loss" class="chart"></div>
+<div id="chart-test" class="chart"></div>
+<div id="chart-lr" class="chart"></div>
+</div>
+<details{" open" if overlaid else ""}><summary>Overlay other runs</summary>
+<div class="overlays">{boxes or "no other runs"}</div>
+</details>
+</section>
+<section>
+<h2>Net</h2>
+{net_section(run, drawing)}
+</section>
+<section>
+<h2>Config</h2>
+{"".join(f"<h3>{escape(name)}</h3><pre>{escape(text)}</pre>" for name, text in configs) or "<p>no config/ copies</p>"}
+</section>
+<section>
+<h2>Snapshots</h2>
+{snapshots_table(snapshots)}
+</section>""")
+
+
+def damaged_items(run: str, damaged: list[dict]) -> str:
+    """List items naming each damaged metrics.jsonl line (skipped in the curves)."""
+    return "".join(f'<li data-run="{escape(run)}">{escape(run)}: metrics.jsonl line {line["line"]} skipped: '
+                   f"{escape(line['reason'])}</li>" for line in damaged)
+
+
+def net_section(run: str, drawing) -> str:
+    """The train net as the SVG image, or its DOT text with why it is not drawn."""
+    if drawing.svg is not None:
+        source = "/api/runs/net.svg?" + urllib.parse.urlencode({"run": run})
+        return f'<img class="net" src="{escape(source)}" alt="the train net of {escape(run)}">'
+    message = f'<p class="message">{escape(drawing.message or "")}</p>'
+    return message + (f"<pre>{escape(drawing.dot)}</pre>" if drawing.dot else "")
+
+
+def snapshots_table(snapshots: list[dict]) -> str:
+    """The snapshot files with their sizes and times."""
+    if not snapshots:
+        return "<p>no snapshots yet</p>"
+    rows = "".join(f"<tr><td>{escape(s['name'])}</td><td>{s['size'] / 2 ** 20:.2f} MB</td>"
+                   f"<td>{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(s['modified']))}</td></tr>"
+                   for s in snapshots)
+    return f"<table><thead><tr><th>file</th><th>size</th><th>written</th></tr></thead><tbody>{rows}</tbody></table>"

@@ -1,0 +1,152 @@
+// netspec dashboard: the runs list refreshes itself; a run page draws its curves with plotly.js and
+// adds each metrics line the server streams (server-sent events) without reloading.
+"use strict";
+
+const COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
+const DASHES = ["solid", "dash", "dot", "dashdot"];
+const shown = new Map(); // run -> {events, source}: the runs drawn on this page
+let eventKeys = new Set(); // keys of an event that are not net outputs
+let drawPending = false;
+
+function forgetToken() {
+  // the server has set the token's cookie: keep the token out of the address bar and the history
+  const url = new URL(window.location.href);
+  if (url.searchParams.has("token")) {
+    url.searchParams.delete("token");
+    window.history.replaceState(null, "", url);
+  }
+}
+
+async function refreshRuns() {
+  const response = await fetch(window.location.pathname);
+  if (!response.ok) return;
+  const page = new DOMParser().parseFromString(await response.text(), "text/html");
+  const rows = page.querySelector("#runs tbody");
+  if (rows) document.querySelector("#runs tbody").replaceWith(rows);
+}
+
+function query(run) {
+  return "run=" + encodeURIComponent(run);
+}
+
+function noteDamaged(run, damaged) {
+  const list = document.getElementById("damaged");
+  for (const line of damaged) {
+    const item = document.createElement("li");
+    item.dataset.run = run;
+    item.textContent = `${run}: metrics.jsonl line ${line.line} skipped: ${line.reason}`;
+    list.appendChild(item);
+  }
+}
+
+function forgetDamaged(run) {
+  for (const item of document.querySelectorAll("#damaged li")) {
+    if (item.dataset.run === run) item.remove();
+  }
+}
+
+// draw a run and follow its metrics; "listed": the page already names its damaged lines
+async function addRun(run, listed) {
+  const entry = { events: [], source: null };
+  shown.set(run, entry);
+  const response = await fetch("/api/runs/metrics?" + query(run));
+  if (!response.ok || shown.get(run) !== entry) return;
+  const data = await response.json();
+  entry.events = data.events;
+  if (!listed) noteDamaged(run, data.damaged);
+  scheduleDraw();
+  entry.source = new EventSource(`/api/runs/stream?${query(run)}&since=${data.position}`);
+  entry.source.addEventListener("metrics", (message) => {
+    const chunk = JSON.parse(message.data);
+    entry.events = entry.events.concat(chunk.events);
+    noteDamaged(run, chunk.damaged);
+    scheduleDraw();
+  });
+  entry.source.addEventListener("reset", () => {
+    removeRun(run); // the file was rewritten (a resumed run): read it again
+    addRun(run, false);
+  });
+}
+
+function removeRun(run) {
+  const entry = shown.get(run);
+  if (entry && entry.source) entry.source.close();
+  shown.delete(run);
+  forgetDamaged(run);
+  scheduleDraw();
+}
+
+function scheduleDraw() {
+  if (drawPending) return;
+  drawPending = true;
+  window.setTimeout(() => { drawPending = false; draw(); }, 250);
+}
+
+function line(name, events, key, colour, dash, markers) {
+  const kept = events.filter((event) => key in event);
+  return { type: "scatter", mode: markers ? "lines+markers" : "lines", name,
+           x: kept.map((event) => event.iter), y: kept.map((event) => event[key]),
+           line: { color: colour, dash } };
+}
+
+function draw() {
+  const loss = [], tests = [], rates = [];
+  let index = 0;
+  for (const [run, { events }] of shown) {
+    const colour = COLOURS[index++ % COLOURS.length];
+    const train = events.filter((event) => event.phase === "TRAIN");
+    loss.push(line(`${run}: loss`, train, "smoothed_loss", colour, "solid", false));
+    rates.push(line(run, train, "lr", colour, "solid", false));
+    const tested = events.filter((event) => event.phase === "TEST");
+    const series = new Set();
+    for (const event of tested) {
+      for (const key of Object.keys(event)) if (!eventKeys.has(key)) series.add(`${event.test_net}\t${key}`);
+    }
+    let dash = 0;
+    for (const name of series) {
+      const [net, key] = name.split("\t");
+      const label = `${run}: ${key}` + (net === "0" ? "" : ` (test net ${net})`);
+      const ofNet = tested.filter((event) => String(event.test_net) === net);
+      tests.push(line(label, ofNet, key, colour, DASHES[dash++ % DASHES.length], true));
+    }
+  }
+  const layout = (title) => ({ title: { text: title, x: 0 }, margin: { t: 40, r: 20, b: 40, l: 60 },
+                               xaxis: { title: { text: "iteration" } }, showlegend: true });
+  Plotly.react("chart-loss", loss, layout("train loss (smoothed)"), { responsive: true });
+  Plotly.react("chart-test", tests, layout("test outputs"), { responsive: true });
+  Plotly.react("chart-lr", rates, layout("learning rate"), { responsive: true });
+}
+
+function rememberOverlays(page) {
+  const url = new URL(window.location.href);
+  url.searchParams.delete("with");
+  for (const run of shown.keys()) if (run !== page) url.searchParams.append("with", run);
+  window.history.replaceState(null, "", url);
+}
+
+async function act(button) {
+  const response = await fetch(`/api/runs/${button.dataset.action}?${query(button.dataset.run)}`,
+                               { method: "POST" });
+  document.getElementById("action-result").textContent = await response.text();
+}
+
+function startRunPage(charts) {
+  eventKeys = new Set(JSON.parse(charts.dataset.eventKeys));
+  const [page, ...overlaid] = JSON.parse(charts.dataset.runs);
+  addRun(page, true);
+  for (const run of overlaid) addRun(run, false);
+  for (const box of document.querySelectorAll("input.overlay")) {
+    box.addEventListener("change", () => {
+      if (box.checked) addRun(box.value, false); else removeRun(box.value);
+      rememberOverlays(page);
+    });
+  }
+  for (const button of document.querySelectorAll("button[data-action]")) {
+    button.addEventListener("click", () => act(button));
+  }
+}
+
+forgetToken();
+if (document.getElementById("runs")) window.setInterval(refreshRuns, 5000);
+const charts = document.getElementById("charts");
+if (charts) startRunPage(charts);
