@@ -111,6 +111,26 @@ def test_debug_info_through_the_cli(digits, tmp_path):
     assert "iter 0 (epoch 0.00) debug: param conv1[0]: mean |w| = " in result.stdout
 
 
+def test_base_lr_and_batch_size_override_the_files(digits, tmp_path):
+    result = run("train", digits / "solver.yaml", "--max-iter", "5e1", "--base-lr", ".5e-2", "--batch-size", "1_00",
+                 "--out", tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert events(tmp_path, "TRAIN")[0]["lr"] == pytest.approx(0.005)  # inv policy: base_lr at iteration 0
+    assert events(tmp_path, "TEST")[-1]["epoch"] == pytest.approx(50 * 100 / 1437)  # 100 training rows a batch
+    # as with --max-iter, the config copies are the files as written
+    assert (tmp_path / "config" / "solver.yaml").read_text() == (digits / "solver.yaml").read_text()
+
+
+def test_bad_base_lr_and_batch_size_are_refused(digits, tmp_path):
+    for option, message in (("--base-lr", "0.0 is not in the range x>0"), ("--batch-size", "0 is not in the range x>=1")):
+        refused = run("train", digits / "solver.yaml", option, "0")
+        assert refused.returncode == 2 and f"'{option}': {message}" in refused.stderr
+    write(tmp_path, "net.yaml", "layers:\n- {name: data, type: Input, top: data, input_param: {shape: {dim: [2, 3]}}}\n"
+          "- {name: loss, type: EuclideanLoss, bottom: [data, data], top: loss}\n")
+    solver = write(tmp_path, "solver.yaml", "net: net.yaml\nbase_lr: 0.1\nmax_iter: 1\n")
+    assert "no data layer with a batch_size in the TRAIN phase" in fails("train", solver, "--batch-size", "4")
+
+
 def write(folder: Path, name: str, text: str) -> Path:
     path = folder / name
     path.write_text(text)

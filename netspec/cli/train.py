@@ -25,6 +25,9 @@ from netspec.training.signals import exit_status
 @click.option("--resume", type=click.Path(dir_okay=False), default=None, help="continue from a .solverstate.h5")
 @click.option("--force", is_flag=True, help="resume even if the net or solver file changed")
 @click.option("--max-iter", type=Integer(min=1), default=None, help="override max_iter")
+@click.option("--base-lr", type=Real(min=0, min_open=True), default=None, help="override base_lr")
+@click.option("--batch-size", type=Integer(min=1), default=None,
+              help="override the batch_size of the train net's data layers (test nets keep theirs)")
 @click.option("--seed", type=Integer(), default=None, help="override random_seed")
 @stage_option
 @level_option
@@ -51,9 +54,9 @@ from netspec.training.signals import exit_status
               help="start this many ranks on this machine (through mpiexec) and train as --distributed")
 @threads_option
 @user_errors
-def train(solver_file, device, weights, resume, force, max_iter, seed, stages, level, run_dir, sigint_effect,
-          sighup_effect, outputs_anywhere, debug_info, tensorboard, distributed, collective_timeout, bucket_mb,
-          processes):
+def train(solver_file, device, weights, resume, force, max_iter, base_lr, batch_size, seed, stages, level, run_dir,
+          sigint_effect, sighup_effect, outputs_anywhere, debug_info, tensorboard, distributed, collective_timeout,
+          bucket_mb, processes):
     """Train the net of SOLVER_FILE, testing, logging and snapshotting as it says.
 
     With --distributed, run it as `mpiexec -n N netspec train SOLVER_FILE --distributed`:
@@ -70,10 +73,10 @@ def train(solver_file, device, weights, resume, force, max_iter, seed, stages, l
         threads = ["--threads", str(context.meta["threads"])] if context.meta["threads"] else []  # else: a share each
         sys.exit(launch(processes, ["train", *given, "--distributed", *threads]))
     comm = MPICommunicator(collective_timeout, bucket_mb * 2 ** 20) if distributed else SingleProcess()
-    options = TrainOptions(device=device, weights=weights, resume=resume, force=force, max_iter=max_iter, seed=seed,
-                           stages=stages, level=level, run_dir=run_dir, sigint_effect=sigint_effect,
-                           sighup_effect=sighup_effect, outputs_anywhere=outputs_anywhere, debug_info=debug_info,
-                           tensorboard=tensorboard)
+    options = TrainOptions(device=device, weights=weights, resume=resume, force=force, max_iter=max_iter,
+                           base_lr=base_lr, batch_size=batch_size, seed=seed, stages=stages, level=level,
+                           run_dir=run_dir, sigint_effect=sigint_effect, sighup_effect=sighup_effect,
+                           outputs_anywhere=outputs_anywhere, debug_info=debug_info, tensorboard=tensorboard)
     with rank_errors(comm):
         solver = train_run(solver_file, options, comm, say=click.echo)
         if solver.interrupted:

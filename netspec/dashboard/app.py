@@ -1,6 +1,7 @@
 """The dashboard's Starlette app: its routes, and ``serve`` to run it with uvicorn.
 
-Pages: ``/`` (the runs list) and ``/run?run=PATH[&with=PATH...]`` (a run, other runs overlaid).
+Pages: ``/`` (the runs list), ``/run?run=PATH[&with=PATH...]`` (a run, other runs overlaid) and ``/new``
+(the New run form; posting it starts a training and leads to its run page, or shows why not).
 API: ``GET /api/runs`` (the list as JSON), ``GET /api/runs/metrics?run=PATH`` (every event and
 damaged line, and the position after them), ``GET /api/runs/stream?run=PATH&since=POSITION``
 (server-sent events: the lines appended after the position, as they come), ``GET
@@ -15,16 +16,25 @@ import json
 import os
 import signal
 import socket
+import urllib.parse
 
 import anyio
 import uvicorn
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Route
 
-from netspec.dashboard import pages
+from netspec.dashboard import new_run, pages
 from netspec.dashboard.metrics import MetricsCache, Position, current, read_from
 from netspec.dashboard.runs import NetDrawings, config_files, row, snapshots
 from netspec.dashboard.security import Guard
@@ -103,6 +113,19 @@ def create_app(root: str, token: str, token_required: bool) -> Starlette:
             return PlainTextResponse(drawing.message or f"{run}: no drawing", status_code=404)
         return Response(drawing.svg, media_type="image/svg+xml")
 
+    def new_run_form(request: Request) -> HTMLResponse:
+        return HTMLResponse(pages.new_run_page(new_run.solver_files(workspace), {}))
+
+    async def start_run(request: Request) -> Response:
+        form = {key: values[-1] for key, values in urllib.parse.parse_qs((await request.body()).decode()).items()}
+        try:
+            wanted = new_run.Start.from_form(form)
+            run = await anyio.to_thread.run_sync(new_run.start, workspace, wanted)
+        except NetspecError as exc:
+            page = pages.new_run_page(new_run.solver_files(workspace), form, str(exc))
+            return HTMLResponse(page, status_code=getattr(exc, "status", 400))
+        return RedirectResponse(pages.run_link(run), status_code=303)
+
     def static(request: Request) -> FileResponse:
         name = request.path_params["name"]
         if name not in files:
@@ -136,6 +159,8 @@ def create_app(root: str, token: str, token_required: bool) -> Starlette:
     routes = [
         Route("/", runs_page),
         Route("/run", run_page),
+        Route("/new", new_run_form),
+        Route("/new", start_run, methods=["POST"]),
         Route("/api/runs", runs_list),
         Route("/api/runs/metrics", metrics),
         Route("/api/runs/stream", stream),

@@ -23,7 +23,7 @@ def page(title: str, body: str) -> str:
 <script src="/static/dashboard.js" defer></script>
 </head>
 <body>
-<header><a href="/">netspec dashboard</a></header>
+<header><a href="/">netspec dashboard</a> <a href="/new">New run</a></header>
 <main>
 {body}
 </main>
@@ -133,3 +133,33 @@ def snapshots_table(snapshots: list[dict]) -> str:
                    f"<td>{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(s['modified']))}</td></tr>"
                    for s in snapshots)
     return f"<table><thead><tr><th>file</th><th>size</th><th>written</th></tr></thead><tbody>{rows}</tbody></table>"
+
+
+def new_run_page(solvers: list[str], form: dict[str, str], message: str = "") -> str:
+    """The New run form: a solver file of the workspace, optional overrides and run folder; ``message`` says why
+    the last start was refused, and ``form`` holds what was asked then."""
+    chosen = form.get("solver", "")
+    options = "".join(f'<option{" selected" if solver == chosen else ""}>{escape(solver)}</option>'
+                      for solver in solvers)
+    devices = "".join(f'<option value="{device}"{" selected" if form.get("device", "") == device else ""}>'
+                      f"{label}</option>" for device, label in (("", "as the file says"), ("cpu", "cpu"),
+                                                                 ("gpu", "gpu")))
+    fields = "".join(f'<label>{label} <input name="{name}" value="{escape(form.get(name, ""))}" '
+                     f'placeholder="{placeholder}"></label>\n'
+                     for name, label, placeholder in (
+                         ("base_lr", "base_lr", "as the file says"), ("max_iter", "max_iter", "as the file says"),
+                         ("batch_size", "batch size (train data)", "as the file says"),
+                         ("out", "run folder", "snapshot_prefix's folder")))
+    refused = f'<pre id="refused" class="refused" role="alert">{escape(message)}</pre>' if message else ""
+    chooser = (f'<label>solver file <select name="solver" required>{options}</select></label>' if solvers
+               else "<p>no solver files in the workspace (YAML files named *solver*.yaml, or with a net: or "
+                    "train_net: key)</p>")
+    return page("New run", f"""<h1>New run</h1>
+{refused}
+<form method="post" action="/new" class="new-run">
+{chooser}
+{fields}<label>device <select name="device">{devices}</select></label>
+<button type="submit"{"" if solvers else " disabled"}>Start</button>
+</form>
+<p class="where">Start runs <code>netspec train</code> on the solver file, as a terminal would; nets with Python
+layers are started in a terminal only.</p>""")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 from netspec.errors import NetspecError
 from netspec.training import run_folder
@@ -26,22 +27,42 @@ class Workspace:
         if not os.path.isdir(self.root):
             raise NetspecError(f"{root}: no such folder to serve")
 
-    def folder(self, relative: str) -> str:
-        """The real path of the folder ``relative`` names inside the workspace.
+    def path(self, relative: str) -> str:
+        """The real path ``relative`` names inside the workspace, which need not exist yet.
 
         ``..``, absolute paths, hidden names and symbolic links leading out of
-        the workspace are refused (403); a folder that does not exist is 404.
+        the workspace are refused (403).
         """
         parts = relative.replace("\\", "/").split("/")
         if "\0" in relative or relative.startswith(("/", "\\")) or os.path.isabs(relative) or any(
                 part == ".." or (part.startswith(".") and part != ".") for part in parts):
             raise RefusedPathError(f"{relative!r}: outside the workspace", 403)
         real = os.path.realpath(os.path.join(self.root, *parts))
-        if real != self.root and not real.startswith(self.root + os.sep):
+        if not self.holds(real):
             raise RefusedPathError(f"{relative!r}: outside the workspace", 403)
+        return real
+
+    def holds(self, real: str) -> bool:
+        """Whether the real path ``real`` is the workspace or inside it."""
+        return real == self.root or real.startswith(self.root + os.sep)
+
+    def folder(self, relative: str) -> str:
+        """The real path of the folder ``relative`` names inside the workspace (:meth:`path`; 404 when missing)."""
+        real = self.path(relative)
         if not os.path.isdir(real):
             raise RefusedPathError(f"{relative!r}: no such folder in the workspace", 404)
         return real
+
+    def file(self, relative: str) -> str:
+        """The real path of the file ``relative`` names inside the workspace (:meth:`path`; 404 when missing)."""
+        real = self.path(relative)
+        if not os.path.isfile(real):
+            raise RefusedPathError(f"{relative!r}: no such file in the workspace", 404)
+        return real
+
+    def relative(self, real: str) -> str:
+        """The path of ``real`` (inside the workspace) relative to it, with forward slashes."""
+        return os.path.relpath(real, self.root).replace(os.sep, "/")
 
     def run(self, relative: str) -> str:
         """The real path of the run folder ``relative`` names (404 when the folder holds no run)."""
@@ -51,25 +72,27 @@ class Workspace:
         return folder
 
     def runs(self) -> list[str]:
-        """Every run folder under the workspace, as paths relative to it ('.' for the workspace itself), sorted.
+        """Every run folder under the workspace, as paths relative to it ('.' for the workspace itself), sorted."""
+        return sorted(self.relative(folder) for folder, _, is_run in self.folders() if is_run)
 
-        Hidden folders, symbolic links and the folders inside a run are not searched.
+    def folders(self) -> Iterator[tuple[str, list[os.DirEntry], bool]]:
+        """``(folder, its entries, whether it is a run folder)`` for each folder searched under the workspace.
+
+        Hidden folders, symbolic links, the folders inside a run and those
+        deeper than MAX_DEPTH are not searched.
         """
-        found: list[str] = []
-        self._search(self.root, 0, found)
-        return sorted(found)
+        yield from self._search(self.root, 0)
 
-    def _search(self, folder: str, depth: int, found: list[str]) -> None:
+    def _search(self, folder: str, depth: int) -> Iterator[tuple[str, list[os.DirEntry], bool]]:
         try:
             with os.scandir(folder) as scan:
                 entries = list(scan)
         except OSError:
             return
-        if run_folder.is_run_folder(folder, [entry.name for entry in entries]):
-            found.append(os.path.relpath(folder, self.root).replace(os.sep, "/"))
-            return
-        if depth >= MAX_DEPTH:
+        is_run = run_folder.is_run_folder(folder, [entry.name for entry in entries])
+        yield folder, entries, is_run
+        if is_run or depth >= MAX_DEPTH:
             return
         for entry in entries:
             if not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False):
-                self._search(entry.path, depth + 1, found)
+                yield from self._search(entry.path, depth + 1)

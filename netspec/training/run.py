@@ -7,6 +7,7 @@ Every rank of a distributed run calls :func:`train`; rank 0 alone prints
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ import numpy
 from netspec.engine.comm import SingleProcess
 from netspec.engine.registry import layer_schemas, solver_types
 from netspec.errors import DivergedError, NetspecError, StateError
+from netspec.spec.net_spec import LayerSpec, NetSpec
 from netspec.spec.solver_spec import SolverParams, SolverSpec, parse_solver
 from netspec.threads import pools_sized, thread_counts
 from netspec.training import run_folder
@@ -33,6 +35,8 @@ class TrainOptions:
     resume: str | None = None  # continue from this .solverstate.h5
     force: bool = False  # resume even if the net or solver file changed
     max_iter: int | None = None
+    base_lr: float | None = None
+    batch_size: int | None = None  # rows per batch of the train net's data layers
     seed: int | None = None
     stages: tuple[str, ...] = ()
     level: int | None = None
@@ -44,12 +48,45 @@ class TrainOptions:
     outputs_anywhere: bool = False  # layers that write files may write outside the run folder
 
 
-def read_solver(solver_file: str, max_iter: int | None = None) -> SolverSpec:
-    """Parse a solver file with its nets; ``max_iter`` replaces the file's length (in iterations or epochs)."""
+def read_solver(solver_file: str, max_iter: int | None = None, base_lr: float | None = None,
+                batch_size: int | None = None) -> SolverSpec:
+    """Parse a solver file with its nets; ``max_iter`` replaces the file's length (in iterations or epochs),
+    ``base_lr`` its rate and ``batch_size`` that of the train net's data layers (:func:`with_batch_size`)."""
     spec = parse_solver(solver_file, layer_schemas(), list(solver_types()))
     if max_iter is not None:
         spec.params.max_iter, spec.params.max_epoch = max_iter, None
+    if base_lr is not None:
+        spec.params.base_lr = base_lr
+    if batch_size is not None:
+        spec.train_net = with_batch_size(spec.train_net, batch_size)
     return spec
+
+
+def with_batch_size(net: NetSpec, batch_size: int) -> NetSpec:
+    """A copy of the train net ``net`` whose data layers read ``batch_size`` rows a batch (test nets, which may
+    be ``net`` itself, keep theirs).
+
+    Its data layers are those with a ``batch_size`` parameter that the TRAIN phase includes, by their phase
+    rules; a net with none is refused.
+    """
+    layers, changed = [], False
+    for layer in net.layers:
+        block = next((name for name, params in layer.blocks.items() if hasattr(params, "batch_size")), None)
+        if block is not None and _in_train_phase(layer):
+            blocks = {**layer.blocks, block: dataclasses.replace(layer.blocks[block], batch_size=batch_size)}
+            layer, changed = dataclasses.replace(layer, blocks=blocks), True
+        layers.append(layer)
+    if not changed:
+        raise NetspecError(f"{net.file or net.name}: no data layer with a batch_size in the TRAIN phase, so a "
+                           "batch size cannot be set")
+    return dataclasses.replace(net, layers=layers)
+
+
+def _in_train_phase(layer: LayerSpec) -> bool:
+    """Whether the TRAIN phase includes ``layer`` as far as its rules' phases say (stages and levels aside)."""
+    if layer.include:
+        return any(rule.phase in (None, "TRAIN") for rule in layer.include)
+    return not any(rule.phase == "TRAIN" for rule in layer.exclude)
 
 
 def schedule_params(spec: SolverSpec) -> SolverParams:
@@ -76,7 +113,7 @@ def train(solver_file: str, options: TrainOptions, comm=None, say: Callable[[str
     """
     comm = comm or SingleProcess()
     root = comm.rank == 0
-    spec = read_solver(solver_file, options.max_iter)
+    spec = read_solver(solver_file, options.max_iter, options.base_lr, options.batch_size)
     if options.resume and not os.path.isfile(options.resume):
         raise StateError(f"{options.resume}: no such solver state file")
     resumed_in = os.path.dirname(os.path.abspath(options.resume)) if options.resume else None

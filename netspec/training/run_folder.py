@@ -12,6 +12,7 @@
       <prefix>_iter_<N>.solverstate.h5    ... and everything else a resumed run needs
       <prefix>_best.weights.h5            the weights of snapshot_best's best test pass
       outcome.json                        how the last training here ended (below); none while one runs
+      train.log                           the output of a training the dashboard started (its stdout and stderr)
       .lock                               the pid of the training that writes here, locked while it runs
 
 A folder holds one run: a fresh run refuses a folder with another run's
@@ -54,6 +55,7 @@ TENSORBOARD = "tensorboard"
 SOURCES = "sources.json"
 LOCK = ".lock"
 OUTCOME = "outcome.json"
+TRAIN_LOG = "train.log"
 OUTCOMES = ("finished", "stopped", "diverged", "failed")
 PROC_LOCKS = "/proc/locks"  # Linux's table of the locks held, with their holders
 # keys of an event that are not outputs of a net
@@ -91,6 +93,11 @@ def last_snapshot_weights(folder: str) -> str | None:
 def metrics_path(folder: str) -> str:
     """The run's metrics.jsonl."""
     return os.path.join(folder, METRICS)
+
+
+def train_log_path(folder: str) -> str:
+    """Where a training the dashboard started writes its output (``netspec train``'s stdout and stderr)."""
+    return os.path.join(folder, TRAIN_LOG)
 
 
 def tensorboard_folder(folder: str) -> str:
