@@ -18,6 +18,7 @@ def page(title: str, body: str) -> str:
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{escape(title)} · netspec dashboard</title>
+<link rel="icon" href="data:,">
 <link rel="stylesheet" href="/static/dashboard.css">
 <script src="/static/plotly.min.js" defer></script>
 <script src="/static/dashboard.js" defer></script>
@@ -81,8 +82,8 @@ def run_page(run: str, row: dict, overlaid: list[str], others: list[str], damage
     boxes = "\n".join(f'<label><input type="checkbox" class="overlay" value="{escape(other)}"'
                       f'{" checked" if other in overlaid else ""}> {escape(other)}</label>' for other in others)
     shown = json.dumps([run, *overlaid])
-    return page(run, f"""<h1>{escape(run)} {state_badge(row['state'], row['message'])}</h1>
-<p class="message">{escape(row['message'])}</p>
+    return page(run, f"""<h1>{escape(run)} <span id="run-state">{state_badge(row['state'], row['message'])}</span></h1>
+<p id="run-message" class="message">{escape(row['message'])}</p>
 <p class="actions">{actions} <span id="action-result" role="status"></span></p>
 <section>
 <h2>Curves</h2>
@@ -104,7 +105,7 @@ def run_page(run: str, row: dict, overlaid: list[str], others: list[str], damage
 <h2>Config</h2>
 {"".join(f"<h3>{escape(name)}</h3><pre>{escape(text)}</pre>" for name, text in configs) or "<p>no config/ copies</p>"}
 </section>
-<section>
+<section id="snapshots">
 <h2>Snapshots</h2>
 {snapshots_table(snapshots)}
 </section>""")

@@ -1,5 +1,6 @@
 // netspec dashboard: the runs list refreshes itself; a run page draws its curves with plotly.js and
-// adds each metrics line the server streams (server-sent events) without reloading.
+// adds each metrics line the server streams (server-sent events) without reloading; its state, buttons and
+// snapshots refresh themselves too.
 "use strict";
 
 const COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
@@ -17,12 +18,35 @@ function forgetToken() {
   }
 }
 
+async function fetchPage(address) {
+  // the page at address, parsed; null when it cannot be had (the dashboard stopped, say)
+  try {
+    const response = await fetch(address);
+    if (!response.ok) return null;
+    return new DOMParser().parseFromString(await response.text(), "text/html");
+  } catch (error) {
+    return null;
+  }
+}
+
 async function refreshRuns() {
-  const response = await fetch(window.location.pathname);
-  if (!response.ok) return;
-  const page = new DOMParser().parseFromString(await response.text(), "text/html");
-  const rows = page.querySelector("#runs tbody");
+  const page = await fetchPage(window.location.pathname);
+  const rows = page && page.querySelector("#runs tbody");
   if (rows) document.querySelector("#runs tbody").replaceWith(rows);
+}
+
+async function refreshRun() {
+  // a run page's state, message, buttons and snapshots as they are now (the run started, stopped, snapshotted)
+  const page = await fetchPage(window.location.href);
+  if (!page) return;
+  for (const id of ["run-state", "run-message", "snapshots"]) {
+    const fresh = page.getElementById(id);
+    if (fresh) document.getElementById(id).replaceWith(fresh);
+  }
+  for (const button of document.querySelectorAll("button[data-action]")) {
+    const fresh = page.querySelector(`button[data-action="${button.dataset.action}"]`);
+    if (fresh) button.disabled = fresh.disabled;
+  }
 }
 
 function query(run) {
@@ -125,9 +149,15 @@ function rememberOverlays(page) {
 }
 
 async function act(button) {
-  const response = await fetch(`/api/runs/${button.dataset.action}?${query(button.dataset.run)}`,
-                               { method: "POST" });
-  document.getElementById("action-result").textContent = await response.text();
+  const result = document.getElementById("action-result");
+  try {
+    const response = await fetch(`/api/runs/${button.dataset.action}?${query(button.dataset.run)}`,
+                                 { method: "POST" });
+    result.textContent = await response.text();
+  } catch (error) {
+    result.textContent = `no answer from the dashboard: ${error.message}`;
+  }
+  window.setTimeout(refreshRun, 1000); // the training acts on the signal at its next iteration
 }
 
 function startRunPage(charts) {
@@ -144,6 +174,7 @@ function startRunPage(charts) {
   for (const button of document.querySelectorAll("button[data-action]")) {
     button.addEventListener("click", () => act(button));
   }
+  window.setInterval(refreshRun, 5000);
 }
 
 forgetToken();

@@ -1,0 +1,178 @@
+"""`netspec dashboard` in headless Chromium: the pages load without a script error or a CSP violation, the
+curves grow while a run trains, and the buttons and the New run form work, as a person would use them.
+
+Needs a Chromium executable (Debian's ``chromium`` package; ``NETSPEC_CHROMIUM`` names another one) and the
+playwright Python package, never its downloaded browsers.  ``NETSPEC_DASHBOARD_SHOTS=FOLDER`` saves screenshots
+of the Runs page, a run page and the New run page there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from netspec.training import run_folder
+
+DIGITS = Path(__file__).parent.parent / "configs" / "digits"
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+REPORT_CSP = ("document.addEventListener('securitypolicyviolation', (e) => "
+              "console.error(`CSP violation: ${e.violatedDirective} blocked ${e.blockedURI}`));")
+TRACES = "(chart) => chart.data.map((trace) => trace.x.length)"  # points in each trace of a plotly chart
+
+
+def chromium() -> str | None:
+    """The Chromium executable to drive: $NETSPEC_CHROMIUM, else the first of CHROMIUM_NAMES on the PATH."""
+    named = os.environ.get("NETSPEC_CHROMIUM")
+    if named:
+        return named if os.path.isfile(named) else None
+    return next(filter(None, map(shutil.which, CHROMIUM_NAMES)), None)
+
+
+def netspec(*args, cwd: Path, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "netspec", *map(str, args)], cwd=cwd,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, **kwargs)
+
+
+def until(condition, seconds: float = 60.0, what: str = "the condition"):
+    """Wait for ``condition()`` to be true; its value."""
+    deadline = time.monotonic() + seconds
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"waited {seconds} s for {what}"
+        time.sleep(0.2)
+    return value
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Path:
+    """The quickstart's configs (test and log every 20 iterations, no periodic snapshots), the digits converted,
+    and one finished run, runs/done."""
+    folder = tmp_path_factory.mktemp("workspace")
+    shutil.copy(DIGITS / "digits_net.yaml", folder)
+    solver = (DIGITS / "solver.yaml").read_text()
+    for old, new in (("snapshot: 500", "snapshot: 0"), ("display: 50", "display: 20"),
+                     ("test_interval: 200", "test_interval: 100")):
+        assert old in solver
+        solver = solver.replace(old, new)
+    (folder / "solver.yaml").write_text(solver)
+    assert netspec("convert", "digits", "data", cwd=folder).wait(120) == 0
+    assert netspec("train", "solver.yaml", "--out", "runs/done", "--max-iter", "100", cwd=folder,
+                   stdout=subprocess.DEVNULL).wait(300) == 0
+    return folder
+
+
+@pytest.fixture
+def dashboard(workspace):
+    """``netspec dashboard`` over the workspace on a free port: the URL it prints (with the token)."""
+    server = netspec("dashboard", workspace, "--port", "0", cwd=workspace, stdout=subprocess.PIPE, text=True)
+    try:
+        line = server.stdout.readline()
+        assert "?token=" in line, line
+        yield line.split(": ", 1)[1].strip()
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+@contextlib.contextmanager
+def stopped_at_exit(training: subprocess.Popen):
+    try:
+        yield training
+    finally:
+        if training.poll() is None:
+            training.send_signal(signal.SIGINT)
+            training.wait(30)
+
+
+@pytest.mark.browser
+def test_the_dashboard_in_a_browser(workspace, dashboard):
+    executable = chromium()
+    if executable is None:
+        pytest.skip(f"no Chromium executable found (none of {', '.join(CHROMIUM_NAMES)} on the PATH, "
+                    "and NETSPEC_CHROMIUM not set)")
+    from playwright.sync_api import expect, sync_playwright
+
+    shots = os.environ.get("NETSPEC_DASHBOARD_SHOTS")
+    base = dashboard.split("/?", 1)[0]
+    problems = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.add_init_script(REPORT_CSP)
+            page.on("console", lambda message: problems.append(f"console: {message.text} at {message.location}")
+                    if message.type == "error" else None)
+            page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+            expect.set_options(timeout=60_000)
+
+            # the Runs list: the finished run, then a training started while the page is open
+            page.goto(dashboard)
+            assert page.url == base + "/"  # the token went into the cookie, and out of the address
+            finished = page.locator("#runs tr", has_text="runs/done")
+            expect(finished.locator(".state")).to_have_text("finished")
+            assert page.locator("script:not([src])").count() == 0
+            # (as many iterations as it takes: 400 are over in 3 s on a fast machine, 40 s on a busy one)
+            with stopped_at_exit(netspec("train", "solver.yaml", "--out", "runs/live", "--max-iter", "1000000",
+                                         cwd=workspace, stdout=subprocess.DEVNULL)) as training:
+                live = page.locator("#runs tr", has_text="runs/live")
+                expect(live.locator(".state")).to_have_text("running")  # the list refreshed itself
+                if shots:
+                    page.screenshot(path=os.path.join(shots, "runs.png"), full_page=True)
+
+                # its page: curves growing without a reload, an overlay, config files, snapshot and stop
+                live.locator("a").click()
+                page.wait_for_url("**/run?run=runs%2Flive")
+                expect(page.locator("#run-state .state")).to_have_text("running")
+                for chart in ("chart-loss", "chart-test", "chart-lr"):
+                    expect(page.locator(f"#{chart}.js-plotly-plot")).to_have_count(1)
+                loss = page.locator("#chart-loss")
+                first = until(lambda: loss.evaluate(TRACES)[0], what="a loss point")
+                until(lambda: loss.evaluate(TRACES)[0] > first, what="the loss curve to grow")
+                expect(page.locator("h3", has_text="solver.yaml")).to_have_count(1)
+                expect(page.locator("pre", has_text="snapshot: 0")).to_have_count(1)
+                page.locator("summary", has_text="Overlay").click()
+                page.locator("input.overlay[value='runs/done']").check()
+                until(lambda: len(loss.evaluate(TRACES)) == 2, what="the overlaid run's trace")
+                assert "with=runs%2Fdone" in page.url
+                assert page.locator("#chart-test").evaluate(TRACES)[-1] > 0  # runs/done's test outputs
+
+                page.locator("button[data-action=snapshot]").click()
+                expect(page.locator("#action-result")).to_contain_text("asked runs/live")
+                expect(page.locator("#snapshots td", has_text=".weights.h5")).to_have_count(1)
+                snapshotted = list((workspace / "runs" / "live").glob("*.weights.h5"))
+                assert len(snapshotted) == 1 and training.poll() is None
+                if shots:
+                    page.screenshot(path=os.path.join(shots, "run.png"), full_page=True)
+                page.locator("button[data-action=stop]").click()
+                expect(page.locator("#run-state .state")).to_have_text("stopped")
+                expect(page.locator("button[data-action=stop]")).to_be_disabled()
+                assert training.wait(30) == 130  # stopped by SIGINT
+            assert run_folder.run_state(str(workspace / "runs" / "live"))[0] == "stopped"
+
+            # New run: the form starts a training and leads to its page, whose curves grow
+            page.locator("header a", has_text="New run").click()
+            page.select_option("select[name=solver]", "solver.yaml")
+            page.fill("input[name=max_iter]", "100")
+            page.fill("input[name=out]", "runs/web")
+            if shots:
+                page.screenshot(path=os.path.join(shots, "new.png"), full_page=True)
+            page.locator("button[type=submit]").click()
+            page.wait_for_url("**/run?run=runs%2Fweb")
+            expect(page.locator("#chart-loss.js-plotly-plot")).to_have_count(1)
+            until(lambda: page.locator("#chart-loss").evaluate(TRACES)[0] >= 2, what="the new run's curve")
+            expect(page.locator("#run-state .state")).to_have_text("finished")
+            assert run_folder.run_state(str(workspace / "runs" / "web"))[0] == "finished"
+        finally:
+            browser.close()
+    assert problems == []
