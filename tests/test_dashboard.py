@@ -155,16 +155,22 @@ def test_the_run_page_shows_configs_snapshots_overlays_and_the_net(workspace):
     assert client(workspace).get("/run", params={"run": "done", "with": "../x"}).status_code == 403
 
 
-@pytest.fixture(scope="module")
-def digits(tmp_path_factory):
-    """A workspace with the quickstart's configs, the digits converted, and a short finished run."""
+def digits_workspace(tmp_path_factory) -> Path:
+    """A workspace with the quickstart's configs (no periodic snapshots) and the digits converted."""
     folder = tmp_path_factory.mktemp("workspace")
     for name in ("solver.yaml", "digits_net.yaml"):
         shutil.copy(DIGITS / name, folder / name)
     solver = folder / "solver.yaml"
     solver.write_text(solver.read_text().replace("snapshot: 500", "snapshot: 0"))
     assert run("convert", "digits", folder / "data").returncode == 0
-    trained = run("train", solver, "--max-iter", "60", "--out", folder / "short")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    """The digits workspace with a short finished run."""
+    folder = digits_workspace(tmp_path_factory)
+    trained = run("train", folder / "solver.yaml", "--max-iter", "60", "--out", folder / "short")
     assert trained.returncode == 0, trained.stderr
     return folder
 

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 from pathlib import Path
 
 import pytest
-from test_cli import run
-from test_dashboard import DIGITS, LOCAL, TOKEN, client, wait_for
+from test_dashboard import LOCAL, TOKEN, client, digits_workspace, wait_for
 
 from netspec.training import run_folder
 
@@ -18,13 +16,7 @@ from netspec.training import run_folder
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
     """A workspace with the quickstart's configs (no periodic snapshots) and the digits converted."""
-    folder = tmp_path_factory.mktemp("workspace")
-    for name in ("solver.yaml", "digits_net.yaml"):
-        shutil.copy(DIGITS / name, folder / name)
-    solver = folder / "solver.yaml"
-    solver.write_text(solver.read_text().replace("snapshot: 500", "snapshot: 0"))
-    assert run("convert", "digits", folder / "data").returncode == 0
-    return folder
+    return digits_workspace(tmp_path_factory)
 
 
 def start(dashboard, fields: dict) -> object:
