@@ -195,7 +195,6 @@ def read_inputs(paths: list[str], card: ModelCard,
     ones colour) to fit the card; ``str(adjustments)`` says so in one line.
     """
     adjustments = Adjustments(card) if adjustments is None else adjustments
-    shape = tuple(card.input.shape)
     inputs = []
     for path in paths:
         if path.lower().endswith(".npy"):
@@ -206,16 +205,22 @@ def read_inputs(paths: list[str], card: ModelCard,
                 raise DataError(f"{path}: cannot read: {exc}") from None
             inputs += check_array(array, path, card)
             continue
-        data = read_image_file(path)
-        image = decode_image(data, path)
-        if image.shape[0] != shape[0]:
-            adjustments.converted.append(path)
-            image = decode_image(data, path, channels=shape[0])
-        if image.shape[1:] != shape[1:]:
-            adjustments.resized.append((path, image.shape[1:]))
-            image = resized(image, shape[1:])
-        inputs.append((path, image))
+        inputs.append(image_input(read_image_file(path), path, card, adjustments))
     return inputs, adjustments
+
+
+def image_input(data: bytes, name: str, card: ModelCard, adjustments: Adjustments) -> tuple[str, numpy.ndarray]:
+    """``(name, raw C x H x W array)`` of the image file bytes ``data``, resized and made grey or colour to fit
+    the card (noted in ``adjustments``); DataError naming ``name`` when they are not an image."""
+    shape = tuple(card.input.shape)
+    image = decode_image(data, name)
+    if image.shape[0] != shape[0]:
+        adjustments.converted.append(name)
+        image = decode_image(data, name, channels=shape[0])
+    if image.shape[1:] != shape[1:]:
+        adjustments.resized.append((name, image.shape[1:]))
+        image = resized(image, shape[1:])
+    return name, image
 
 
 def scores_blob(net: Net, where: str) -> str:

@@ -64,8 +64,10 @@ def training_events(last: int) -> list[dict]:
     return events
 
 
-def client(root: Path, token_required: bool = False, **kwargs) -> TestClient:
-    return TestClient(create_app(str(root), TOKEN, token_required), base_url=LOCAL, **kwargs)
+def client(root: Path, token_required: bool = False, zoo: Path | None = None, **kwargs) -> TestClient:
+    """A client of the dashboard over ``root`` (and the zoo ``zoo``, by default one beside it)."""
+    zoo = zoo or root.parent / f"{root.name}-zoo"
+    return TestClient(create_app(str(root), TOKEN, token_required, str(zoo)), base_url=LOCAL, **kwargs)
 
 
 def post(test_client: TestClient, path: str, **headers) -> object:

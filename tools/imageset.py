@@ -60,6 +60,14 @@ class ConversionReport:
     label_names: list[str] = field(default_factory=list)
 
 
+def parse_size(text: str) -> tuple[int, int]:
+    """An image size written ``HxW`` (``32x32``) as ``(H, W)``; ValueError when it is not one."""
+    height, sep, width = text.strip().lower().partition("x")
+    if not sep or not height.isdigit() or not width.isdigit() or int(height) < 1 or int(width) < 1:
+        raise ValueError(f"expected HxW such as 32x32, got '{text}'")
+    return int(height), int(width)
+
+
 def read_label_names(path: str) -> list[str]:
     """Class names, one a line (blank lines ignored); line k names label k."""
     try:

@@ -19,9 +19,12 @@ from netspec.errors import NetspecError
 @click.option("--port", type=Integer(min=0, max=65535), default=6006, show_default=True,
               help="port to listen on (0: any free one)")
 @click.option("--token", default=None, help="the token to require (default: a new random one)")
+@click.option("--zoo", "zoo_dir", type=click.Path(file_okay=False), default=None,
+              help="the zoo of the Models pages [default: $NETSPEC_ZOO, else ~/.local/share/netspec/zoo]")
 @user_errors
-def dashboard(workspace, host, port, token):
-    """Serve the runs under WORKSPACE (default: this folder) in the browser: state, live curves, configs, net.
+def dashboard(workspace, host, port, token, zoo_dir):
+    """Serve WORKSPACE (default: this folder) in the browser: its runs (state, live curves, configs, net),
+    new runs, its datasets (and new ones from image folders), and the zoo's models (publish, predict).
 
     Listening beyond loopback (--host), every request needs the token printed in the URL;
     stopping or snapshotting a run always does.
@@ -39,7 +42,7 @@ def dashboard(workspace, host, port, token):
         raise click.BadParameter("give a token that is not empty", param_hint="--token")
     token = token or new_token()
     local = is_loopback(host)
-    app = create_app(workspace, token, token_required=not local)
+    app = create_app(workspace, token, token_required=not local, zoo=zoo_dir)
     listening = listen(host, port)
     shown = host if host not in ("0.0.0.0", "::") else socket.gethostname()  # noqa: S104 - names a wildcard
     shown = f"[{shown}]" if ":" in shown else shown

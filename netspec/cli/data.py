@@ -15,7 +15,7 @@ from netspec.tools.arrays import convert_arrays
 from netspec.tools.dataset_info import augmented_grid, describe, sample_grid, train_transform, verify_in_child
 from netspec.tools.digit_pairs import convert_digit_pairs
 from netspec.tools.digits import convert_digits
-from netspec.tools.imageset import ImagesetOptions, convert_imageset
+from netspec.tools.imageset import ImagesetOptions, convert_imageset, parse_size
 from netspec.tools.mean import compute_mean, save_mean
 from netspec.tools.shapes import convert_shapes
 from netspec.tools.text import convert_text
@@ -74,14 +74,12 @@ def convert_text_command(out_dir, source, length, test_fraction):
                f"({counts['vocab']} distinct) to {out_dir} (train.txt, test.txt, vocab.json)")
 
 
-def parse_size(value: str | None) -> tuple[int, int] | None:
-    """``HxW`` (e.g. 32x32) as ``(H, W)``."""
-    if value is None:
-        return None
-    height, sep, width = value.lower().partition("x")
-    if not sep or not height.isdigit() or not width.isdigit() or int(height) < 1 or int(width) < 1:
-        raise click.BadParameter(f"expected HxW such as 32x32, got '{value}'", param_hint="--resize")
-    return int(height), int(width)
+def resize_option(value: str | None) -> tuple[int, int] | None:
+    """The ``--resize HxW`` option as ``(H, W)``."""
+    try:
+        return None if value is None else parse_size(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--resize") from None
 
 
 @convert.command("imageset")
@@ -116,7 +114,7 @@ def convert_imageset_command(paths, backend, resize, gray, shuffle, seed, encode
     root, list_file, out = (paths[0], None, paths[1]) if len(paths) == 2 else paths
     if encoded != "none" and backend == "hdf5":
         raise click.UsageError("--encoded stores image files in LMDB records; HDF5 datasets hold raw pixels")
-    options = ImagesetOptions(backend=backend, resize=parse_size(resize), gray=gray, shuffle=shuffle, seed=seed,
+    options = ImagesetOptions(backend=backend, resize=resize_option(resize), gray=gray, shuffle=shuffle, seed=seed,
                               encoding="raw" if encoded == "none" else encoded, workers=workers,
                               val_fraction=val_fraction, strict=strict, overwrite=overwrite,
                               allow_mixed_sizes=allow_mixed_sizes)

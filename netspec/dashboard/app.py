@@ -1,12 +1,18 @@
 """The dashboard's Starlette app: its routes, and ``serve`` to run it with uvicorn.
 
-Pages: ``/`` (the runs list), ``/run?run=PATH[&with=PATH...]`` (a run, other runs overlaid) and ``/new``
-(the New run form; posting it starts a training and leads to its run page, or shows why not).
+Pages: ``/`` (the runs list), ``/run?run=PATH[&with=PATH...]`` (a run, other runs overlaid), ``/new``
+(the New run form; posting it starts a training and leads to its run page, or shows why not),
+``/datasets`` (the dataset folders; posting its form starts a conversion), ``/dataset?path=PATH``,
+``/models`` (the zoo's cards), ``/model?ref=NAME@VERSION`` and ``/publish?run=PATH`` (posting it
+publishes the run and leads to the model's page).
 API: ``GET /api/runs`` (the list as JSON), ``GET /api/runs/metrics?run=PATH`` (every event and
 damaged line, and the position after them), ``GET /api/runs/stream?run=PATH&since=POSITION``
 (server-sent events: the lines appended after the position, as they come), ``GET
-/api/runs/net.svg?run=PATH``, and ``POST /api/runs/snapshot?run=PATH`` and ``/api/runs/stop``,
-which send the run's training SIGHUP and SIGINT, as a terminal would.
+/api/runs/net.svg?run=PATH``, ``POST /api/runs/snapshot?run=PATH`` and ``/api/runs/stop``,
+which send the run's training SIGHUP and SIGINT, as a terminal would; ``GET
+/api/datasets/conversions`` (their progress), ``GET /api/datasets/record.png?path=PATH&index=N``, and
+``POST /api/models/predict?ref=NAME@VERSION&name=FILE`` (the body: an image file; the answer: its top
+classes as JSON).
 """
 
 from __future__ import annotations
@@ -16,7 +22,6 @@ import json
 import os
 import signal
 import socket
-import urllib.parse
 
 import anyio
 import uvicorn
@@ -34,12 +39,26 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
-from netspec.dashboard import new_run, pages
+from netspec.dashboard import dataset_pages, model_pages, new_run, pages
+from netspec.dashboard.datasets import (
+    ConversionRequest,
+    Conversions,
+    dataset_folders,
+    histogram,
+    image_folders,
+    record_png,
+    samples,
+    summary,
+)
+from netspec.dashboard.forms import parse_form
 from netspec.dashboard.metrics import MetricsCache, Position, current, read_from
+from netspec.dashboard.models import Predictors, PublishForm, models, publish_run, publishable
 from netspec.dashboard.runs import NetDrawings, config_files, row, snapshots
-from netspec.dashboard.security import Guard
+from netspec.dashboard.security import MAX_UPLOAD, Guard
 from netspec.dashboard.workspace import RefusedPathError, Workspace
+from netspec.data.dataset import Dataset
 from netspec.errors import NetspecError
+from netspec.model_zoo.zoo import Zoo
 from netspec.training import run_folder
 
 POLL_SECONDS = 0.5  # how often a stream looks for new metrics lines
@@ -62,9 +81,12 @@ def static_files() -> dict[str, str]:
     return files
 
 
-def create_app(root: str, token: str, token_required: bool) -> Starlette:
-    """The dashboard over the workspace folder ``root``; ``token_required`` guards reads too (see security)."""
+def create_app(root: str, token: str, token_required: bool, zoo: str | None = None) -> Starlette:
+    """The dashboard over the workspace folder ``root`` and the zoo folder ``zoo`` (default: the user's);
+    ``token_required`` guards reads too (see security)."""
     workspace, cache, drawings, files = Workspace(root), MetricsCache(), NetDrawings(), static_files()
+    local_zoo = Zoo(zoo)
+    conversions, predictors = Conversions(workspace), Predictors(local_zoo)
 
     def run_of(request: Request) -> tuple[str, str]:
         """The ``run`` query parameter and its folder."""
@@ -117,7 +139,7 @@ def create_app(root: str, token: str, token_required: bool) -> Starlette:
         return HTMLResponse(pages.new_run_page(new_run.solver_files(workspace), {}))
 
     async def start_run(request: Request) -> Response:
-        form = {key: values[-1] for key, values in urllib.parse.parse_qs((await request.body()).decode()).items()}
+        form = parse_form(await request.body())
         try:
             wanted = new_run.Start.from_form(form)
             run = await anyio.to_thread.run_sync(new_run.start, workspace, wanted)
@@ -125,6 +147,78 @@ def create_app(root: str, token: str, token_required: bool) -> Starlette:
             page = pages.new_run_page(new_run.solver_files(workspace), form, str(exc))
             return HTMLResponse(page, status_code=getattr(exc, "status", 400))
         return RedirectResponse(pages.run_link(run), status_code=303)
+
+    def datasets_page(form: dict[str, str] | None = None, message: str = "", status: int = 200) -> HTMLResponse:
+        rows = [(path, summary(workspace.folder(path))) for path in dataset_folders(workspace)]
+        return HTMLResponse(dataset_pages.datasets_page(rows, image_folders(workspace), conversions.views(),
+                                                        form or {}, message), status_code=status)
+
+    def datasets(request: Request) -> HTMLResponse:
+        return datasets_page()
+
+    async def convert(request: Request) -> Response:
+        form = parse_form(await request.body())
+        try:
+            await anyio.to_thread.run_sync(conversions.start, ConversionRequest.from_form(form))
+        except NetspecError as exc:
+            return datasets_page(form, str(exc), getattr(exc, "status", 400))
+        return RedirectResponse("/datasets#conversions", status_code=303)
+
+    def conversions_list(request: Request) -> JSONResponse:
+        return JSONResponse(conversions.views())
+
+    def dataset_of(request: Request) -> tuple[str, Dataset]:
+        """The ``path`` query parameter and its dataset, opened (the caller closes it)."""
+        path = request.query_params.get("path")
+        if path is None:
+            raise RefusedPathError("name a dataset folder: ?path=PATH (relative to the workspace)", 400)
+        return path, Dataset(workspace.folder(path))
+
+    def dataset_page(request: Request) -> HTMLResponse:
+        path, dataset = dataset_of(request)
+        try:
+            return HTMLResponse(dataset_pages.dataset_page(path, dataset, histogram(dataset), samples(dataset)))
+        finally:
+            dataset.close()
+
+    def record(request: Request) -> Response:
+        _, dataset = dataset_of(request)
+        index = request.query_params.get("index", "")
+        try:
+            if not index.isdigit():
+                raise RefusedPathError(f"index: {index!r} is not a record number", 400)
+            return Response(record_png(dataset, int(index)), media_type="image/png",
+                            headers={"cache-control": "max-age=60"})
+        finally:
+            dataset.close()
+
+    def models_page(request: Request) -> HTMLResponse:
+        return HTMLResponse(model_pages.models_page(local_zoo.root, models(local_zoo)))
+
+    def model_page(request: Request) -> HTMLResponse:
+        return HTMLResponse(model_pages.model_page(local_zoo.root, local_zoo.card(request.query_params.get("ref", ""))))
+
+    async def predict(request: Request) -> JSONResponse:
+        ref, name = request.query_params.get("ref", ""), request.query_params.get("name", "image")
+        try:
+            answer = await anyio.to_thread.run_sync(predictors.predict, ref, await request.body(), name)
+        except NetspecError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        return JSONResponse(answer)
+
+    def publish_form(request: Request) -> HTMLResponse:
+        run, folder = run_of(request)
+        return HTMLResponse(model_pages.publish_page(run, publishable(folder), {}))
+
+    async def publish(request: Request) -> Response:
+        run, folder = run_of(request)
+        form = parse_form(await request.body())
+        try:
+            card = await anyio.to_thread.run_sync(publish_run, local_zoo, folder, PublishForm.from_form(form))
+        except NetspecError as exc:
+            page = model_pages.publish_page(run, publishable(folder), form, str(exc))
+            return HTMLResponse(page, status_code=getattr(exc, "status", 400))
+        return RedirectResponse(model_pages.model_link(card.ref), status_code=303)
 
     def static(request: Request) -> FileResponse:
         name = request.path_params["name"]
@@ -167,15 +261,31 @@ def create_app(root: str, token: str, token_required: bool) -> Starlette:
         Route("/api/runs/net.svg", net_svg),
         Route("/api/runs/snapshot", signaller(signal.SIGHUP, "a snapshot"), methods=["POST"]),
         Route("/api/runs/stop", signaller(signal.SIGINT, "a stop"), methods=["POST"]),
+        Route("/datasets", datasets),
+        Route("/datasets", convert, methods=["POST"]),
+        Route("/dataset", dataset_page),
+        Route("/api/datasets/conversions", conversions_list),
+        Route("/api/datasets/record.png", record),
+        Route("/models", models_page),
+        Route("/model", model_page),
+        Route("/api/models/predict", predict, methods=["POST"]),
+        Route("/publish", publish_form),
+        Route("/publish", publish, methods=["POST"]),
         Route("/static/{name:str}", static),
     ]
-    return Starlette(routes=routes, exception_handlers={RefusedPathError: refused},
-                     middleware=[Middleware(Guard, token=token, token_required=token_required)])
+    return Starlette(routes=routes, exception_handlers={RefusedPathError: refused, NetspecError: cannot_show},
+                     middleware=[Middleware(Guard, token=token, token_required=token_required,
+                                            uploads={"/api/models/predict": MAX_UPLOAD})])
 
 
 def refused(request: Request, exc: RefusedPathError) -> PlainTextResponse:
     """A path the dashboard will not serve, in one line."""
     return PlainTextResponse(str(exc), status_code=exc.status)
+
+
+def cannot_show(request: Request, exc: NetspecError) -> HTMLResponse:
+    """A page the dashboard cannot show (a damaged dataset, a model not in the zoo): why, in a page."""
+    return HTMLResponse(pages.problem_page(str(exc)), status_code=getattr(exc, "status", 400))
 
 
 async def tail(path: str, position: Position):

@@ -17,10 +17,10 @@ import threading
 import time
 from dataclasses import dataclass
 
+from netspec.dashboard.forms import choice, positive_number, whole_number
 from netspec.dashboard.workspace import RefusedPathError, Workspace
 from netspec.engine.net import compile_net
 from netspec.errors import ConfigError, NetspecError
-from netspec.spec.numbers import as_int, parse_number
 from netspec.spec.solver_spec import SolverSpec
 from netspec.training import run_folder
 from netspec.training.run import read_solver
@@ -72,45 +72,15 @@ class Start:
     @classmethod
     def from_form(cls, form: dict[str, str]) -> Start:
         """The start a submitted form asks for; NetspecError naming a field that is not understood."""
-        device = form.get("device") or None
-        if device is not None and device not in DEVICES:
-            raise NetspecError(f"device: {device!r} is not one of {', '.join(DEVICES)}")
         return cls(solver=form.get("solver", ""), max_iter=whole_number(form, "max_iter"),
                    base_lr=positive_number(form, "base_lr"), batch_size=whole_number(form, "batch_size"),
-                   device=device, out=form.get("out", "").strip() or None)
+                   device=choice(form, "device", DEVICES), out=form.get("out", "").strip() or None)
 
     def arguments(self, folder: str) -> list[str]:
         """The ``netspec train`` options for this start into the run folder ``folder``."""
         given = (("--max-iter", self.max_iter), ("--base-lr", self.base_lr), ("--batch-size", self.batch_size),
                  ("--device", self.device), ("--out", folder))
         return [text for option, value in given if value is not None for text in (option, str(value))]
-
-
-def form_number(form: dict[str, str], field: str) -> int | float | None:
-    """A form field's number as people write it (``1e-3``, ``.5``, ``1_000``), None when left empty."""
-    text = form.get(field, "").strip()
-    if not text:
-        return None
-    try:
-        return parse_number(text)
-    except ValueError:
-        raise NetspecError(f"{field}: {text!r} is not a number") from None
-
-
-def whole_number(form: dict[str, str], field: str) -> int | None:
-    """A form field's positive whole number (``1e4`` counts), None when left empty."""
-    number = form_number(form, field)
-    if number is not None and (as_int(number) is None or number < 1):
-        raise NetspecError(f"{field}: must be a positive whole number, got {form[field].strip()!r}")
-    return None if number is None else as_int(number)
-
-
-def positive_number(form: dict[str, str], field: str) -> float | None:
-    """A form field's finite number above 0, None when left empty."""
-    number = form_number(form, field)
-    if number is not None and not 0 < number < float("inf"):
-        raise NetspecError(f"{field}: must be a finite number above 0, got {form[field].strip()!r}")
-    return None if number is None else float(number)
 
 
 def start(workspace: Workspace, wanted: Start) -> str:

@@ -24,7 +24,8 @@ def page(title: str, body: str) -> str:
 <script src="/static/dashboard.js" defer></script>
 </head>
 <body>
-<header><a href="/">netspec dashboard</a> <a href="/new">New run</a></header>
+<header><a href="/">netspec dashboard</a> <nav><a href="/">Runs</a> <a href="/new">New run</a>
+<a href="/datasets">Datasets</a> <a href="/models">Models</a></nav></header>
 <main>
 {body}
 </main>
@@ -43,6 +44,11 @@ def value(number) -> str:
 def run_link(run: str) -> str:
     """The address of run ``run``'s page."""
     return "/run?" + urllib.parse.urlencode({"run": run})
+
+
+def publish_link(run: str) -> str:
+    """The address of the form publishing run ``run`` to the zoo."""
+    return "/publish?" + urllib.parse.urlencode({"run": run})
 
 
 def state_badge(state: str, message: str) -> str:
@@ -79,6 +85,7 @@ def run_page(run: str, row: dict, overlaid: list[str], others: list[str], damage
     running = row["state"] == "running"
     actions = "".join(f'<button data-action="{action}" data-run="{escape(run)}"{"" if running else " disabled"}>'
                       f"{label}</button>" for action, label in (("snapshot", "Snapshot now"), ("stop", "Stop")))
+    actions += f'<a id="publish" href="{escape(publish_link(run))}">Publish to the zoo</a>'
     boxes = "\n".join(f'<label><input type="checkbox" class="overlay" value="{escape(other)}"'
                       f'{" checked" if other in overlaid else ""}> {escape(other)}</label>' for other in others)
     shown = json.dumps([run, *overlaid])
@@ -136,6 +143,16 @@ def snapshots_table(snapshots: list[dict]) -> str:
     return f"<table><thead><tr><th>file</th><th>size</th><th>written</th></tr></thead><tbody>{rows}</tbody></table>"
 
 
+def problem_page(message: str) -> str:
+    """A page saying why what was asked cannot be shown."""
+    return page("Cannot show this", f"<h1>Cannot show this</h1>\n{refused_message(message)}")
+
+
+def refused_message(message: str) -> str:
+    """Why the form's last submission was refused, shown above the form (nothing when it was not)."""
+    return f'<pre id="refused" class="refused" role="alert">{escape(message)}</pre>' if message else ""
+
+
 def new_run_page(solvers: list[str], form: dict[str, str], message: str = "") -> str:
     """The New run form: a solver file of the workspace, optional overrides and run folder; ``message`` says why
     the last start was refused, and ``form`` holds what was asked then."""
@@ -151,13 +168,12 @@ def new_run_page(solvers: list[str], form: dict[str, str], message: str = "") ->
                          ("base_lr", "base_lr", "as the file says"), ("max_iter", "max_iter", "as the file says"),
                          ("batch_size", "batch size (train data)", "as the file says"),
                          ("out", "run folder", "snapshot_prefix's folder")))
-    refused = f'<pre id="refused" class="refused" role="alert">{escape(message)}</pre>' if message else ""
     chooser = (f'<label>solver file <select name="solver" required>{options}</select></label>' if solvers
                else "<p>no solver files in the workspace (YAML files named *solver*.yaml, or with a net: or "
                     "train_net: key)</p>")
     return page("New run", f"""<h1>New run</h1>
-{refused}
-<form method="post" action="/new" class="new-run">
+{refused_message(message)}
+<form method="post" action="/new" class="form">
 {chooser}
 {fields}<label>device <select name="device">{devices}</select></label>
 <button type="submit"{"" if solvers else " disabled"}>Start</button>

@@ -8,7 +8,8 @@
   Host it was sent to, so another site's page cannot post to the dashboard.
 - Host: listening on loopback only, the Host header must be a loopback name,
   so a page whose name is re-pointed at 127.0.0.1 (DNS rebinding) is refused.
-- Request bodies beyond ``max_body`` bytes are refused (413) before the app reads them.
+- Request bodies beyond ``max_body`` bytes (``uploads[path]`` for the paths taking files) are refused
+  (413) before the app reads them.
 - Every response says: no sniffing of types, scripts and styles from the
   dashboard itself only, no framing, no Referer sent to other sites.
 """
@@ -24,11 +25,12 @@ from starlette.responses import PlainTextResponse
 
 COOKIE = "netspec_dashboard_token"
 MAX_BODY = 1024 * 1024
+MAX_UPLOAD = 16 * 1024 * 1024  # an uploaded image file
 SAFE_METHODS = ("GET", "HEAD")
 LOOPBACK_NAMES = ("localhost",)
 HEADERS = [
     (b"x-content-type-options", b"nosniff"),
-    (b"content-security-policy", b"default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    (b"content-security-policy", b"default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
                                  b"frame-ancestors 'none'; form-action 'self'; base-uri 'none'"),
     (b"referrer-policy", b"same-origin"),
     (b"x-frame-options", b"DENY"),
@@ -54,8 +56,10 @@ def new_token() -> str:
 class Guard:
     """ASGI middleware enforcing the module's rules; ``token_required`` guards reads as well as changes."""
 
-    def __init__(self, app, token: str, token_required: bool, max_body: int = MAX_BODY):
+    def __init__(self, app, token: str, token_required: bool, max_body: int = MAX_BODY,
+                 uploads: dict[str, int] | None = None):
         self.app, self.token, self.token_required, self.max_body = app, token, token_required, max_body
+        self.uploads = uploads or {}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -68,10 +72,10 @@ class Guard:
             await PlainTextResponse(refusal[1], status_code=refusal[0])(scope, receive, send)
             return
         if request.method not in SAFE_METHODS:
-            body = await self._body(request, receive)
+            limit = self.uploads.get(request.url.path, self.max_body)
+            body = await self._body(request, receive, limit)
             if body is None:
-                await PlainTextResponse(f"request body over {self.max_body} bytes", status_code=413)(
-                    scope, receive, send)
+                await PlainTextResponse(f"request body over {limit} bytes", status_code=413)(scope, receive, send)
                 return
             receive = _replay(body, receive)
         await self.app(scope, receive, send)
@@ -109,10 +113,10 @@ class Guard:
 
         return sending
 
-    async def _body(self, request: Request, receive) -> bytes | None:
-        """The whole request body, or None when it is (or says it will be) longer than ``max_body``."""
+    async def _body(self, request: Request, receive, limit: int) -> bytes | None:
+        """The whole request body, or None when it is (or says it will be) longer than ``limit``."""
         declared = request.headers.get("content-length", "0")
-        if not declared.isdigit() or int(declared) > self.max_body:
+        if not declared.isdigit() or int(declared) > limit:
             return None
         body = b""
         while True:
@@ -120,7 +124,7 @@ class Guard:
             if message["type"] != "http.request":
                 return body
             body += message.get("body", b"")
-            if len(body) > self.max_body:
+            if len(body) > limit:
                 return None
             if not message.get("more_body", False):
                 return body

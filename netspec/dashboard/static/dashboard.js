@@ -1,6 +1,7 @@
 // netspec dashboard: the runs list refreshes itself; a run page draws its curves with plotly.js and
 // adds each metrics line the server streams (server-sent events) without reloading; its state, buttons and
-// snapshots refresh themselves too.
+// snapshots refresh themselves too.  The Datasets page follows its conversions' progress; a model's page
+// sends an image the person chooses to the model and shows its top classes.
 "use strict";
 
 const COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
@@ -177,7 +178,120 @@ function startRunPage(charts) {
   window.setInterval(refreshRun, 5000);
 }
 
+function showConversions(list) {
+  const items = document.getElementById("conversion-list");
+  items.replaceChildren();
+  for (const conversion of list) {
+    const item = document.createElement("li");
+    item.className = `conversion conversion-${conversion.state}`;
+    const title = document.createElement("div");
+    title.textContent = `${conversion.source} → ${conversion.out}: ${conversion.state}`;
+    const bar = document.createElement("progress");
+    bar.max = Math.max(conversion.total, 1);
+    bar.value = conversion.state === "finished" ? bar.max : conversion.done;
+    const count = document.createElement("span");
+    count.textContent = ` ${conversion.done} / ${conversion.total || "?"} images`;
+    item.append(title, bar, count);
+    if (conversion.message) {
+      const message = document.createElement("p");
+      message.textContent = conversion.message;
+      item.appendChild(message);
+    }
+    for (const skipped of conversion.skipped) {
+      const line = document.createElement("p");
+      line.className = "damaged";
+      line.textContent = `skipped ${skipped}`;
+      item.appendChild(line);
+    }
+    items.appendChild(item);
+  }
+  if (!list.length) items.textContent = "none started from this dashboard";
+}
+
+function followConversions(section) {
+  // show the conversions' progress, once a second while one runs; a finished one's dataset joins the table
+  let running = 0;
+  const follow = async () => {
+    let list;
+    try {
+      const response = await fetch("/api/datasets/conversions");
+      if (!response.ok) return;
+      list = await response.json();
+    } catch (error) {
+      return;
+    }
+    showConversions(list);
+    const now = list.filter((conversion) => conversion.state === "running").length;
+    if (now < running) {
+      const page = await fetchPage("/datasets");
+      const rows = page && page.querySelector("#datasets tbody");
+      if (rows) document.querySelector("#datasets tbody").replaceWith(rows);
+    }
+    running = now;
+  };
+  showConversions(JSON.parse(section.dataset.conversions));
+  running = JSON.parse(section.dataset.conversions).filter((conversion) => conversion.state === "running").length;
+  window.setInterval(follow, 1000);
+}
+
+function cell(row, text) {
+  const element = document.createElement("td");
+  element.textContent = text;
+  row.appendChild(element);
+}
+
+async function predict(form) {
+  const file = document.getElementById("predict-file").files[0];
+  const note = document.getElementById("predict-note");
+  const table = document.getElementById("predictions");
+  if (!file) return;
+  const image = document.getElementById("predict-image");
+  if (image.src) URL.revokeObjectURL(image.src);
+  image.src = URL.createObjectURL(file);
+  image.hidden = false;
+  table.replaceChildren();
+  note.textContent = "predicting…";
+  let answer;
+  try {
+    const response = await fetch(`/api/models/predict?ref=${encodeURIComponent(form.dataset.ref)}` +
+                                 `&name=${encodeURIComponent(file.name)}`,
+                                 { method: "POST", body: file, headers: { "content-type": "application/octet-stream" } });
+    answer = response.headers.get("content-type").startsWith("application/json")
+      ? await response.json() : { error: await response.text() };
+  } catch (error) {
+    answer = { error: `no answer from the dashboard: ${error.message}` };
+  }
+  if (answer.error) {
+    note.textContent = answer.error;
+    return;
+  }
+  note.textContent = answer.note;
+  const head = document.createElement("tr");
+  for (const title of ["class", "label", "probability"]) {
+    const element = document.createElement("th");
+    element.textContent = title;
+    head.appendChild(element);
+  }
+  table.appendChild(head);
+  for (const prediction of answer.predictions) {
+    const row = document.createElement("tr");
+    cell(row, prediction.name);
+    cell(row, String(prediction.label));
+    cell(row, `${(100 * prediction.probability).toFixed(1)} %`);
+    table.appendChild(row);
+  }
+}
+
 forgetToken();
 if (document.getElementById("runs")) window.setInterval(refreshRuns, 5000);
 const charts = document.getElementById("charts");
 if (charts) startRunPage(charts);
+const conversions = document.getElementById("conversions");
+if (conversions) followConversions(conversions);
+const predictForm = document.getElementById("predict-form");
+if (predictForm) {
+  predictForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    predict(predictForm);
+  });
+}

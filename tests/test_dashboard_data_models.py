@@ -1,0 +1,180 @@
+"""The dashboard's Datasets and Models pages over HTTP: a dataset made from an image folder with its progress,
+a dataset browsed (manifest, label histogram, records as images), a run published, predictions on an upload."""
+
+from __future__ import annotations
+
+import html
+import io
+from pathlib import Path
+
+import numpy
+import pytest
+from PIL import Image
+from test_cli import run
+from test_dashboard import LOCAL, TOKEN, client, digits_workspace, wait_for
+
+from netspec.data.dataset import DatasetWriter
+from netspec.tools.digits import load_digits
+
+
+def digit_folders(root: Path, classes: int = 3, each: int = 12) -> Path:
+    """An image folder of ``classes`` class subfolders of ``each`` 8x8 digit PNGs."""
+    images, labels = load_digits()
+    for digit in range(classes):
+        folder = root / f"digit{digit}"
+        folder.mkdir(parents=True)
+        for index, image in enumerate(images[labels == digit][:each]):
+            Image.fromarray(numpy.asarray(image[0], dtype=numpy.uint8)).save(folder / f"{index:03d}.png")
+    return root
+
+
+def post_form(dashboard, path: str, fields: dict, **kwargs):
+    """The form posted as the page posts it (same origin, the token in its cookie)."""
+    dashboard.cookies.set("netspec_dashboard_token", TOKEN)
+    return dashboard.post(path, data=fields, headers={"origin": LOCAL}, **kwargs)
+
+
+def upload(dashboard, ref: str, data: bytes, name: str = "seven.png"):
+    """An image file sent to the model as the model's page sends it."""
+    dashboard.cookies.set("netspec_dashboard_token", TOKEN)
+    return dashboard.post("/api/models/predict", params={"ref": ref, "name": name}, content=data,
+                          headers={"origin": LOCAL, "content-type": "application/octet-stream"})
+
+
+def converted(dashboard, out: str) -> dict:
+    """The conversion into ``out`` once it ended."""
+    def ended():
+        found = [c for c in dashboard.get("/api/datasets/conversions").json() if c["out"] == out]
+        return found and found[0]["state"] != "running" and found[0]
+    wait_for(ended, 60)
+    return ended()
+
+
+def test_a_dataset_is_made_from_an_image_folder_with_its_progress(tmp_path):
+    digit_folders(tmp_path / "images" / "digits")
+    (tmp_path / "images" / "digits" / "digit1" / "broken.png").write_bytes(b"not a png")
+    dashboard = client(tmp_path, follow_redirects=False)
+    page = dashboard.get("/datasets").text
+    assert '<option value="images/digits">' in page and "no dataset folders in the workspace yet" in page
+    answer = post_form(dashboard, "/datasets", {"source": "images/digits", "out": "data/digits", "backend": "lmdb",
+                                                "resize": "16x16", "shuffle": "1", "seed": "1_0",
+                                                "val_fraction": ".25"})
+    assert (answer.status_code, answer.headers["location"]) == (303, "/datasets#conversions")
+    done = converted(dashboard, "data/digits")
+    assert (done["state"], done["total"], done["done"]) == ("finished", 37, 37), done
+    assert done["message"].startswith("wrote 27 records to data/digits/train, 9 records to data/digits/val; "
+                                      "skipped 1 image(s)")
+    assert done["skipped_count"] == 1 and "broken.png: not an image" in done["skipped"][0]
+    page = dashboard.get("/datasets").text
+    assert '<a href="/dataset?path=data%2Fdigits%2Ftrain">data/digits/train</a></td><td>lmdb</td><td>27</td>' \
+           "<td>3×16×16</td><td>3</td>" in page
+    shown = dashboard.get("/dataset", params={"path": "data/digits/val"}).text
+    assert "<td>0</td><td>digit0</td><td>3</td>" in shown and '&quot;label_names&quot;: [' in shown
+    assert shown.count("<figure>") == 9
+    png = dashboard.get("/api/datasets/record.png", params={"path": "data/digits/val", "index": 8})
+    assert png.headers["content-type"] == "image/png"
+    assert Image.open(io.BytesIO(png.content)).size == (16, 16)
+
+
+def test_conversion_forms_that_cannot_be_done_say_why_and_replace_nothing(tmp_path):
+    digit_folders(tmp_path / "images")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "keep.txt").write_text("mine")
+    (tmp_path / "empty").mkdir()
+    dashboard = client(tmp_path)
+    for fields, status, message in [
+        ({"source": "../outside", "out": "x"}, 403, "'../outside': outside the workspace"),
+        ({"source": "images", "out": "../../x"}, 403, "'../../x': outside the workspace"),
+        ({"source": "images", "out": "data"}, 409, "data already exists: choose another dataset folder"),
+        ({"source": "empty", "out": "x"}, 400, "empty: no class subfolders"),
+        ({"source": "nowhere", "out": "x"}, 404, "'nowhere': no such folder in the workspace"),
+        ({"source": "images", "out": "x", "resize": "16"}, 400, "resize: expected HxW such as 32x32, got '16'"),
+        ({"source": "images", "out": "x", "val_fraction": "1.5"}, 400, "val_fraction: must be at least 0 and below 1"),
+        ({"source": "images", "out": "x", "backend": "hdf5", "encoding": "png"}, 400, "encoding: PNG and JPEG"),
+    ]:
+        answer = post_form(dashboard, "/datasets", fields)
+        text = html.unescape(answer.text)
+        assert answer.status_code == status and message in text, (fields, text)
+        assert f'value="{fields["out"]}"' in text  # the form keeps what was asked
+    assert (tmp_path / "data" / "keep.txt").read_text() == "mine" and not (tmp_path / "x").exists()
+    assert dashboard.get("/api/datasets/conversions").json() == []
+
+
+def test_a_float_dataset_and_a_damaged_one_are_shown(tmp_path):
+    writer = DatasetWriter(str(tmp_path / "floats"), "hdf5")
+    for label in range(4):
+        writer.add(numpy.full((2, 3, 5), label - 1.5, dtype=numpy.float32), label % 2)
+    writer.finish([], "0" * 64, {})
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "manifest.json").write_text("{")
+    dashboard = client(tmp_path)
+    page = dashboard.get("/datasets").text
+    assert "<td>hdf5</td><td>4</td><td>2×3×5</td><td>2</td>" in page and "cannot read the manifest" in page
+    record = dashboard.get("/api/datasets/record.png", params={"path": "floats", "index": 3})
+    assert Image.open(io.BytesIO(record.content)).mode == "L"
+    assert dashboard.get("/api/datasets/record.png", params={"path": "floats", "index": 4}).status_code == 404
+    assert dashboard.get("/api/datasets/record.png", params={"path": "floats", "index": "-1"}).status_code == 400
+    broken = dashboard.get("/dataset", params={"path": "bad"})
+    assert broken.status_code == 400 and "cannot read the manifest" in broken.text
+    assert dashboard.get("/dataset", params={"path": "../x"}).status_code == 403
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """The digits workspace with a short finished run, runs/short, with its final snapshot."""
+    folder = digits_workspace(tmp_path_factory)
+    result = run("train", folder / "solver.yaml", "--max-iter", "150", "--out", folder / "runs" / "short")
+    assert result.returncode == 0, result.stderr
+    return folder
+
+
+def test_a_finished_run_is_published_and_predicts_on_an_uploaded_image(trained, tmp_path):
+    zoo = tmp_path / "zoo"
+    dashboard = client(trained, zoo=zoo, follow_redirects=False)
+    assert "no models in this zoo yet" in dashboard.get("/models").text
+    form = dashboard.get("/publish", params={"run": "runs/short"}).text
+    assert 'name="name" value="short"' in form and "disabled" not in form
+    fields = {"name": "my-digits", "version": "1", "summary": "8x8 digits <b>", "license": "MIT",
+              "authors": "Ada, Grace"}
+    answer = post_form(dashboard, "/publish?run=runs%2Fshort", fields)
+    assert (answer.status_code, answer.headers["location"]) == (303, "/model?ref=my-digits%401")
+    again = post_form(dashboard, "/publish?run=runs%2Fshort", fields)
+    assert again.status_code == 409 and "my-digits@1 is already in the zoo" in again.text
+    listing = dashboard.get("/models").text
+    assert 'href="/model?ref=my-digits%401">my-digits@1</a>' in listing and "8x8 digits &lt;b&gt;" in listing
+    assert "accuracy 0.9" in listing
+    page = dashboard.get("/model", params={"ref": "my-digits@1"}).text
+    assert "Ada, Grace" in page and "netspec predict my-digits@1 image.png --zoo" in page
+    seven = (Path(__file__).parent.parent / "configs" / "digits" / "seven.png").read_bytes()
+    answer = upload(dashboard, "my-digits@1", seven)
+    top = answer.json()["predictions"]
+    assert answer.status_code == 200 and len(top) == 5 and top[0]["name"] == "7", top
+    assert sum(p["probability"] for p in top) <= 1 + 1e-6 and answer.json()["note"] == ""
+    big = Image.new("RGB", (40, 30), "white")
+    buffer = io.BytesIO()
+    big.save(buffer, format="PNG")
+    note = upload(dashboard, "my-digits@1", buffer.getvalue(), "photo.png").json()["note"]
+    assert "resized 1 input(s) to 8x8" in note and "converted 1 from colour to grey" in note
+
+
+def test_bad_uploads_and_unknown_models_get_a_clear_answer(trained, tmp_path):
+    zoo = tmp_path / "zoo"
+    dashboard = client(trained, zoo=zoo, follow_redirects=False)
+    assert post_form(dashboard, "/publish?run=runs%2Fshort", {"name": "digits"}).status_code == 303
+    assert post_form(dashboard, "/publish?run=runs%2Fshort", {"name": "Bad Name"}).status_code == 400
+    not_image = upload(dashboard, "digits@1", b"plain text", "notes.txt")
+    assert not_image.status_code == 400 and not_image.json() == {"error": "notes.txt: not an image"}
+    assert "no model 'other'" in upload(dashboard, "other", b"x").json()["error"]
+    assert upload(dashboard, "digits@1", b"\0" * (16 * 1024 * 1024 + 1)).status_code == 413
+    missing = dashboard.get("/model", params={"ref": "other@1"})
+    assert missing.status_code == 400 and "no model 'other'" in html.unescape(missing.text)
+
+
+def test_a_run_that_is_running_or_has_no_weights_is_not_published(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "metrics.jsonl").write_text("")
+    dashboard = client(tmp_path)
+    form = dashboard.get("/publish", params={"run": "empty"}).text
+    assert "the run has no snapshot weights to publish" in form and "disabled>Publish" in form
+    answer = post_form(dashboard, "/publish?run=empty", {"name": "x"})
+    assert answer.status_code == 400 and "no snapshot weights" in answer.text
