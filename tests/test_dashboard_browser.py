@@ -1,9 +1,10 @@
 """`netspec dashboard` in headless Chromium: the pages load without a script error or a CSP violation, the
-curves grow while a run trains, and the buttons and the New run form work, as a person would use them.
+curves grow while a run trains, the buttons and the New run form work, a run is published and its model
+predicts on an uploaded image, and a dataset is made from a folder of images and browsed, as a person would.
 
 Needs a Chromium executable (Debian's ``chromium`` package; ``NETSPEC_CHROMIUM`` names another one) and the
 playwright Python package, never its downloaded browsers.  ``NETSPEC_DASHBOARD_SHOTS=FOLDER`` saves screenshots
-of the Runs page, a run page and the New run page there.
+of every page there.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ import time
 from pathlib import Path
 
 import pytest
+from test_dashboard_data_models import digit_folders
 
 from netspec.training import run_folder
 
 DIGITS = Path(__file__).parent.parent / "configs" / "digits"
+SHOWN_IMAGES = "(images) => images.every((image) => image.complete && image.naturalWidth > 0)"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 REPORT_CSP = ("document.addEventListener('securitypolicyviolation', (e) => "
               "console.error(`CSP violation: ${e.violatedDirective} blocked ${e.blockedURI}`));")
@@ -63,6 +66,7 @@ def workspace(tmp_path_factory) -> Path:
         solver = solver.replace(old, new)
     (folder / "solver.yaml").write_text(solver)
     assert netspec("convert", "digits", "data", cwd=folder).wait(120) == 0
+    digit_folders(folder / "images" / "digits")
     assert netspec("train", "solver.yaml", "--out", "runs/done", "--max-iter", "100", cwd=folder,
                    stdout=subprocess.DEVNULL).wait(300) == 0
     return folder
@@ -71,7 +75,8 @@ def workspace(tmp_path_factory) -> Path:
 @pytest.fixture
 def dashboard(workspace):
     """``netspec dashboard`` over the workspace on a free port: the URL it prints (with the token)."""
-    server = netspec("dashboard", workspace, "--port", "0", cwd=workspace, stdout=subprocess.PIPE, text=True)
+    server = netspec("dashboard", workspace, "--port", "0", "--zoo", workspace.parent / f"{workspace.name}-zoo",
+                     cwd=workspace, stdout=subprocess.PIPE, text=True)
     try:
         line = server.stdout.readline()
         assert "?token=" in line, line
@@ -159,6 +164,45 @@ def test_the_dashboard_in_a_browser(workspace, dashboard):
                 expect(page.locator("button[data-action=stop]")).to_be_disabled()
                 assert training.wait(30) == 130  # stopped by SIGINT
             assert run_folder.run_state(str(workspace / "runs" / "live"))[0] == "stopped"
+
+            # Publish the stopped run, and try the model on an image
+            page.locator("#publish").click()
+            page.wait_for_url("**/publish?run=runs%2Flive")
+            page.fill("input[name=name]", "live-digits")
+            page.fill("input[name=summary]", "8x8 digits, trained from the browser")
+            page.locator("button[type=submit]").click()
+            page.wait_for_url("**/model?ref=live-digits%401")
+            page.set_input_files("#predict-file", str(DIGITS / "seven.png"))
+            page.locator("#predict-form button[type=submit]").click()
+            expect(page.locator("#predictions tr")).to_have_count(6)  # a header and the top 5
+            expect(page.locator("#predictions tr").nth(1).locator("td").first).to_have_text("7")
+            assert page.locator("#predict-image").evaluate("(image) => image.naturalWidth") == 8
+            if shots:
+                page.screenshot(path=os.path.join(shots, "model.png"), full_page=True)
+            page.locator("header a", has_text="Models").click()
+            expect(page.locator("#models .card", has_text="live-digits@1")).to_have_count(1)
+            if shots:
+                page.screenshot(path=os.path.join(shots, "models.png"), full_page=True)
+
+            # Datasets: one made from the image folder, its progress followed, then browsed
+            page.locator("header a", has_text="Datasets").click()
+            page.fill("input[name=source]", "images/digits")
+            page.fill("input[name=out]", "data/three")
+            page.check("input[name=gray]")
+            page.fill("input[name=val_fraction]", ".25")
+            page.locator("button[type=submit]").click()
+            page.wait_for_url("**/datasets#conversions")
+            expect(page.locator("#conversion-list li")).to_contain_text("finished")
+            expect(page.locator("#conversion-list li")).to_contain_text("36 / 36 images")
+            expect(page.locator("#datasets a", has_text="data/three/train")).to_have_count(1)  # no reload
+            if shots:
+                page.screenshot(path=os.path.join(shots, "datasets.png"), full_page=True)
+            page.locator("#datasets a", has_text="data/three/train").click()
+            expect(page.locator("#histogram tbody tr")).to_have_count(3)
+            expect(page.locator("#samples figure")).to_have_count(27)
+            until(lambda: page.locator("#samples img").evaluate_all(SHOWN_IMAGES), what="the records' images")
+            if shots:
+                page.screenshot(path=os.path.join(shots, "dataset.png"), full_page=True)
 
             # New run: the form starts a training and leads to its page, whose curves grow
             page.locator("header a", has_text="New run").click()

@@ -24,7 +24,7 @@ def digit_folders(root: Path, classes: int = 3, each: int = 12) -> Path:
         folder = root / f"digit{digit}"
         folder.mkdir(parents=True)
         for index, image in enumerate(images[labels == digit][:each]):
-            Image.fromarray(numpy.asarray(image[0], dtype=numpy.uint8)).save(folder / f"{index:03d}.png")
+            Image.fromarray((image[0] * 255).round().astype(numpy.uint8)).save(folder / f"{index:03d}.png")
     return root
 
 
