@@ -1,9 +1,10 @@
-"""Commands about the model zoo: zoo publish | list | show | verify | remove | serve | download | import-caffe, and
-predict."""
+"""Commands about the model zoo: zoo publish | list | show | verify | remove | serve | download | import-caffe |
+finetune, and predict."""
 
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 
 import click
@@ -25,6 +26,7 @@ from netspec.model_zoo.builtin import builtin_cards
 from netspec.model_zoo.caffe_zoo import CaffeImport, import_caffe, open_directory
 from netspec.model_zoo.card import read_card, readme
 from netspec.model_zoo.download import download, read_index
+from netspec.model_zoo.finetune import prepare_finetune
 from netspec.model_zoo.predict import load, model_folder, read_inputs
 from netspec.model_zoo.publish import PublishRequest, publish
 from netspec.model_zoo.serve import IDLE_TIMEOUT, make_server
@@ -211,6 +213,23 @@ def zoo_import_caffe(location, name, weights, mean_value, labels_file, zoo_dir, 
     card, report = import_caffe(open_directory(location, timeout), local, request, download_progress)
     echo_installed(card, local)
     echo_report(report)
+
+
+@zoo.command("finetune")
+@click.argument("model", metavar="MODEL")
+@click.argument("dataset", type=click.Path(file_okay=False))
+@click.option("--out", "run_dir", required=True, type=click.Path(file_okay=False),
+              help="the run folder of the training (the configs go into OUT/finetune/)")
+@zoo_option
+@user_errors
+def zoo_finetune(model, dataset, run_dir, zoo_dir):
+    """Prepare fine-tuning MODEL (a zoo name[@version] or a model folder) on DATASET (a dataset folder, or a folder
+    of train/ and val/ datasets) and print the netspec train command that runs it."""
+    prepared = prepare_finetune(model, dataset, run_dir, zoo_dir)
+    for note in prepared.notes:
+        click.echo(f"note: {note}")
+    click.echo(f"prepared {prepared.solver}; train with:")
+    click.echo(shlex.join(prepared.command))
 
 
 def download_progress(total: int | None):

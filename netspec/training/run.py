@@ -72,7 +72,7 @@ def with_batch_size(net: NetSpec, batch_size: int) -> NetSpec:
     layers, changed = [], False
     for layer in net.layers:
         block = next((name for name, params in layer.blocks.items() if hasattr(params, "batch_size")), None)
-        if block is not None and _in_train_phase(layer):
+        if block is not None and in_train_phase(layer):
             blocks = {**layer.blocks, block: dataclasses.replace(layer.blocks[block], batch_size=batch_size)}
             layer, changed = dataclasses.replace(layer, blocks=blocks), True
         layers.append(layer)
@@ -82,7 +82,7 @@ def with_batch_size(net: NetSpec, batch_size: int) -> NetSpec:
     return dataclasses.replace(net, layers=layers)
 
 
-def _in_train_phase(layer: LayerSpec) -> bool:
+def in_train_phase(layer: LayerSpec) -> bool:
     """Whether the TRAIN phase includes ``layer`` as far as its rules' phases say (stages and levels aside)."""
     if layer.include:
         return any(rule.phase in (None, "TRAIN") for rule in layer.include)
