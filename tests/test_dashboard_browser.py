@@ -170,6 +170,7 @@ def test_the_dashboard_in_a_browser(workspace, dashboard):
             page.wait_for_url("**/publish?run=runs%2Flive")
             page.fill("input[name=name]", "live-digits")
             page.fill("input[name=summary]", "8x8 digits, trained from the browser")
+            page.fill("input[name=scale]", "0.00392")  # its HDF5 data holds values in [0, 1]
             page.locator("button[type=submit]").click()
             page.wait_for_url("**/model?ref=live-digits%401")
             page.set_input_files("#predict-file", str(DIGITS / "seven.png"))

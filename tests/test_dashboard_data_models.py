@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import io
+import json
 from pathlib import Path
 
 import numpy
@@ -178,3 +179,32 @@ def test_a_run_that_is_running_or_has_no_weights_is_not_published(tmp_path):
     assert "the run has no snapshot weights to publish" in form and "disabled>Publish" in form
     answer = post_form(dashboard, "/publish?run=empty", {"name": "x"})
     assert answer.status_code == 400 and "no snapshot weights" in answer.text
+
+
+def test_a_zoo_model_is_fine_tuned_on_a_dataset_made_in_the_page(trained, tmp_path):
+    zoo = tmp_path / "zoo"
+    digit_folders(trained / "images" / "three")
+    dashboard = client(trained, zoo=zoo, follow_redirects=False)
+    assert "no model in the zoo carries its training configs" in dashboard.get("/new").text
+    published = post_form(dashboard, "/publish?run=runs%2Fshort", {"name": "digits", "scale": "0.00392"})
+    assert published.status_code == 303
+    assert post_form(dashboard, "/datasets", {"source": "images/three", "out": "data/three", "gray": "1",
+                                              "val_fraction": ".25"}).status_code == 303
+    assert converted(dashboard, "data/three")["state"] == "finished"
+    form = dashboard.get("/new").text
+    assert "<option>digits@1</option>" in form and "<option>data/three</option>" in form
+    assert "<option>data/three/train</option>" in form
+    refused = post_form(dashboard, "/new", {"model": "digits@1", "dataset": "data/three"})
+    assert refused.status_code == 400 and "choose the dataset and name the run folder" in refused.text
+    answer = post_form(dashboard, "/new", {"model": "digits@1", "dataset": "data/three", "out": "runs/tuned",
+                                           "max_iter": "40"})
+    assert (answer.status_code, answer.headers["location"]) == (303, "/run?run=runs%2Ftuned")
+    out = trained / "runs" / "tuned"
+    wait_for(lambda: (out / "outcome.json").exists(), 120)
+    log = (out / "train.log").read_text()
+    assert "optimization done at iteration 40" in log and "ip2_finetune" in log, log
+    tests = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if '"TEST"' in line]
+    assert tests[-1]["accuracy"] > 0.8, tests[-1]
+    assert (out / "finetune" / "solver.yaml").is_file()
+    again = post_form(dashboard, "/new", {"model": "digits@1", "dataset": "data/three", "out": "runs/tuned"})
+    assert again.status_code == 409 and "runs/tuned already holds a run" in again.text

@@ -49,10 +49,11 @@ from netspec.dashboard.datasets import (
     record_png,
     samples,
     summary,
+    training_sets,
 )
 from netspec.dashboard.forms import parse_form
 from netspec.dashboard.metrics import MetricsCache, Position, current, read_from
-from netspec.dashboard.models import Predictors, PublishForm, models, publish_run, publishable
+from netspec.dashboard.models import Predictors, PublishForm, finetunable, models, publish_run, publishable
 from netspec.dashboard.runs import NetDrawings, config_files, row, snapshots
 from netspec.dashboard.security import MAX_UPLOAD, Guard
 from netspec.dashboard.workspace import RefusedPathError, Workspace
@@ -135,17 +136,21 @@ def create_app(root: str, token: str, token_required: bool, zoo: str | None = No
             return PlainTextResponse(drawing.message or f"{run}: no drawing", status_code=404)
         return Response(drawing.svg, media_type="image/svg+xml")
 
+    def new_run_page(form: dict[str, str], message: str = "", status: int = 200) -> HTMLResponse:
+        page = pages.new_run_page(new_run.solver_files(workspace), finetunable(models(local_zoo)),
+                                  training_sets(dataset_folders(workspace)), form, message)
+        return HTMLResponse(page, status_code=status)
+
     def new_run_form(request: Request) -> HTMLResponse:
-        return HTMLResponse(pages.new_run_page(new_run.solver_files(workspace), {}))
+        return new_run_page(dict(request.query_params))
 
     async def start_run(request: Request) -> Response:
         form = parse_form(await request.body())
         try:
             wanted = new_run.Start.from_form(form)
-            run = await anyio.to_thread.run_sync(new_run.start, workspace, wanted)
+            run = await anyio.to_thread.run_sync(new_run.start, workspace, wanted, local_zoo.root)
         except NetspecError as exc:
-            page = pages.new_run_page(new_run.solver_files(workspace), form, str(exc))
-            return HTMLResponse(page, status_code=getattr(exc, "status", 400))
+            return new_run_page(form, str(exc), getattr(exc, "status", 400))
         return RedirectResponse(pages.run_link(run), status_code=303)
 
     def datasets_page(form: dict[str, str] | None = None, message: str = "", status: int = 200) -> HTMLResponse:

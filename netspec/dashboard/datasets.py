@@ -36,6 +36,15 @@ def dataset_folders(workspace: Workspace) -> list[str]:
                   if not is_run and any(entry.name == MANIFEST for entry in entries))
 
 
+def training_sets(datasets: list[str]) -> list[str]:
+    """What a fine-tuning can read, of the dataset folders ``datasets``: each of them, and each folder holding a
+    ``train`` and a ``val`` one (as a conversion with a validation fraction makes), sorted."""
+    held = set(datasets)
+    pairs = {path.rpartition("/")[0] or "." for path in datasets
+             if path.rpartition("/")[2] == "train" and (path[:-len("train")] + "val") in held}
+    return sorted(held | pairs)
+
+
 def image_folders(workspace: Workspace) -> list[str]:
     """Folders of the workspace whose subfolders hold images: what a conversion can take as its source."""
     found = set()

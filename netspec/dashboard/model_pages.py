@@ -124,5 +124,8 @@ card records its last test values, preprocessing, label names and provenance, as
 {field("summary", "summary", "", "one line describing the model")}
 <label>licence <select name="license">{licences}</select></label>
 {field("authors", "authors", "", "comma separated")}
+{field("scale", "input scale", "", "the run's transform_param scale, else 1")}
+<p class="where">The input scale multiplies an image's pixel values (0-255) before the net sees them: give it when
+the run's data was scaled beforehand (HDF5 files of values in [0, 1] need 0.00392, that is 1/255).</p>
 <button type="submit"{" disabled" if problem else ""}>Publish</button>
 </form>""")

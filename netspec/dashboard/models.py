@@ -11,7 +11,7 @@ import os
 import threading
 from dataclasses import dataclass
 
-from netspec.dashboard.forms import choice
+from netspec.dashboard.forms import choice, positive_number
 from netspec.dashboard.workspace import RefusedPathError
 from netspec.errors import NetspecError
 from netspec.model_zoo.card import CARD, ModelCard, check_name, check_version
@@ -39,6 +39,12 @@ def models(zoo: Zoo) -> list[dict]:
     return found
 
 
+def finetunable(found: list[dict]) -> list[str]:
+    """The models (of :func:`models`) that can be fine-tuned: with weights, train net and solver."""
+    return [model["ref"] for model in found if "card" in model and model["card"].weights and
+            model["card"].train_net and model["card"].solver]
+
+
 def publishable(folder: str) -> str | None:
     """Why the run in ``folder`` cannot be published now, or None when it can (it ended, with snapshot weights)."""
     state, _ = run_folder.run_state(folder)
@@ -51,13 +57,14 @@ def publishable(folder: str) -> str | None:
 
 @dataclass
 class PublishForm:
-    """What the Publish form asks: the model's name, version, summary, licence and authors."""
+    """What the Publish form asks: the model's name, version, summary, licence, authors and input scale."""
 
     name: str
     version: str
     summary: str
     license: str
     authors: list[str]
+    scale: float | None  # None: the run's transform_param's, else 1
 
     @classmethod
     def from_form(cls, form: dict[str, str]) -> PublishForm:
@@ -67,7 +74,7 @@ class PublishForm:
         check_version(version)
         authors = [author.strip() for author in form.get("authors", "").split(",") if author.strip()]
         return cls(name, version, form.get("summary", "").strip(), choice(form, "license", LICENSES, "unspecified"),
-                   authors)
+                   authors, positive_number(form, "scale"))
 
 
 def publish_run(zoo: Zoo, folder: str, wanted: PublishForm) -> ModelCard:
@@ -80,7 +87,7 @@ def publish_run(zoo: Zoo, folder: str, wanted: PublishForm) -> ModelCard:
         raise RefusedPathError(f"{wanted.name}@{wanted.version} is already in the zoo {zoo.root}: give another "
                                "version (nothing is replaced from the page)", 409)
     return publish(PublishRequest(name=wanted.name, version=wanted.version, run_dir=folder, summary=wanted.summary,
-                                  license=wanted.license, authors=wanted.authors), zoo)
+                                  license=wanted.license, authors=wanted.authors, scale=wanted.scale), zoo)
 
 
 class Predictors:

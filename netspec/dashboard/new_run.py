@@ -1,4 +1,5 @@
-"""The New run page's work: the workspace's solver files, and starting ``netspec train`` on one from the form.
+"""The New run page's work: the workspace's solver files, and starting ``netspec train`` on one from the form,
+or on a zoo model's configs pointed at a dataset of the workspace (a fine-tuning).
 
 A start is checked here first, as ``netspec train`` would check it (the
 solver parsed, its nets compiled; Python layers refused, since a page never
@@ -21,6 +22,7 @@ from netspec.dashboard.forms import choice, positive_number, whole_number
 from netspec.dashboard.workspace import RefusedPathError, Workspace
 from netspec.engine.net import compile_net
 from netspec.errors import ConfigError, NetspecError
+from netspec.model_zoo.finetune import prepare_finetune
 from netspec.spec.solver_spec import SolverSpec
 from netspec.training import run_folder
 from netspec.training.run import read_solver
@@ -60,9 +62,12 @@ def looks_like_solver(path: str, name: str) -> bool:
 
 @dataclass
 class Start:
-    """What the form asks for: the solver file and the overrides (None: the file's setting)."""
+    """What the form asks for: the solver file, or a zoo model to fine-tune on a dataset folder, and the
+    overrides (None: the file's setting)."""
 
-    solver: str
+    solver: str = ""
+    model: str = ""  # name@version in the zoo, to fine-tune instead of training a solver file
+    dataset: str = ""  # the dataset folder it is fine-tuned on, relative to the workspace
     max_iter: int | None = None
     base_lr: float | None = None
     batch_size: int | None = None
@@ -72,9 +77,10 @@ class Start:
     @classmethod
     def from_form(cls, form: dict[str, str]) -> Start:
         """The start a submitted form asks for; NetspecError naming a field that is not understood."""
-        return cls(solver=form.get("solver", ""), max_iter=whole_number(form, "max_iter"),
-                   base_lr=positive_number(form, "base_lr"), batch_size=whole_number(form, "batch_size"),
-                   device=choice(form, "device", DEVICES), out=form.get("out", "").strip() or None)
+        return cls(solver=form.get("solver", ""), model=form.get("model", ""), dataset=form.get("dataset", ""),
+                   max_iter=whole_number(form, "max_iter"), base_lr=positive_number(form, "base_lr"),
+                   batch_size=whole_number(form, "batch_size"), device=choice(form, "device", DEVICES),
+                   out=form.get("out", "").strip() or None)
 
     def arguments(self, folder: str) -> list[str]:
         """The ``netspec train`` options for this start into the run folder ``folder``."""
@@ -83,24 +89,44 @@ class Start:
         return [text for option, value in given if value is not None for text in (option, str(value))]
 
 
-def start(workspace: Workspace, wanted: Start) -> str:
+def start(workspace: Workspace, wanted: Start, zoo: str) -> str:
     """Check ``wanted`` and start its training; the run folder, relative to the workspace.
 
-    A bad solver or net is a NetspecError with its ``file:line`` messages; a
-    path out of the workspace a RefusedPathError; a folder holding a run or a
-    running training a RefusedPathError with status 409.  The training that
-    fails before reaching its loop (within START_SECONDS) is a NetspecError
-    with its output.
+    A fine-tuning is prepared first (its net and solver written into the run
+    folder's ``finetune/``, the model taken from the zoo folder ``zoo``).  A bad
+    solver or net is a NetspecError with its ``file:line`` messages; a path out
+    of the workspace a RefusedPathError; a folder holding a run or a running
+    training a RefusedPathError with status 409.  The training that fails
+    before reaching its loop (within START_SECONDS) is a NetspecError with its
+    output.
     """
-    if not wanted.solver:
-        raise NetspecError("choose a solver file")
-    solver = workspace.file(wanted.solver)
+    weights = []
+    if wanted.model:
+        if not wanted.dataset or not wanted.out:
+            raise NetspecError("to fine-tune a model, choose the dataset and name the run folder")
+        folder = workspace.path(wanted.out)
+        refuse_busy(workspace, folder)
+        prepared = prepare_finetune(wanted.model, workspace.folder(wanted.dataset), folder, zoo)
+        solver, weights = prepared.solver, ["--weights", prepared.weights]
+    elif wanted.solver:
+        solver = workspace.file(wanted.solver)
+    else:
+        raise NetspecError("choose a solver file, or a model to fine-tune")
     spec = read_solver(solver, wanted.max_iter, wanted.base_lr, wanted.batch_size)
     check_nets(spec)
-    folder = workspace.path(wanted.out) if wanted.out else os.path.realpath(run_folder.folder_of(spec.snapshot_prefix))
-    if not workspace.holds(folder):
-        raise RefusedPathError(f"the solver's run folder {folder} is outside the workspace: give an output folder",
-                               403)
+    if not wanted.model:
+        folder = workspace.path(wanted.out) if wanted.out else os.path.realpath(
+            run_folder.folder_of(spec.snapshot_prefix))
+        if not workspace.holds(folder):
+            raise RefusedPathError(f"the solver's run folder {folder} is outside the workspace: give an output "
+                                   "folder", 403)
+        refuse_busy(workspace, folder)
+    spawn(solver, wanted.arguments(folder) + weights, folder, workspace.root)
+    return workspace.relative(folder)
+
+
+def refuse_busy(workspace: Workspace, folder: str) -> None:
+    """RefusedPathError (409) when a training writes to the run folder ``folder``, or it holds a run already."""
     relative = workspace.relative(folder)
     holder = run_folder.lock_holder(folder)
     if holder is not None:
@@ -110,8 +136,6 @@ def start(workspace: Workspace, wanted: Start) -> str:
         run_folder.refuse_used(folder)
     except NetspecError:
         raise RefusedPathError(f"{relative} already holds a run: give another output folder", 409) from None
-    spawn(solver, wanted.arguments(folder), folder, workspace.root)
-    return relative
 
 
 def check_nets(spec: SolverSpec) -> None:

@@ -153,12 +153,17 @@ def refused_message(message: str) -> str:
     return f'<pre id="refused" class="refused" role="alert">{escape(message)}</pre>' if message else ""
 
 
-def new_run_page(solvers: list[str], form: dict[str, str], message: str = "") -> str:
-    """The New run form: a solver file of the workspace, optional overrides and run folder; ``message`` says why
-    the last start was refused, and ``form`` holds what was asked then."""
-    chosen = form.get("solver", "")
-    options = "".join(f'<option{" selected" if solver == chosen else ""}>{escape(solver)}</option>'
-                      for solver in solvers)
+def new_run_page(solvers: list[str], models: list[str], datasets: list[str], form: dict[str, str],
+                 message: str = "") -> str:
+    """The New run form: a solver file of the workspace, or a zoo model of ``models`` to fine-tune on one of
+    ``datasets``, optional overrides and run folder; ``message`` says why the last start was refused, and
+    ``form`` holds what was asked then."""
+    def select(name: str, choices: list[str], empty: str) -> str:
+        chosen = form.get(name, "")
+        return f'<select name="{name}"><option value="">{empty}</option>' + "".join(
+            f'<option{" selected" if item == chosen else ""}>{escape(item)}</option>' for item in choices) + \
+            "</select>"
+
     devices = "".join(f'<option value="{device}"{" selected" if form.get("device", "") == device else ""}>'
                       f"{label}</option>" for device, label in (("", "as the file says"), ("cpu", "cpu"),
                                                                  ("gpu", "gpu")))
@@ -167,16 +172,26 @@ def new_run_page(solvers: list[str], form: dict[str, str], message: str = "") ->
                      for name, label, placeholder in (
                          ("base_lr", "base_lr", "as the file says"), ("max_iter", "max_iter", "as the file says"),
                          ("batch_size", "batch size (train data)", "as the file says"),
-                         ("out", "run folder", "snapshot_prefix's folder")))
-    chooser = (f'<label>solver file <select name="solver" required>{options}</select></label>' if solvers
+                         ("out", "run folder", "snapshot_prefix's folder (needed to fine-tune)")))
+    chooser = (f"<label>solver file {select('solver', solvers, 'choose one')}</label>" if solvers
                else "<p>no solver files in the workspace (YAML files named *solver*.yaml, or with a net: or "
                     "train_net: key)</p>")
+    tuner = (f"<label>model {select('model', models, 'none: train the solver file')}</label>\n"
+             f"<label>dataset {select('dataset', datasets, 'choose one')}</label>" if models
+             else "<p>no model in the zoo carries its training configs (publish a finished run first)</p>")
     return page("New run", f"""<h1>New run</h1>
 {refused_message(message)}
 <form method="post" action="/new" class="form">
+<fieldset><legend>Train a solver file</legend>
 {chooser}
+</fieldset>
+<fieldset><legend>or fine-tune a zoo model on a dataset</legend>
+{tuner}
+</fieldset>
 {fields}<label>device <select name="device">{devices}</select></label>
-<button type="submit"{"" if solvers else " disabled"}>Start</button>
+<button type="submit"{"" if solvers or models else " disabled"}>Start</button>
 </form>
 <p class="where">Start runs <code>netspec train</code> on the solver file, as a terminal would; nets with Python
-layers are started in a terminal only.</p>""")
+layers are started in a terminal only.  Fine-tuning writes the model's train net and solver, pointed at the
+dataset (and its classifier re-made when the dataset has another number of classes), into the run folder's
+<code>finetune/</code>, as <code>netspec zoo finetune</code> does, then trains starting with its weights.</p>""")
