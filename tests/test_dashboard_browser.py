@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from PIL import Image
 from test_dashboard_data_models import digit_folders
 
 from netspec.training import run_folder
@@ -51,6 +52,19 @@ def until(condition, seconds: float = 60.0, what: str = "the condition"):
         assert time.monotonic() < deadline, f"waited {seconds} s for {what}"
         time.sleep(0.2)
     return value
+
+
+def screenshot(page, name: str) -> None:
+    """With $NETSPEC_DASHBOARD_SHOTS, save the whole page there as NAME.png (128 colours: small enough for the
+    README, as sharp as the page)."""
+    shots = os.environ.get("NETSPEC_DASHBOARD_SHOTS")
+    if shots:
+        path = os.path.join(shots, f"{name}.png")
+        page.screenshot(path=path, full_page=True)
+        with Image.open(path) as shot:
+            colours = shot.convert("RGB").quantize(colors=128, method=Image.Quantize.MEDIANCUT,
+                                                   dither=Image.Dither.NONE)
+        colours.save(path, optimize=True)
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +122,6 @@ def test_the_dashboard_in_a_browser(workspace, dashboard):
                     "and NETSPEC_CHROMIUM not set)")
     from playwright.sync_api import expect, sync_playwright
 
-    shots = os.environ.get("NETSPEC_DASHBOARD_SHOTS")
     base = dashboard.split("/?", 1)[0]
     problems = []
     with sync_playwright() as playwright:
@@ -132,8 +145,7 @@ def test_the_dashboard_in_a_browser(workspace, dashboard):
                                          cwd=workspace, stdout=subprocess.DEVNULL)) as training:
                 live = page.locator("#runs tr", has_text="runs/live")
                 expect(live.locator(".state")).to_have_text("running")  # the list refreshed itself
-                if shots:
-                    page.screenshot(path=os.path.join(shots, "runs.png"), full_page=True)
+                screenshot(page, "runs")
 
                 # its page: curves growing without a reload, an overlay, config files, snapshot and stop
                 live.locator("a").click()
@@ -157,8 +169,7 @@ def test_the_dashboard_in_a_browser(workspace, dashboard):
                 expect(page.locator("#snapshots td", has_text=".weights.h5")).to_have_count(1)
                 snapshotted = list((workspace / "runs" / "live").glob("*.weights.h5"))
                 assert len(snapshotted) == 1 and training.poll() is None
-                if shots:
-                    page.screenshot(path=os.path.join(shots, "run.png"), full_page=True)
+                screenshot(page, "run")
                 page.locator("button[data-action=stop]").click()
                 expect(page.locator("#run-state .state")).to_have_text("stopped")
                 expect(page.locator("button[data-action=stop]")).to_be_disabled()
@@ -178,12 +189,10 @@ def test_the_dashboard_in_a_browser(workspace, dashboard):
             expect(page.locator("#predictions tr")).to_have_count(6)  # a header and the top 5
             expect(page.locator("#predictions tr").nth(1).locator("td").first).to_have_text("7")
             assert page.locator("#predict-image").evaluate("(image) => image.naturalWidth") == 8
-            if shots:
-                page.screenshot(path=os.path.join(shots, "model.png"), full_page=True)
+            screenshot(page, "model")
             page.locator("header a", has_text="Models").click()
             expect(page.locator("#models .card", has_text="live-digits@1")).to_have_count(1)
-            if shots:
-                page.screenshot(path=os.path.join(shots, "models.png"), full_page=True)
+            screenshot(page, "models")
 
             # Datasets: one made from the image folder, its progress followed, then browsed
             page.locator("header a", has_text="Datasets").click()
@@ -196,22 +205,19 @@ def test_the_dashboard_in_a_browser(workspace, dashboard):
             expect(page.locator("#conversion-list li")).to_contain_text("finished")
             expect(page.locator("#conversion-list li")).to_contain_text("36 / 36 images")
             expect(page.locator("#datasets a", has_text="data/three/train")).to_have_count(1)  # no reload
-            if shots:
-                page.screenshot(path=os.path.join(shots, "datasets.png"), full_page=True)
+            screenshot(page, "datasets")
             page.locator("#datasets a", has_text="data/three/train").click()
             expect(page.locator("#histogram tbody tr")).to_have_count(3)
             expect(page.locator("#samples figure")).to_have_count(27)
             until(lambda: page.locator("#samples img").evaluate_all(SHOWN_IMAGES), what="the records' images")
-            if shots:
-                page.screenshot(path=os.path.join(shots, "dataset.png"), full_page=True)
+            screenshot(page, "dataset")
 
             # New run: the form starts a training and leads to its page, whose curves grow
             page.locator("header a", has_text="New run").click()
             page.select_option("select[name=solver]", "solver.yaml")
             page.fill("input[name=max_iter]", "100")
             page.fill("input[name=out]", "runs/web")
-            if shots:
-                page.screenshot(path=os.path.join(shots, "new.png"), full_page=True)
+            screenshot(page, "new")
             page.locator("button[type=submit]").click()
             page.wait_for_url("**/run?run=runs%2Fweb")
             expect(page.locator("#chart-loss.js-plotly-plot")).to_have_count(1)
