@@ -15,6 +15,7 @@ its fillers.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass
 
@@ -72,24 +73,25 @@ def prepare_finetune(model: str, dataset: str, out: str, zoo: str | None = None)
     _check_model(folder, card)
     out = os.path.abspath(out)
     run_folder.refuse_used(out)
-    train, val = dataset_folders(dataset)
+    train, val = train_val_folders(dataset)
     manifests = {train: read_manifest(train), val: read_manifest(val)}
     shapes = {path: record_shape(path, manifest) for path, manifest in manifests.items()}
     classes = class_count(list(manifests.values()))
 
     where = os.path.join(folder, card.train_net)
+    # the same file expanded twice, so the plain layers (rewritten below) and the parsed ones pair by index
     net, spec = render_net(where), parse_net(where, layer_schemas())
-    python = [layer.name for layer in spec.layers if layer.type == "Python"]
-    if python:
-        raise ZooError(f"{where}: Python layer(s) {', '.join(python)}: the zoo does not carry their modules")
+    python_layers = [layer.name for layer in spec.layers if layer.type == "Python"]
+    if python_layers:
+        raise ZooError(f"{where}: Python layer(s) {', '.join(python_layers)}: the zoo does not carry their modules")
     preprocessing = card_preprocessing(card, folder)
-    read = [index for index, layer in enumerate(spec.layers) if layer.type in DATA_BLOCKS]
-    for index in read:
+    data_indices = [index for index, layer in enumerate(spec.layers) if layer.type in DATA_BLOCKS]
+    for index in data_indices:
         layer = spec.layers[index]
         source = train if in_train_phase(layer) else val
         check_input(layer, source, shapes[source], preprocessing, card)
         net["layers"][index] = data_layer(net["layers"][index], layer, source, manifests[source], preprocessing)
-    if not any(in_train_phase(spec.layers[index]) for index in read):
+    if not any(in_train_phase(spec.layers[index]) for index in data_indices):
         raise ZooError(f"{where}: no data layer ({', '.join(DATA_BLOCKS)}) in the TRAIN phase to read the dataset")
     phases = f"both phases read {train}" if train == val else f"the TRAIN phase reads {train}, the TEST phase {val}"
     notes = [f"{phases} ({classes} classes; Data layers, scale {card.input.scale:g} as the card says)"]
@@ -100,6 +102,13 @@ def prepare_finetune(model: str, dataset: str, out: str, zoo: str | None = None)
     net_file, solver_file = os.path.join(out, FOLDER, NET), os.path.join(out, FOLDER, SOLVER)
     made = f"fine-tuned on {os.path.abspath(dataset)} (netspec zoo finetune)"
     solver = finetune_solver(card, folder, net_file, out)
+    test_batches = [spec.layers[index].blocks[DATA_BLOCKS[spec.layers[index].type]].batch_size
+                    for index in data_indices if not in_train_phase(spec.layers[index])]
+    if test_batches and solver.get("test_iter"):
+        batches = math.ceil(manifests[val]["count"] / test_batches[0])
+        solver["test_iter"] = [batches] * len(solver["test_iter"]) if isinstance(solver["test_iter"], list) \
+            else batches
+        notes.append(f"test_iter {batches}: a test pass reads the {manifests[val]['count']} records of {val} once")
     _write(net_file, f"# {card.ref}'s train net, {made}\n" + net_yaml(net))
     solver_text = yaml.safe_dump(solver, sort_keys=False, default_flow_style=None, width=120)
     _write(solver_file, f"# {card.ref}'s solver, {made}\n" + solver_text)
@@ -122,7 +131,7 @@ def _check_model(folder: str, card: ModelCard) -> None:
                        "publish it from a run (netspec zoo publish --run)")
 
 
-def dataset_folders(dataset: str) -> tuple[str, str]:
+def train_val_folders(dataset: str) -> tuple[str, str]:
     """``(train, val)``: the dataset folder twice, or its ``train/`` and ``val/`` datasets (absolute)."""
     path = os.path.abspath(dataset)
     if os.path.exists(os.path.join(path, MANIFEST)):

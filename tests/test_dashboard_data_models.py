@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import io
 import json
+import shutil
 from pathlib import Path
 
 import numpy
@@ -208,3 +209,55 @@ def test_a_zoo_model_is_fine_tuned_on_a_dataset_made_in_the_page(trained, tmp_pa
     assert (out / "finetune" / "solver.yaml").is_file()
     again = post_form(dashboard, "/new", {"model": "digits@1", "dataset": "data/three", "out": "runs/tuned"})
     assert again.status_code == 409 and "runs/tuned already holds a run" in again.text
+
+
+def test_a_failed_conversion_leaves_nothing_and_partial_folders_are_not_replaced(tmp_path):
+    digit_folders(tmp_path / "images")
+    (tmp_path / "images" / "digit1" / "broken.png").write_bytes(b"not a png")
+    (tmp_path / "notes.partial").mkdir()
+    (tmp_path / "notes.partial" / "thesis.txt").write_text("mine")
+    dashboard = client(tmp_path)
+    answer = post_form(dashboard, "/datasets", {"source": "images", "out": "notes"})
+    assert answer.status_code == 409 and "notes.partial already exists" in answer.text
+    assert (tmp_path / "notes.partial" / "thesis.txt").read_text() == "mine"
+    for seed in range(3):  # the broken image lands in train/ or val/
+        out = f"data/strict{seed}"
+        post_form(dashboard, "/datasets", {"source": "images", "out": out, "val_fraction": ".5", "strict": "1",
+                                           "seed": str(seed)})
+        failed = converted(dashboard, out)
+        assert failed["state"] == "failed" and failed["message"].startswith("images/digit1/broken.png: not an image")
+        assert not (tmp_path / out).exists()
+    assert "<tbody>\n<tr><td colspan=\"5\">no dataset folders" in dashboard.get("/datasets").text
+
+
+def test_odd_requests_to_the_data_and_model_pages_get_clear_answers(trained, tmp_path):
+    digit_folders(trained / "images" / "odd")
+    zoo = tmp_path / "zoo"
+    dashboard = client(trained, zoo=zoo, follow_redirects=False)
+    assert post_form(dashboard, "/publish?run=runs%2Fshort", {"name": "digits"}).status_code == 303
+    assert upload(dashboard, "digits", b"").json() == {"error": "seven.png: empty file"}
+    for path, params in (("/model", {}), ("/api/datasets/record.png", {"index": "0"})):
+        answer = dashboard.get(path, params=params)
+        assert answer.status_code == 400 and answer.text.startswith("name a "), answer.text
+    assert post_form(dashboard, "/api/models/predict", {}).text == "name a model: ?ref=NAME@VERSION"
+    folder = trained / "digits"
+    assert run("convert", "imageset", trained / "images" / "odd", folder, "--gray").returncode == 0
+    assert dashboard.get("/api/datasets/record.png", params={"path": "digits", "index": "²"}).status_code == 400
+    assert dashboard.get("/api/datasets/record.png", params={"path": "digits", "index": "99"}).text == \
+        "no record 99: the dataset holds 36"
+    for fields, status, message in [
+        ({"model": str(zoo / "models" / "digits" / "1"), "dataset": "digits", "out": "runs/x"}, 400,
+         "invalid model name"),
+        ({"model": "digits@1", "solver": "solver.yaml", "dataset": "digits", "out": "runs/x"}, 400,
+         "choose a solver file or a model to fine-tune, not both"),
+    ]:
+        answer = post_form(dashboard, "/new", fields)
+        assert answer.status_code == status and message in html.unescape(answer.text), answer.text
+    assert not (trained / "runs" / "x").exists()
+    shutil.rmtree(zoo / "models" / "digits" / "1")  # the index still lists it
+    assert "cannot read its card" in upload(dashboard, "digits", b"x").json()["error"]
+    (zoo / "index.json").write_text("{")
+    page = dashboard.get("/new")
+    assert page.status_code == 200 and "index.json: not JSON" in page.text
+    missing = post_form(dashboard, "/new", {"solver": "nope.yaml"})
+    assert missing.status_code == 404 and "no such file in the workspace" in missing.text

@@ -14,7 +14,7 @@ from test_cli import fails, ok, run
 from test_zoo import ROOT, weights, zoo_a  # noqa: F401 - fixtures: a zoo of models published without configs
 
 import netspec
-from netspec.data.dataset import DatasetWriter
+from netspec.data.dataset import DatasetWriter, read_manifest
 from netspec.errors import DataError
 from netspec.model_zoo.finetune import prepare_finetune
 from netspec.model_zoo.publish import PublishRequest, publish
@@ -59,19 +59,25 @@ def digits(classes: int, split: bool = True, path: Path | None = None) -> Path:
     return path
 
 
+def count_of(dataset: Path) -> int:
+    """The records of a dataset folder, as its manifest counts them."""
+    return read_manifest(str(dataset))["count"]
+
+
 def test_a_model_fine_tunes_on_three_classes_from_its_weights(zoo, tmp_path):
     data = digits(3, path=tmp_path / "three")
     out = tmp_path / "out"
     lines = ok("zoo", "finetune", "digits", data, "--out", out, "--zoo", zoo).splitlines()
-    assert lines[:4] == [
+    assert lines[:5] == [
         f"note: the TRAIN phase reads {data}/train, the TEST phase {data}/val (3 classes; Data layers, scale "
         "0.00392157 as the card says)",
         "note: ip2 re-made for 3 classes as ip2_finetune (the model's has 10; its weights start from fillers)",
+        f"note: test_iter 2: a test pass reads the {count_of(data / 'val')} records of {data}/val once",  # 120 a batch
         "note: the solver keeps the model's schedule (SGD, base_lr 0.01, max_iter 1000); netspec train --base-lr and "
         "--max-iter change it",
         f"prepared {out}/finetune/solver.yaml; train with:"]
     model = zoo / "models" / "digits" / "1"
-    command = shlex.split(lines[4])
+    command = shlex.split(lines[5])
     assert command == ["netspec", "train", f"{out}/finetune/solver.yaml", "--weights", f"{model}/weights.h5",
                        "--out", str(out)]
     solver = yaml.safe_load((out / "finetune" / "solver.yaml").read_text())
@@ -103,7 +109,8 @@ def test_a_dataset_of_as_many_classes_keeps_the_classifier(zoo, tmp_path):
     data = digits(10, split=False, path=tmp_path / "ten")
     prepared = prepare_finetune(str(zoo / "models" / "digits" / "1"), str(data), str(tmp_path / "out"))
     assert prepared.notes[0] == f"both phases read {data} (10 classes; Data layers, scale 0.00392157 as the card says)"
-    assert len(prepared.notes) == 2 and prepared.weights == f"{zoo}/models/digits/1/weights.h5"
+    assert prepared.notes[1] == f"test_iter 15: a test pass reads the {count_of(data)} records of {data} once"
+    assert len(prepared.notes) == 3 and prepared.weights == f"{zoo}/models/digits/1/weights.h5"
     net = netspec.load_net(f"{tmp_path}/out/finetune/train_net.yaml", phase="TRAIN")
     assert net.blobs["ip2"].shape == (64, 10) and "ip2" in net.layer_by_name
     net.close()

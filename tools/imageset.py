@@ -16,6 +16,8 @@ import contextlib
 import hashlib
 import io
 import os
+import re
+import shutil
 from dataclasses import dataclass, field
 
 import numpy
@@ -63,7 +65,8 @@ class ConversionReport:
 def parse_size(text: str) -> tuple[int, int]:
     """An image size written ``HxW`` (``32x32``) as ``(H, W)``; ValueError when it is not one."""
     height, sep, width = text.strip().lower().partition("x")
-    if not sep or not height.isdigit() or not width.isdigit() or int(height) < 1 or int(width) < 1:
+    if not sep or not re.fullmatch("[0-9]+", height) or not re.fullmatch("[0-9]+", width) or int(height) < 1 or \
+            int(width) < 1:
         raise ValueError(f"expected HxW such as 32x32, got '{text}'")
     return int(height), int(width)
 
@@ -227,7 +230,8 @@ def _pool(workers: int):
 
 def convert_imageset(root: str, out: str, list_file: str | None = None, labels_file: str | None = None,
                      options: ImagesetOptions | None = None, progress_factory=None) -> ConversionReport:
-    """Convert ROOT's images into the dataset ``out`` (or ``out/train`` and ``out/val`` with a val fraction).
+    """Convert ROOT's images into the dataset ``out`` (or ``out/train`` and ``out/val`` with a val fraction: a
+    failure then removes ``out`` when the conversion made it).
 
     ``progress_factory(total)``, a context manager, yields a callable advanced once per image.
     """
@@ -254,11 +258,17 @@ def convert_imageset(root: str, out: str, list_file: str | None = None, labels_f
         rng = numpy.random.default_rng(options.seed)
         parts = {path: [part[i] for i in rng.permutation(len(part))] for path, part in parts.items()}
     report = ConversionReport(label_names=names)
-    with (progress_factory or _no_progress)(len(items)) as advance:
-        for path, part in parts.items():
-            write_dataset(part, path, options, names, root, report, advance)
-    if names:
-        labels = os.path.join(out, "labels.txt")
-        with writing(labels), atomic_path(labels) as temporary, open(temporary, "w", encoding="utf-8") as handle:
-            handle.write("".join(f"{name}\n" for name in names))
+    made = options.val_fraction and not os.path.lexists(out)  # OUT holds the parts: gone again if one fails
+    try:
+        with (progress_factory or _no_progress)(len(items)) as advance:
+            for path, part in parts.items():
+                write_dataset(part, path, options, names, root, report, advance)
+        if names:
+            labels = os.path.join(out, "labels.txt")
+            with writing(labels), atomic_path(labels) as temporary, open(temporary, "w", encoding="utf-8") as handle:
+                handle.write("".join(f"{name}\n" for name in names))
+    except BaseException:
+        if made:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     return report

@@ -59,7 +59,7 @@ from netspec.dashboard.security import MAX_UPLOAD, Guard
 from netspec.dashboard.workspace import RefusedPathError, Workspace
 from netspec.data.dataset import Dataset
 from netspec.errors import NetspecError
-from netspec.model_zoo.zoo import Zoo
+from netspec.model_zoo.zoo import Zoo, ZooError
 from netspec.training import run_folder
 
 POLL_SECONDS = 0.5  # how often a stream looks for new metrics lines
@@ -137,8 +137,12 @@ def create_app(root: str, token: str, token_required: bool, zoo: str | None = No
         return Response(drawing.svg, media_type="image/svg+xml")
 
     def new_run_page(form: dict[str, str], message: str = "", status: int = 200) -> HTMLResponse:
-        page = pages.new_run_page(new_run.solver_files(workspace), finetunable(models(local_zoo)),
-                                  training_sets(dataset_folders(workspace)), form, message)
+        try:
+            tunable, zoo_problem = finetunable(models(local_zoo)), ""
+        except ZooError as exc:
+            tunable, zoo_problem = [], str(exc)
+        page = pages.new_run_page(new_run.solver_files(workspace), tunable, training_sets(dataset_folders(workspace)),
+                                  form, message, zoo_problem)
         return HTMLResponse(page, status_code=status)
 
     def new_run_form(request: Request) -> HTMLResponse:
@@ -148,7 +152,7 @@ def create_app(root: str, token: str, token_required: bool, zoo: str | None = No
         form = parse_form(await request.body())
         try:
             wanted = new_run.Start.from_form(form)
-            run = await anyio.to_thread.run_sync(new_run.start, workspace, wanted, local_zoo.root)
+            run = await anyio.to_thread.run_sync(new_run.start, workspace, wanted, local_zoo)
         except NetspecError as exc:
             return new_run_page(form, str(exc), getattr(exc, "status", 400))
         return RedirectResponse(pages.run_link(run), status_code=303)
@@ -190,7 +194,7 @@ def create_app(root: str, token: str, token_required: bool, zoo: str | None = No
         _, dataset = dataset_of(request)
         index = request.query_params.get("index", "")
         try:
-            if not index.isdigit():
+            if not (index.isascii() and index.isdigit()):
                 raise RefusedPathError(f"index: {index!r} is not a record number", 400)
             return Response(record_png(dataset, int(index)), media_type="image/png",
                             headers={"cache-control": "max-age=60"})
@@ -200,11 +204,18 @@ def create_app(root: str, token: str, token_required: bool, zoo: str | None = No
     def models_page(request: Request) -> HTMLResponse:
         return HTMLResponse(model_pages.models_page(local_zoo.root, models(local_zoo)))
 
+    def ref_of(request: Request) -> str:
+        """The ``ref`` query parameter: a model of the zoo."""
+        ref = request.query_params.get("ref")
+        if ref is None:
+            raise RefusedPathError("name a model: ?ref=NAME@VERSION", 400)
+        return ref
+
     def model_page(request: Request) -> HTMLResponse:
-        return HTMLResponse(model_pages.model_page(local_zoo.root, local_zoo.card(request.query_params.get("ref", ""))))
+        return HTMLResponse(model_pages.model_page(local_zoo.root, local_zoo.card(ref_of(request))))
 
     async def predict(request: Request) -> JSONResponse:
-        ref, name = request.query_params.get("ref", ""), request.query_params.get("name", "image")
+        ref, name = ref_of(request), request.query_params.get("name", "image")
         try:
             answer = await anyio.to_thread.run_sync(predictors.predict, ref, await request.body(), name)
         except NetspecError as exc:

@@ -12,14 +12,13 @@ import contextlib
 import itertools
 import os
 import threading
-import time
 from dataclasses import dataclass, field
 
 import numpy
 
 from netspec.dashboard.forms import checked, choice, fraction, whole_number
 from netspec.dashboard.workspace import RefusedPathError, Workspace
-from netspec.data.dataset import BACKENDS, MANIFEST, Dataset, read_manifest
+from netspec.data.dataset import BACKENDS, MANIFEST, PARTIAL, Dataset, read_manifest
 from netspec.data.images import IMAGE_EXTENSIONS, encode_image
 from netspec.errors import DataError, NetspecError
 from netspec.tools.dataset_info import spread
@@ -88,7 +87,7 @@ def record_png(dataset: Dataset, index: int) -> bytes:
     """Record ``index`` as a PNG image: pixel values as they are (uint8), others stretched to 0-255;
     grey for one channel, RGB for three, the first channel of any other count."""
     if not 0 <= index < dataset.count:
-        raise RefusedPathError(f"{dataset.path}: no record {index} (it holds {dataset.count})", 404)
+        raise RefusedPathError(f"no record {index}: the dataset holds {dataset.count}", 404)
     image, _ = dataset.record(index)
     if image.shape[0] not in (1, 3):
         image = image[:1]
@@ -141,7 +140,6 @@ class Conversion:
     done: int = 0
     message: str = ""
     skipped: list[str] = field(default_factory=list)
-    started: float = field(default_factory=time.time)
 
     def view(self) -> dict:
         """The conversion as JSON for the page: its progress, and the images skipped (the first SHOWN_SKIPS)."""
@@ -169,9 +167,10 @@ class Conversions:
         that exists or is being made (409), DataError when the image folder has no class folders of images."""
         root = self.workspace.folder(request.source)
         out = self.workspace.path(request.out)
-        if os.path.lexists(out):
-            raise RefusedPathError(f"{request.out} already exists: choose another dataset folder (nothing is "
-                                   "replaced from the page)", 409)
+        for taken in (out, out + PARTIAL):
+            if os.path.lexists(taken):
+                raise RefusedPathError(f"{self.workspace.relative(taken)} already exists: choose another dataset "
+                                       "folder (nothing is replaced from the page)", 409)
         scan_class_folders(root, None)
         with self._lock:
             if any(c.state == "running" and c.out == self.workspace.relative(out) for c in self._started):
@@ -181,6 +180,10 @@ class Conversions:
         threading.Thread(target=self._convert, args=(conversion, root, out, request.options), daemon=True,
                          name=f"conversion {conversion.number}").start()
         return conversion
+
+    def _relative(self, message: str) -> str:
+        """``message`` naming the workspace's files by their paths in it, as the page does."""
+        return message.replace(self.workspace.root + os.sep, "")
 
     def _convert(self, conversion: Conversion, root: str, out: str, options: ImagesetOptions) -> None:
         @contextlib.contextmanager
@@ -195,10 +198,10 @@ class Conversions:
         try:
             report = convert_imageset(root, out, options=options, progress_factory=progress)
         except Exception as exc:  # noqa: BLE001 - whatever ends a conversion is shown on the page, not lost in a thread
-            conversion.state, conversion.message = "failed", str(exc) if isinstance(exc, NetspecError) else \
-                f"{type(exc).__name__}: {exc}"
+            message = str(exc) if isinstance(exc, NetspecError) else f"{type(exc).__name__}: {exc}"
+            conversion.state, conversion.message = "failed", self._relative(message)
             return
-        conversion.skipped = report.skipped
+        conversion.skipped = [self._relative(problem) for problem in report.skipped]
         written = ", ".join(f"{count} records to {self.workspace.relative(path)}"
                             for path, count in report.written.items())
         conversion.state, conversion.message = "finished", f"wrote {written}" + (

@@ -1,19 +1,20 @@
 """The Models pages' work: the local zoo's models, a finished run published into it, and predictions of a
 model on an uploaded image.
 
-Models loaded for predictions are kept (one per model, with the card file's modification time, so a
-model replaced with ``--force`` is loaded again); a lock lets one request at a time use each net.
+The last few models used for predictions stay loaded (each with its card file's modification time, so
+a model replaced with ``--force`` is loaded again); a lock lets one request at a time use each net.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 
 from netspec.dashboard.forms import choice, positive_number
 from netspec.dashboard.workspace import RefusedPathError
-from netspec.errors import NetspecError
+from netspec.errors import DataError, NetspecError
 from netspec.model_zoo.card import CARD, ModelCard, check_name, check_version
 from netspec.model_zoo.predict import Adjustments, Model, image_input, load
 from netspec.model_zoo.publish import PublishRequest, publish
@@ -91,30 +92,54 @@ def publish_run(zoo: Zoo, folder: str, wanted: PublishForm) -> ModelCard:
 
 
 class Predictors:
-    """The models of a zoo loaded for predictions (on the CPU), each used by one request at a time."""
+    """The models of a zoo loaded for predictions (on the CPU): the KEPT last used, each used by one request at
+    a time (a model loading holds up only the requests for it)."""
+
+    KEPT = 4
 
     def __init__(self, zoo: Zoo):
         self.zoo = zoo
         self._lock = threading.Lock()
-        self._loaded: dict[str, tuple[float, Model, threading.Lock]] = {}  # folder -> (card mtime, model, lock)
+        self._loaded: OrderedDict[str, Loaded] = OrderedDict()  # model folder -> its model, least recent first
 
     def predict(self, ref: str, data: bytes, name: str) -> dict:
         """The top classes of the image file bytes ``data`` (named ``name``) by the model ``name@version``:
         ``{"input", "predictions": [{"label", "name", "probability"}], "note"}``; DataError when they are not
         an image, ZooError when the model cannot be used."""
-        model, lock = self._model(ref)
-        adjustments = Adjustments(model.card)
-        prepared = image_input(data, name, model.card, adjustments)
-        with lock:
-            result = model.classify([prepared], TOP_K)[0]
+        if not data:
+            raise DataError(f"{name}: empty file")
+        loaded = self._entry(ref)
+        with loaded.lock:
+            if loaded.model is None:
+                loaded.model = load(loaded.folder)  # checks every file against the card
+            adjustments = Adjustments(loaded.model.card)
+            prepared = image_input(data, name, loaded.model.card, adjustments)
+            result = loaded.model.classify([prepared], TOP_K)[0]
         return {**result, "note": str(adjustments) if adjustments else ""}
 
-    def _model(self, ref: str) -> tuple[Model, threading.Lock]:
+    def _entry(self, ref: str) -> Loaded:
+        """The entry of the model ``ref`` (a new one when its card changed: replaced with --force)."""
         folder = self.zoo.folder(*self.zoo.resolve(ref))
-        modified = os.stat(os.path.join(folder, CARD)).st_mtime
+        try:
+            modified = os.stat(os.path.join(folder, CARD)).st_mtime
+        except OSError as exc:
+            raise ZooError(f"{ref}: cannot read its card in {folder} ({exc.strerror}); netspec zoo verify checks "
+                           "the zoo") from None
         with self._lock:
-            kept = self._loaded.get(folder)
-            if kept is None or kept[0] != modified:
-                kept = (modified, load(folder), threading.Lock())  # checks every file against the card
-                self._loaded[folder] = kept
-            return kept[1], kept[2]
+            loaded = self._loaded.get(folder)
+            if loaded is None or loaded.modified != modified:
+                loaded = self._loaded[folder] = Loaded(folder, modified)
+            self._loaded.move_to_end(folder)
+            while len(self._loaded) > self.KEPT:
+                self._loaded.popitem(last=False)
+            return loaded
+
+
+@dataclass
+class Loaded:
+    """A model of the zoo as predictions use it: loaded on first use, by one request at a time."""
+
+    folder: str
+    modified: float  # its card's modification time when it was loaded
+    model: Model | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)

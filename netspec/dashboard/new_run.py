@@ -23,6 +23,7 @@ from netspec.dashboard.workspace import RefusedPathError, Workspace
 from netspec.engine.net import compile_net
 from netspec.errors import ConfigError, NetspecError
 from netspec.model_zoo.finetune import prepare_finetune
+from netspec.model_zoo.zoo import Zoo
 from netspec.spec.solver_spec import SolverSpec
 from netspec.training import run_folder
 from netspec.training.run import read_solver
@@ -89,11 +90,11 @@ class Start:
         return [text for option, value in given if value is not None for text in (option, str(value))]
 
 
-def start(workspace: Workspace, wanted: Start, zoo: str) -> str:
+def start(workspace: Workspace, wanted: Start, zoo: Zoo) -> str:
     """Check ``wanted`` and start its training; the run folder, relative to the workspace.
 
     A fine-tuning is prepared first (its net and solver written into the run
-    folder's ``finetune/``, the model taken from the zoo folder ``zoo``).  A bad
+    folder's ``finetune/``, the model taken from ``zoo``).  A bad
     solver or net is a NetspecError with its ``file:line`` messages; a path out
     of the workspace a RefusedPathError; a folder holding a run or a running
     training a RefusedPathError with status 409.  The training that fails
@@ -101,12 +102,15 @@ def start(workspace: Workspace, wanted: Start, zoo: str) -> str:
     output.
     """
     weights = []
+    if wanted.model and wanted.solver:
+        raise NetspecError("choose a solver file or a model to fine-tune, not both")
     if wanted.model:
         if not wanted.dataset or not wanted.out:
             raise NetspecError("to fine-tune a model, choose the dataset and name the run folder")
+        model = zoo.folder(*zoo.resolve(wanted.model))  # a model of the zoo, never a folder the form names
         folder = workspace.path(wanted.out)
         refuse_busy(workspace, folder)
-        prepared = prepare_finetune(wanted.model, workspace.folder(wanted.dataset), folder, zoo)
+        prepared = prepare_finetune(model, workspace.folder(wanted.dataset), folder)
         solver, weights = prepared.solver, ["--weights", prepared.weights]
     elif wanted.solver:
         solver = workspace.file(wanted.solver)

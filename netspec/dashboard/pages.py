@@ -154,10 +154,10 @@ def refused_message(message: str) -> str:
 
 
 def new_run_page(solvers: list[str], models: list[str], datasets: list[str], form: dict[str, str],
-                 message: str = "") -> str:
+                 message: str = "", zoo_problem: str = "") -> str:
     """The New run form: a solver file of the workspace, or a zoo model of ``models`` to fine-tune on one of
-    ``datasets``, optional overrides and run folder; ``message`` says why the last start was refused, and
-    ``form`` holds what was asked then."""
+    ``datasets``, optional overrides and run folder; ``message`` says why the last start was refused, ``form``
+    holds what was asked then, and ``zoo_problem`` why the zoo's models cannot be listed."""
     def select(name: str, choices: list[str], empty: str) -> str:
         chosen = form.get(name, "")
         return f'<select name="{name}"><option value="">{empty}</option>' + "".join(
@@ -178,6 +178,7 @@ def new_run_page(solvers: list[str], models: list[str], datasets: list[str], for
                     "train_net: key)</p>")
     tuner = (f"<label>model {select('model', models, 'none: train the solver file')}</label>\n"
              f"<label>dataset {select('dataset', datasets, 'choose one')}</label>" if models
+             else f'<p class="refused">{escape(zoo_problem)}</p>' if zoo_problem
              else "<p>no model in the zoo carries its training configs (publish a finished run first)</p>")
     return page("New run", f"""<h1>New run</h1>
 {refused_message(message)}

@@ -48,6 +48,7 @@ BACKENDS = ("lmdb", "hdf5")
 MANIFEST = "manifest.json"
 MAX_MANIFEST_BYTES = 1 << 24
 LMDB_FILE = "data.mdb"
+PARTIAL = ".partial"  # the suffix of a dataset folder being written
 HDF5_FILE = "data.h5"
 INITIAL_MAP_SIZE = 1 << 26
 HDF5_CHUNK_ROWS = 64
@@ -67,7 +68,7 @@ class DatasetWriter:
         self.path = os.path.abspath(path)
         if os.path.exists(self.path) and not overwrite:
             raise DataError(f"{self.path}: already exists; choose another output or pass --overwrite")
-        self.partial = self.path + ".partial"
+        self.partial = self.path + PARTIAL
         self.backend, self.encoding = backend, encoding
         self.count = 0
         self.shapes: list[tuple[int, ...]] = []
@@ -179,7 +180,7 @@ def read_manifest(path: str) -> dict:
     if not os.path.isdir(path):
         raise DataError(f"{path}: no such dataset folder")
     if not os.path.lexists(manifest_path):
-        partial = " (an interrupted conversion?)" if path.endswith(".partial") else ""
+        partial = " (an interrupted conversion?)" if path.endswith(PARTIAL) else ""
         raise DataError(f"{path}: not a finished netspec dataset: no {MANIFEST}{partial}; convert it again with "
                         "netspec convert")
     regular_file(manifest_path, MAX_MANIFEST_BYTES)

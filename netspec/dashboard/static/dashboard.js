@@ -210,28 +210,33 @@ function showConversions(list) {
 
 function followConversions(section) {
   // show the conversions' progress, once a second while one runs; a finished one's dataset joins the table
-  let running = 0;
+  const runningIn = (list) => list.filter((conversion) => conversion.state === "running").length;
+  const shown = JSON.parse(section.dataset.conversions);
+  let running = runningIn(shown);
   const follow = async () => {
     let list;
     try {
       const response = await fetch("/api/datasets/conversions");
-      if (!response.ok) return;
-      list = await response.json();
+      list = response.ok ? await response.json() : null;
     } catch (error) {
+      list = null;
+    }
+    if (list === null) { // the dashboard is busy or gone: ask again later
+      window.setTimeout(follow, 5000);
       return;
     }
     showConversions(list);
-    const now = list.filter((conversion) => conversion.state === "running").length;
+    const now = runningIn(list);
     if (now < running) {
       const page = await fetchPage("/datasets");
       const rows = page && page.querySelector("#datasets tbody");
       if (rows) document.querySelector("#datasets tbody").replaceWith(rows);
     }
     running = now;
+    if (running) window.setTimeout(follow, 1000);
   };
-  showConversions(JSON.parse(section.dataset.conversions));
-  running = JSON.parse(section.dataset.conversions).filter((conversion) => conversion.state === "running").length;
-  window.setInterval(follow, 1000);
+  showConversions(shown);
+  if (running) window.setTimeout(follow, 1000);
 }
 
 function cell(row, text) {
