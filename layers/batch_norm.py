@@ -134,8 +134,8 @@ class BatchNorm(Layer):
 
     def stored_statistics(self):
         """The mean and variance the running sums hold (``sum / f``; zeros before any batch)."""
-        factor = float(self.blobs[2].data[0])
-        scale = 0.0 if factor == 0 else 1.0 / factor
+        factor = self.blobs[2].data[0].astype(numpy.float64)  # kept on the device: a GPU is not waited for
+        scale = self.xp.where(factor == 0, 0.0, 1.0 / self.xp.where(factor == 0, 1.0, factor)).astype(self.dtype)
         return self.blobs[0].data * scale, self.blobs[1].data * scale
 
     def fused_arguments(self, shift: bool = True) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import re
 import signal
 
 import numpy as np
@@ -13,6 +14,7 @@ import yaml
 
 import netspec
 from netspec.data.hdf5 import write_arrays, write_file_list
+from netspec.engine.backend import Backend
 from netspec.engine.registry import solver_types
 from netspec.errors import ConfigError, StateError, TrainingError
 from netspec.solvers.lr_policies import learning_rate
@@ -344,6 +346,36 @@ def test_a_non_finite_loss_stops_with_the_iteration_and_layer(tmp_path):
     with pytest.raises(TrainingError, match="iteration 0: the loss is nan; the first non-finite output is layer 'ip' "
                                             "top 'p'.*no snapshot was written"):
         fresh.step(1)
+
+
+def test_losses_read_at_display_time_only_train_the_same(tmp_path, monkeypatch):
+    # as on a GPU: the loss stays on the device and is read every read_every iterations (display time), in one copy
+    hyper = {"average_loss": 4, "clip_gradients": 0.5, "test_iter": [2], "test_interval": 10}
+    every = data_solver(tmp_path, batch=5, shuffle=True, dropout=True, **hyper)
+    every.step(20)
+    deferred = data_solver(tmp_path, batch=5, shuffle=True, dropout=True, **hyper)
+    assert deferred.read_every == 1  # on the CPU a read costs nothing
+    deferred.read_every = 8
+    reads = []
+    monkeypatch.setattr(Backend, "to_host", lambda self, array: reads.append(array.shape) or np.asarray(array))
+    deferred.step(20)
+    monkeypatch.undo()
+    # the test at 0 (one output, scored in one read), 8 losses, the 2 before the test at 10, the test, 8 losses,
+    # and the 2 when step ends
+    assert reads == [(1,), (8,), (2,), (1,), (8,), (2,)]
+    assert list(deferred.losses) == list(every.losses)
+    for a, b in zip(param_arrays(every), param_arrays(deferred)):
+        assert np.array_equal(a, b)
+
+
+def test_a_non_finite_loss_read_later_names_its_iteration_and_the_culprit_now(tmp_path):
+    solver = tiny_solver(tmp_path, base_lr=1e30)
+    solver.read_every = 10
+    with pytest.raises(TrainingError) as error, np.errstate(over="ignore", invalid="ignore"):
+        solver.step(20)
+    assert solver.iter == 9 and re.match(r"iteration [1-8]: the loss is (inf|nan); at iteration 9 the first "
+                                         r"non-finite output is layer '\w+' top '\w+'\. Training stopped; no "
+                                         r"snapshot was written", str(error.value)), str(error.value)
 
 
 def test_layer_names_with_slashes_snapshot_and_resume(tmp_path):

@@ -195,13 +195,15 @@ class Net:
                 if self.blobs[name].count == 1}
 
     def score(self, iterations: int) -> dict[str, float]:
-        """Run ``iterations`` forward passes; return each one-element output averaged over them."""
-        totals: dict[str, float] = {}
+        """Run ``iterations`` forward passes; return each one-element output averaged over them (summed on the
+        device, read once)."""
+        names = [name for name in self.outputs if self.blobs[name].count == 1]
+        totals = self.backend.xp.zeros(len(names), dtype=numpy.float64)
         for _ in range(iterations):
-            self.forward()
-            for name, value in self.scalar_outputs().items():
-                totals[name] = totals.get(name, 0.0) + value
-        return {name: total / iterations for name, total in totals.items()}
+            self.device_forward()
+            for index, name in enumerate(names):
+                totals[index] += self.blobs[name].data.reshape(-1)[0].astype(numpy.float64)
+        return {name: total / iterations for name, total in zip(names, self.backend.to_host(totals).tolist())}
 
     def first_non_finite(self) -> tuple[str, str] | None:
         """``(layer, top)`` of the first layer whose output holds a NaN or an infinity, if any."""
@@ -278,11 +280,16 @@ class Net:
 
     def loss(self) -> float:
         """Weighted sum of the loss tops from the last forward pass."""
-        total = 0.0
+        return float(self.backend.to_host(self.device_loss()))
+
+    def device_loss(self):
+        """Weighted sum of the loss tops from the last forward pass, as a 0-d float64 array on the device: a GPU
+        is not waited for."""
+        total = self.backend.xp.zeros((), dtype=numpy.float64)
         for node, top in zip(self.nodes, self.top_blobs):
             for blob, weight in zip(top, node.loss_weights):
                 if weight:
-                    total += weight * float(blob.data.sum())
+                    total += weight * blob.data.sum().astype(numpy.float64)
         return total
 
     def set_input_arrays(self, data, labels=None, layer: str | None = None) -> None:
@@ -301,9 +308,13 @@ class Net:
 
     def forward(self) -> float:
         """Run every layer forward; return the weighted loss."""
+        return float(self.backend.to_host(self.device_forward()))
+
+    def device_forward(self):
+        """Run every layer forward; return the weighted loss as :meth:`device_loss` does (on the device)."""
         for index in range(len(self.layers)):
             self.forward_layer(index)
-        return self.loss()
+        return self.device_loss()
 
     def backward(self, after_layer: Callable[[int], None] | None = None) -> None:
         """Run every layer that needs it backward; parameter diffs accumulate (see clear_param_diffs).

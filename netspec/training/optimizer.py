@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+import numpy
+
 from netspec.errors import StateError
 
 
@@ -35,11 +37,7 @@ class Optimizer:
         """
         p, xp = self.params, self.backend.xp
         if p.clip_gradients >= 0:
-            norm = math.sqrt(sum(float(xp.vdot(lp.blob.diff, lp.blob.diff)) for lp in self.learnable))
-            if norm > p.clip_gradients:
-                scale = p.clip_gradients / norm
-                for lp in self.learnable:
-                    lp.blob.diff *= scale
+            self._clip(p.clip_gradients)
         decoupled = self.rule.decoupled_decay
         ratios = []
         for index, lp in enumerate(self.learnable):
@@ -58,6 +56,15 @@ class Optimizer:
                 ratios.append((f"{lp.layer}[{lp.index}]", float(xp.abs(data).mean()), ratio))
             data -= diff
         return ratios
+
+    def _clip(self, limit: float) -> None:
+        """Scale the diffs so that their global L2 norm is at most ``limit``, computed on the device (a GPU is not
+        waited for): the scale is 1 when the norm is within the limit."""
+        xp = self.backend.xp
+        norm = xp.sqrt(sum(xp.vdot(lp.blob.diff, lp.blob.diff).astype(numpy.float64) for lp in self.learnable))
+        scale = xp.where(norm > limit, limit / xp.maximum(norm, numpy.finfo(numpy.float64).tiny), 1.0)
+        for lp in self.learnable:
+            lp.blob.diff *= scale.astype(lp.blob.diff.dtype)
 
     def _regularizer(self, data):
         """The decay's direction: ``w`` for L2, ``sign(w)`` for L1."""

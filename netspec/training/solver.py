@@ -39,6 +39,8 @@ from netspec.training.log import TrainingLog, format_value
 from netspec.training.optimizer import Optimizer
 from netspec.training.watch import unwatchable_outputs, watches
 
+READ_EVERY = 100  # on a GPU, iterations between reads of the loss when nothing is displayed
+
 
 class Solver:
     """A train net, its test nets (sharing the train net's weights) and an update rule.
@@ -84,9 +86,12 @@ class Solver:
         self.optimizer = Optimizer(rule_cls, p, self.learnable, self.backend, self.net.dtype)
         self.exchange = GradientExchange(comm, self.net, self.learnable)
         self.weights_agreed = comm.size == 1
-        self.culprit: tuple[str, str] | None = None
         self.iter = 0
         self.losses: collections.deque[float] = collections.deque(maxlen=p.average_loss)
+        self.unread: list[tuple[int, object]] = []  # (iteration, its loss on the device) not read back yet
+        # iterations between reads of the loss: every one on the CPU, where a read costs nothing; on a GPU at
+        # display time only (or every READ_EVERY), so that training never waits for the device
+        self.read_every = (p.display or READ_EVERY) if self.backend.is_gpu else 1
         self.log = log or TrainingLog()
         self.log.iterations_per_epoch = self.iterations_per_epoch
         self.debug_info = debug_info
@@ -177,11 +182,11 @@ class Solver:
             asked, self.requested = self.requested, None  # a signal from now on counts at the next iteration
             stopped_by = self.requested_by if asked == "stop" else None
             loss, asked = self.exchange.average(loss, asked, self.iter)
-            if not math.isfinite(loss):
-                self.diverged(loss)
-            self.losses.append(loss)
+            self.unread.append((self.iter, loss))
             rate = self.learning_rate
             shown = bool(p.display) and self.iter % p.display == 0
+            if shown or len(self.unread) >= self.read_every:
+                self.read_losses()
             if shown:
                 elapsed = time.perf_counter() - window_start
                 done = self.iter + 1 - window_iter
@@ -205,6 +210,7 @@ class Solver:
                 self.stop_reason = f"stop requested ({self.interrupted.name}): stopping at iteration {self.iter}"
                 self.log.message(self.stop_reason)
                 break
+        self.read_losses()
 
     def tests_at(self, iteration: int) -> bool:
         """Whether the schedule tests before training iteration ``iteration`` (``test_interval``)."""
@@ -256,32 +262,45 @@ class Solver:
         """Mean of the last ``average_loss`` losses."""
         return sum(self.losses) / len(self.losses) if self.losses else float("nan")
 
-    def forward_backward(self) -> float:
-        """Accumulate gradients over ``iter_size`` batches; return the mean loss.
+    def forward_backward(self):
+        """Accumulate gradients over ``iter_size`` batches; return the mean loss, on the device.
 
-        The first layer to output a NaN or an infinity is noted for :meth:`diverged`.  In a
-        distributed run the last backward pass starts sending the finished gradients.
+        In a distributed run the last backward pass starts sending the finished gradients.
         """
         self.net.clear_param_diffs()
         loss = 0.0
         for sub in range(self.params.iter_size):
-            loss += self.net.forward()
-            if not math.isfinite(loss) and self.culprit is None:
-                self.culprit = self.net.first_non_finite()
+            loss = loss + self.net.device_forward()
             last = sub == self.params.iter_size - 1
             self.net.backward(self.exchange.layer_done if last else None)
         return loss / self.params.iter_size
 
-    def diverged(self, loss: float) -> None:
-        """Raise DivergedError naming the iteration and the first layer whose output is not finite.
+    def read_losses(self) -> None:
+        """Bring the losses not read yet to the host, in one transfer, into the average of the last
+        ``average_loss``; the first that is NaN or infinite stops training (:meth:`diverged`)."""
+        if not self.unread:
+            return
+        xp = self.backend.xp
+        values = self.backend.to_host(xp.stack([xp.asarray(loss, dtype=numpy.float64) for _, loss in self.unread]))
+        iterations, self.unread = [iteration for iteration, _ in self.unread], []
+        for iteration, loss in zip(iterations, values.tolist()):
+            if not math.isfinite(loss):
+                self.diverged(iteration, loss)
+            self.losses.append(loss)
+
+    def diverged(self, iteration: int, loss: float) -> None:
+        """Raise DivergedError naming the iteration whose loss was ``loss`` and the first layer whose output
+        is not finite now (at that iteration itself when the loss is read every iteration, as on the CPU).
 
         In a distributed run every rank raises it at the same iteration (the loss is their mean).
         """
-        if self.culprit:
-            where = f"; the first non-finite output is layer '{self.culprit[0]}' top '{self.culprit[1]}'"
+        culprit = self.net.first_non_finite()
+        when = "" if iteration == self.iter else f" at iteration {self.iter}"
+        if culprit:
+            where = f";{when} the first non-finite output is layer '{culprit[0]}' top '{culprit[1]}'"
         else:
             where = "; it became non-finite on another rank" if self.comm.size > 1 else ""
-        self._stop(f"iteration {self.iter}: the loss is {loss}{where}")
+        self._stop(f"iteration {iteration}: the loss is {loss}{where}")
 
     def _stop(self, what: str) -> None:
         """Raise DivergedError saying ``what`` went wrong and which snapshot is the last good one."""
@@ -294,8 +313,10 @@ class Solver:
         """Score every test net over its ``test_iter`` batches, log the averages, and follow watched outputs.
 
         With N ranks each scores ``ceil(test_iter / N)`` batches of its share and
-        the scores are averaged, so together they cover the records one process would.
+        the scores are averaged, so together they cover the records one process would.  The losses are read
+        first (:meth:`read_losses`).
         """
+        self.read_losses()
         self.last_test_iter = self.iter
         results = {}
         for index, net in enumerate(self.test_nets):
@@ -316,9 +337,11 @@ class Solver:
     def snapshot(self) -> str:
         """Write this iteration's weights and solver state (see :func:`netspec.training.checkpoint.save`).
 
-        Weights holding a NaN or an infinity are never written: training stops
-        instead, naming the blob and the last snapshot, which is still good.
+        The losses are read first; a NaN or infinite one, or weights holding a NaN or an infinity, are never
+        written: training stops instead, naming the iteration or the blob, and the last snapshot, which is
+        still good.
         """
+        self.read_losses()
         bad = self.net.first_non_finite_param()
         if bad is not None:
             self._stop(f"iteration {self.iter}: layer '{bad[0]}' blob {bad[1]} holds NaN or infinite values, so "
