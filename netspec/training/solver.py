@@ -4,7 +4,9 @@ One iteration, in Caffe's order: test when due, forward/backward ``iter_size``
 times with parameter diffs accumulating, log when due, then the update
 (learning rate from the policy, then :class:`netspec.training.optimizer.Optimizer`:
 global-norm clipping, division by ``iter_size``, weight decay, the rule,
-``w -= step``), then a snapshot when due.  Everything random comes from one seeded backend, and a snapshot holds
+``w -= step``), then a snapshot when due.  The loss stays on the device until :meth:`Solver.read_losses` brings
+the unread ones back in one copy (every iteration on the CPU; on a GPU at display, test and snapshot time, so
+the loop never waits for it).  Everything random comes from one seeded backend, and a snapshot holds
 every buffer, data position and generator state, so a resumed run continues
 bit for bit.
 
