@@ -17,6 +17,12 @@ from anywhere else) as it is:
 - :func:`check_reshape`: the layer follows its bottoms to a new batch size;
 - :func:`check_layer`: all of the above that apply, in one call.
 
+A check runs on the device of the net it is given: :func:`one_layer_net` and
+:func:`check_layer` take ``device`` (``"cpu"``, the default, ``"gpu"`` or
+``"gpu:N"``, which need CuPy), and the checks bring tops, diffs and
+parameters to the host to compare them, so a reference is NumPy code on every
+device.
+
 A check uses up the net it is given (it runs passes and overwrites data and
 diffs); build a fresh net for each one, which is cheap.
 
@@ -77,7 +83,7 @@ __all__ = ["check_accumulation", "check_forward", "check_inplace", "check_layer"
 
 def one_layer_net(layer_type: str, bottom_shapes, tops: int | list[str] = 1, params: dict | None = None,
                   phase: str = "TRAIN", inplace: bool = False, bottoms=None, seed: int = 0,
-                  dtype=np.float64) -> Net:
+                  dtype=np.float64, device: str = "cpu") -> Net:
     """A net whose Input layer feeds ``bottom_shapes`` to one layer of ``layer_type``.
 
     The layer under test is the net's last layer, named ``under_test``; its
@@ -86,10 +92,12 @@ def one_layer_net(layer_type: str, bottom_shapes, tops: int | list[str] = 1, par
     (``{"convolution_param": {...}, "loss_weight": 2}``).  With ``inplace``
     its first top is its first bottom.  ``force_backward`` is on, so every
     bottom but labels receives a gradient.  ``bottoms`` (arrays) are copied
-    into the inputs; learnable blobs are random, in +-[0.5, 1.5).
+    into the inputs; learnable blobs are random, in +-[0.5, 1.5), the same
+    on every ``device`` (``"cpu"``, ``"gpu"`` or ``"gpu:N"``).
 
     Raises what :func:`netspec.load_net` raises for a layer that cannot be
-    built (``ConfigError``, ``ShapeError``...).
+    built (``ConfigError``, ``ShapeError``...) or a device that is not there
+    (``DeviceError``).
     """
     names = [f"b{i}" for i in range(len(bottom_shapes))]
     top_names = tops if isinstance(tops, list) else [f"t{i}" for i in range(tops)]
@@ -100,25 +108,30 @@ def one_layer_net(layer_type: str, bottom_shapes, tops: int | list[str] = 1, par
         layers.append({"name": "input", "type": "Input", "top": names,
                        "input_param": {"shape": [{"dim": list(s)} for s in bottom_shapes]}})
     layers.append({"name": "under_test", "type": layer_type, "bottom": names, "top": top_names, **(params or {})})
-    net = load_net(yaml.safe_dump({"force_backward": True, "layers": layers}), phase=phase, dtype=dtype, seed=seed,
-                   python_layers=True)  # (the layer under test is the caller's own)
+    net = load_net(yaml.safe_dump({"force_backward": True, "layers": layers}), phase=phase, device=device,
+                   dtype=dtype, seed=seed, python_layers=True)  # (the layer under test is the caller's own)
     rng = np.random.default_rng(seed + 1)
     for blob, value in zip(net.bottom_blobs[-1], bottoms or []):
-        blob.data[...] = value
+        blob.data[...] = net.backend.asarray(value)
     if net.layers[-1].learnable:
         for blob in net.layers[-1].blobs:
-            blob.data[...] = rng.uniform(0.5, 1.5, blob.shape) * rng.choice([-1, 1], blob.shape)
+            blob.data[...] = net.backend.asarray(rng.uniform(0.5, 1.5, blob.shape) * rng.choice([-1, 1], blob.shape))
     return net
 
 
+def _host(net: Net, array) -> np.ndarray:
+    """A NumPy copy, on the host, of ``array`` (an array on ``net``'s device)."""
+    return np.array(net.backend.to_host(array))
+
+
 def run_forward(net: Net) -> list[np.ndarray]:
-    """Forward the last layer (the one under test) with the backend's seed at 7; return copies of its tops.
+    """Forward the last layer (the one under test) with the backend's seed at 7; return NumPy copies of its tops.
 
     Checks nothing; the fixed seed makes random layers (Dropout) repeat.
     """
     net.backend.seed(7)
     net.forward_layer(len(net.layers) - 1)
-    return [t.data.copy() for t in net.top_blobs[-1]]
+    return [_host(net, t.data) for t in net.top_blobs[-1]]
 
 
 def gradient_check(net: Net, eps: float = 1e-6, rtol: float = 1e-4, atol: float = 1e-6,
@@ -148,16 +161,16 @@ def gradient_check(net: Net, eps: float = 1e-6, rtol: float = 1e-4, atol: float 
             blob.data[...] = original
         net.backend.seed(11)
         layer.forward(bottom, top)
-        return sum(float((t.data * p).sum()) for t, p in zip(top, projections))
+        return sum(float((net.backend.to_host(t.data) * p).sum()) for t, p in zip(top, projections))
 
     objective()
     for blob, projection in zip(top, projections):
-        blob.diff[...] = projection
+        blob.diff[...] = net.backend.asarray(projection)
     for blob in layer.blobs:
         blob.diff[...] = 0
     layer.backward(top, wanted, bottom)
-    analytic_bottoms = [b.diff.copy() for b in bottom]
-    analytic_params = [p.diff.copy() for p in layer.blobs]
+    analytic_bottoms = [_host(net, b.diff) for b in bottom]
+    analytic_params = [_host(net, p.diff) for p in layer.blobs]
 
     def compare(array, analytic, label):
         flat = array.reshape(-1)
@@ -196,12 +209,13 @@ def _compare_tops(got: list[np.ndarray], expected, what: str) -> None:
 def check_forward(net: Net, reference: Reference) -> None:
     """Check that forwarding the last layer gives the tops ``reference(bottoms, params)`` returns.
 
-    ``reference`` receives copies of the bottoms' and learnable blobs' data
-    and returns one array per top.  Raises AssertionError when the number of
-    tops, a shape, or a value (beyond ``rtol=1e-10, atol=1e-12``) differs.
+    ``reference`` receives NumPy copies of the bottoms' and learnable blobs'
+    data and returns one array per top.  Raises AssertionError when the
+    number of tops, a shape, or a value (beyond ``rtol=1e-10, atol=1e-12``)
+    differs.
     """
     layer = net.layers[-1]
-    expected = reference([b.data.copy() for b in net.bottom_blobs[-1]], [b.data.copy() for b in layer.blobs])
+    expected = reference([_host(net, b.data) for b in net.bottom_blobs[-1]], [_host(net, b.data) for b in layer.blobs])
     _compare_tops(run_forward(net), expected, "forward")
 
 
@@ -221,15 +235,15 @@ def check_accumulation(net: Net) -> None:
         blob.diff[...] = 0
     wanted = [i not in type(layer).label_bottoms for i in range(len(bottom))]
     layer.backward(top, wanted, bottom)
-    once_params = [p.diff.copy() for p in layer.blobs]
-    once_bottoms = [b.diff.copy() for b in bottom]
+    once_params = [_host(net, p.diff) for p in layer.blobs]
+    once_bottoms = [_host(net, b.diff) for b in bottom]
     layer.backward(top, wanted, bottom)
     for index, (p, once) in enumerate(zip(layer.blobs, once_params)):
-        np.testing.assert_allclose(p.diff, 2 * once, rtol=1e-12, err_msg=(
+        np.testing.assert_allclose(_host(net, p.diff), 2 * once, rtol=1e-12, err_msg=(
             f"param {index}: a second backward must add to the diff (parameter diffs accumulate)"))
     for index, (b, once, w) in enumerate(zip(bottom, once_bottoms, wanted)):
         if w:
-            np.testing.assert_allclose(b.diff, once, rtol=1e-12, err_msg=(
+            np.testing.assert_allclose(_host(net, b.diff), once, rtol=1e-12, err_msg=(
                 f"bottom {index}: a second backward must give the same diff (bottom diffs are overwritten)"))
 
 
@@ -254,9 +268,9 @@ def check_inplace(build: Callable[..., Net], gradient: bool = True) -> None:
     grads = []
     for net in (plain, inplace):
         top = net.top_blobs[-1]
-        top[0].diff[...] = np.linspace(-1, 1, top[0].data.size).reshape(top[0].shape)
+        top[0].diff[...] = net.backend.asarray(np.linspace(-1, 1, top[0].data.size).reshape(top[0].shape))
         net.layers[-1].backward(top, [True] * len(net.bottom_blobs[-1]), net.bottom_blobs[-1])
-        grads.append(net.bottom_blobs[-1][0].diff.copy())
+        grads.append(_host(net, net.bottom_blobs[-1][0].diff))
     np.testing.assert_allclose(grads[1], grads[0], rtol=1e-12, atol=1e-14,
                                err_msg="in place: the diff of bottom 0 differs from out of place")
     if gradient:
@@ -274,20 +288,20 @@ def check_reshape(net: Net, reference: Reference, bottoms: Sequence[np.ndarray] 
     """
     layer, bottom, top = net.layers[-1], net.bottom_blobs[-1], net.top_blobs[-1]
     if bottoms is None:
-        bottoms = [np.concatenate([b.data, b.data]) for b in bottom]
+        bottoms = [np.concatenate([_host(net, b.data)] * 2) for b in bottom]
     new = [np.array(b, dtype=np.float64) for b in bottoms]
     for blob, value in zip(bottom, new):
         blob.reshape(value.shape)
-        blob.data[...] = value
+        blob.data[...] = net.backend.asarray(value)
     layer.reshape(bottom, top)
     got = run_forward(net)
-    expected = reference([b.copy() for b in new], [b.data.copy() for b in layer.blobs])
+    expected = reference([b.copy() for b in new], [_host(net, b.data) for b in layer.blobs])
     _compare_tops(got, expected, "after reshape")
 
 
 def check_layer(layer_type: str, bottoms: Sequence[np.ndarray], reference: Reference | None = None,
                 params: dict | None = None, tops: int = 1, phase: str = "TRAIN", inplace: bool | None = None,
-                gradient: bool = True, accumulation: bool = True, reshape: bool = True) -> None:
+                gradient: bool = True, accumulation: bool = True, reshape: bool = True, device: str = "cpu") -> None:
     """Run every check that applies to a layer of ``layer_type`` fed ``bottoms`` (float64 arrays).
 
     With a ``reference``: :func:`check_forward` and (with ``reshape``)
@@ -295,16 +309,17 @@ def check_layer(layer_type: str, bottoms: Sequence[np.ndarray], reference: Refer
     :func:`gradient_check`; with ``accumulation``: :func:`check_accumulation`.
     :func:`check_inplace` when ``inplace`` is true, or, by default, when the
     layer class says it may run in place (``inplace_ok``).  ``params``,
-    ``tops`` and ``phase`` go to :func:`one_layer_net`.  Turn off the checks
-    that cannot hold: ``gradient=False`` for a layer without a gradient
-    (ArgMax, Accuracy), ``reshape=False`` when a bottom must not grow with the
-    batch.  Raises the AssertionError of the first check that fails.
+    ``tops``, ``phase`` and ``device`` go to :func:`one_layer_net`.  Turn off
+    the checks that cannot hold: ``gradient=False`` for a layer without a
+    gradient (ArgMax, Accuracy), ``reshape=False`` when a bottom must not grow
+    with the batch.  Raises the AssertionError of the first check that fails.
     """
     arrays = [np.asarray(b, dtype=np.float64) for b in bottoms]
     shapes = [a.shape for a in arrays]
 
     def build(inplace: bool = False) -> Net:
-        return one_layer_net(layer_type, shapes, tops, params, phase=phase, inplace=inplace, bottoms=arrays)
+        return one_layer_net(layer_type, shapes, tops, params, phase=phase, inplace=inplace, bottoms=arrays,
+                             device=device)
 
     if reference is not None:
         check_forward(build(), reference)

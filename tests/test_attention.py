@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from devices import DEVICES
 
 from netspec import load_net
 from netspec.errors import ConfigError, ParamError, ShapeError
@@ -61,10 +62,10 @@ FORMS = {  # bottoms, parameters
 }
 
 
-def build(form, dtype=np.float64):
+def build(form, dtype=np.float64, device="cpu"):
     bottoms, p = FORMS[form]
     return one_layer_net("MultiHeadAttention", [b.shape for b in bottoms], params={BLOCK: p}, bottoms=bottoms,
-                         dtype=dtype)
+                         dtype=dtype, device=device)
 
 
 def reference(form):
@@ -72,27 +73,32 @@ def reference(form):
 
 
 @pytest.mark.parametrize("form", FORMS)
-def test_forward_matches_the_naive_reference(form):
-    check_forward(build(form), reference(form))
+@pytest.mark.parametrize("device", DEVICES)
+def test_forward_matches_the_naive_reference(form, device):
+    check_forward(build(form, device=device), reference(form))
 
 
 @pytest.mark.parametrize("form", FORMS)
-def test_gradients_match_finite_differences(form):
-    gradient_check(build(form))
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradients_match_finite_differences(form, device):
+    gradient_check(build(form, device=device))
 
 
 @pytest.mark.parametrize("form", FORMS)
-def test_param_diffs_accumulate_and_bottom_diffs_overwrite(form):
-    check_accumulation(build(form))
+@pytest.mark.parametrize("device", DEVICES)
+def test_param_diffs_accumulate_and_bottom_diffs_overwrite(form, device):
+    check_accumulation(build(form, device=device))
 
 
 @pytest.mark.parametrize("form", ["self_causal", "qkv"])
-def test_reshape_to_a_new_batch_size(form):
-    check_reshape(build(form), reference(form))
+@pytest.mark.parametrize("device", DEVICES)
+def test_reshape_to_a_new_batch_size(form, device):
+    check_reshape(build(form, device=device), reference(form))
 
 
-def test_reshape_to_a_new_length_moves_the_causal_mask():
-    net = build("self_causal")
+@pytest.mark.parametrize("device", DEVICES)
+def test_reshape_to_a_new_length_moves_the_causal_mask(device):
+    net = build("self_causal", device=device)
     check_reshape(net, reference("self_causal"), bottoms=[rand(2, 7, 6)])
 
 

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from devices import DEVICES
 
 import netspec
 from netspec import ConfigError, DataError
@@ -41,19 +42,20 @@ def one_line_error(error_type, build) -> str:
 PAIRS = (np.zeros((3, 2)), np.array([[0.3, 0.4], [0.6, 0.8], [0.3, 0.4]]), np.array([1.0, 0.0, 0.0]))  # d .5, 1, .5
 
 
-def contrastive(a, b, y, **params):
+def contrastive(a, b, y, device="cpu", **params):
     return one_layer_net("ContrastiveLoss", [a.shape, b.shape, y.shape], bottoms=[a, b, y],
-                         params={"contrastive_loss_param": params} if params else None)
+                         params={"contrastive_loss_param": params} if params else None, device=device)
 
 
 @pytest.mark.parametrize(("legacy", "expected"), [
     (False, (0.25 + (1.2 - 1.0) ** 2 + (1.2 - 0.5) ** 2) / 6),  # similar d^2; dissimilar max(margin - d, 0)^2
     (True, (0.25 + (1.2 - 1.0) + (1.2 - 0.25)) / 6),  # legacy: max(margin - d^2, 0)
 ])
-def test_contrastive_loss_of_both_margin_forms(legacy, expected):
-    net = contrastive(*PAIRS, margin=1.2, legacy_version=legacy)
+@pytest.mark.parametrize("device", DEVICES)
+def test_contrastive_loss_of_both_margin_forms(legacy, expected, device):
+    net = contrastive(*PAIRS, device=device, margin=1.2, legacy_version=legacy)
     assert run_forward(net)[0] == pytest.approx(expected, rel=1e-12)
-    gradient_check(contrastive(*PAIRS, margin=1.2, legacy_version=legacy))
+    gradient_check(contrastive(*PAIRS, device=device, margin=1.2, legacy_version=legacy))
 
 
 def test_contrastive_default_margin_is_one_and_far_dissimilar_pairs_add_nothing():
@@ -85,9 +87,10 @@ def test_contrastive_similarity_is_the_labels_integer_part_as_caffe_casts_it():
     assert flipped == pytest.approx((0.25 + 1.0 + 0.25) / 6)
 
 
-def test_contrastive_takes_no_gradient_to_the_labels_and_feature_maps_of_one_pixel():
+@pytest.mark.parametrize("device", DEVICES)
+def test_contrastive_takes_no_gradient_to_the_labels_and_feature_maps_of_one_pixel(device):
     a, b = RNG.uniform(-1, 1, (4, 3, 1, 1)), RNG.uniform(-1, 1, (4, 3, 1, 1))
-    net = contrastive(a, b, np.array([[1.0], [0.0], [1.0], [0.0]]))
+    net = contrastive(a, b, np.array([[1.0], [0.0], [1.0], [0.0]]), device=device)
     assert net.nodes[-1].bottom_need_backward == [True, True, False]
     gradient_check(net)
 

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from devices import DEVICES
 from test_caffe_losses import one_line_error
 
 from netspec import ConfigError
@@ -33,9 +34,11 @@ def test_erf_in_float32_stays_float32():
 
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
-def test_gelu_gradients_match_finite_differences_tightly(approximate):
+@pytest.mark.parametrize("device", DEVICES)
+def test_gelu_gradients_match_finite_differences_tightly(approximate, device):
     x = np.concatenate([RNG.uniform(-10, 10, 30), RNG.uniform(-1, 1, 30)]).reshape(3, 4, 5)
-    net = one_layer_net("GELU", [x.shape], bottoms=[x], params={"gelu_param": {"approximate": approximate}})
+    net = one_layer_net("GELU", [x.shape], bottoms=[x], params={"gelu_param": {"approximate": approximate}},
+                        device=device)
     gradient_check(net, rtol=1e-6, atol=1e-8, samples=60)
 
 

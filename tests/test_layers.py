@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+from devices import DEVICES
 from test_attention import ref_attention
 
 from netspec.engine.net import load_net
@@ -690,9 +691,10 @@ CASES = [
 BY_ID = {case.id: case for case in CASES}
 
 
-def build(case: Case, inplace=None, bottoms=None):
+def build(case: Case, inplace=None, bottoms=None, device="cpu"):
     return one_layer_net(case.type, case.shapes, case.tops, case.block, phase=case.phase,
-                         inplace=case.inplace if inplace is None else inplace, bottoms=bottoms or case.bottoms)
+                         inplace=case.inplace if inplace is None else inplace, bottoms=bottoms or case.bottoms,
+                         device=device)
 
 
 def reference_of(case: Case):
@@ -709,18 +711,21 @@ def test_every_registered_layer_is_covered():
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.reference], ids=lambda c: c.id)
-def test_forward_matches_reference(case):
-    check_forward(build(case, inplace=False), reference_of(case))
+@pytest.mark.parametrize("device", DEVICES)
+def test_forward_matches_reference(case, device):
+    check_forward(build(case, inplace=False, device=device), reference_of(case))
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.grad], ids=lambda c: c.id)
-def test_gradients_match_finite_differences(case):
-    gradient_check(build(case, inplace=False))
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradients_match_finite_differences(case, device):
+    gradient_check(build(case, inplace=False, device=device))
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.inplace], ids=lambda c: c.id)
-def test_inplace_equals_out_of_place(case):
-    check_inplace(lambda inplace: build(case, inplace=inplace))
+@pytest.mark.parametrize("device", DEVICES)
+def test_inplace_equals_out_of_place(case, device):
+    check_inplace(lambda inplace: build(case, inplace=inplace, device=device))
 
 
 def test_inplace_refused_for_unsafe_layers():
@@ -735,15 +740,17 @@ def netspec_error():
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.grad and c.type != "Dropout"], ids=lambda c: c.id)
-def test_param_diffs_accumulate_and_bottom_diffs_overwrite(case):
-    check_accumulation(build(case, inplace=False))
+@pytest.mark.parametrize("device", DEVICES)
+def test_param_diffs_accumulate_and_bottom_diffs_overwrite(case, device):
+    check_accumulation(build(case, inplace=False, device=device))
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.reference and c.id != "scale_bottom"
                                   and c.id != "bias_bottom"], ids=lambda c: c.id)
-def test_reshape_to_a_new_batch_size(case):
+@pytest.mark.parametrize("device", DEVICES)
+def test_reshape_to_a_new_batch_size(case, device):
     doubled = [np.concatenate([b, b]) for b in case.bottoms]
-    check_reshape(build(case, inplace=False), reference_of(case), doubled)
+    check_reshape(build(case, inplace=False, device=device), reference_of(case), doubled)
 
 
 def test_dropout_train_zeroes_about_the_ratio_and_scales_the_rest():

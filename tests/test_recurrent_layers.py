@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from devices import DEVICES
 from test_layers import ref_lstm, ref_rnn
 
 from netspec import load_net
@@ -21,11 +22,11 @@ def rand(*shape):
     return RNG.uniform(-1, 1, shape)
 
 
-def net_of(layer_type, bottoms, expose=False, num_output=3, weights=None):
+def net_of(layer_type, bottoms, expose=False, num_output=3, weights=None, device="cpu"):
     """A one-layer net of ``layer_type`` fed ``bottoms``; ``weights`` (arrays) replace its random ones."""
     block = {"recurrent_param": {"num_output": num_output, "expose_hidden": expose}}
     net = one_layer_net(layer_type, [b.shape for b in bottoms], tops=1 + (STATES[layer_type] if expose else 0),
-                        params=block, bottoms=bottoms)
+                        params=block, bottoms=bottoms, device=device)
     for blob, value in zip(net.layers[-1].blobs, weights or []):
         blob.data[...] = value
     return net
@@ -83,10 +84,11 @@ def test_without_expose_hidden_a_pass_continues_from_the_last_one_as_in_caffe(la
 
 @pytest.mark.parametrize("layer_type", ["RNN", "LSTM"])
 @pytest.mark.parametrize("expose", [False, True])
-def test_static_input_and_exposed_states_match_the_reference(layer_type, expose):
+@pytest.mark.parametrize("device", DEVICES)
+def test_static_input_and_exposed_states_match_the_reference(layer_type, expose, device):
     bottoms = [rand(3, 2, 2, 2), np.array([[0, 0], [1, 0], [1, 1]], float), rand(2, 5)]
     bottoms += [rand(1, 2, 3) for _ in range(STATES[layer_type] if expose else 0)]
-    net = net_of(layer_type, bottoms, expose=expose)
+    net = net_of(layer_type, bottoms, expose=expose, device=device)
     block = {"recurrent_param": {"expose_hidden": expose}}
     check_forward(net, lambda b, w: REFERENCES[layer_type](b, w, block))
 

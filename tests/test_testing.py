@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from devices import DEVICES
 
 from netspec.engine import registry
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
+from netspec.errors import DeviceError
 from netspec.testing import (
     check_accumulation,
     check_forward,
@@ -147,8 +149,15 @@ def test_a_correct_layer_passes_every_check_one_by_one():
 
 
 @pytest.mark.parametrize(("layer_type", "reference"), [("TestDoubler", doubled), ("TestScale", scaled)])
-def test_correct_layers_pass_check_layer(layer_type, reference):
-    check_layer(layer_type, [X], reference=reference)
+@pytest.mark.parametrize("device", DEVICES)
+def test_correct_layers_pass_check_layer(layer_type, reference, device):
+    check_layer(layer_type, [X], reference=reference, device=device)
+
+
+def test_the_nets_are_built_on_the_device_given():
+    assert build("TestDoubler").backend.device == "cpu"
+    with pytest.raises(DeviceError, match="unknown device 'tpu'"):
+        check_layer("TestDoubler", [X], reference=doubled, device="tpu")
 
 
 def test_the_layer_under_test_is_fed_the_given_bottoms():

@@ -1,0 +1,28 @@
+"""Tests marked ``gpu`` are skipped, with the reason, where CuPy cannot be imported or sees no GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def gpu_missing() -> str | None:
+    """Why the tests marked ``gpu`` cannot run here (None when CuPy sees a GPU)."""
+    try:
+        import cupy
+    except ImportError as error:
+        return f"needs CuPy and a GPU: CuPy cannot be imported ({str(error).splitlines()[0]})"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except cupy.cuda.runtime.CUDARuntimeError as error:
+        return f"needs CuPy and a GPU: CUDA answers {error}"
+    return None if count > 0 else "needs CuPy and a GPU: CuPy sees no GPU"
+
+
+@pytest.hookimpl(trylast=True)  # after -m has deselected: no CuPy import when no gpu test is left to run
+def pytest_collection_modifyitems(config, items):
+    """Mark every collected test marked ``gpu`` to be skipped when :func:`gpu_missing` gives a reason."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    reason = gpu_missing() if gpu_items else None
+    if reason:
+        for item in gpu_items:
+            item.add_marker(pytest.mark.skip(reason=reason))
