@@ -164,6 +164,17 @@ def test_unknown_or_unavailable_device_is_one_line():
         assert result.stderr.strip() == "error: device 'gpu' needs CuPy: pip install -e '.[gpu]'"
 
 
+def test_a_batch_beyond_the_devices_memory_names_the_layer_and_the_bytes(tmp_path):
+    net = tmp_path / "huge.yaml"
+    net.write_text(LENET.read_text().replace("[{dim: [64, 1, 28, 28]}, {dim: [64]}]",
+                                             "[{dim: [100_000_000, 1, 28, 28]}, {dim: [100_000_000]}]"))
+    assert "100_000_000" in net.read_text()
+    result = run("time", net)
+    assert (result.returncode, result.stderr.strip()) == (1, (
+        "error: layer 'mnist': out of cpu memory while setting it up: blob 'data' [100000000, 1, 28, 28] needs "
+        "627,200,000,000 bytes (data and diff); use a smaller batch_size"))
+
+
 def test_solvers_lists_rules_and_prints_their_formulas():
     listing = run("solvers")
     assert listing.returncode == 0

@@ -18,8 +18,12 @@ class Blob:
         self.name = name
         self.xp = xp
         self.dtype = dtype
-        self.data = xp.zeros(tuple(shape), dtype=dtype)
-        self.diff = xp.zeros(tuple(shape), dtype=dtype)
+        try:
+            self.data = xp.zeros(tuple(shape), dtype=dtype)
+            self.diff = xp.zeros(tuple(shape), dtype=dtype)
+        except MemoryError:
+            asked = 2 * math.prod(shape) * xp.dtype(dtype).itemsize
+            raise MemoryError(f"blob '{name}' {list(shape)} needs {asked:,} bytes (data and diff)") from None
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -13,7 +13,7 @@ from netspec.engine.backend import Backend
 from netspec.engine.blob import Blob
 from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_schemas, layer_types
-from netspec.errors import ConfigError, DataError, ParamError, WeightsError
+from netspec.errors import ConfigError, DataError, DeviceError, ParamError, WeightsError
 from netspec.graph.compiler import compile_graph
 from netspec.graph.graph import Graph
 from netspec.spec.net_spec import NetSpec, parse_net
@@ -51,23 +51,20 @@ class Net:
         self.layer_by_name = {}
         self.bottom_blobs: list[list[Blob]] = []
         self.top_blobs: list[list[Blob]] = []
-        xp = self.backend.xp
         for node in graph.nodes:
             layer = node.layer(node.spec, graph.state.phase)
             layer.param_propagate_down = node.param_propagate_down
-            bottom = [self.blobs[name] for name in node.bottoms]
-            top = []
-            for name in node.tops:
-                if name not in self.blobs:
-                    self.blobs[name] = Blob(graph.blob_shapes[name], xp, self.dtype, name)
-                top.append(self.blobs[name])
             if output_folder is not None:
                 layer.output_folder = output_folder
             layer.inference = inference
             try:
-                layer.setup(bottom, top, self.backend, self.dtype)
+                bottom, top = self._set_up(node, layer)
             except ParamError as exc:
                 raise ConfigError(node.spec.problem(str(exc), exc.key)) from None
+            except MemoryError as exc:  # NumPy's, or CuPy's OutOfMemoryError
+                raise DeviceError(f"layer '{node.spec.name}': out of {self.backend.device} memory while setting it "
+                                  f"up: {str(exc).splitlines()[0] if str(exc) else 'an allocation failed'}; use a "
+                                  "smaller batch_size") from None
             for index, owner in enumerate(node.param_owners):
                 if owner is not None:
                     layer.blobs[index].share(self.layers[owner[0]].blobs[owner[1]])
@@ -79,6 +76,16 @@ class Net:
                 self.params[layer.name] = layer.blobs
         self.share_split_data()
         self.absorbed_by = self.fuse()
+
+    def _set_up(self, node, layer) -> tuple[list[Blob], list[Blob]]:
+        """Make the node's new top blobs and set its layer up on them; its bottom and top blobs."""
+        bottom = [self.blobs[name] for name in node.bottoms]
+        for name in node.tops:
+            if name not in self.blobs:
+                self.blobs[name] = Blob(self.graph.blob_shapes[name], self.backend.xp, self.dtype, name)
+        top = [self.blobs[name] for name in node.tops]
+        layer.setup(bottom, top, self.backend, self.dtype)
+        return bottom, top
 
     def share_split_data(self) -> None:
         """Give each Split top that no layer changes in place its bottom's data array instead of a copy (its diff
