@@ -10,6 +10,7 @@ import pytest
 from devices import DEVICES
 from test_attention import ref_attention
 
+from netspec.engine.backend import Backend
 from netspec.engine.net import load_net
 from netspec.engine.registry import layer_types
 from netspec.testing import (
@@ -760,6 +761,34 @@ def test_dropout_train_zeroes_about_the_ratio_and_scales_the_rest():
     kept = y != 0
     assert abs(1 - kept.mean() - 0.3) < 0.02
     np.testing.assert_allclose(y[kept], x[kept] / 0.7)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_device_stream_depends_on_seed_rank_and_draw_only(device):
+    first, again = Backend(device, seed=4), Backend(device, seed=4)
+    draws = [first.to_host(first.random((300, 7))) for _ in range(3)]
+    assert first.draws == 3 and all(d.dtype == np.float32 and d.shape == (300, 7) for d in draws)
+    again.draws = 2  # as a resumed run sets it
+    assert np.array_equal(again.to_host(again.random((300, 7))), draws[2])
+    assert not np.array_equal(draws[0], draws[1])
+    values = np.concatenate([d.ravel() for d in draws])
+    assert values.min() >= 0 and values.max() < 1 and abs(values.mean() - 0.5) < 0.01
+    assert np.histogram(values, bins=10, range=(0, 1))[0].min() > 0.09 * values.size
+    wide = first.to_host(first.random((1000,), np.float64))
+    assert wide.dtype == np.float64 and len(np.unique(wide)) == 1000
+    other_seed = Backend(device, seed=5)
+    assert not np.array_equal(other_seed.to_host(other_seed.random((300, 7))), draws[0])
+    first.seed(4)
+    assert first.draws == 0 and np.array_equal(first.to_host(first.random((300, 7))), draws[0])
+
+
+def test_ranks_draw_streams_of_their_own():
+    class Rank:  # a communicator's place in a run, all the backend asks of it here
+        def __init__(self, rank):
+            self.rank, self.size = rank, 2
+
+    masks = [Backend("cpu", seed=4, comm=Rank(rank)).random((50, 50)) for rank in (0, 1)]
+    assert not np.array_equal(*masks)
 
 
 def test_batchnorm_test_phase_uses_stored_statistics():

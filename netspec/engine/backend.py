@@ -4,17 +4,19 @@ Layers never import numpy or cupy for array math: they use ``self.xp`` (the
 array module of their backend) and the helpers here.  Random numbers for
 initialisation always come from a numpy generator on the host, so a net starts
 from the same weights on every device; per-iteration randomness (dropout
-masks) uses the device generator.
+masks) comes from :meth:`Backend.random`, values made on the device from
+(seed, rank, draw number) alone.
 
 A backend also knows its process's place in a distributed run (``comm``, see
 :mod:`netspec.training.distributed`): the host generator is the same on every rank (so
 all build the same net and read the same data order) while each rank's
-per-iteration generator is its own.
+stream of device values is its own.
 """
 
 from __future__ import annotations
 
 import json
+import math
 
 import numpy
 
@@ -42,19 +44,33 @@ class Backend:
         return self.xp is not numpy
 
     def seed(self, seed: int | None) -> None:
-        """Reseed the host and device generators (None: from the OS).
+        """Reseed the host generator and the device's stream of random values (None: from the OS).
 
-        With several ranks the per-iteration generator of rank R is seeded
-        with ``(seed, R)``, so ranks draw different dropout masks.
+        The stream (:meth:`random`) of rank R is keyed by ``(seed, R)``, so ranks draw different dropout masks,
+        and starts again at draw 0.
         """
         self.seed_value = seed
         self.host_rng = numpy.random.default_rng(seed)
-        if self.is_gpu:
-            self.rng = self.xp.random.default_rng(seed)
-        elif self.comm.size > 1:
-            self.rng = numpy.random.default_rng(None if seed is None else [seed, self.comm.rank])
-        else:
-            self.rng = self.host_rng
+        entropy = numpy.random.SeedSequence(seed).entropy if seed is None else seed
+        self.stream_key = int(numpy.random.SeedSequence([entropy, self.comm.rank]).generate_state(1, numpy.uint64)[0])
+        self.draws = 0
+
+    def random(self, shape, dtype=numpy.float32):
+        """Values uniform in [0, 1) of ``shape``, made on the device: this backend's next draw.
+
+        Draw n is a hash (SplitMix64's finaliser) of each element's index plus a
+        64-bit offset mixed from (stream key, n): it depends only on the seed,
+        the rank and n, never on a generator's state, so a run that restores
+        :attr:`draws` (snapshots keep it) continues with the same values on
+        any device.  Values carry as many random bits as the dtype's significand (24 for float32).
+        """
+        xp, dtype = self.xp, numpy.dtype(dtype)
+        offset = _splitmix64(numpy.uint64(self.stream_key) ^ _splitmix64(numpy.uint64(self.draws)))
+        self.draws += 1
+        bits = _splitmix64(xp.arange(math.prod(shape), dtype=numpy.uint64) + offset)
+        kept = {2: 11, 4: 24}.get(dtype.itemsize, 53)  # the bits the dtype's significand holds
+        values = (bits >> numpy.uint64(64 - kept)).astype(dtype) * dtype.type(2.0 ** -kept)
+        return values.reshape(shape)
 
     def fork(self) -> Backend:
         """A backend on the same device and ranks with generators of its own, seeded from this one's seed.
@@ -67,27 +83,12 @@ class Backend:
         return Backend(self.device, seed, self.comm)
 
     def rng_state(self) -> str:
-        """The host generator's state as JSON text, for solver states.
-
-        On a CPU this is every random number netspec draws.  On a GPU the device
-        generator (dropout masks, DummyData) is not included yet.
-        """
+        """The host generator's state as JSON text, for solver states (which keep :attr:`draws` beside it)."""
         return json.dumps(self.host_rng.bit_generator.state)
 
     def set_rng_state(self, text: str) -> None:
         """Restore a state from :meth:`rng_state`."""
         self.host_rng.bit_generator.state = json.loads(text)
-
-    def rank_rng_state(self) -> str:
-        """This rank's own per-iteration generator state as JSON text ("" when it is the host's)."""
-        if self.is_gpu or self.rng is self.host_rng:
-            return ""
-        return json.dumps(self.rng.bit_generator.state)
-
-    def set_rank_rng_state(self, text: str) -> None:
-        """Restore a state from :meth:`rank_rng_state`."""
-        if text:
-            self.rng.bit_generator.state = json.loads(text)
 
     def asarray(self, array, dtype=None):
         """``array`` on this device (copied from the host when needed)."""
@@ -103,6 +104,15 @@ class Backend:
         """Wait for queued device work (timing needs it on a GPU)."""
         if self.is_gpu:
             self.xp.cuda.Device().synchronize()
+
+
+def _splitmix64(values):
+    """SplitMix64's finaliser applied to uint64 values (arrays wrap modulo 2**64 on NumPy and CuPy alike)."""
+    with numpy.errstate(over="ignore"):  # (NumPy warns when a scalar wraps)
+        values = values * numpy.uint64(0x9E3779B97F4A7C15)
+        values = (values ^ (values >> numpy.uint64(30))) * numpy.uint64(0xBF58476D1CE4E5B9)
+        values = (values ^ (values >> numpy.uint64(27))) * numpy.uint64(0x94D049BB133111EB)
+        return values ^ (values >> numpy.uint64(31))
 
 
 def _import_cupy(device: str):

@@ -43,12 +43,10 @@ def save(solver) -> str:
     kept = [it for it in solver.snapshots if it != iteration] + [iteration]
     dropped = kept[:-solver.params.keep_last] if solver.params.keep_last else []
     kept = kept[len(dropped):]
-    rank_rng_states = comm.gather_object(solver.backend.rank_rng_state(),
-                                         f"writing the snapshot of iteration {iteration}")
     if comm.rank == 0:
         try:
             solver.net.save_weights(weights, iteration)
-            solver_state.write_state(state, _state_of(solver, weights, kept, rank_rng_states if comm.size > 1 else []))
+            solver_state.write_state(state, _state_of(solver, weights, kept))
         except OSError as exc:
             if os.path.exists(weights) and solver.last_snapshot_iter != iteration:
                 os.remove(weights)  # its state could not be written: a weights file alone is no snapshot
@@ -78,7 +76,7 @@ def _unwritten(solver, what: str, path: str, exc: OSError) -> None:
                         f"{exc.strerror or exc}; {kept}. Training stopped")
 
 
-def _state_of(solver, weights: str, kept: list[int], rank_rng_states: list[str]) -> solver_state.SolverState:
+def _state_of(solver, weights: str, kept: list[int]) -> solver_state.SolverState:
     """The solver state to write beside ``weights``."""
     runtime = {"train": solver.net.runtime_state()}
     runtime.update({f"test{i}": net.runtime_state() for i, net in enumerate(solver.test_nets)})
@@ -95,7 +93,8 @@ def _state_of(solver, weights: str, kept: list[int], rank_rng_states: list[str])
         weights_file=os.path.basename(weights), weights_sha256=solver_state.file_sha256(weights),
         lr_step=multistep_count(solver.params, solver.iter), history=solver.optimizer.state(), runtime=runtime,
         loss_window=list(solver.losses), progress=progress, world_size=solver.comm.size,
-        rank_rng_states=rank_rng_states, test_rng_state=solver.test_backend.rng_state(), params=_params_of(solver))
+        test_rng_state=solver.test_backend.rng_state(), random_draws=solver.backend.draws,
+        test_random_draws=solver.test_backend.draws, params=_params_of(solver))
 
 
 def _params_of(solver) -> dict:
@@ -126,8 +125,7 @@ def restore(solver, path: str | os.PathLike, force: bool = False) -> None:
         solver.backend.set_rng_state(state.rng_state)
         if state.test_rng_state:
             solver.test_backend.set_rng_state(state.test_rng_state)
-        if state.rank_rng_states:
-            solver.backend.set_rank_rng_state(state.rank_rng_states[solver.comm.rank])
+        solver.backend.draws, solver.test_backend.draws = state.random_draws, state.test_random_draws
     with _malformed(path, "progress (snapshots kept, watched outputs)"):
         solver.snapshots = [int(it) for it in state.progress.get("snapshots", [state.iteration])]
         for key, watch in (("best", solver.best), ("early_stop", solver.plateau)):

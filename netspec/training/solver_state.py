@@ -6,9 +6,10 @@ Layout (HDF5, written atomically beside its weights file)::
                                               rng_state, net_name, net_config_hash, solver_config_hash,
                                               solver_yaml, net_yaml, weights_file, weights_sha256,
                                               progress (JSON: periodic snapshots kept, watched outputs),
-                                              world_size (processes of the run), rank_rng_states (JSON:
-                                              each rank's own generator, distributed runs only),
-                                              test_rng_state (the test nets' generator),
+                                              world_size (processes of the run), test_rng_state (the
+                                              test nets' host generator), random_draws and
+                                              test_random_draws (draws of the device's random stream
+                                              that training and testing made),
                                               params (JSON: the solver parameters the run used, with
                                               command-line overrides and epochs in iterations)
     /history/<layer>/<blob>/<name>     the update rule's buffers, per learnable blob (layer names escaped as
@@ -68,9 +69,10 @@ class SolverState:
     loss_window: list[float] = field(default_factory=list)
     progress: dict = field(default_factory=dict)
     world_size: int = 1
-    rank_rng_states: list[str] = field(default_factory=list)
     params: dict = field(default_factory=dict)  # empty in states written before it was recorded
     test_rng_state: str = ""  # empty in states written before test nets had their own generator
+    random_draws: int = 0  # 0 in states written before the device stream was counted
+    test_random_draws: int = 0
 
 
 _ATTRS = ("iteration", "solver_type", "lr_step", "rng_state", "net_name", "net_config_hash", "solver_config_hash",
@@ -90,9 +92,10 @@ def write_state(path: str | os.PathLike, state: SolverState) -> None:
             handle.attrs[name] = getattr(state, name)
         handle.attrs["progress"] = json.dumps(state.progress)
         handle.attrs["world_size"] = state.world_size
-        handle.attrs["rank_rng_states"] = json.dumps(state.rank_rng_states)
         handle.attrs["params"] = json.dumps(state.params)
         handle.attrs["test_rng_state"] = state.test_rng_state
+        handle.attrs["random_draws"] = state.random_draws
+        handle.attrs["test_random_draws"] = state.test_random_draws
         for layer, blobs in state.history.items():
             for index, buffers in blobs.items():
                 for name, array in buffers.items():
@@ -122,14 +125,15 @@ def read_state(path: str | os.PathLike) -> SolverState:
         values["lr_step"] = int(values["lr_step"])
         state = SolverState(**values, progress=json.loads(handle.attrs.get("progress", "{}")),
                             world_size=int(handle.attrs.get("world_size", 1)),
-                            rank_rng_states=json.loads(handle.attrs.get("rank_rng_states", "[]")),
                             params=json.loads(handle.attrs.get("params", "{}")),
-                            test_rng_state=str(handle.attrs.get("test_rng_state", "")))
-        if not (isinstance(state.progress, dict) and isinstance(state.params, dict)
-                and isinstance(state.rank_rng_states, list) and state.iteration >= 0 and state.lr_step >= 0
-                and state.world_size >= 1):
-            raise StateError(f"{os.fspath(path)}: malformed solver state (its iteration, progress, params or "
-                             "world size are not what netspec writes)")
+                            test_rng_state=str(handle.attrs.get("test_rng_state", "")),
+                            random_draws=int(handle.attrs.get("random_draws", 0)),
+                            test_random_draws=int(handle.attrs.get("test_random_draws", 0)))
+        if not (isinstance(state.progress, dict) and isinstance(state.params, dict) and state.iteration >= 0
+                and state.lr_step >= 0 and state.world_size >= 1 and state.random_draws >= 0
+                and state.test_random_draws >= 0):
+            raise StateError(f"{os.fspath(path)}: malformed solver state (its iteration, progress, params, world "
+                             "size or random draws are not what netspec writes)")
         if os.path.basename(state.weights_file) != state.weights_file or state.weights_file in ("", ".", ".."):
             raise StateError(f"{os.fspath(path)}: its weights_file {shown(state.weights_file)} is not a file name "
                              "beside the state")
