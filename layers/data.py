@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from netspec.engine.backend import DeviceGenerator
 from netspec.engine.fillers import FillerParams, fill
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
@@ -120,8 +121,8 @@ class DummyData(Layer):
             self.refill(blob, filler)
 
     def refill(self, blob, filler: FillerParams) -> None:
-        """Draw new values for one top."""
-        blob.data[...] = self.backend.asarray(fill(filler, blob.shape, self.backend.host_rng, self.dtype))
+        """Draw new values for one top, on the device (from its stream of random values)."""
+        blob.data[...] = self.backend.asarray(fill(filler, blob.shape, DeviceGenerator(self.backend), self.dtype))
 
     def forward(self, bottom, top):
         for blob, filler in zip(top, self.fillers()):

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+import yaml
 from devices import DEVICES
 from test_attention import ref_attention
 
@@ -780,6 +781,26 @@ def test_the_device_stream_depends_on_seed_rank_and_draw_only(device):
     assert not np.array_equal(other_seed.to_host(other_seed.random((300, 7))), draws[0])
     first.seed(4)
     assert first.draws == 0 and np.array_equal(first.to_host(first.random((300, 7))), draws[0])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dummy_data_draws_its_fillers_on_the_device(device):
+    fillers = [{"type": "gaussian", "mean": 2, "std": 3}, {"type": "randint", "min": -2, "max": 3},
+               {"type": "uniform", "min": -1, "max": 5}, {"type": "xavier"}]
+    net = load_net(yaml.safe_dump({"layers": [{"name": "data", "type": "DummyData", "top": ["g", "r", "u", "x"],
+                                               "dummy_data_param": {"shape": [{"dim": [400, 250]}],
+                                                                    "data_filler": fillers}}]}), device=device)
+    host_draws = net.backend.host_rng.bit_generator.state
+    net.forward()
+    assert net.backend.host_rng.bit_generator.state == host_draws  # the data order's generator is not used
+    g, r, u, x = (net.backend.to_host(net.blobs[name].data) for name in ("g", "r", "u", "x"))
+    assert abs(g.mean() - 2) < 0.05 and abs(g.std() - 3) < 0.05 and g.dtype == np.float32
+    assert set(np.unique(r)) == {-2, -1, 0, 1, 2}
+    assert u.min() >= -1 and u.max() < 5 and abs(u.mean() - 2) < 0.05
+    assert abs(x).max() <= math.sqrt(3 / 250) and abs(x.std() - math.sqrt(1 / 250)) < 0.001
+    before = np.array(net.backend.to_host(net.blobs["g"].data))
+    net.forward()
+    assert not np.array_equal(before, net.backend.to_host(net.blobs["g"].data))
 
 
 def test_ranks_draw_streams_of_their_own():

@@ -106,6 +106,37 @@ class Backend:
             self.xp.cuda.Device().synchronize()
 
 
+class DeviceGenerator:
+    """The part of NumPy's ``Generator`` that the fillers use, drawing from a backend's stream of device values
+    (:meth:`Backend.random`): a filler given one makes its values on the device."""
+
+    def __init__(self, backend: Backend):
+        self.backend = backend
+
+    def random(self, size, dtype=numpy.float64):
+        """Values uniform in [0, 1)."""
+        return self.backend.random(size, dtype)
+
+    def uniform(self, low: float = 0.0, high: float = 1.0, size=None):
+        """Values uniform in [low, high), as float64."""
+        return low + (high - low) * self.backend.random(size, numpy.float64)
+
+    def integers(self, low: int, high: int, size=None):
+        """Whole numbers low, low + 1, ..., high - 1, as int64."""
+        values = self.backend.xp.floor(self.uniform(low, high, size)).astype(numpy.int64)
+        return self.backend.xp.minimum(values, high - 1)  # (a product rounded up to high)
+
+    def standard_normal(self, size, dtype=numpy.float64):
+        """Values of the standard normal distribution (Box-Muller's transform of two uniform draws)."""
+        xp = self.backend.xp
+        radius = xp.sqrt(-2.0 * xp.log1p(-self.backend.random(size, numpy.float64)))
+        return (radius * xp.cos(2.0 * math.pi * self.backend.random(size, numpy.float64))).astype(dtype)
+
+    def normal(self, loc: float = 0.0, scale: float = 1.0, size=None):
+        """Values of the normal distribution of mean ``loc`` and standard deviation ``scale``, as float64."""
+        return loc + scale * self.standard_normal(size)
+
+
 def _splitmix64(values):
     """SplitMix64's finaliser applied to uint64 values (arrays wrap modulo 2**64 on NumPy and CuPy alike)."""
     with numpy.errstate(over="ignore"):  # (NumPy warns when a scalar wraps)

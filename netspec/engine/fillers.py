@@ -1,8 +1,9 @@
 """Weight fillers with Caffe's definitions.
 
 Fan-in of a blob of shape ``(out, in, ...)`` is ``count / out`` and fan-out is
-``count / in``, as in Caffe.  Fillers run on the host with a numpy generator
-so that initial weights do not depend on the device.
+``count / in``, as in Caffe.  Weight fillers run on the host with a numpy generator
+so that initial weights do not depend on the device; DummyData's refills draw
+on the device (:class:`netspec.engine.backend.DeviceGenerator`).
 """
 
 from __future__ import annotations
@@ -50,9 +51,10 @@ def _fan(shape, norm: str) -> float:
     return fan_in
 
 
-def fill(params: FillerParams, shape, rng: numpy.random.Generator, dtype=numpy.float32,
-         key: str = "filler") -> numpy.ndarray:
-    """A host array of ``shape`` filled as ``params`` says."""
+def fill(params: FillerParams, shape, rng, dtype=numpy.float32, key: str = "filler"):
+    """An array of ``shape`` filled as ``params`` says, drawn from ``rng``: a NumPy generator gives a host
+    array, a :class:`netspec.engine.backend.DeviceGenerator` a device array (constant and bilinear fills are
+    host arrays either way)."""
     shape = tuple(shape)
     kind = params.type
     if kind == "constant":
