@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 import netspec
 
@@ -127,6 +128,19 @@ def test_time_prints_table_and_json():
     assert [layer["name"] for layer in figures["layers"]][:3] == ["mnist", "conv1", "pool1"]
     assert "images/s" in result.stdout
     assert "phase to build  [default: TRAIN]" in run("time", "--help").stdout  # what it does without --phase
+    assert figures["peak_bytes"] > figures["blob_bytes"] > 0 and figures["peak_of"].startswith("the process's")
+    assert f"memory: blobs {figures['blob_bytes'] / 2 ** 20:.1f} MiB (data and diff); peak " in result.stdout
+
+
+def test_the_memory_of_blobs_counts_shared_arrays_once():
+    net = netspec.load_net(yaml.safe_dump({"layers": [
+        {"name": "data", "type": "Input", "top": "x", "input_param": {"shape": [{"dim": [4, 10]}]}},
+        {"name": "ip", "type": "InnerProduct", "bottom": "x", "top": "y", "inner_product_param": {"num_output": 3}},
+        {"name": "relu", "type": "ReLU", "bottom": "y", "top": "y"},  # in place: y's arrays
+        {"name": "a", "type": "Power", "bottom": "y", "top": "a"},  # y feeds two layers: a Split sharing its data
+        {"name": "b", "type": "Power", "bottom": "y", "top": "b"}]}), dtype=np.float64)
+    # x, y, a, b: data and diff; the split's two tops: a diff each; ip's weights and bias: data and diff
+    assert net.memory_bytes() == 8 * (2 * (40 + 12 + 12 + 12) + 2 * 12 + 2 * (30 + 3))
 
 
 def test_time_reports_bad_data_files(tmp_path):

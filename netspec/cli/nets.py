@@ -164,6 +164,8 @@ def time_command(net_file, iterations, warmup, phase, stages, level, device, see
     click.echo(f"threads: {result['threads']}")
     click.echo(format_table(["layer", "type", "forward ms", "backward ms"], rows, right={2, 3}))
     click.echo(f"{result['ms_per_iter']:.3f} ms per iteration, {result['images_per_s']:.1f} images/s")
+    click.echo(f"memory: blobs {result['blob_bytes'] / 2 ** 20:.1f} MiB (data and diff); peak "
+               f"{result['peak_bytes'] / 2 ** 20:.1f} MiB ({result['peak_of']})")
     if as_json:
         click.echo(json.dumps(result))
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import resource
 
 import numpy
 
@@ -99,6 +100,16 @@ class Backend:
         if self.is_gpu:
             return self.xp.asnumpy(array)
         return numpy.asarray(array)
+
+    def address(self, array) -> int:
+        """Where ``array``'s memory starts on its device (arrays sharing memory share it)."""
+        return array.data.ptr if self.is_gpu else array.__array_interface__["data"][0]
+
+    def peak_memory(self) -> tuple[int, str]:
+        """``(bytes, what they are)``: the most memory this process has held on the device so far."""
+        if self.is_gpu:
+            return self.xp.get_default_memory_pool().total_bytes(), "CuPy's memory pool on the GPU"
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "the process's peak resident memory"
 
     def synchronize(self) -> None:
         """Wait for queued device work (timing needs it on a GPU)."""

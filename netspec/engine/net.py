@@ -212,6 +212,16 @@ class Net:
                 totals[index] += self.blobs[name].data.reshape(-1)[0].astype(numpy.float64)
         return {name: total / iterations for name, total in zip(names, self.backend.to_host(totals).tolist())}
 
+    def memory_bytes(self) -> int:
+        """Bytes the blobs hold on the device: data and diff of every blob and parameter, each array counted once
+        however many blobs share it (layers' own buffers are not counted)."""
+        arrays = {}
+        for blob in [*self.blobs.values(), *(blob for blobs in self.params.values() for blob in blobs)]:
+            for array in (blob.data, blob.diff):
+                address = self.backend.address(array)
+                arrays[address] = max(arrays.get(address, 0), array.nbytes)
+        return sum(arrays.values())
+
     def first_non_finite(self) -> tuple[str, str] | None:
         """``(layer, top)`` of the first layer whose output holds a NaN or an infinity, if any."""
         xp = self.backend.xp

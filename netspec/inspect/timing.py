@@ -14,7 +14,9 @@ def time_net(net: Net, iterations: int = 50, warmup: int = 5) -> dict:
     The result holds ``paths`` (:meth:`Net.paths`), ``threads`` (the math
     libraries' pools), ``ms_per_iter``, ``forward_ms``, ``backward_ms``,
     ``images_per_s`` (batch size of the first top over the time per
-    iteration) and ``layers``, a list of per-layer forward/backward times.
+    iteration), ``layers``, a list of per-layer forward/backward times,
+    ``blob_bytes`` (:meth:`Net.memory_bytes`) and ``peak_bytes`` with
+    ``peak_of`` (:meth:`Backend.peak_memory`, after the timed passes).
     """
     backend = net.backend
     count = len(net.layers)
@@ -38,6 +40,7 @@ def time_net(net: Net, iterations: int = 50, warmup: int = 5) -> dict:
             backend.synchronize()
             backward[index] += clock() - begin
     total = clock() - start
+    peak, peak_of = backend.peak_memory()
     ms_per_iter = 1000 * total / iterations
     batch = net.batch_size
     layers = [{"name": layer.name, "type": layer.type,
@@ -56,4 +59,7 @@ def time_net(net: Net, iterations: int = 50, warmup: int = 5) -> dict:
         "backward_ms": sum(x["backward_ms"] for x in layers),
         "images_per_s": batch / (ms_per_iter / 1000),
         "layers": layers,
+        "blob_bytes": net.memory_bytes(),
+        "peak_bytes": peak,
+        "peak_of": peak_of,
     }
