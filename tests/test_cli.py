@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
 import yaml
 
 import netspec
+from netspec.engine import backend
 
 ROOT = Path(__file__).parent.parent
 LENET = ROOT / "configs" / "lenet" / "lenet_timing.yaml"
@@ -187,6 +191,29 @@ def test_a_batch_beyond_the_devices_memory_names_the_layer_and_the_bytes(tmp_pat
     assert (result.returncode, result.stderr.strip()) == (1, (
         "error: layer 'mnist': out of cpu memory while setting it up: blob 'data' [100000000, 1, 28, 28] needs "
         "627,200,000,000 bytes (data and diff); use a smaller batch_size"))
+
+
+def test_device_query_names_the_cpu_and_the_gpus():
+    result = run("device-query")
+    lines = result.stdout.splitlines()
+    assert result.returncode == 0 and lines[0].startswith(f"cpu: {os.cpu_count()} cores, NumPy {np.__version__}, ")
+    if importlib.util.find_spec("cupy") is None:
+        assert lines[1:] == ["gpu: none: CuPy is not installed (pip install -e '.[gpu]')"]
+
+
+def test_the_gpu_report_gives_versions_and_each_gpus_memory(monkeypatch):
+    runtime = types.SimpleNamespace(  # a stand-in for CuPy's CUDA runtime, answering as on a machine with one H200
+        CUDARuntimeError=RuntimeError, getDeviceCount=lambda: 1, runtimeGetVersion=lambda: 13000,
+        driverGetVersion=lambda: 13000, memGetInfo=lambda: (139 * 2 ** 30, 140 * 2 ** 30),
+        getDeviceProperties=lambda index: {"name": b"NVIDIA H200", "major": 9, "minor": 0})
+    cuda = types.SimpleNamespace(runtime=runtime, Device=lambda index: contextlib.nullcontext())
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(__version__="14.0.1", cuda=cuda))
+    monkeypatch.setattr(backend, "_driver_release", lambda: "580.65.06")
+    assert backend.gpu_report() == [
+        "gpu: CuPy 14.0.1, CUDA runtime 13.0, driver 580.65.06 (CUDA 13.0)",
+        "gpu:0: NVIDIA H200, compute capability 9.0, 139.0 GiB free of 140.0 GiB"]
+    monkeypatch.setattr(runtime, "getDeviceCount", lambda: 0)
+    assert backend.gpu_report()[1:] == ["gpu: none: CUDA sees no GPU"]
 
 
 def test_solvers_lists_rules_and_prints_their_formulas():

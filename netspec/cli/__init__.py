@@ -18,7 +18,7 @@ def main():
 
 for command in (
     nets.check, nets.layers, nets.solvers, nets.render, nets.deploy_net, nets.draw, nets.time_command,
-    nets.test_command,
+    nets.test_command, nets.device_query,
     train.train, train.plot, train.lr_plot,
     data.convert, data.compute_mean_command, data.data,
     zoo.zoo, zoo.predict,

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 
 import click
+import numpy
 
 from netspec.atomic import atomic_path
 from netspec.cli.errors import user_errors
@@ -18,6 +20,8 @@ from netspec.cli.options import (
     stage_option,
     threads_option,
 )
+from netspec.engine import onednn
+from netspec.engine.backend import gpu_report
 from netspec.engine.deploy import deploy_net_yaml, derive_deploy_net
 from netspec.engine.net import Net, compile_net, load_net
 from netspec.engine.outputs import OutputFolder
@@ -28,6 +32,7 @@ from netspec.inspect.report import first_line, format_table, layer_doc, net_summ
 from netspec.inspect.timing import time_net
 from netspec.spec.modules import net_yaml, render_net
 from netspec.spec.net_spec import parse_net
+from netspec.threads import thread_counts
 from netspec.training.log import format_outputs
 
 
@@ -168,6 +173,18 @@ def time_command(net_file, iterations, warmup, phase, stages, level, device, see
                f"{result['peak_bytes'] / 2 ** 20:.1f} MiB ({result['peak_of']})")
     if as_json:
         click.echo(json.dumps(result))
+
+
+@click.command("device-query")
+@user_errors
+def device_query():
+    """Print the devices nets can run on here: the CPU (cores, NumPy, oneDNN, threads) and each GPU CuPy sees
+    (name, compute capability, free memory, with the CuPy, CUDA and driver versions)."""
+    lib = onednn.library()
+    fast = f"oneDNN {lib.version}" if lib is not None else f"oneDNN off ({onednn.why_unavailable()})"
+    click.echo(f"cpu: {os.cpu_count()} cores, NumPy {numpy.__version__}, {fast}; threads: {thread_counts()}")
+    for line in gpu_report():
+        click.echo(line)
 
 
 @click.command("test")

@@ -157,6 +157,45 @@ def _splitmix64(values):
         return values ^ (values >> numpy.uint64(31))
 
 
+def gpu_report() -> list[str]:
+    """Lines on the GPUs CuPy sees: CuPy's version, the CUDA runtime's and the driver's, then each GPU's name,
+    compute capability and free and total memory; one line saying why there is none otherwise."""
+    try:
+        import cupy
+    except ImportError:
+        return ["gpu: none: CuPy is not installed (pip install -e '.[gpu]')"]
+    runtime = cupy.cuda.runtime
+    try:
+        count = runtime.getDeviceCount()
+        versions = f"CUDA runtime {_cuda_version(runtime.runtimeGetVersion())}, driver {_driver_release()} " \
+                   f"(CUDA {_cuda_version(runtime.driverGetVersion())})"
+    except runtime.CUDARuntimeError as exc:
+        return [f"gpu: none: CUDA answers {exc} (CuPy {cupy.__version__})"]
+    lines = [f"gpu: CuPy {cupy.__version__}, {versions}"]
+    for index in range(count):
+        properties = runtime.getDeviceProperties(index)
+        with cupy.cuda.Device(index):
+            free, total = runtime.memGetInfo()
+        lines.append(f"gpu:{index}: {properties['name'].decode()}, compute capability {properties['major']}."
+                     f"{properties['minor']}, {free / 2 ** 30:.1f} GiB free of {total / 2 ** 30:.1f} GiB")
+    return lines if count else [*lines, "gpu: none: CUDA sees no GPU"]
+
+
+def _cuda_version(number: int) -> str:
+    """CUDA's version number (13000) as people write it (13.0)."""
+    return f"{number // 1000}.{number % 1000 // 10}"
+
+
+def _driver_release() -> str:
+    """The NVIDIA driver's release, from the kernel module's version file ('unknown' where there is none)."""
+    try:
+        with open("/proc/driver/nvidia/version", encoding="utf-8") as handle:
+            words = handle.readline().split()
+    except OSError:
+        return "unknown"
+    return next((word for word in words if word[:1].isdigit() and "." in word), "unknown")
+
+
 def _import_cupy(device: str):
     try:
         import cupy
