@@ -1,7 +1,7 @@
 """netspec against PyTorch eager on the same nets, batch and machine: training and inference speed, memory.
 
     python benchmarks/compare_pytorch.py [NET.yaml[@BATCH] ...] [--iterations N] [--threads T]
-                                         [--inference | --memory]
+                                         [--inference | --memory | --device gpu[:N]]
 
 For each net (default: LeNet and CIFAR-10 quick) this times forward+backward
 with ``netspec time``'s code and with an equivalent PyTorch module built
@@ -13,7 +13,12 @@ built for inference (folded), against PyTorch in eval mode under no_grad and
 onnxruntime (if installed) on the model ``netspec export onnx`` writes.
 ``--memory`` runs a few training steps of each net in a process of each
 framework and prints the peak resident memory the steps took beyond the
-process's size after its imports.
+process's size after its imports.  ``--device gpu`` times training on the GPU
+(default: LeNet b64, CIFAR-10 quick b100, AlexNet b128, ResNet-50 b32), data
+on the GPU, fp32 with TF32 off in both frameworks and ``cudnn.benchmark`` on in
+PyTorch, each iteration timed whole (one synchronisation per timed run), and
+prints the peak GPU memory of each (CuPy's pool, PyTorch's allocator) and the
+versions of everything involved.
 PyTorch is needed only here (``pip install torch``); netspec never imports it.
 """
 
@@ -33,21 +38,26 @@ import netspec  # before NumPy, so that it sizes the math libraries' thread pool
 import numpy
 # isort: on
 
+from netspec.engine.backend import gpu_report
 from netspec.engine.net import Net, compile_net
 from netspec.engine.registry import layer_schemas
+from netspec.errors import DeviceError
 from netspec.inspect.timing import time_net
 from netspec.layers.pooling import pool_geometry
 from netspec.spec.net_spec import parse_net
 
 INPUT_TYPES = ("DummyData", "Input")
 DEFAULT_NETS = ["configs/lenet/lenet_timing.yaml", "configs/cifar10/cifar10_quick_timing.yaml"]
+DEFAULT_GPU_NETS = ["configs/lenet/lenet_timing.yaml@64", "configs/cifar10/cifar10_quick_timing.yaml@100",
+                    "configs/alexnet/alexnet_timing.yaml@128", "configs/resnet50/resnet50_timing.yaml@32"]
 DEFAULT_DEPLOY_NETS = ["configs/lenet/lenet_deploy.yaml@64", "configs/cifar10/cifar10_quick_deploy.yaml@100",
                        "configs/alexnet/alexnet_deploy.yaml@32", "configs/resnet50/resnet50_deploy.yaml@8"]
 
 
-def load(argument: str, inference: bool = False):
-    """The TRAIN net of ``NET.yaml`` or ``NET.yaml@BATCH`` (batch: the first axis of its input tops), or with
-    ``inference`` its TEST net built for inference; BatchNorm statistics set to plausible values."""
+def load(argument: str, inference: bool = False, device: str = "cpu"):
+    """The TRAIN net of ``NET.yaml`` or ``NET.yaml@BATCH`` (batch: the first axis of its input tops) on
+    ``device``, or with ``inference`` its TEST net built for inference; BatchNorm statistics set to plausible
+    values."""
     path, _, batch = argument.partition("@")
     spec = parse_net(path, layer_schemas())
     for layer in spec.layers:
@@ -55,7 +65,7 @@ def load(argument: str, inference: bool = False):
             block = layer.blocks["dummy_data_param" if layer.type == "DummyData" else "input_param"]
             for shape in block.shape:
                 shape.dim[0] = int(batch)
-    net = Net(compile_net(spec, phase="TEST" if inference else "TRAIN"), seed=0, inference=inference)
+    net = Net(compile_net(spec, phase="TEST" if inference else "TRAIN"), device=device, seed=0, inference=inference)
     for layer in net.layers:
         if layer.type == "BatchNorm":
             for blob, value in zip(layer.blobs, (0.1, 1.0, 1.0)):  # mean and variance sums, factor
@@ -65,11 +75,17 @@ def load(argument: str, inference: bool = False):
 
 def torch_forward(net, torch, batch: int | None = None):
     """A function computing the same loss as ``net`` with torch ops (in inference nets: its last output), and
-    the tensors it reads; ``batch`` repeats the net's inputs to that batch size."""
+    the tensors it reads, on the device of ``net`` (its GPU: CUDA's); ``batch`` repeats the net's inputs to
+    that batch size."""
     functional = torch.nn.functional
-    params = {name: [torch.tensor(numpy.array(b.data), requires_grad=not net.inference) for b in blobs]
+    where = torch.device(f"cuda:{net.backend.device.partition(':')[2] or 0}" if net.backend.is_gpu else "cpu")
+
+    def tensor(array, requires_grad: bool = False):
+        return torch.tensor(numpy.array(net.backend.to_host(array)), device=where, requires_grad=requires_grad)
+
+    params = {name: [tensor(b.data, requires_grad=not net.inference) for b in blobs]
               for name, blobs in net.params.items()}
-    inputs = {name: torch.tensor(numpy.array(blob.data)) for node, tops in zip(net.nodes, net.top_blobs)
+    inputs = {name: tensor(blob.data) for node, tops in zip(net.nodes, net.top_blobs)
               if not node.bottoms for name, blob in zip(node.tops, tops)}
     if batch is not None:
         inputs = {name: value.repeat(batch // value.shape[0], *[1] * (value.dim() - 1))
@@ -106,7 +122,7 @@ def torch_forward(net, torch, batch: int | None = None):
                 y = functional.local_response_norm(x[0], p.local_size, p.alpha, p.beta, p.k)
             elif kind == "BatchNorm":
                 p = layer.block("batch_norm_param")
-                stats = [torch.tensor(statistic) for statistic in layer.stored_statistics()]
+                stats = [tensor(statistic) for statistic in layer.stored_statistics()]
                 after = net.nodes[index + 1] if index + 1 < len(net.nodes) else None
                 affine = [None, None]
                 if after is not None and after.layer.type == "Scale" and after.bottoms == node.tops == after.tops:
@@ -149,6 +165,74 @@ def time_torch(run, parameters, iterations: int, warmup: int) -> float:
             p.grad = None
         run().backward()
     return 1000 * (time.perf_counter() - start) / iterations
+
+
+def time_steps(net, iterations: int, warmup: int) -> float:
+    """Milliseconds per netspec training iteration (forward, backward), timed whole: the device is waited for
+    once, at the end, and the loss stays on it."""
+    def step():
+        net.clear_param_diffs()
+        net.device_forward()
+        net.backward()
+
+    for _ in range(warmup):
+        step()
+    net.backend.synchronize()
+    start = time.perf_counter()
+    for _ in range(iterations):
+        step()
+    net.backend.synchronize()
+    return 1000 * (time.perf_counter() - start) / iterations
+
+
+def time_torch_steps(run, parameters, torch, iterations: int, warmup: int) -> float:
+    """Milliseconds per PyTorch training iteration, on a GPU waiting for it once, at the end."""
+    def step():
+        for p in parameters:
+            p.grad = None
+        run().backward()
+
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(iterations):
+        step()
+    torch.cuda.synchronize()
+    return 1000 * (time.perf_counter() - start) / iterations
+
+
+def compare_gpu(paths: list[str], device: str, torch, iterations: int, warmup: int) -> None:
+    """Print the versions in play, then each net's training images/s and peak GPU memory in netspec and
+    PyTorch on ``device``."""
+    for line in gpu_report():
+        print(line)
+    if torch is not None:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.benchmark = True
+        print(f"PyTorch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}; "
+              "TF32 off, cudnn.benchmark on")
+    print(f"{'net':<16} {'batch':>5} {'netspec img/s':>14} {'pytorch img/s':>14} {'ratio':>6} "
+          f"{'netspec MiB':>12} {'pytorch MiB':>12} {'ratio':>6}")
+    for path in paths:
+        net = load(path, device=device)
+        batch = net.batch_size
+        ours = batch / (time_steps(net, iterations, warmup) / 1000)
+        memory = net.backend.peak_memory()[0] / 2 ** 20
+        line = f"{net.name:<16} {batch:>5} {ours:>14.1f}"
+        if torch is not None:
+            torch.cuda.reset_peak_memory_stats()
+            run, parameters = torch_forward(net, torch)
+            theirs = batch / (time_torch_steps(run, parameters, torch, iterations, warmup) / 1000)
+            their_memory = torch.cuda.max_memory_allocated() / 2 ** 20
+            line += (f" {theirs:>14.1f} {ours / theirs:>6.2f} {memory:>12.0f} {their_memory:>12.0f} "
+                     f"{memory / their_memory:>6.2f}")
+        else:
+            line += f" {'':>14} {'':>6} {memory:>12.0f}"
+        print(line, flush=True)
+        net.close()
+        net.backend.xp.get_default_memory_pool().free_all_blocks()  # the next net's peak is its own
 
 
 def time_forward(net, iterations: int, warmup: int) -> float:
@@ -263,6 +347,7 @@ def main() -> int:
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--threads", type=int, default=netspec.threads.all_cores(), help="for both frameworks")
+    parser.add_argument("--device", default="cpu", help="cpu, or gpu[:N] to compare training on a GPU")
     args = parser.parse_args()
     try:
         import torch
@@ -277,6 +362,13 @@ def main() -> int:
         return 0
     if args.memory:
         compare_memory(args.nets or DEFAULT_NETS)
+        return 0
+    if args.device != "cpu":
+        try:
+            compare_gpu(args.nets or DEFAULT_GPU_NETS, args.device, torch, args.iterations, args.warmup)
+        except DeviceError as exc:
+            print(f"compare_pytorch: {exc}", file=sys.stderr)
+            return 1
         return 0
     if args.inference:
         compare_inference(args.nets or DEFAULT_DEPLOY_NETS, torch, args.threads, args.iterations, args.warmup)
