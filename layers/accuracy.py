@@ -69,7 +69,7 @@ class Accuracy(Layer):
         label_scores = xp.take_along_axis(scores, safe, axis=1)
         better = (scores > label_scores).sum(axis=1, keepdims=True)
         correct = (better < p.top_k) & valid
-        top[0].data[...] = correct.sum() / max(int(valid.sum()), 1)
+        top[0].data[...] = correct.sum() / xp.maximum(valid.sum(), 1)  # (on the device: no wait for it)
         if len(top) > 1:
             counts = xp.bincount(safe[valid].ravel(), minlength=classes)
             hits = xp.bincount(safe[correct].ravel(), minlength=classes)
