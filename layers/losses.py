@@ -14,7 +14,7 @@ from typing import Literal
 import numpy
 
 from netspec.data.files import regular_file
-from netspec.engine.layer import Layer, bad_index, canonical_axis
+from netspec.engine.layer import Layer, canonical_axis, checked_indices
 from netspec.engine.registry import register_layer
 from netspec.errors import DataError, ParamError, ShapeError
 from netspec.layers.softmax import SoftmaxParams, softmax, softmax_view
@@ -60,11 +60,12 @@ def class_labels(layer: Layer, values, classes: int, ignore_label: int | None = 
     """
     xp = layer.xp
     valid = values != ignore_label if ignore_label is not None else xp.ones(values.shape, dtype=bool)
-    bad = bad_index(xp, values, classes, valid)
-    if bad is not None:
-        raise DataError(f"layer '{layer.name}': label {bad[0]} of bottom '{layer.spec.bottoms[1]}' is not a class "
-                        f"index 0 to {classes - 1} ({bad[1]} such labels in the batch)")
-    return xp.where(valid, values, 0).astype(xp.int64), valid
+
+    def describe(value, count: int) -> str:
+        return (f"layer '{layer.name}': label {value} of bottom '{layer.spec.bottoms[1]}' is not a class index 0 to "
+                f"{classes - 1} ({count} such labels in the batch)")
+
+    return checked_indices(layer, values, classes, describe, valid), valid
 
 
 @dataclass

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 
-from netspec.engine.layer import Layer, bad_index
+from netspec.engine.layer import Layer, checked_indices
 from netspec.engine.registry import register_layer
-from netspec.errors import DataError, ShapeError
+from netspec.errors import ShapeError
 
 
 def row_indices(layer: Layer, values, rows: int, bottom: int, of_what: str):
@@ -23,13 +23,12 @@ def row_indices(layer: Layer, values, rows: int, bottom: int, of_what: str):
     DataError naming the layer, the bottom and the value, never truncated or
     wrapped; ``of_what`` says what the indices pick rows of.
     """
-    bad = bad_index(layer.xp, values, rows)
-    if bad is not None:
-        shown, count = bad
-        raise DataError(f"layer '{layer.name}': index {shown} of bottom '{layer.spec.bottoms[bottom]}' is not a row "
-                        f"of {of_what}, a whole number 0 to {rows - 1} ({count} such "
-                        f"{'index' if count == 1 else 'indices'} in the batch)")
-    return values.astype(layer.xp.int64)
+    def describe(value, count: int) -> str:
+        return (f"layer '{layer.name}': index {value} of bottom '{layer.spec.bottoms[bottom]}' is not a row of "
+                f"{of_what}, a whole number 0 to {rows - 1} ({count} such {'index' if count == 1 else 'indices'} in "
+                "the batch)")
+
+    return checked_indices(layer, values, rows, describe)
 
 
 def take_rows(layer: Layer, source, indices, out) -> None:

@@ -16,7 +16,7 @@ import netspec
 from netspec.data.hdf5 import write_arrays, write_file_list
 from netspec.engine.backend import Backend
 from netspec.engine.registry import solver_types
-from netspec.errors import ConfigError, StateError, TrainingError
+from netspec.errors import ConfigError, DataError, StateError, TrainingError
 from netspec.solvers.lr_policies import learning_rate
 from netspec.spec.solver_spec import SolverParams
 from netspec.training.log import TrainingLog
@@ -376,6 +376,24 @@ def test_a_non_finite_loss_read_later_names_its_iteration_and_the_culprit_now(tm
     assert solver.iter == 9 and re.match(r"iteration [1-8]: the loss is (inf|nan); at iteration 9 the first "
                                          r"non-finite output is layer '\w+' top '\w+'\. Training stopped; no "
                                          r"snapshot was written", str(error.value)), str(error.value)
+
+
+def test_a_bad_label_checked_on_the_device_is_raised_when_the_losses_are_read(tmp_path):
+    # as on a GPU: the check waits on the device for the next read; index 0 stands in for the label meanwhile
+    text = yaml.safe_dump({"net": {"name": "labels", "layers": [
+        {"name": "data", "type": "Input", "top": ["x", "y"], "input_param": {"shape": [{"dim": [N, IN]}, {"dim": [N]}]}},
+        {"name": "ip", "type": "InnerProduct", "bottom": "x", "top": "p", "inner_product_param": {"num_output": 3}},
+        {"name": "loss", "type": "SoftmaxWithLoss", "bottom": ["p", "y"], "top": "loss"}]},
+        "max_iter": 10, "base_lr": 0.1, "snapshot_prefix": str(tmp_path / "s"), "random_seed": 1})
+    solver = netspec.load_solver(text, dtype=np.float64, log=QUIET)
+    solver.read_every, solver.backend.defer_checks = 4, True
+    solver.net.blobs["y"].data[...] = 1
+    solver.step(2)
+    solver.net.blobs["y"].data[1:3] = [1.5, 7]
+    with pytest.raises(DataError, match=r"^layer 'loss': label 1\.5 of bottom 'y' is not a class index 0 to 2 \(2 such "
+                                        r"labels in the batch\)$"):
+        solver.step(5)
+    assert solver.iter == 5  # read with the losses of iterations 2 to 5 (step read those before)
 
 
 def test_layer_names_with_slashes_snapshot_and_resume(tmp_path):

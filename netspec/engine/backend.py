@@ -18,11 +18,14 @@ from __future__ import annotations
 import json
 import math
 import resource
+from collections.abc import Callable
 
 import numpy
 
 from netspec.engine.comm import SingleProcess
-from netspec.errors import DeviceError
+from netspec.errors import DataError, DeviceError
+
+CHECKS_KEPT = 1000  # checks a GPU backend keeps before reading them all
 
 
 class Backend:
@@ -37,6 +40,8 @@ class Backend:
             self.xp = _import_cupy(device)
         else:
             raise DeviceError(f"unknown device '{device}': use cpu, gpu or gpu:N")
+        self._checks: list[tuple] = []  # (failures, first value, describe) of checks not raised yet
+        self.defer_checks = self.is_gpu  # whether checks wait for the next read (on a GPU: it is not waited for)
         self.seed(seed)
 
     @property
@@ -100,6 +105,32 @@ class Backend:
         if self.is_gpu:
             return self.xp.asnumpy(array)
         return numpy.asarray(array)
+
+    def check_later(self, bad, values, describe: Callable[[int | str, int], str]) -> None:
+        """Note a check of ``values`` whose failures ``bad`` marks: a DataError of ``describe(the first failing
+        value, as the blob holds it, how many fail)``.  On the CPU it is raised at once; on a GPU
+        (:attr:`defer_checks`) the count and the first value are taken on the device and :meth:`raise_checks`
+        raises it when the host next reads (every CHECKS_KEPT notes at the latest), so the GPU is not waited
+        for."""
+        flat = bad.reshape(-1)
+        if not flat.size:
+            return
+        self._checks.append((self.xp.count_nonzero(flat), values.reshape(-1)[self.xp.argmax(flat)], describe))
+        if not self.defer_checks or len(self._checks) >= CHECKS_KEPT:
+            self.raise_checks()
+
+    def raise_checks(self) -> None:
+        """Raise the DataError of the first check noted by :meth:`check_later` that failed (all are then
+        forgotten); the counts come to the host in one copy."""
+        if not self._checks:
+            return
+        checks, self._checks = self._checks, []
+        counts = self.to_host(self.xp.stack([self.xp.asarray(count) for count, _, _ in checks])).tolist()
+        for count, (_, first, describe) in zip(counts, checks):
+            if count:
+                value = self.to_host(first)[()]  # in the blob's dtype: float32 1.7 shows as 1.7
+                shown = int(value) if float(value).is_integer() and abs(float(value)) < 2 ** 53 else str(value)
+                raise DataError(describe(shown, count))
 
     def address(self, array) -> int:
         """Where ``array``'s memory starts on its device (arrays sharing memory share it)."""

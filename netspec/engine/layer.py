@@ -15,6 +15,7 @@ same Blob as bottom and top, so its backward must work from the top's data.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import ClassVar
 
 from netspec.engine.blob import Blob
@@ -32,18 +33,24 @@ def weighted_flops(top_shape, param_shapes) -> int:
     return 2 * outputs * (math.prod(weights) // weights[0]) + (outputs if len(param_shapes) > 1 else 0)
 
 
-def bad_index(xp, values, bound: int, valid=None) -> tuple[int | str, int] | None:
-    """The first of ``values`` (indices stored as floats, as Caffe stores them; only where ``valid``) that is
-    not a whole number in [0, bound) (1.7, -1, 1e30, NaN), as the blob holds it, and how many such there are;
-    None when all are."""
+def checked_indices(layer: Layer, values, bound: int, describe: Callable[[int | str, int], str], valid=None):
+    """``values`` (indices stored as floats, as Caffe stores them) as int64 indices into [0, bound), 0 where
+    not ``valid``.
+
+    A value (where valid) that is not a whole number in [0, bound) (1.7, -1,
+    1e30, NaN) is a DataError whose message ``describe(value as the blob holds
+    it, how many such)`` gives, never truncated or wrapped: raised at once on
+    the CPU; on a GPU checked on the device and raised when the host next reads
+    from it (:meth:`netspec.engine.backend.Backend.check_later`), index 0
+    standing in for it meanwhile.
+    """
+    xp = layer.xp
     bad = ~((values >= 0) & (values < bound) & (values == xp.floor(values)))
     if valid is not None:
         bad &= valid
-    if not bool(bad.any()):
-        return None
-    value = values[bad].ravel()[0]  # float32 1.7 shows as 1.7
-    shown = int(value) if float(value).is_integer() and abs(float(value)) < 2 ** 53 else str(value)
-    return shown, int(xp.count_nonzero(bad))
+    layer.backend.check_later(bad, values, describe)
+    keep = ~bad if valid is None else valid & ~bad
+    return xp.where(keep, values, 0).astype(xp.int64)
 
 
 class Layer:

@@ -210,7 +210,9 @@ class Net:
             self.device_forward()
             for index, name in enumerate(names):
                 totals[index] += self.blobs[name].data.reshape(-1)[0].astype(numpy.float64)
-        return {name: total / iterations for name, total in zip(names, self.backend.to_host(totals).tolist())}
+        scores = self.backend.to_host(totals).tolist()
+        self.backend.raise_checks()
+        return {name: total / iterations for name, total in zip(names, scores)}
 
     def memory_bytes(self) -> int:
         """Bytes the blobs hold on the device: data and diff of every blob and parameter, each array counted once
@@ -324,8 +326,11 @@ class Net:
         chosen[0].set_arrays(data, labels)
 
     def forward(self) -> float:
-        """Run every layer forward; return the weighted loss."""
-        return float(self.backend.to_host(self.device_forward()))
+        """Run every layer forward; return the weighted loss (a check a layer left on the device that failed is
+        raised: :meth:`Backend.raise_checks`)."""
+        loss = float(self.backend.to_host(self.device_forward()))
+        self.backend.raise_checks()
+        return loss
 
     def device_forward(self):
         """Run every layer forward; return the weighted loss as :meth:`device_loss` does (on the device)."""

@@ -40,6 +40,7 @@ def time_net(net: Net, iterations: int = 50, warmup: int = 5) -> dict:
             backend.synchronize()
             backward[index] += clock() - begin
     total = clock() - start
+    backend.raise_checks()
     peak, peak_of = backend.peak_memory()
     ms_per_iter = 1000 * total / iterations
     batch = net.batch_size

@@ -280,6 +280,7 @@ class Solver:
     def read_losses(self) -> None:
         """Bring the losses not read yet to the host, in one transfer, into the average of the last
         ``average_loss``; the first that is NaN or infinite stops training (:meth:`diverged`)."""
+        self.backend.raise_checks()  # (a bad label, say, from the iterations not read yet)
         if not self.unread:
             return
         xp = self.backend.xp
