@@ -25,6 +25,7 @@ PyTorch is needed only here (``pip install torch``); netspec never imports it.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -230,9 +231,15 @@ def compare_gpu(paths: list[str], device: str, torch, iterations: int, warmup: i
                      f"{memory / their_memory:>6.2f}")
         else:
             line += f" {'':>14} {'':>6} {memory:>12.0f}"
+            run = parameters = None
         print(line, flush=True)
         net.close()
-        net.backend.xp.get_default_memory_pool().free_all_blocks()  # the next net's peak is its own
+        pool = net.backend.xp.get_default_memory_pool()
+        del net, run, parameters  # the next net's peak is its own
+        gc.collect()
+        pool.free_all_blocks()
+        if torch is not None:
+            torch.cuda.empty_cache()
 
 
 def time_forward(net, iterations: int, warmup: int) -> float:

@@ -176,7 +176,7 @@ def gradient_check(net: Net, eps: float = 1e-6, rtol: float = 1e-4, atol: float 
         flat = array.reshape(-1)
         picks = rng.choice(flat.size, size=min(samples, flat.size), replace=False)
         for index in picks:
-            saved = flat[index]
+            saved = flat[index].copy()  # (CuPy gives a view of the element)
             flat[index] = saved + eps
             plus = objective()
             flat[index] = saved - eps

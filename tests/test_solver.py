@@ -8,6 +8,7 @@ import os
 import re
 import signal
 
+import h5py
 import numpy as np
 import pytest
 import yaml
@@ -197,11 +198,13 @@ def hdf5_source(folder, rows=24):
     return os.path.join(folder, "list.txt")
 
 
-def data_solver(tmp_path, batch, iter_size=1, shuffle=False, dropout=False, log=QUIET, **hyper):
-    """A float64 solver of a two-layer net fed by HDF5Data (24 rows), snapshotting under ``tmp_path/snap``."""
+def data_solver(tmp_path, batch, iter_size=1, shuffle=False, dropout=False, log=QUIET, source=None, **hyper):
+    """A float64 solver of a two-layer net fed by HDF5Data (24 rows, or the list file ``source``), snapshotting
+    under ``tmp_path/snap``."""
     layers = [
         {"name": "data", "type": "HDF5Data", "top": ["x", "y"],
-         "hdf5_data_param": {"source": hdf5_source(str(tmp_path)), "batch_size": batch, "shuffle": shuffle}},
+         "hdf5_data_param": {"source": source or hdf5_source(str(tmp_path)), "batch_size": batch,
+                             "shuffle": shuffle}},
         {"name": "ip1", "type": "InnerProduct", "bottom": "x", "top": "h",
          "inner_product_param": {"num_output": 5, "weight_filler": {"type": "xavier"}}},
         {"name": "ip2", "type": "InnerProduct", "bottom": "h", "top": "p",
@@ -245,6 +248,21 @@ def test_resume_continues_bit_identically(tmp_path):
     for a, b in zip(param_arrays(straight), param_arrays(resumed)):
         assert np.array_equal(a, b)
     assert list(straight.losses) == list(resumed.losses)
+
+
+def test_resume_without_a_seed_continues_bit_identically(tmp_path):
+    # the seeds drawn from the OS, the device stream's too, are in the snapshot
+    hyper = {"random_seed": -1, "test_iter": [2], "test_interval": 4}
+    first = data_solver(tmp_path, batch=5, shuffle=True, dropout=True, **hyper)
+    first.step(6)
+    state = first.snapshot()
+    first.step(8)
+    resumed = data_solver(tmp_path, batch=5, shuffle=True, dropout=True, **hyper)
+    resumed.restore(state)
+    resumed.step(8)
+    for a, b in zip(param_arrays(first), param_arrays(resumed)):
+        assert np.array_equal(a, b)
+    assert list(first.losses) == list(resumed.losses)
 
 
 def test_testing_never_changes_what_training_computes(tmp_path):
@@ -346,6 +364,16 @@ def test_a_non_finite_loss_stops_with_the_iteration_and_layer(tmp_path):
     with pytest.raises(TrainingError, match="iteration 0: the loss is nan; the first non-finite output is layer 'ip' "
                                             "top 'p'.*no snapshot was written"):
         fresh.step(1)
+
+
+def test_with_iter_size_the_culprit_is_the_batch_that_went_non_finite(tmp_path):
+    source = hdf5_source(str(tmp_path))
+    with h5py.File(tmp_path / "part0.h5", "a") as handle:
+        handle["x"][1, 0] = np.inf  # in the first of the two batches of iteration 0
+    solver = data_solver(tmp_path, batch=4, iter_size=2, source=source)
+    with np.errstate(invalid="ignore"), pytest.raises(TrainingError, match="^iteration 0: the loss is nan; the first non-finite output is layer "
+                                            "'data' top 'x'"):
+        solver.step(1)
 
 
 def test_losses_read_at_display_time_only_train_the_same(tmp_path, monkeypatch):

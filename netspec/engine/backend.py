@@ -52,30 +52,47 @@ class Backend:
     def seed(self, seed: int | None) -> None:
         """Reseed the host generator and the device's stream of random values (None: from the OS).
 
-        The stream (:meth:`random`) of rank R is keyed by ``(seed, R)``, so ranks draw different dropout masks,
-        and starts again at draw 0.
+        The stream (:meth:`random`) of rank R is keyed by ``(stream seed, R)``, so ranks draw different dropout
+        masks, and starts again at draw 0; the stream seed is ``seed``, or drawn from the OS, and kept in
+        :attr:`stream` so that a snapshot can give it back.
         """
         self.seed_value = seed
         self.host_rng = numpy.random.default_rng(seed)
-        entropy = numpy.random.SeedSequence(seed).entropy if seed is None else seed
-        self.stream_key = int(numpy.random.SeedSequence([entropy, self.comm.rank]).generate_state(1, numpy.uint64)[0])
-        self.draws = 0
+        self.stream = (numpy.random.SeedSequence().entropy if seed is None else seed, 0)
+
+    @property
+    def stream(self) -> tuple[int, int]:
+        """``(stream seed, draws made)``: all :meth:`random`'s values depend on (with the rank); snapshots keep it."""
+        return self._stream_seed, self.draws
+
+    @stream.setter
+    def stream(self, value: tuple[int, int]) -> None:
+        self._stream_seed, self.draws = int(value[0]), int(value[1])
+        words = numpy.random.SeedSequence([self._stream_seed, self.comm.rank]).generate_state(1, numpy.uint64)
+        self._stream_key = int(words[0])
 
     def random(self, shape, dtype=numpy.float32):
-        """Values uniform in [0, 1) of ``shape``, made on the device: this backend's next draw.
+        """Values uniform in [0, 1) of ``shape`` (a tuple, an int, or None for one value), made on the device:
+        this backend's next draw.
 
         Draw n is a hash (SplitMix64's finaliser) of each element's index plus a
-        64-bit offset mixed from (stream key, n): it depends only on the seed,
-        the rank and n, never on a generator's state, so a run that restores
-        :attr:`draws` (snapshots keep it) continues with the same values on
-        any device.  Values carry as many random bits as the dtype's significand (24 for float32).
+        64-bit offset mixed from (stream key, n): it depends only on the stream
+        seed, the rank and n, never on a generator's state, so a run that
+        restores :attr:`stream` (snapshots keep it) continues with the same
+        values on any device.  Values carry as many random bits as the dtype's
+        significand (24 for float32).
         """
         xp, dtype = self.xp, numpy.dtype(dtype)
-        offset = _splitmix64(numpy.uint64(self.stream_key) ^ _splitmix64(numpy.uint64(self.draws)))
+        shape = () if shape is None else (shape,) if isinstance(shape, int) else tuple(shape)
+        offset = _mixed(self._stream_key ^ _mixed(self.draws))
         self.draws += 1
-        bits = _splitmix64(xp.arange(math.prod(shape), dtype=numpy.uint64) + offset)
+        bits = xp.arange(math.prod(shape), dtype=numpy.uint64)
+        bits += numpy.uint64(offset)  # (wrapping past 2**64)
+        _mix_in_place(bits)
         kept = {2: 11, 4: 24}.get(dtype.itemsize, 53)  # the bits the dtype's significand holds
-        values = (bits >> numpy.uint64(64 - kept)).astype(dtype) * dtype.type(2.0 ** -kept)
+        bits >>= numpy.uint64(64 - kept)
+        values = bits.astype(dtype)
+        values *= dtype.type(2.0 ** -kept)
         return values.reshape(shape)
 
     def fork(self) -> Backend:
@@ -89,7 +106,7 @@ class Backend:
         return Backend(self.device, seed, self.comm)
 
     def rng_state(self) -> str:
-        """The host generator's state as JSON text, for solver states (which keep :attr:`draws` beside it)."""
+        """The host generator's state as JSON text, for solver states (which keep :attr:`stream` beside it)."""
         return json.dumps(self.host_rng.bit_generator.state)
 
     def set_rng_state(self, text: str) -> None:
@@ -137,7 +154,9 @@ class Backend:
         return array.data.ptr if self.is_gpu else array.__array_interface__["data"][0]
 
     def peak_memory(self) -> tuple[int, str]:
-        """``(bytes, what they are)``: the most memory this process has held on the device so far."""
+        """``(bytes, what they are)``: on the CPU the most memory the process has held so far; on a GPU what
+        CuPy's pool holds now, which keeps the blocks freed since the peak (unless given back) and leaves out
+        memory taken beside it."""
         if self.is_gpu:
             return self.xp.get_default_memory_pool().total_bytes(), "CuPy's memory pool on the GPU"
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "the process's peak resident memory"
@@ -179,13 +198,26 @@ class DeviceGenerator:
         return loc + scale * self.standard_normal(size)
 
 
-def _splitmix64(values):
-    """SplitMix64's finaliser applied to uint64 values (arrays wrap modulo 2**64 on NumPy and CuPy alike)."""
-    with numpy.errstate(over="ignore"):  # (NumPy warns when a scalar wraps)
-        values = values * numpy.uint64(0x9E3779B97F4A7C15)
-        values = (values ^ (values >> numpy.uint64(30))) * numpy.uint64(0xBF58476D1CE4E5B9)
-        values = (values ^ (values >> numpy.uint64(27))) * numpy.uint64(0x94D049BB133111EB)
-        return values ^ (values >> numpy.uint64(31))
+MASK64 = 2 ** 64 - 1
+MIX = (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB)  # SplitMix64's constants
+
+
+def _mixed(value: int) -> int:
+    """SplitMix64's finaliser of a whole number (taken modulo 2**64), on the host."""
+    value = value * MIX[0] & MASK64
+    value = (value ^ value >> 30) * MIX[1] & MASK64
+    value = (value ^ value >> 27) * MIX[2] & MASK64
+    return value ^ value >> 31
+
+
+def _mix_in_place(values) -> None:
+    """:func:`_mixed` of every value of a uint64 array, in place (products wrap modulo 2**64 on NumPy and CuPy)."""
+    values *= numpy.uint64(MIX[0])
+    values ^= values >> numpy.uint64(30)
+    values *= numpy.uint64(MIX[1])
+    values ^= values >> numpy.uint64(27)
+    values *= numpy.uint64(MIX[2])
+    values ^= values >> numpy.uint64(31)
 
 
 def gpu_report() -> list[str]:

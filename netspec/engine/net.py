@@ -204,6 +204,8 @@ class Net:
     def score(self, iterations: int) -> dict[str, float]:
         """Run ``iterations`` forward passes; return each one-element output averaged over them (summed on the
         device, read once)."""
+        if not iterations:
+            return {}
         names = [name for name in self.outputs if self.blobs[name].count == 1]
         totals = self.backend.xp.zeros(len(names), dtype=numpy.float64)
         for _ in range(iterations):

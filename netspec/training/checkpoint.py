@@ -93,8 +93,8 @@ def _state_of(solver, weights: str, kept: list[int]) -> solver_state.SolverState
         weights_file=os.path.basename(weights), weights_sha256=solver_state.file_sha256(weights),
         lr_step=multistep_count(solver.params, solver.iter), history=solver.optimizer.state(), runtime=runtime,
         loss_window=list(solver.losses), progress=progress, world_size=solver.comm.size,
-        test_rng_state=solver.test_backend.rng_state(), random_draws=solver.backend.draws,
-        test_random_draws=solver.test_backend.draws, params=_params_of(solver))
+        test_rng_state=solver.test_backend.rng_state(), random_stream=list(solver.backend.stream),
+        test_random_stream=list(solver.test_backend.stream), params=_params_of(solver))
 
 
 def _params_of(solver) -> dict:
@@ -125,7 +125,11 @@ def restore(solver, path: str | os.PathLike, force: bool = False) -> None:
         solver.backend.set_rng_state(state.rng_state)
         if state.test_rng_state:
             solver.test_backend.set_rng_state(state.test_rng_state)
-        solver.backend.draws, solver.test_backend.draws = state.random_draws, state.test_random_draws
+        if state.random_stream:
+            solver.backend.stream, solver.test_backend.stream = state.random_stream, state.test_random_stream
+        else:
+            solver.log.message(f"{path} predates the device's random stream: dropout masks from here on differ "
+                               "from those the original run would have drawn")
     with _malformed(path, "progress (snapshots kept, watched outputs)"):
         solver.snapshots = [int(it) for it in state.progress.get("snapshots", [state.iteration])]
         for key, watch in (("best", solver.best), ("early_stop", solver.plateau)):

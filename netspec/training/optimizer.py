@@ -61,7 +61,8 @@ class Optimizer:
         """Scale the diffs so that their global L2 norm is at most ``limit``, computed on the device (a GPU is not
         waited for): the scale is 1 when the norm is within the limit."""
         xp = self.backend.xp
-        norm = xp.sqrt(sum(xp.vdot(lp.blob.diff, lp.blob.diff).astype(numpy.float64) for lp in self.learnable))
+        norm = xp.sqrt(sum((xp.vdot(lp.blob.diff, lp.blob.diff).astype(numpy.float64) for lp in self.learnable),
+                           xp.zeros((), numpy.float64)))
         scale = xp.where(norm > limit, limit / xp.maximum(norm, numpy.finfo(numpy.float64).tiny), 1.0)
         for lp in self.learnable:
             lp.blob.diff *= scale.astype(lp.blob.diff.dtype)

@@ -91,6 +91,7 @@ class Solver:
         self.iter = 0
         self.losses: collections.deque[float] = collections.deque(maxlen=p.average_loss)
         self.unread: list[tuple[int, object]] = []  # (iteration, its loss on the device) not read back yet
+        self.culprit: tuple[str, str] | None = None  # the first non-finite output, noted where reads are free
         # iterations between reads of the loss: every one on the CPU, where a read costs nothing; on a GPU at
         # display time only (or every READ_EVERY), so that training never waits for the device
         self.read_every = (p.display or READ_EVERY) if self.backend.is_gpu else 1
@@ -272,7 +273,10 @@ class Solver:
         self.net.clear_param_diffs()
         loss = 0.0
         for sub in range(self.params.iter_size):
-            loss = loss + self.net.device_forward()
+            batch_loss = self.net.device_forward()
+            if self.read_every == 1 and self.culprit is None and not math.isfinite(self.backend.to_host(batch_loss)):
+                self.culprit = self.net.first_non_finite()  # (with iter_size, a later batch may be finite)
+            loss = loss + batch_loss
             last = sub == self.params.iter_size - 1
             self.net.backward(self.exchange.layer_done if last else None)
         return loss / self.params.iter_size
@@ -288,17 +292,18 @@ class Solver:
         iterations, self.unread = [iteration for iteration, _ in self.unread], []
         for iteration, loss in zip(iterations, values.tolist()):
             if not math.isfinite(loss):
-                self.diverged(iteration, loss)
+                self.diverged(iteration, loss, iterations[-1])
             self.losses.append(loss)
 
-    def diverged(self, iteration: int, loss: float) -> None:
-        """Raise DivergedError naming the iteration whose loss was ``loss`` and the first layer whose output
-        is not finite now (at that iteration itself when the loss is read every iteration, as on the CPU).
+    def diverged(self, iteration: int, loss: float, outputs_of: int) -> None:
+        """Raise DivergedError naming the iteration whose loss was ``loss`` and the first layer whose output is
+        not finite: noted at that iteration where the loss is read every iteration (the CPU), else in the
+        outputs of iteration ``outputs_of``, the last forward pass.
 
         In a distributed run every rank raises it at the same iteration (the loss is their mean).
         """
-        culprit = self.net.first_non_finite()
-        when = "" if iteration == self.iter else f" at iteration {self.iter}"
+        culprit, outputs_of = (self.culprit, iteration) if self.culprit else (self.net.first_non_finite(), outputs_of)
+        when = "" if iteration == outputs_of else f" at iteration {outputs_of}"
         if culprit:
             where = f";{when} the first non-finite output is layer '{culprit[0]}' top '{culprit[1]}'"
         else:

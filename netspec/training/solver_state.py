@@ -7,9 +7,9 @@ Layout (HDF5, written atomically beside its weights file)::
                                               solver_yaml, net_yaml, weights_file, weights_sha256,
                                               progress (JSON: periodic snapshots kept, watched outputs),
                                               world_size (processes of the run), test_rng_state (the
-                                              test nets' host generator), random_draws and
-                                              test_random_draws (draws of the device's random stream
-                                              that training and testing made),
+                                              test nets' host generator), random_stream and
+                                              test_random_stream (JSON: [stream seed, draws made] of the
+                                              device's random values, training's and testing's),
                                               params (JSON: the solver parameters the run used, with
                                               command-line overrides and epochs in iterations)
     /history/<layer>/<blob>/<name>     the update rule's buffers, per learnable blob (layer names escaped as
@@ -71,12 +71,19 @@ class SolverState:
     world_size: int = 1
     params: dict = field(default_factory=dict)  # empty in states written before it was recorded
     test_rng_state: str = ""  # empty in states written before test nets had their own generator
-    random_draws: int = 0  # 0 in states written before the device stream was counted
-    test_random_draws: int = 0
+    random_stream: list[int] = field(default_factory=list)  # empty in states written before the device stream
+    test_random_stream: list[int] = field(default_factory=list)
 
 
 _ATTRS = ("iteration", "solver_type", "lr_step", "rng_state", "net_name", "net_config_hash", "solver_config_hash",
           "solver_yaml", "net_yaml", "weights_file", "weights_sha256")
+
+
+def stream_valid(stream) -> bool:
+    """Whether ``stream`` is ``[]`` (an older state) or a ``[stream seed, draws made]`` netspec writes."""
+    return stream == [] or (isinstance(stream, list) and len(stream) == 2 and all(
+        isinstance(number, int) and not isinstance(number, bool) for number in stream)
+        and 0 <= stream[0] < 2 ** 128 and 0 <= stream[1] < 2 ** 63)
 
 
 def write_state(path: str | os.PathLike, state: SolverState) -> None:
@@ -94,8 +101,8 @@ def write_state(path: str | os.PathLike, state: SolverState) -> None:
         handle.attrs["world_size"] = state.world_size
         handle.attrs["params"] = json.dumps(state.params)
         handle.attrs["test_rng_state"] = state.test_rng_state
-        handle.attrs["random_draws"] = state.random_draws
-        handle.attrs["test_random_draws"] = state.test_random_draws
+        handle.attrs["random_stream"] = json.dumps(state.random_stream)
+        handle.attrs["test_random_stream"] = json.dumps(state.test_random_stream)
         for layer, blobs in state.history.items():
             for index, buffers in blobs.items():
                 for name, array in buffers.items():
@@ -127,13 +134,13 @@ def read_state(path: str | os.PathLike) -> SolverState:
                             world_size=int(handle.attrs.get("world_size", 1)),
                             params=json.loads(handle.attrs.get("params", "{}")),
                             test_rng_state=str(handle.attrs.get("test_rng_state", "")),
-                            random_draws=int(handle.attrs.get("random_draws", 0)),
-                            test_random_draws=int(handle.attrs.get("test_random_draws", 0)))
+                            random_stream=json.loads(handle.attrs.get("random_stream", "[]")),
+                            test_random_stream=json.loads(handle.attrs.get("test_random_stream", "[]")))
         if not (isinstance(state.progress, dict) and isinstance(state.params, dict) and state.iteration >= 0
-                and state.lr_step >= 0 and state.world_size >= 1 and state.random_draws >= 0
-                and state.test_random_draws >= 0):
+                and state.lr_step >= 0 and state.world_size >= 1
+                and all(map(stream_valid, (state.random_stream, state.test_random_stream)))):
             raise StateError(f"{os.fspath(path)}: malformed solver state (its iteration, progress, params, world "
-                             "size or random draws are not what netspec writes)")
+                             "size or random streams are not what netspec writes)")
         if os.path.basename(state.weights_file) != state.weights_file or state.weights_file in ("", ".", ".."):
             raise StateError(f"{os.fspath(path)}: its weights_file {shown(state.weights_file)} is not a file name "
                              "beside the state")
