@@ -156,51 +156,37 @@ def torch_forward(net, torch, batch: int | None = None):
     return run, [p for blobs in params.values() for p in blobs]
 
 
-def time_torch(run, parameters, iterations: int, warmup: int) -> float:
-    """Milliseconds per forward+backward iteration."""
+def timed(step, iterations: int, warmup: int, synchronize=lambda: None) -> float:
+    """Milliseconds per call of ``step``, over ``iterations`` calls after ``warmup`` untimed ones; the device is
+    waited for (``synchronize``) before the clock starts and before it stops, never in between."""
     for _ in range(warmup):
-        run().backward()
+        step()
+    synchronize()
     start = time.perf_counter()
     for _ in range(iterations):
-        for p in parameters:
-            p.grad = None
-        run().backward()
+        step()
+    synchronize()
     return 1000 * (time.perf_counter() - start) / iterations
 
 
-def time_steps(net, iterations: int, warmup: int) -> float:
-    """Milliseconds per netspec training iteration (forward, backward), timed whole: the device is waited for
-    once, at the end, and the loss stays on it."""
+def torch_step(run, parameters):
+    """One PyTorch training iteration: the gradients dropped, forward, backward."""
+    def step():
+        for p in parameters:
+            p.grad = None
+        run().backward()
+
+    return step
+
+
+def netspec_step(net):
+    """One netspec training iteration, its loss left on the device."""
     def step():
         net.clear_param_diffs()
         net.device_forward()
         net.backward()
 
-    for _ in range(warmup):
-        step()
-    net.backend.synchronize()
-    start = time.perf_counter()
-    for _ in range(iterations):
-        step()
-    net.backend.synchronize()
-    return 1000 * (time.perf_counter() - start) / iterations
-
-
-def time_torch_steps(run, parameters, torch, iterations: int, warmup: int) -> float:
-    """Milliseconds per PyTorch training iteration, on a GPU waiting for it once, at the end."""
-    def step():
-        for p in parameters:
-            p.grad = None
-        run().backward()
-
-    for _ in range(warmup):
-        step()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(iterations):
-        step()
-    torch.cuda.synchronize()
-    return 1000 * (time.perf_counter() - start) / iterations
+    return step
 
 
 def compare_gpu(paths: list[str], device: str, torch, iterations: int, warmup: int) -> None:
@@ -219,13 +205,13 @@ def compare_gpu(paths: list[str], device: str, torch, iterations: int, warmup: i
     for path in paths:
         net = load(path, device=device)
         batch = net.batch_size
-        ours = batch / (time_steps(net, iterations, warmup) / 1000)
+        ours = batch / (timed(netspec_step(net), iterations, warmup, net.backend.synchronize) / 1000)
         memory = net.backend.peak_memory()[0] / 2 ** 20
         line = f"{net.name:<16} {batch:>5} {ours:>14.1f}"
         if torch is not None:
             torch.cuda.reset_peak_memory_stats()
             run, parameters = torch_forward(net, torch)
-            theirs = batch / (time_torch_steps(run, parameters, torch, iterations, warmup) / 1000)
+            theirs = batch / (timed(torch_step(run, parameters), iterations, warmup, torch.cuda.synchronize) / 1000)
             their_memory = torch.cuda.max_memory_allocated() / 2 ** 20
             line += (f" {theirs:>14.1f} {ours / theirs:>6.2f} {memory:>12.0f} {their_memory:>12.0f} "
                      f"{memory / their_memory:>6.2f}")
@@ -387,7 +373,7 @@ def main() -> int:
         line = f"{net.name:<16} {ours['batch_size']:>5} {ours['images_per_s']:>14.1f}"
         if torch is not None:
             run, parameters = torch_forward(net, torch)
-            theirs = ours["batch_size"] / (time_torch(run, parameters, args.iterations, args.warmup) / 1000)
+            theirs = ours["batch_size"] / (timed(torch_step(run, parameters), args.iterations, args.warmup) / 1000)
             line += f" {theirs:>14.1f} {ours['images_per_s'] / theirs:>6.2f}"
         print(line, flush=True)
     return 0
