@@ -74,6 +74,19 @@ def test_datasets_hold_their_records_in_order_with_a_manifest(tmp_path, backend,
     ds.close()
 
 
+def test_a_partial_folder_is_replaced_only_when_a_conversion_left_it(tmp_path):
+    interrupted = DatasetWriter(str(tmp_path / "ds"), "lmdb")
+    interrupted.add(images(1)[0], 0, encode_record(images(1)[0], 0))  # and the process dies: no abandon
+    interrupted.env.close()
+    write_dataset(tmp_path / "ds", "lmdb", images(2), [0, 1])  # replaces the leftover
+    assert Dataset(str(tmp_path / "ds")).count == 2 and not (tmp_path / "ds" / "conversion-in-progress").exists()
+    (tmp_path / "notes.partial").mkdir()
+    (tmp_path / "notes.partial" / "thesis.txt").write_text("mine")
+    with pytest.raises(DataError, match=r"notes.partial: exists and is no conversion's leftover .* move it away"):
+        DatasetWriter(str(tmp_path / "notes"), "hdf5")
+    assert (tmp_path / "notes.partial" / "thesis.txt").read_text() == "mine"
+
+
 def test_an_unfinished_or_existing_dataset_is_refused(tmp_path):
     writer = DatasetWriter(str(tmp_path / "ds"), "lmdb")
     writer.add(images(1)[0], 0, encode_record(images(1)[0], 0))

@@ -49,6 +49,7 @@ MANIFEST = "manifest.json"
 MAX_MANIFEST_BYTES = 1 << 24
 LMDB_FILE = "data.mdb"
 PARTIAL = ".partial"  # the suffix of a dataset folder being written
+IN_PROGRESS = "conversion-in-progress"  # the file marking a .partial folder as a conversion's own
 HDF5_FILE = "data.h5"
 INITIAL_MAP_SIZE = 1 << 26
 HDF5_CHUNK_ROWS = 64
@@ -58,6 +59,9 @@ _WRITE_ERRORS = (*hdf5.WRITE_ERRORS, lmdb.Error)
 
 class DatasetWriter:
     """Writes records in index order into ``<path>.partial``; :meth:`finish` writes the manifest and renames.
+
+    A ``.partial`` folder left by an interrupted conversion (it holds IN_PROGRESS) is replaced; any other is
+    refused, never removed.
 
     ``overwrite`` allows replacing an existing dataset (only once the new one is complete).  A write that
     fails raises a DataError naming the dataset; the caller then calls :meth:`abandon` (:meth:`finish` does it
@@ -75,10 +79,15 @@ class DatasetWriter:
         self.labels: Counter = Counter()
         self.pending: list = []  # (key, record) for LMDB, (image, label) for HDF5
         self.env = self.h5 = self.h5_data = self.h5_label = None  # datasets kept open: see hdf5.close_discarding
-        shutil.rmtree(self.partial, ignore_errors=True)
+        if os.path.lexists(self.partial):
+            if not os.path.isfile(os.path.join(self.partial, IN_PROGRESS)):
+                raise DataError(f"{self.partial}: exists and is no conversion's leftover (it has no {IN_PROGRESS}), "
+                                "so it is left alone: move it away, or choose another output")
+            shutil.rmtree(self.partial)  # an interrupted conversion's
         try:
             with writing(self.path, _WRITE_ERRORS):
                 os.makedirs(self.partial)
+                open(os.path.join(self.partial, IN_PROGRESS), "w").close()
                 if backend == "lmdb":
                     self.env = lmdb.open(self.partial, map_size=INITIAL_MAP_SIZE, subdir=True, sync=False,
                                          metasync=False)
@@ -157,6 +166,7 @@ class DatasetWriter:
                     self.h5.close()
                 with open(os.path.join(self.partial, MANIFEST), "w", encoding="utf-8") as handle:
                     json.dump(manifest, handle, indent=1)
+                os.remove(os.path.join(self.partial, IN_PROGRESS))
                 if os.path.exists(self.path):
                     shutil.rmtree(self.path)
                 os.replace(self.partial, self.path)
