@@ -136,8 +136,8 @@ def test_time_prints_table_and_json():
     assert f"memory: blobs {figures['blob_bytes'] / 2 ** 20:.1f} MiB (data and diff); peak " in result.stdout
 
 
-def test_the_memory_of_blobs_counts_shared_arrays_once():
-    net = netspec.load_net(yaml.safe_dump({"layers": [
+def test_the_memory_of_blobs_counts_shared_arrays_once_and_only_the_diffs_backward_uses():
+    net = netspec.load_net(yaml.safe_dump({"force_backward": True, "layers": [
         {"name": "data", "type": "Input", "top": "x", "input_param": {"shape": [{"dim": [4, 10]}]}},
         {"name": "ip", "type": "InnerProduct", "bottom": "x", "top": "y", "inner_product_param": {"num_output": 3}},
         {"name": "relu", "type": "ReLU", "bottom": "y", "top": "y"},  # in place: y's arrays
@@ -145,6 +145,10 @@ def test_the_memory_of_blobs_counts_shared_arrays_once():
         {"name": "b", "type": "Power", "bottom": "y", "top": "b"}]}), dtype=np.float64)
     # x, y, a, b: data and diff; the split's two tops: a diff each; ip's weights and bias: data and diff
     assert net.memory_bytes() == 8 * (2 * (40 + 12 + 12 + 12) + 2 * 12 + 2 * (30 + 3))
+    text = yaml.safe_dump({"layers": [
+        {"name": "data", "type": "Input", "top": "x", "input_param": {"shape": [{"dim": [4, 10]}]}},
+        {"name": "ip", "type": "InnerProduct", "bottom": "x", "top": "y", "inner_product_param": {"num_output": 3}}]})
+    assert netspec.load_net(text, dtype=np.float64, inference=True).memory_bytes() == 8 * (40 + 12 + 30 + 3)
 
 
 def test_time_reports_bad_data_files(tmp_path):
@@ -190,7 +194,7 @@ def test_a_batch_beyond_the_devices_memory_names_the_layer_and_the_bytes(tmp_pat
     result = run("time", net)
     assert (result.returncode, result.stderr.strip()) == (1, (
         "error: layer 'mnist': out of cpu memory while setting it up: blob 'data' [100000000, 1, 28, 28] needs "
-        "627,200,000,000 bytes (data and diff); use a smaller batch_size"))
+        "313,600,000,000 bytes for its data; use a smaller batch_size"))
 
 
 def test_device_query_names_the_cpu_and_the_gpus():

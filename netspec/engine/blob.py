@@ -9,21 +9,44 @@ class Blob:
     """Data and diff arrays of the same shape on one device.
 
     Layers that work in place receive the same Blob as bottom and top.  Shared
-    parameters are Blobs whose arrays are views of the owner's arrays.
+    parameters are Blobs whose arrays are views of the owner's arrays.  The
+    diff is made (zeros) when it is first asked for: a net makes those its
+    backward pass uses at setup, and blobs no backward pass reaches (an
+    inference net's, the data's) never hold one.
     """
 
-    __slots__ = ("name", "xp", "dtype", "data", "diff")
+    __slots__ = ("name", "xp", "dtype", "data", "_diff")
 
     def __init__(self, shape, xp, dtype, name: str = ""):
         self.name = name
         self.xp = xp
         self.dtype = dtype
+        self.data = self._zeros(tuple(shape), "data")
+        self._diff = None
+
+    def _zeros(self, shape: tuple[int, ...], what: str):
+        """A zero array of ``shape``; MemoryError naming the blob and the bytes when the device has no room."""
         try:
-            self.data = xp.zeros(tuple(shape), dtype=dtype)
-            self.diff = xp.zeros(tuple(shape), dtype=dtype)
+            return self.xp.zeros(shape, dtype=self.dtype)
         except MemoryError:
-            asked = 2 * math.prod(shape) * xp.dtype(dtype).itemsize
-            raise MemoryError(f"blob '{name}' {list(shape)} needs {asked:,} bytes (data and diff)") from None
+            asked = math.prod(shape) * self.xp.dtype(self.dtype).itemsize
+            raise MemoryError(f"blob '{self.name}' {list(shape)} needs {asked:,} bytes for its {what}") from None
+
+    @property
+    def diff(self):
+        """The gradient array (made, zeros, the first time it is asked for)."""
+        if self._diff is None:
+            self._diff = self._zeros(self.data.shape, "diff")
+        return self._diff
+
+    @diff.setter
+    def diff(self, array) -> None:
+        self._diff = array
+
+    @property
+    def has_diff(self) -> bool:
+        """Whether the gradient array has been made."""
+        return self._diff is not None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -42,10 +65,11 @@ class Blob:
             return
         if math.prod(shape) == self.count:
             self.data = self.data.reshape(shape)
-            self.diff = self.diff.reshape(shape)
+            if self._diff is not None:
+                self._diff = self._diff.reshape(shape)
         else:
-            self.data = self.xp.zeros(shape, dtype=self.dtype)
-            self.diff = self.xp.zeros(shape, dtype=self.dtype)
+            self.data = self._zeros(shape, "data")
+            self._diff = None
 
     def share(self, owner: Blob) -> None:
         """Make this blob a view of ``owner`` (same memory for data and diff; shape kept if counts agree)."""

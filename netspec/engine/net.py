@@ -85,6 +85,10 @@ class Net:
                 self.blobs[name] = Blob(self.graph.blob_shapes[name], self.backend.xp, self.dtype, name)
         top = [self.blobs[name] for name in node.tops]
         layer.setup(bottom, top, self.backend, self.dtype)
+        if not self.inference:  # the diffs backward uses, made now: no room fails here
+            wanted = [blob for blob, needed in zip(bottom, node.bottom_need_backward) if needed]
+            for blob in wanted + ([*top, *layer.blobs] if node.need_backward else []):
+                blob.diff  # noqa: B018 - asking makes it
         return bottom, top
 
     def share_split_data(self) -> None:
@@ -217,11 +221,11 @@ class Net:
         return {name: total / iterations for name, total in zip(names, scores)}
 
     def memory_bytes(self) -> int:
-        """Bytes the blobs hold on the device: data and diff of every blob and parameter, each array counted once
-        however many blobs share it (layers' own buffers are not counted)."""
+        """Bytes the blobs hold on the device: data and (where made) diff of every blob and parameter, each array
+        counted once however many blobs share it (layers' own buffers are not counted)."""
         arrays = {}
         for blob in [*self.blobs.values(), *(blob for blobs in self.params.values() for blob in blobs)]:
-            for array in (blob.data, blob.diff):
+            for array in (blob.data, blob.diff) if blob.has_diff else (blob.data,):
                 address = self.backend.address(array)
                 arrays[address] = max(arrays.get(address, 0), array.nbytes)
         return sum(arrays.values())
