@@ -121,8 +121,9 @@ class DummyData(Layer):
             self.refill(blob, filler)
 
     def refill(self, blob, filler: FillerParams) -> None:
-        """Draw new values for one top, on the device (from its stream of random values)."""
-        blob.data[...] = self.backend.asarray(fill(filler, blob.shape, DeviceGenerator(self.backend), self.dtype))
+        """Draw new values for one top, on the device (from the layer's stream of random values)."""
+        drawn = fill(filler, blob.shape, DeviceGenerator(self.backend, self.name), self.dtype)
+        blob.data[...] = self.backend.asarray(drawn)
 
     def forward(self, bottom, top):
         for blob, filler in zip(top, self.fillers()):

@@ -44,7 +44,7 @@ class Dropout(Layer):
                 top[0].data[...] = bottom[0].data
             return
         ratio = self.block("dropout_param").dropout_ratio
-        keep = self.backend.random(bottom[0].shape, self.dtype) >= ratio
+        keep = self.backend.random(bottom[0].shape, self.dtype, self.name) >= ratio
         self.mask = keep * self.dtype.type(1.0 / (1.0 - ratio))
         self.xp.multiply(bottom[0].data, self.mask, out=top[0].data)
 

@@ -765,22 +765,38 @@ def test_dropout_train_zeroes_about_the_ratio_and_scales_the_rest():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_the_device_stream_depends_on_seed_rank_and_draw_only(device):
+def test_the_device_streams_depend_on_seed_rank_name_and_draw_only(device):
     first, again = Backend(device, seed=4), Backend(device, seed=4)
-    draws = [first.to_host(first.random((300, 7))) for _ in range(3)]
-    assert first.draws == 3 and all(d.dtype == np.float32 and d.shape == (300, 7) for d in draws)
-    again.draws = 2  # as a resumed run sets it
-    assert np.array_equal(again.to_host(again.random((300, 7))), draws[2])
+    draws = [first.to_host(first.random((300, 7), name="drop")) for _ in range(3)]
+    assert first.stream == (4, {"drop": 3}) and all(d.dtype == np.float32 and d.shape == (300, 7) for d in draws)
+    again.stream = (4, {"drop": 2})  # as a resumed run sets it
+    assert np.array_equal(again.to_host(again.random((300, 7), name="drop")), draws[2])
     assert not np.array_equal(draws[0], draws[1])
+    other = first.to_host(first.random((300, 7), name="drop2"))  # another layer's stream: its own values
+    assert not np.array_equal(other, draws[0]) and first.stream == (4, {"drop": 3, "drop2": 1})
     values = np.concatenate([d.ravel() for d in draws])
     assert values.min() >= 0 and values.max() < 1 and abs(values.mean() - 0.5) < 0.01
     assert np.histogram(values, bins=10, range=(0, 1))[0].min() > 0.09 * values.size
     wide = first.to_host(first.random((1000,), np.float64))
     assert wide.dtype == np.float64 and len(np.unique(wide)) == 1000
     other_seed = Backend(device, seed=5)
-    assert not np.array_equal(other_seed.to_host(other_seed.random((300, 7))), draws[0])
+    assert not np.array_equal(other_seed.to_host(other_seed.random((300, 7), name="drop")), draws[0])
     first.seed(4)
-    assert first.draws == 0 and np.array_equal(first.to_host(first.random((300, 7))), draws[0])
+    assert first.stream == (4, {}) and np.array_equal(first.to_host(first.random((300, 7), name="drop")), draws[0])
+
+
+def test_a_layers_masks_do_not_depend_on_the_layers_before_it():
+    def masks(dropouts: list[str]) -> np.ndarray:
+        layers = [{"name": "data", "type": "Input", "top": "x", "input_param": {"shape": [{"dim": [50, 40]}]}}]
+        layers += [{"name": name, "type": "Dropout", "bottom": "x", "top": "x"} for name in dropouts]
+        net = load_net(yaml.safe_dump({"layers": layers}), seed=3)
+        for _ in range(2):
+            net.blobs["x"].data[...] = 1
+            net.forward()
+        return net.blobs["x"].data != 0
+
+    alone, after = masks(["last"]), masks(["first", "last"])
+    assert np.array_equal(after, alone & masks(["first"]))  # each layer's mask is its own stream's
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -5,7 +5,7 @@ array module of their backend) and the helpers here.  Random numbers for
 initialisation always come from a numpy generator on the host, so a net starts
 from the same weights on every device; per-iteration randomness (dropout
 masks) comes from :meth:`Backend.random`, values made on the device from
-(seed, rank, draw number) alone.
+(seed, rank, layer, the layer's draw number) alone.
 
 A backend also knows its process's place in a distributed run (``comm``, see
 :mod:`netspec.training.distributed`): the host generator is the same on every rank (so
@@ -15,6 +15,7 @@ stream of device values is its own.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import resource
@@ -50,42 +51,46 @@ class Backend:
         return self.xp is not numpy
 
     def seed(self, seed: int | None) -> None:
-        """Reseed the host generator and the device's stream of random values (None: from the OS).
+        """Reseed the host generator and the device's streams of random values (None: from the OS).
 
-        The stream (:meth:`random`) of rank R is keyed by ``(stream seed, R)``, so ranks draw different dropout
-        masks, and starts again at draw 0; the stream seed is ``seed``, or drawn from the OS, and kept in
-        :attr:`stream` so that a snapshot can give it back.
+        The streams (:meth:`random`) of rank R are keyed by ``(stream seed, R)``, so ranks draw different
+        dropout masks, and start again at draw 0; the stream seed is ``seed``, or drawn from the OS, and kept
+        in :attr:`stream` so that a snapshot can give it back.
         """
         self.seed_value = seed
         self.host_rng = numpy.random.default_rng(seed)
-        self.stream = (numpy.random.SeedSequence().entropy if seed is None else seed, 0)
+        self.stream = (numpy.random.SeedSequence().entropy if seed is None else seed, {})
 
     @property
-    def stream(self) -> tuple[int, int]:
-        """``(stream seed, draws made)``: all :meth:`random`'s values depend on (with the rank); snapshots keep it."""
-        return self._stream_seed, self.draws
+    def stream(self) -> tuple[int, dict[str, int]]:
+        """``(stream seed, {name: draws made})``: what :meth:`random`'s values depend on (with the rank);
+        snapshots keep it."""
+        return self._stream_seed, dict(self.draws)
 
     @stream.setter
-    def stream(self, value: tuple[int, int]) -> None:
-        self._stream_seed, self.draws = int(value[0]), int(value[1])
+    def stream(self, value: tuple[int, dict[str, int]]) -> None:
+        self._stream_seed, self.draws = int(value[0]), {str(name): int(count) for name, count in value[1].items()}
         words = numpy.random.SeedSequence([self._stream_seed, self.comm.rank]).generate_state(1, numpy.uint64)
         self._stream_key = int(words[0])
 
-    def random(self, shape, dtype=numpy.float32):
+    def random(self, shape, dtype=numpy.float32, name: str = ""):
         """Values uniform in [0, 1) of ``shape`` (a tuple, an int, or None for one value), made on the device:
-        this backend's next draw.
+        the next draw of the stream ``name`` (a layer draws from the stream of its name).
 
-        Draw n is a hash (SplitMix64's finaliser) of each element's index plus a
-        64-bit offset mixed from (stream key, n): it depends only on the stream
-        seed, the rank and n, never on a generator's state, so a run that
-        restores :attr:`stream` (snapshots keep it) continues with the same
-        values on any device.  Values carry as many random bits as the dtype's
-        significand (24 for float32).
+        Draw n of stream ``name`` is a hash (SplitMix64's finaliser) of each
+        element's index plus a 64-bit offset mixed from (stream key, name, n):
+        it depends only on the stream seed, the rank, the name and n (a layer's
+        n counts its forward passes), never on a generator's state or on other
+        layers, so a run that restores :attr:`stream` (snapshots keep it)
+        continues with the same values on any device.  Values carry as many
+        random bits as the dtype's significand (24 for float32).
         """
         xp, dtype = self.xp, numpy.dtype(dtype)
         shape = () if shape is None else (shape,) if isinstance(shape, int) else tuple(shape)
-        offset = _mixed(self._stream_key ^ _mixed(self.draws))
-        self.draws += 1
+        count = self.draws.get(name, 0)
+        self.draws[name] = count + 1
+        label = int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little")
+        offset = _mixed(self._stream_key ^ _mixed(label ^ _mixed(count)))
         bits = xp.arange(math.prod(shape), dtype=numpy.uint64)
         bits += numpy.uint64(offset)  # (wrapping past 2**64)
         _mix_in_place(bits)
@@ -168,19 +173,19 @@ class Backend:
 
 
 class DeviceGenerator:
-    """The part of NumPy's ``Generator`` that the fillers use, drawing from a backend's stream of device values
-    (:meth:`Backend.random`): a filler given one makes its values on the device."""
+    """The part of NumPy's ``Generator`` that the fillers use, drawing from a backend's stream ``name`` of device
+    values (:meth:`Backend.random`): a filler given one makes its values on the device."""
 
-    def __init__(self, backend: Backend):
-        self.backend = backend
+    def __init__(self, backend: Backend, name: str = ""):
+        self.backend, self.name = backend, name
 
     def random(self, size, dtype=numpy.float64):
         """Values uniform in [0, 1)."""
-        return self.backend.random(size, dtype)
+        return self.backend.random(size, dtype, self.name)
 
     def uniform(self, low: float = 0.0, high: float = 1.0, size=None):
         """Values uniform in [low, high), as float64."""
-        return low + (high - low) * self.backend.random(size, numpy.float64)
+        return low + (high - low) * self.random(size)
 
     def integers(self, low: int, high: int, size=None):
         """Whole numbers low, low + 1, ..., high - 1, as int64."""
@@ -190,8 +195,8 @@ class DeviceGenerator:
     def standard_normal(self, size, dtype=numpy.float64):
         """Values of the standard normal distribution (Box-Muller's transform of two uniform draws)."""
         xp = self.backend.xp
-        radius = xp.sqrt(-2.0 * xp.log1p(-self.backend.random(size, numpy.float64)))
-        return (radius * xp.cos(2.0 * math.pi * self.backend.random(size, numpy.float64))).astype(dtype)
+        radius = xp.sqrt(-2.0 * xp.log1p(-self.random(size)))
+        return (radius * xp.cos(2.0 * math.pi * self.random(size))).astype(dtype)
 
     def normal(self, loc: float = 0.0, scale: float = 1.0, size=None):
         """Values of the normal distribution of mean ``loc`` and standard deviation ``scale``, as float64."""

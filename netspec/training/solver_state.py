@@ -8,8 +8,9 @@ Layout (HDF5, written atomically beside its weights file)::
                                               progress (JSON: periodic snapshots kept, watched outputs),
                                               world_size (processes of the run), test_rng_state (the
                                               test nets' host generator), random_stream and
-                                              test_random_stream (JSON: [stream seed, draws made] of the
-                                              device's random values, training's and testing's),
+                                              test_random_stream (JSON: [stream seed, {layer: draws
+                                              made}] of the device's random values, training's and
+                                              testing's),
                                               params (JSON: the solver parameters the run used, with
                                               command-line overrides and epochs in iterations)
     /history/<layer>/<blob>/<name>     the update rule's buffers, per learnable blob (layer names escaped as
@@ -71,8 +72,8 @@ class SolverState:
     world_size: int = 1
     params: dict = field(default_factory=dict)  # empty in states written before it was recorded
     test_rng_state: str = ""  # empty in states written before test nets had their own generator
-    random_stream: list[int] = field(default_factory=list)  # empty in states written before the device stream
-    test_random_stream: list[int] = field(default_factory=list)
+    random_stream: list = field(default_factory=list)  # empty in states written before the device streams
+    test_random_stream: list = field(default_factory=list)
 
 
 _ATTRS = ("iteration", "solver_type", "lr_step", "rng_state", "net_name", "net_config_hash", "solver_config_hash",
@@ -80,10 +81,13 @@ _ATTRS = ("iteration", "solver_type", "lr_step", "rng_state", "net_name", "net_c
 
 
 def stream_valid(stream) -> bool:
-    """Whether ``stream`` is ``[]`` (an older state) or a ``[stream seed, draws made]`` netspec writes."""
-    return stream == [] or (isinstance(stream, list) and len(stream) == 2 and all(
-        isinstance(number, int) and not isinstance(number, bool) for number in stream)
-        and 0 <= stream[0] < 2 ** 128 and 0 <= stream[1] < 2 ** 63)
+    """Whether ``stream`` is ``[]`` (an older state) or a ``[stream seed, {name: draws made}]`` netspec writes."""
+    def whole(number, bound: int) -> bool:
+        return isinstance(number, int) and not isinstance(number, bool) and 0 <= number < bound
+
+    return stream == [] or (isinstance(stream, list) and len(stream) == 2 and whole(stream[0], 2 ** 128)
+                            and isinstance(stream[1], dict) and all(whole(count, 2 ** 63)
+                                                                    for count in stream[1].values()))
 
 
 def write_state(path: str | os.PathLike, state: SolverState) -> None:
