@@ -23,6 +23,7 @@ import yaml
 
 from netspec.data.dataset import MANIFEST, read_manifest
 from netspec.data.transform import Transformer, TransformParams
+from netspec.engine.net import compile_net
 from netspec.engine.registry import layer_class, layer_schemas, solver_types
 from netspec.errors import ConfigError, DataError, NetspecError, ParamError, Problem
 from netspec.model_zoo.card import ModelCard, read_card
@@ -95,7 +96,7 @@ def prepare_finetune(model: str, dataset: str, out: str, zoo: str | None = None)
         raise ZooError(f"{where}: no data layer ({', '.join(DATA_BLOCKS)}) in the TRAIN phase to read the dataset")
     phases = f"both phases read {train}" if train == val else f"the TRAIN phase reads {train}, the TEST phase {val}"
     notes = [f"{phases} ({classes} classes; Data layers, scale {card.input.scale:g} as the card says)"]
-    if len(card.input.label_names) != classes:
+    if scored_classes(card, folder) != classes:
         for head in class_score_layers(spec, where):
             notes += remake(net, head, classes)
 
@@ -204,6 +205,13 @@ def check_input(layer: LayerSpec, source: str, shape: tuple[int, ...], preproces
         raise DataError(f"{source}: records of shape {list(shape)} reach the net as {given} through layer "
                         f"'{layer.name}', but {card.ref} takes {card.input.shape} (C, H, W); convert the images "
                         f"with netspec convert imageset --resize {height}x{width}{gray}")
+
+
+def scored_classes(card: ModelCard, folder: str) -> int:
+    """How many classes the model scores: the channels of its deploy net's first output (shapes only, no weights
+    loaded)."""
+    graph = compile_net(parse_net(os.path.join(folder, card.deploy_net), layer_schemas()), phase="TEST")
+    return graph.blob_shapes[graph.outputs[0]][1] if graph.outputs else len(card.input.label_names)
 
 
 def class_score_layers(spec: NetSpec, where: str) -> list[LayerSpec]:

@@ -170,8 +170,12 @@ def test_crops_are_followed_and_scores_of_two_layers_are_refused(tmp_path):
     publish(PublishRequest(name="tiny", net=str(tmp_path / "deploy.yaml"), weights=str(tmp_path / "tiny.h5"),
                            labels_file=str(tmp_path / "labels.txt"), train_net=str(tmp_path / "train.yaml"),
                            solver=str(tmp_path / "solver.yaml")), Zoo(zoo))
+    publish(PublishRequest(name="unnamed", net=str(tmp_path / "deploy.yaml"), weights=str(tmp_path / "tiny.h5"),
+                           train_net=str(tmp_path / "train.yaml"), solver=str(tmp_path / "solver.yaml")), Zoo(zoo))
     ten = digits(10, split=False, path=tmp_path / "ten")  # 8x8 records, cropped to 6x6: they fit
     assert len(prepare_finetune("tiny", str(ten), str(tmp_path / "out"), zoo=zoo).notes) == 2
+    # no label names on the card: its deploy net's 10 scores say the classifier stays, so nothing is traced
+    assert len(prepare_finetune("unnamed", str(ten), str(tmp_path / "out2"), zoo=zoo).notes) == 2
     small = write_dataset(tmp_path / "small", np.zeros((4, 1, 5, 5), np.uint8), np.arange(4) % 3, [])
     with pytest.raises(DataError) as error:
         prepare_finetune("tiny", str(small), str(tmp_path / "out"), zoo=zoo)
