@@ -44,8 +44,8 @@ from netspec.dashboard.datasets import (
     ConversionRequest,
     Conversions,
     dataset_folders,
+    folders_for_datasets,
     histogram,
-    image_folders,
     record_png,
     samples,
     summary,
@@ -158,8 +158,9 @@ def create_app(root: str, token: str, token_required: bool, zoo: str | None = No
         return RedirectResponse(pages.run_link(run), status_code=303)
 
     def datasets_page(form: dict[str, str] | None = None, message: str = "", status: int = 200) -> HTMLResponse:
-        rows = [(path, summary(workspace.folder(path))) for path in dataset_folders(workspace)]
-        return HTMLResponse(dataset_pages.datasets_page(rows, image_folders(workspace), conversions.views(),
+        datasets, sources = folders_for_datasets(workspace)
+        rows = [(path, summary(workspace.folder(path))) for path in datasets]
+        return HTMLResponse(dataset_pages.datasets_page(rows, sources, conversions.views(),
                                                         form or {}, message), status_code=status)
 
     def datasets(request: Request) -> HTMLResponse:

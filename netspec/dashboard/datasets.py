@@ -31,8 +31,21 @@ SHOWN_SKIPS = 20  # images that could not be read, named on the page (the rest c
 
 def dataset_folders(workspace: Workspace) -> list[str]:
     """The dataset folders (with a ``manifest.json``) under the workspace, relative to it, sorted."""
-    return sorted(workspace.relative(folder) for folder, entries, is_run in workspace.folders()
-                  if not is_run and any(entry.name == MANIFEST for entry in entries))
+    return folders_for_datasets(workspace)[0]
+
+
+def folders_for_datasets(workspace: Workspace) -> tuple[list[str], list[str]]:
+    """In one walk of the workspace: its dataset folders (:func:`dataset_folders`), and the folders whose
+    subfolders hold images, what a conversion can take as its source; each relative to it, sorted."""
+    datasets, sources = set(), set()
+    for folder, entries, is_run in workspace.folders():
+        if is_run:
+            continue
+        if any(entry.name == MANIFEST for entry in entries):
+            datasets.add(workspace.relative(folder))
+        if folder != workspace.root and any(entry.name.lower().endswith(IMAGE_EXTENSIONS) for entry in entries):
+            sources.add(workspace.relative(os.path.dirname(folder)))
+    return sorted(datasets), sorted(sources)
 
 
 def training_sets(datasets: list[str]) -> list[str]:
@@ -42,16 +55,6 @@ def training_sets(datasets: list[str]) -> list[str]:
     pairs = {path.rpartition("/")[0] or "." for path in datasets
              if path.rpartition("/")[2] == "train" and (path[:-len("train")] + "val") in held}
     return sorted(held | pairs)
-
-
-def image_folders(workspace: Workspace) -> list[str]:
-    """Folders of the workspace whose subfolders hold images: what a conversion can take as its source."""
-    found = set()
-    for folder, entries, is_run in workspace.folders():
-        if not is_run and folder != workspace.root and any(
-                entry.name.lower().endswith(IMAGE_EXTENSIONS) for entry in entries):
-            found.add(workspace.relative(os.path.dirname(folder)))
-    return sorted(found)
 
 
 def summary(folder: str) -> dict:
