@@ -15,6 +15,7 @@ stream of device values is its own.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -89,8 +90,7 @@ class Backend:
         shape = () if shape is None else (shape,) if isinstance(shape, int) else tuple(shape)
         count = self.draws.get(name, 0)
         self.draws[name] = count + 1
-        label = int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little")
-        offset = _mixed(self._stream_key ^ _mixed(label ^ _mixed(count)))
+        offset = _mixed(self._stream_key ^ _mixed(_stream_label(name) ^ _mixed(count)))
         bits = xp.arange(math.prod(shape), dtype=numpy.uint64)
         bits += numpy.uint64(offset)  # (wrapping past 2**64)
         _mix_in_place(bits)
@@ -137,8 +137,12 @@ class Backend:
         flat = bad.reshape(-1)
         if not flat.size:
             return
-        self._checks.append((self.xp.count_nonzero(flat), values.reshape(-1)[self.xp.argmax(flat)], describe))
-        if not self.defer_checks or len(self._checks) >= CHECKS_KEPT:
+        check = (self.xp.count_nonzero(flat), values.reshape(-1)[self.xp.argmax(flat)], describe)
+        if not self.defer_checks:
+            self._raise_failed(int(check[0]), *check[1:])
+            return
+        self._checks.append(check)
+        if len(self._checks) >= CHECKS_KEPT:
             self.raise_checks()
 
     def raise_checks(self) -> None:
@@ -149,10 +153,15 @@ class Backend:
         checks, self._checks = self._checks, []
         counts = self.to_host(self.xp.stack([self.xp.asarray(count) for count, _, _ in checks])).tolist()
         for count, (_, first, describe) in zip(counts, checks):
-            if count:
-                value = self.to_host(first)[()]  # in the blob's dtype: float32 1.7 shows as 1.7
-                shown = int(value) if float(value).is_integer() and abs(float(value)) < 2 ** 53 else str(value)
-                raise DataError(describe(shown, count))
+            self._raise_failed(count, first, describe)
+
+    def _raise_failed(self, count: int, first, describe: Callable[[int | str, int], str]) -> None:
+        """The DataError of a check with ``count`` failures, the first being ``first`` (on the device); none
+        when it has none."""
+        if count:
+            value = self.to_host(first)[()]  # in the blob's dtype: float32 1.7 shows as 1.7
+            shown = int(value) if float(value).is_integer() and abs(float(value)) < 2 ** 53 else str(value)
+            raise DataError(describe(shown, count))
 
     def address(self, array) -> int:
         """Where ``array``'s memory starts on its device (arrays sharing memory share it)."""
@@ -205,6 +214,12 @@ class DeviceGenerator:
 
 MASK64 = 2 ** 64 - 1
 MIX = (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB)  # SplitMix64's constants
+
+
+@functools.cache
+def _stream_label(name: str) -> int:
+    """A stream's name as a 64-bit number, the same in every process (Python's own hash of a str is not)."""
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little")
 
 
 def _mixed(value: int) -> int:
