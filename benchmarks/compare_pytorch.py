@@ -58,7 +58,7 @@ DEFAULT_DEPLOY_NETS = ["configs/lenet/lenet_deploy.yaml@64", "configs/cifar10/ci
 def load(argument: str, inference: bool = False, device: str = "cpu"):
     """The TRAIN net of ``NET.yaml`` or ``NET.yaml@BATCH`` (batch: the first axis of its input tops) on
     ``device``, or with ``inference`` its TEST net built for inference; BatchNorm statistics set to plausible
-    values."""
+    values.  Blobs share buffers where their lifetimes allow, as in ``netspec train`` and ``netspec predict``."""
     path, _, batch = argument.partition("@")
     spec = parse_net(path, layer_schemas())
     for layer in spec.layers:
@@ -66,7 +66,8 @@ def load(argument: str, inference: bool = False, device: str = "cpu"):
             block = layer.blocks["dummy_data_param" if layer.type == "DummyData" else "input_param"]
             for shape in block.shape:
                 shape.dim[0] = int(batch)
-    net = Net(compile_net(spec, phase="TEST" if inference else "TRAIN"), device=device, seed=0, inference=inference)
+    net = Net(compile_net(spec, phase="TEST" if inference else "TRAIN"), device=device, seed=0, inference=inference,
+              reuse_memory=True)
     for layer in net.layers:
         if layer.type == "BatchNorm":
             for blob, value in zip(layer.blobs, (0.1, 1.0, 1.0)):  # mean and variance sums, factor

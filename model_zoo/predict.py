@@ -75,7 +75,8 @@ def load(name_or_path: str, zoo: str | None = None, device: str = "cpu", batch_s
     graph = compile_net(spec, phase="TEST", python_layers=allow_python_layers)
     if not allow_side_effects:
         check_sandbox(graph, os.path.join(folder, card.deploy_net))
-    net = Net(graph, device=device, dtype=dtype, output_folder=OutputFolder(anywhere=outputs_anywhere), inference=True)
+    net = Net(graph, device=device, dtype=dtype, output_folder=OutputFolder(anywhere=outputs_anywhere), inference=True,
+              reuse_memory=True)
     scores_blob(net, os.path.join(folder, card.deploy_net))
     report = net.load_weights(os.path.join(folder, card.weights))
     if report.missing and not allow_missing_weights:

@@ -216,6 +216,9 @@ def check_forward(net: Net, reference: Reference) -> None:
     """
     layer = net.layers[-1]
     expected = reference([_host(net, b.data) for b in net.bottom_blobs[-1]], [_host(net, b.data) for b in layer.blobs])
+    for blob in net.top_blobs[-1]:  # every element must be written: a net may give the top a buffer other blobs use
+        if not any(blob.data is b.data for b in net.bottom_blobs[-1]):  # (a Split top may read its bottom's data)
+            blob.data[...] = np.nan
     _compare_tops(run_forward(net), expected, "forward")
 
 
@@ -223,8 +226,9 @@ def check_accumulation(net: Net) -> None:
     """Check that the last layer's backward accumulates into parameter diffs and overwrites bottom diffs.
 
     Runs forward, then backward twice with every top diff at 1 (parameter
-    diffs zeroed first): each parameter diff must be twice what it was after
-    the first backward, each bottom diff (but labels') unchanged.  Raises
+    diffs zeroed first, bottom diffs NaN): each parameter diff must be twice
+    what it was after the first backward, each bottom diff (but labels')
+    written whole the first time and unchanged by the second.  Raises
     AssertionError naming the blob that breaks the rule.
     """
     layer, bottom, top = net.layers[-1], net.bottom_blobs[-1], net.top_blobs[-1]
@@ -234,9 +238,16 @@ def check_accumulation(net: Net) -> None:
     for blob in layer.blobs:
         blob.diff[...] = 0
     wanted = [i not in type(layer).label_bottoms for i in range(len(bottom))]
+    for blob, w in zip(bottom, wanted):
+        if w and blob not in top:  # (a net may give the diff a buffer other blobs use)
+            blob.diff[...] = np.nan
     layer.backward(top, wanted, bottom)
     once_params = [_host(net, p.diff) for p in layer.blobs]
     once_bottoms = [_host(net, b.diff) for b in bottom]
+    for index, (once, w) in enumerate(zip(once_bottoms, wanted)):
+        if w and not np.isfinite(once).all():
+            raise AssertionError(f"bottom {index}: backward left elements of the diff unwritten (bottom diffs are "
+                                 "overwritten whole)")
     layer.backward(top, wanted, bottom)
     for index, (p, once) in enumerate(zip(layer.blobs, once_params)):
         np.testing.assert_allclose(_host(net, p.diff), 2 * once, rtol=1e-12, err_msg=(

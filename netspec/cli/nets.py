@@ -155,8 +155,7 @@ def draw(net_file, out, phase, stages, level, rankdir, allow_python_layers):
 def time_command(net_file, iterations, warmup, phase, stages, level, device, seed, as_json, outputs_anywhere):
     """Time forward and backward passes of NET_FILE, layer by layer."""
     net = load_net(net_file, phase=phase.upper(), device=device, stages=stages or None, level=level, seed=seed,
-                   python_layers=True,
-                   output_folder=OutputFolder(anywhere=outputs_anywhere))
+                   python_layers=True, reuse_memory=True, output_folder=OutputFolder(anywhere=outputs_anywhere))
     try:
         result = time_net(net, iterations=iterations, warmup=warmup)
     finally:
@@ -203,7 +202,8 @@ def device_query():
 def test_command(net_file, weights, iterations, phase, stages, level, device, as_json, outputs_anywhere):
     """Score trained WEIGHTS on NET_FILE: each output averaged over N batches."""
     net = load_net(net_file, phase=phase.upper(), device=device, stages=stages or None, level=level,
-                   output_folder=OutputFolder(anywhere=outputs_anywhere), inference=True, python_layers=True)
+                   output_folder=OutputFolder(anywhere=outputs_anywhere), inference=True, python_layers=True,
+                   reuse_memory=True)
     net.load_weights(weights)
     try:
         scores = net.score(iterations)

@@ -17,11 +17,13 @@ class Blob:
 
     __slots__ = ("name", "xp", "dtype", "data", "_diff")
 
-    def __init__(self, shape, xp, dtype, name: str = ""):
+    def __init__(self, shape, xp, dtype, name: str = "", data=None):
+        """A blob of zeros, or whose data is ``data`` (an array of ``shape`` the caller owns: another blob's,
+        or a view of a buffer the net shares between blobs)."""
         self.name = name
         self.xp = xp
         self.dtype = dtype
-        self.data = self._zeros(tuple(shape), "data")
+        self.data = self._zeros(tuple(shape), "data") if data is None else data
         self._diff = None
 
     def _zeros(self, shape: tuple[int, ...], what: str):

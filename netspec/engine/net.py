@@ -11,11 +11,13 @@ import numpy
 from netspec.engine import onednn, weights
 from netspec.engine.backend import Backend
 from netspec.engine.blob import Blob
+from netspec.engine.buffers import SharedBuffers
 from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_schemas, layer_types
 from netspec.errors import ConfigError, DataError, DeviceError, ParamError, WeightsError
 from netspec.graph.compiler import compile_graph
 from netspec.graph.graph import Graph
+from netspec.graph.memory import Plan, data_plan, diff_plan, split_aliases
 from netspec.spec.net_spec import NetSpec, parse_net
 
 
@@ -36,15 +38,29 @@ class Net:
     learnable blobs to their list (shared blobs appear under every user, as
     views of one memory).  Layers that write files write inside
     ``output_folder`` (default: the current directory, nowhere outside it).
+
+    With ``reuse_memory`` blobs whose arrays are never live at once share
+    buffers (:mod:`netspec.graph.memory`): the diffs of a net that trains,
+    the data of an ``inference`` net but its outputs and the blobs named in
+    ``keep``.  Such a blob's array then holds what the pass left in it only
+    until the buffer's next user writes; leave it off to read every blob
+    after a pass, as in Caffe.
     """
 
     def __init__(self, graph: Graph, device: str = "cpu", dtype=numpy.float32, seed: int | None = None,
-                 backend: Backend | None = None, output_folder: OutputFolder | None = None, inference: bool = False):
+                 backend: Backend | None = None, output_folder: OutputFolder | None = None, inference: bool = False,
+                 reuse_memory: bool = False, keep: tuple[str, ...] = ()):
         self.graph = graph
         self.inference = inference
         self.backend = backend or Backend(device, seed)
         self.dtype = numpy.dtype(dtype)
         self.nodes = graph.nodes
+        self.split_aliases = split_aliases(graph)
+        no_plan = Plan([], {})
+        self.shared_data = SharedBuffers(data_plan(graph, keep) if reuse_memory and inference else no_plan,
+                                         graph.blob_shapes, self.backend.xp, self.dtype, "data")
+        self.shared_diffs = SharedBuffers(diff_plan(graph) if reuse_memory and not inference else no_plan,
+                                          graph.blob_shapes, self.backend.xp, self.dtype, "diff")
         self.layers = []
         self.blobs: dict[str, Blob] = {}
         self.params: dict[str, list[Blob]] = {}
@@ -74,15 +90,23 @@ class Net:
             self.top_blobs.append(top)
             if layer.blobs:
                 self.params[layer.name] = layer.blobs
-        self.share_split_data()
         self.absorbed_by = self.fuse()
 
     def _set_up(self, node, layer) -> tuple[list[Blob], list[Blob]]:
-        """Make the node's new top blobs and set its layer up on them; its bottom and top blobs."""
+        """Make the node's new top blobs and set its layer up on them; its bottom and top blobs.
+
+        A new top takes its planned arrays (``shared_data``, ``shared_diffs``),
+        or, as a Split top nothing changes in place, its bottom's data.
+        """
         bottom = [self.blobs[name] for name in node.bottoms]
         for name in node.tops:
             if name not in self.blobs:
-                self.blobs[name] = Blob(self.graph.blob_shapes[name], self.backend.xp, self.dtype, name)
+                alias = self.split_aliases.get(name)
+                data = (self.blobs[alias].data if alias is not None
+                        else self.shared_data.view(name) if name in self.shared_data else None)
+                blob = self.blobs[name] = Blob(self.graph.blob_shapes[name], self.backend.xp, self.dtype, name, data)
+                if name in self.shared_diffs:
+                    blob.diff = self.shared_diffs.view(name)
         top = [self.blobs[name] for name in node.tops]
         layer.setup(bottom, top, self.backend, self.dtype)
         if not self.inference:  # the diffs backward uses, made now: no room fails here
@@ -90,16 +114,6 @@ class Net:
             for blob in wanted + ([*top, *layer.blobs] if node.need_backward else []):
                 blob.diff  # noqa: B018 - asking makes it
         return bottom, top
-
-    def share_split_data(self) -> None:
-        """Give each Split top that no layer changes in place its bottom's data array instead of a copy (its diff
-        stays its own: the Split sums them)."""
-        changed = {name for node in self.nodes for name, in_place in zip(node.tops, node.inplace) if in_place}
-        for node, bottom, top in zip(self.nodes, self.bottom_blobs, self.top_blobs):
-            if node.layer.type == "Split":
-                for blob in top:
-                    if blob.name not in changed:
-                        blob.share_data(bottom[0])
 
     def fuse(self) -> dict[int, int]:
         """Let each layer absorb the layers after it that its fast path runs fused (BatchNorm: the Scale in place
@@ -402,7 +416,7 @@ def compile_net(spec: NetSpec, phase: str | None = None, stages=None, level: int
 
 def load_net(source, phase: str | None = None, device: str = "cpu", stages=None, level: int | None = None,
              dtype=numpy.float32, seed: int | None = None, output_folder: OutputFolder | None = None,
-             inference: bool = False, python_layers: bool = False) -> Net:
+             inference: bool = False, python_layers: bool = False, reuse_memory: bool = False) -> Net:
     """Read, compile and instantiate a net from a YAML path or YAML text.
 
     ``phase`` (TRAIN/TEST), ``stages`` and ``level`` select layers by their
@@ -410,7 +424,9 @@ def load_net(source, phase: str | None = None, device: str = "cpu", stages=None,
     write files write inside ``output_folder`` (default: the current directory).  With ``inference`` the net
     runs forward passes only, and its fast paths fuse more (a convolution with the BatchNorm, Scale and ReLU
     after it).  ``python_layers`` lets Python layers import their modules (:func:`compile_net`).
+    ``reuse_memory`` lets blobs share buffers where their lifetimes allow (:class:`Net`).
     """
     spec = parse_net(source, layer_schemas())
     graph = compile_net(spec, phase=phase, stages=stages, level=level, python_layers=python_layers)
-    return Net(graph, device=device, dtype=dtype, seed=seed, output_folder=output_folder, inference=inference)
+    return Net(graph, device=device, dtype=dtype, seed=seed, output_folder=output_folder, inference=inference,
+               reuse_memory=reuse_memory)

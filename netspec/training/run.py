@@ -153,7 +153,7 @@ def _train(spec: SolverSpec, folder: str, options: TrainOptions, comm, say: Call
     log = TrainingLog(run_dir=folder, tensorboard=tensorboard) if root else TrainingLog(quiet=True)
     solver = Solver(spec, device=options.device, seed=options.seed, stages=options.stages or None,
                     level=options.level, log=log, debug_info=options.debug_info, comm=comm,
-                    outputs_anywhere=options.outputs_anywhere)
+                    outputs_anywhere=options.outputs_anywhere, reuse_memory=True)
     try:
         if options.resume:
             solver.restore(options.resume, force=options.force)

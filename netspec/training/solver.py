@@ -51,12 +51,17 @@ class Solver:
     (``solver_mode``/``device_id``, ``random_seed``, ``train_state``/``test_state``).
     ``comm`` is the distributed run this process is a rank of (default: none).
     Layers that write files write inside the run folder, or anywhere with
-    ``outputs_anywhere``.
+    ``outputs_anywhere``.  The test nets run forward passes only (their
+    layers fused as in :func:`netspec.load_net` with ``inference``).  With
+    ``reuse_memory`` (as ``netspec train`` runs) the train net's diffs and the
+    test nets' data share buffers where their lifetimes allow (see
+    :class:`netspec.Net`); ``debug_info``, which prints every blob's diff,
+    turns it off.
     """
 
     def __init__(self, spec: SolverSpec, device: str | None = None, seed: int | None = None, stages=None,
                  level: int | None = None, dtype=numpy.float32, log: TrainingLog | None = None,
-                 debug_info: bool = False, comm=None, outputs_anywhere: bool = False):
+                 debug_info: bool = False, comm=None, outputs_anywhere: bool = False, reuse_memory: bool = False):
         p = spec.params
         self.spec = spec
         if seed is None and p.random_seed >= 0:
@@ -64,6 +69,7 @@ class Solver:
         self.comm = comm = comm or SingleProcess()
         self.backend = self._backend(device, seed)
         self.output_folder = OutputFolder(run_folder.folder_of(spec.snapshot_prefix), outputs_anywhere)
+        self.reuse_memory = reuse_memory and not debug_info
         self.net = self._build(spec.train_net, "TRAIN", p.train_state, stages, level, dtype, self.backend)
         self.loss_weights = self.net.output_loss_weights
         if not self.net.has_loss():
@@ -74,7 +80,7 @@ class Solver:
         self.test_nets = []
         for index, net_spec in enumerate(spec.test_nets):
             state = p.test_state[index] if p.test_state else None
-            net = self._build(net_spec, "TEST", state, stages, level, dtype, self.test_backend)
+            net = self._build(net_spec, "TEST", state, stages, level, dtype, self.test_backend, inference=True)
             net.share_trained_layers(self.net)
             self.test_nets.append(net)
         self.iterations_per_epoch = self._iterations_per_epoch()
@@ -138,13 +144,14 @@ class Solver:
         """Records one update learns from: the batch size times ``iter_size`` times the number of ranks."""
         return self.net.batch_size * self.spec.params.iter_size * self.comm.size
 
-    def _build(self, net_spec, phase, state, stages, level, dtype, backend) -> Net:
+    def _build(self, net_spec, phase, state, stages, level, dtype, backend, inference: bool = False) -> Net:
         if stages is None and state is not None:
             stages = state.stage
         if level is None and state is not None:
             level = state.level
         graph = compile_net(net_spec, phase=phase, stages=stages, level=level, python_layers=True)  # the user's
-        return Net(graph, dtype=dtype, backend=backend, output_folder=self.output_folder)
+        return Net(graph, dtype=dtype, backend=backend, output_folder=self.output_folder, inference=inference,
+                   reuse_memory=self.reuse_memory)
 
     @property
     def rule(self):
@@ -371,12 +378,13 @@ class Solver:
 
 
 def load_solver(source, device: str | None = None, seed: int | None = None, stages=None, level: int | None = None,
-                dtype=numpy.float32, log: TrainingLog | None = None, debug_info: bool = False, comm=None) -> Solver:
+                dtype=numpy.float32, log: TrainingLog | None = None, debug_info: bool = False, comm=None,
+                reuse_memory: bool = False) -> Solver:
     """Read and validate a solver file (path or YAML text) with its nets, and build it on a device.
 
     ``comm`` (a :class:`netspec.training.distributed.MPICommunicator`) makes this process one rank of a
-    distributed run.
+    distributed run; ``reuse_memory`` lets blobs share buffers (:class:`Solver`).
     """
     spec = parse_solver(source, layer_schemas(), list(solver_types()))
     return Solver(spec, device=device, seed=seed, stages=stages, level=level, dtype=dtype, log=log,
-                  debug_info=debug_info, comm=comm)
+                  debug_info=debug_info, comm=comm, reuse_memory=reuse_memory)

@@ -1,0 +1,131 @@
+"""The net's memory plan: which blobs may hold their arrays in one buffer, their lifetimes never meeting.
+
+A static graph knows, before any batch, when each array is first written and
+last read.  Two arrays whose lifetimes do not overlap can be views of one
+buffer, and the net then holds about what is live at the worst moment
+instead of the sum of every array:
+
+- **Gradients** (:func:`diff_plan`): a blob's diff is written by the backward
+  pass of its last consumer and read last by its producer's; once that ran
+  the buffer is free for the next diff down the net.  Parameter diffs
+  accumulate over passes and are never planned.  A diff its producer reads
+  but nothing writes (an unused top) must stay zero: it keeps a buffer of
+  its own.
+- **Data of a net run forward only** (:func:`data_plan`): a blob's data lives
+  from its producer's forward pass to its last consumer's.  The outputs,
+  the blobs the caller keeps and what the layers without bottoms fill (data
+  and Input layers, which the caller may write before a pass) keep buffers
+  of their own.
+
+Both rest on the layer contract: a forward pass writes every element of its
+tops, a backward pass every element of the bottom diffs it is asked for
+(:mod:`netspec.testing` checks both for every layer).
+
+Split tops that no layer changes in place use their bottom's data
+(:func:`split_aliases`), in every net.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from netspec.graph.graph import Graph
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Shared buffers and the blobs that use them: ``buffers[k]`` elements for buffer k, ``buffer_of[blob]`` = k.
+
+    Blobs absent from ``buffer_of`` keep arrays of their own.
+    """
+
+    buffers: list[int]
+    buffer_of: dict[str, int]
+
+    def elements(self) -> int:
+        """Elements held by the shared buffers together."""
+        return sum(self.buffers)
+
+
+def split_aliases(graph: Graph) -> dict[str, str]:
+    """``{Split top: its bottom}`` for the Split tops no layer changes in place: they read their bottom's data."""
+    changed = {name for node in graph.nodes for name, in_place in zip(node.tops, node.inplace) if in_place}
+    return {top: node.bottoms[0] for node in graph.nodes if node.layer.type == "Split"
+            for top in node.tops if top not in changed}
+
+
+def diff_plan(graph: Graph) -> Plan:
+    """Shared buffers for the diffs of a net trained by forward and backward passes (see the module's text)."""
+    steps = len(graph.nodes)
+    touched: dict[str, list[int]] = {}  # blob -> backward steps (0 = the last layer's) that read or write its diff
+    own = set()
+    for index, node in enumerate(graph.nodes):
+        step = steps - 1 - index
+        if not node.need_backward:
+            continue
+        for name, written, weight in zip(node.tops, node.top_diff_written, node.loss_weights):
+            touched.setdefault(name, []).append(step)
+            if not written and not weight:
+                own.add(name)
+        for name, wanted in zip(node.bottoms, node.bottom_need_backward):
+            if wanted:
+                touched.setdefault(name, []).append(step)
+    lifetimes = {name: (min(steps_), max(steps_)) for name, steps_ in touched.items() if name not in own}
+    return pack(lifetimes, {name: math.prod(graph.blob_shapes[name]) for name in lifetimes})
+
+
+def data_plan(graph: Graph, keep: Iterable[str] = ()) -> Plan:
+    """Shared buffers for the data of a net run forward only, keeping the outputs and ``keep`` apart (see the
+    module's text).  A Split top that reads its bottom's data (:func:`split_aliases`) counts as its bottom."""
+    aliases = split_aliases(graph)
+
+    def root(name: str) -> str:
+        while name in aliases:
+            name = aliases[name]
+        return name
+
+    own = {root(name) for name in [*graph.outputs, *keep]}
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for index, node in enumerate(graph.nodes):
+        for name in node.tops:
+            if not node.bottoms:
+                own.add(root(name))
+            first.setdefault(root(name), index)
+        for name in node.bottoms:
+            last[root(name)] = index
+    lifetimes = {name: (start, last.get(name, start)) for name, start in first.items() if name not in own}
+    return pack(lifetimes, {name: math.prod(graph.blob_shapes[name]) for name in lifetimes})
+
+
+def pack(lifetimes: dict[str, tuple[int, int]], sizes: dict[str, int]) -> Plan:
+    """Give each array (``lifetimes[name]`` = its first and last step, both included; ``sizes[name]`` elements)
+    a buffer no other array uses at the same steps.
+
+    Arrays are placed in the order they start; each takes the smallest free
+    buffer that holds it, else grows the largest free one, else opens a new
+    buffer.  A buffer is free again after the last step of its array.
+    """
+    buffers: list[int] = []
+    buffer_of: dict[str, int] = {}
+    free: set[int] = set()
+    ends: dict[int, list[int]] = {}
+    for name in sorted(lifetimes, key=lambda name: (lifetimes[name][0], -sizes[name], name)):
+        start, end = lifetimes[name]
+        for step in [step for step in ends if step < start]:
+            free.update(ends.pop(step))
+        fitting = [k for k in free if buffers[k] >= sizes[name]]
+        if fitting:
+            chosen = min(fitting, key=lambda k: (buffers[k], k))
+        elif free:
+            chosen = max(free, key=lambda k: (buffers[k], -k))
+            buffers[chosen] = sizes[name]
+        else:
+            chosen = len(buffers)
+            buffers.append(sizes[name])
+        free.discard(chosen)
+        buffer_of[name] = chosen
+        ends.setdefault(end, []).append(chosen)
+    return Plan(buffers, buffer_of)

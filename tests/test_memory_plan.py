@@ -1,0 +1,158 @@
+"""The memory plan: buffers shared by blobs whose lifetimes never meet, and nets that compute the same with it."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from netspec.engine.net import Net, compile_net
+from netspec.engine.registry import layer_schemas
+from netspec.graph.memory import data_plan, diff_plan, pack, split_aliases
+from netspec.spec.net_spec import parse_net
+
+CONFIGS = os.path.join(os.path.dirname(__file__), os.pardir, "configs")
+
+
+def graph_of(source: str, batch: int | None = None, phase: str = "TRAIN"):
+    """The graph of a config file (or YAML text), its DummyData/Input batch set to ``batch``."""
+    spec = parse_net(os.path.join(CONFIGS, source) if source.endswith(".yaml") else source, layer_schemas())
+    for layer in spec.layers:
+        if batch and layer.type in ("DummyData", "Input"):
+            block = layer.blocks["dummy_data_param" if layer.type == "DummyData" else "input_param"]
+            for shape in block.shape:
+                shape.dim[0] = batch
+    return compile_net(spec, phase=phase)
+
+
+def assert_lifetimes_apart(plan, lifetimes, sizes):
+    """No two arrays in one buffer are live at one step, and each buffer holds its largest array."""
+    for one in plan.buffer_of:
+        assert plan.buffers[plan.buffer_of[one]] >= sizes[one]
+        for other in plan.buffer_of:
+            if one < other and plan.buffer_of[one] == plan.buffer_of[other]:
+                (a, b), (c, d) = lifetimes[one], lifetimes[other]
+                assert b < c or d < a, f"{one} {lifetimes[one]} and {other} {lifetimes[other]} share a buffer"
+
+
+def test_pack_never_puts_live_arrays_together_and_reuses_what_is_free():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        count = int(rng.integers(1, 30))
+        starts = rng.integers(0, 40, count)
+        lifetimes = {f"b{i}": (int(s), int(s + rng.integers(0, 8))) for i, s in enumerate(starts)}
+        sizes = {name: int(rng.integers(1, 1000)) for name in lifetimes}
+        plan = pack(lifetimes, sizes)
+        assert set(plan.buffer_of) == set(lifetimes)
+        assert_lifetimes_apart(plan, lifetimes, sizes)
+    chain = {f"b{i}": (i, i + 1) for i in range(10)}  # each array read by the next step only: two buffers
+    assert len(pack(chain, dict.fromkeys(chain, 5)).buffers) == 2
+
+
+def test_pack_grows_a_free_buffer_rather_than_opening_one():
+    plan = pack({"small": (0, 0), "large": (1, 1)}, {"small": 10, "large": 100})
+    assert plan.buffers == [100] and plan.buffer_of == {"small": 0, "large": 0}
+
+
+NET = """
+force_backward: false
+layers:
+  - {name: data, type: Input, top: [data, label], input_param: {shape: [{dim: [4, 3, 6, 6]}, {dim: [4]}]}}
+  - {name: conv, type: Convolution, bottom: data, top: conv, convolution_param: {num_output: 4, kernel_size: 3,
+     weight_filler: {type: gaussian, std: 0.1}}}
+  - {name: relu, type: ReLU, bottom: conv, top: conv}
+  - {name: halves, type: Slice, bottom: conv, top: [left, right], slice_param: {axis: 1}}
+  - {name: fc, type: InnerProduct, bottom: left, top: fc, inner_product_param: {num_output: 5,
+     weight_filler: {type: gaussian, std: 0.1}}}
+  - {name: fc_twin, type: InnerProduct, bottom: left, top: fc_twin, param: [{name: shared_w}, {name: shared_b}],
+     inner_product_param: {num_output: 5, weight_filler: {type: gaussian, std: 0.1}}}
+  - {name: fc_again, type: InnerProduct, bottom: right, top: fc_again, param: [{name: shared_w}, {name: shared_b}],
+     inner_product_param: {num_output: 5}}
+  - {name: sum, type: Eltwise, bottom: [fc, fc_twin, fc_again], top: sum}
+  - {name: loss, type: SoftmaxWithLoss, bottom: [sum, label], top: loss}
+  - {name: aux, type: EuclideanLoss, bottom: [fc, fc_twin], top: aux, loss_weight: 0.5}
+  - {name: accuracy, type: Accuracy, bottom: [sum, label], top: accuracy}
+"""
+
+
+def test_diff_plan_keeps_diffs_nothing_writes_and_shares_the_rest():
+    graph = graph_of(NET)
+    plan = diff_plan(graph)
+    assert "data" not in plan.buffer_of and "label" not in plan.buffer_of  # no backward reaches them
+    assert {"conv", "left", "right", "fc", "sum", "loss", "aux"} <= set(plan.buffer_of)
+    assert len(plan.buffers) < len(plan.buffer_of)
+    only_read = graph_of(NET.replace("top: [left, right], slice_param: {axis: 1}",
+                                     "top: [left, right, unused], slice_param: {axis: 1, slice_point: [1, 2]}"))
+    assert "unused" not in diff_plan(only_read).buffer_of  # its producer reads it, nothing writes it: zeros of its own
+
+
+def test_data_plan_keeps_outputs_inputs_and_what_is_asked_apart():
+    graph = graph_of(NET, phase="TEST")
+    plan = data_plan(graph, keep=["fc"])
+    assert not {"data", "label", "loss", "aux", "accuracy", "fc"} & set(plan.buffer_of)
+    assert {"conv", "left", "right", "fc_twin", "sum"} <= set(plan.buffer_of)
+
+
+def test_split_tops_nothing_changes_read_their_bottoms_data():
+    graph = graph_of(NET)
+    aliases = split_aliases(graph)
+    assert {"left_halves_0_split_0": "left", "sum_sum_0_split_1": "sum"}.items() <= aliases.items()
+    net = Net(graph, seed=0)
+    for top, bottom in aliases.items():
+        assert net.blobs[top].data is net.blobs[bottom].data
+
+
+def twin_nets(graph_factory, inference=False):
+    """The same net twice, from one seed: blobs in arrays of their own, and sharing buffers."""
+    return [Net(graph_factory(), seed=0, inference=inference, reuse_memory=reuse) for reuse in (False, True)]
+
+
+TRAIN_NETS = [(NET, None), ("lenet/lenet_timing.yaml", 8), ("cifar10/cifar10_quick_timing.yaml", 4),
+              ("googlenet/googlenet_timing.yaml", 1), ("resnet50/resnet50_timing.yaml", 1)]
+
+
+@pytest.mark.parametrize(("source", "batch"), TRAIN_NETS, ids=lambda value: str(value).split("/")[0][:12])
+def test_shared_diffs_give_bit_identical_gradients_in_less_memory(source, batch):
+    plain, shared = twin_nets(lambda: graph_of(source, batch))
+    for net in (plain, shared):
+        for layer in net.layers:
+            if layer.type == "BatchNorm":
+                for blob, value in zip(layer.blobs, (0.1, 1.0, 1.0)):
+                    blob.data[...] = value
+    for _ in range(2):  # the second pass finds the buffers holding the first's values
+        losses = [net.forward_backward() for net in (plain, shared)]
+        assert losses[0] == losses[1]
+        for name, blobs in plain.owned_params().items():
+            for (index, mine), (_, theirs) in zip(blobs, shared.owned_params()[name]):
+                assert np.array_equal(mine.diff, theirs.diff), f"{name} {index}"
+    assert shared.memory_bytes() < plain.memory_bytes()
+
+
+INFERENCE_NETS = [(NET, None), ("googlenet/googlenet_deploy.yaml", 1), ("resnet50/resnet50_deploy.yaml", 1)]
+
+
+@pytest.mark.parametrize(("source", "batch"), INFERENCE_NETS, ids=lambda value: str(value).split("/")[0][:12])
+def test_shared_data_gives_identical_outputs_pass_after_pass(source, batch):
+    plain, shared = twin_nets(lambda: graph_of(source, batch, phase="TEST"), inference=True)
+    rng = np.random.default_rng(1)
+    inputs = [name for layer, node in zip(plain.layers, plain.nodes) if layer.type == "Input" for name in node.tops]
+    for _ in range(2):
+        values = {name: rng.integers(0, 3, plain.blobs[name].shape) for name in inputs}
+        for net in (plain, shared):
+            for name, value in values.items():
+                net.blobs[name].data[...] = value
+            net.forward()
+        for name in plain.outputs:
+            assert np.array_equal(plain.blobs[name].data, shared.blobs[name].data), name
+    assert shared.memory_bytes() < plain.memory_bytes()
+
+
+def test_kept_blobs_stay_readable_after_the_pass():
+    graph = graph_of(NET, phase="TEST")
+    plain = Net(graph, seed=0, inference=True)
+    kept = Net(graph_of(NET, phase="TEST"), seed=0, inference=True, reuse_memory=True, keep=("fc_twin",))
+    for net in (plain, kept):
+        net.blobs["data"].data[...] = 1.0
+        net.forward()
+    assert np.array_equal(plain.blobs["fc_twin"].data, kept.blobs["fc_twin"].data)
