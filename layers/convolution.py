@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy
-
 from netspec.engine import onednn
 from netspec.engine.fillers import FillerParams
 from netspec.engine.layer import Layer, weighted_flops
@@ -281,17 +279,19 @@ class Convolution(Layer):
             lib, *geometry, affine=self.absorbed[0].type != "ReLU", relu_slope=relu[0] if relu else None))
 
     def absorb(self, following):
-        """In an inference net on oneDNN, the BatchNorm, Scale (one factor a channel) and ReLU that follow in place
-        on the top, in that order and each optional, run in the convolution's primitive: the first two as a scale
-        and shift per channel of its output (folded from their parameters at each pass), ReLU after."""
-        if not self.inference or self.fast is None:
+        """In an inference net, the BatchNorm (stored statistics), Scale (one factor a channel) and ReLU that follow
+        in place on the top, in that order and each optional, run in the convolution: the first two folded into a
+        scale and shift per channel of its output (from their parameters at each pass, so weights loaded later
+        count), ReLU after.  On oneDNN they run in its primitive (none when it refuses them); on NumPy and CuPy the
+        weights and bias are scaled and shifted before the product."""
+        if not self.inference:
             return 0
         order = ("BatchNorm", "Scale", "ReLU")
         taken = []
         for layer, bottom, tops in following:
             position = order.index(layer.type) if layer.type in order else -1
             fits = (bottom == tops == [self.top_blob] and position > (order.index(taken[-1].type) if taken else -1)
-                    and (layer.type != "Scale" or getattr(layer, "fast", None) is not None)
+                    and (layer.type != "Scale" or layer.per_channel())
                     and (layer.type != "BatchNorm" or layer.global_stats))
             if not fits:
                 break
@@ -299,25 +299,36 @@ class Convolution(Layer):
         if not taken:
             return 0
         previous, self.absorbed = self.fast, tuple(taken)
-        self.fast = self._onednn(*self.shapes)
-        if self.fast is None:
-            self.absorbed, self.fast = (), previous
-            return 0
+        if previous is not None:
+            self.fast = self._onednn(*self.shapes)
+            if self.fast is None:
+                self.absorbed, self.fast = (), previous
+                return 0
         return len(taken)
 
     def output_scale_and_shift(self):
         """The per-channel ``(scale, shift)`` of the absorbed BatchNorm and Scale (their folded parameters)."""
-        channels = self.blobs[0].shape[0]
-        scale, shift = numpy.ones(channels, self.dtype), numpy.zeros(channels, self.dtype)
+        xp, channels = self.xp, self.blobs[0].shape[0]
+        scale, shift = xp.ones(channels, self.dtype), xp.zeros(channels, self.dtype)
         for layer in self.absorbed:
             if layer.type == "BatchNorm":
                 mean, var = layer.stored_statistics()
-                scale = 1 / numpy.sqrt(var + layer.block("batch_norm_param").eps)
+                scale = 1 / xp.sqrt(var + layer.block("batch_norm_param").eps)
                 shift = -mean * scale
             elif layer.type == "Scale":
                 gamma = layer.blobs[0].data
                 scale, shift = gamma * scale, gamma * shift + (layer.blobs[1].data if len(layer.blobs) > 1 else 0)
         return scale.astype(self.dtype), shift.astype(self.dtype)
+
+    def folded_weights_and_bias(self):
+        """The weights and bias (None without bias_term or anything absorbed) that compute the convolution and the
+        absorbed BatchNorm and Scale in one product."""
+        weights = self.blobs[0].data
+        bias = self.blobs[1].data if self.params.bias_term else None
+        if not self.absorbed or self.absorbed[0].type == "ReLU":
+            return weights, bias
+        scale, shift = self.output_scale_and_shift()
+        return weights * scale.reshape(-1, 1, 1, 1), shift if bias is None else bias * scale + shift
 
     def grouped_weights(self):
         """Weights as (G, O/G, C/G*kh*kw)."""
@@ -332,18 +343,20 @@ class Convolution(Layer):
             self.fast.forward(bottom[0].data, self.blobs[0].data, bias, top[0].data,
                               *(self.output_scale_and_shift() if affine else ()))
             return
+        weights, bias = self.folded_weights_and_bias()
         if self.depthwise:
-            bias = self.blobs[1].data if self.params.bias_term else None
-            depthwise(self.xp, bottom[0].data, self.blobs[0].data, bias, self.geo, top[0].data)
-            return
-        xp, g = self.xp, self.params.group
-        o = top[0].shape[1]
-        self.cols = im2col(xp, bottom[0].data, self.geo)
-        cols = self.cols.reshape(g, -1, self.cols[0, 0, 0].size)
-        out = xp.matmul(self.grouped_weights(), cols).reshape(o, -1)
-        if self.params.bias_term:
-            out += self.blobs[1].data.reshape(o, 1)
-        top[0].data[...] = out.reshape(o, *self.cols.shape[3:]).transpose(self.geo.inverse)
+            depthwise(self.xp, bottom[0].data, weights, bias, self.geo, top[0].data)
+        else:
+            xp, g = self.xp, self.params.group
+            o = top[0].shape[1]
+            self.cols = im2col(xp, bottom[0].data, self.geo)
+            cols = self.cols.reshape(g, -1, self.cols[0, 0, 0].size)
+            out = xp.matmul(weights.reshape(g, o // g, -1), cols).reshape(o, -1)
+            if bias is not None:
+                out += bias.reshape(o, 1)
+            top[0].data[...] = out.reshape(o, *self.cols.shape[3:]).transpose(self.geo.inverse)
+        if self.absorbed and self.absorbed[-1].type == "ReLU":
+            self.absorbed[-1].forward(top, top)
 
     def backward(self, top, propagate_down, bottom):
         if self.fast is not None:

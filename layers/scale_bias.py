@@ -57,6 +57,7 @@ class BroadcastOperand(Layer):
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
         self.view = self.operand([b.shape for b in bottom])[1]
+        self.bottom_shape = bottom[0].shape
 
 
 @dataclass
@@ -108,11 +109,15 @@ class Scale(BroadcastOperand):
         super().reshape(bottom, top)
         self.fast = self._onednn(bottom[0].shape)
 
+    def per_channel(self) -> bool:
+        """Whether the layer learns one factor per channel (axis 1 of its bottom, spanning it alone)."""
+        return len(self.spec.bottoms) == 1 and self.view[:2] == tuple(self.bottom_shape[:2])
+
     def _onednn(self, shape) -> onednn.Normalization | None:
         """A learned scale per channel (axis 1) on oneDNN: a batch normalisation with mean 0, variance 1, eps 0
         and the given statistics is exactly ``y = s * x + b``, and its backward gives all three gradients."""
         p = self.block("scale_param")
-        if len(self.spec.bottoms) > 1 or not 2 <= len(shape) <= 5 or self.view[:2] != tuple(shape[:2]):
+        if not 2 <= len(shape) <= 5 or not self.per_channel():
             return None
         flags = onednn.NORMALIZE_GLOBAL_STATS | onednn.NORMALIZE_SCALE | (onednn.NORMALIZE_SHIFT if p.bias_term
                                                                            else 0)

@@ -5,6 +5,7 @@ or asked for float64."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -307,11 +308,11 @@ def test_lrn_matches_the_numpy_path(name):
     both_paths("LRN", [shape], {"lrn_param": params})
 
 
-def deploy_unit(bn=True, scale=True, relu=True, bias=False, group=1, slope=0.0, tail=""):
+def deploy_unit(bn=True, scale=True, relu=True, bias=False, group=1, slope=0.0, tail="", outputs=6):
     """A deploy net: Input, a convolution and the BatchNorm, Scale and ReLU chosen, in place on its top."""
     return ("layers:\n"
             "  - {name: data, type: Input, top: data, input_param: {shape: {dim: [2, 4, 7, 7]}}}\n"
-            f"  - {{name: conv, type: Convolution, bottom: data, top: c, convolution_param: {{num_output: 6, "
+            f"  - {{name: conv, type: Convolution, bottom: data, top: c, convolution_param: {{num_output: {outputs}, "
             f"kernel_size: 3, pad: 1, group: {group}, bias_term: {str(bias).lower()}, weight_filler: {{type: gaussian}},"
             " bias_filler: {type: gaussian}}}\n"
             + ("  - {name: bn, type: BatchNorm, bottom: c, top: c}\n" if bn else "")
@@ -320,35 +321,42 @@ def deploy_unit(bn=True, scale=True, relu=True, bias=False, group=1, slope=0.0, 
                if relu else "") + tail)
 
 
-FOLDS = {
+FOLDS = {  # the deploy unit's options, and the layers run as one
     "convolution, BatchNorm, Scale, ReLU": (dict(), "conv+bn+scale+relu"),
     "with a bias, grouped": (dict(bias=True, group=2), "conv+bn+scale+relu"),
-    "BatchNorm alone": (dict(scale=False, relu=False), "conv+bn;"),
+    "BatchNorm alone": (dict(scale=False, relu=False), "conv+bn"),
     "convolution and ReLU": (dict(bn=False, scale=False), "conv+relu"),
     "leaky ReLU": (dict(bn=False, scale=False, slope=-0.2), "conv+relu"),
     "Scale and ReLU": (dict(bn=False), "conv+scale+relu"),
+    "with a bias, depthwise": (dict(bias=True, group=4, outputs=8), "conv+bn+scale+relu"),
     "then a layer that does not fuse": (dict(relu=False, tail="  - {name: sig, type: Sigmoid, bottom: c, top: c}\n"),
-                                        "conv+bn+scale, sig;"),
+                                        "conv+bn+scale"),
 }
+FOLD_PATHS = ["oneDNN", "NumPy", pytest.param("CuPy", marks=pytest.mark.gpu)]
 
 
+@pytest.mark.parametrize("path", FOLD_PATHS)
 @pytest.mark.parametrize("name", FOLDS)
-def test_folded_inference_matches_the_unfolded_net(name):
+def test_folded_inference_matches_the_unfolded_net(name, path, monkeypatch):
     options, fused = FOLDS[name]
+    if path == "NumPy":
+        monkeypatch.setattr(onednn, "library_for", lambda layer: None)
     outputs = []
     for inference in (True, False):
-        net = netspec.load_net(deploy_unit(**options), phase="TEST", seed=1, inference=inference)
-        assert (fused in net.paths()) == inference, net.paths()
+        net = netspec.load_net(deploy_unit(**options), phase="TEST", seed=1, inference=inference,
+                               device="gpu" if path == "CuPy" else "cpu")
+        groups = re.split(r"[,;]? ", net.paths())
+        assert (fused in groups) == inference and (f"{path} folds" in net.paths()) == (inference and path != "oneDNN")
         rng = np.random.default_rng(0)
         for blobs in net.params.values():
             for blob in blobs:
-                blob.data[...] = rng.uniform(0.5, 1.5, blob.shape) * rng.choice([-1, 1], blob.shape)
+                blob.data[...] = net.backend.asarray(rng.uniform(0.5, 1.5, blob.shape) * rng.choice([-1, 1], blob.shape))
         if "bn" in net.params:
             net.params["bn"][1].data[...] = abs(net.params["bn"][1].data)  # variance sums
             net.params["bn"][2].data[...] = 2  # the factor: stored statistics are sums / 2
-        net.blobs["data"].data[...] = rng.standard_normal(net.blobs["data"].shape)
+        net.blobs["data"].data[...] = net.backend.asarray(rng.standard_normal(net.blobs["data"].shape))
         net.forward()
-        outputs.append(net.blobs["c"].data.copy())
+        outputs.append(net.backend.to_host(net.blobs["c"].data).copy())
     np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-5, atol=1e-5)
 
 

@@ -198,16 +198,26 @@ def test_onnxruntime_computes_what_netspec_computes(tmp_path, name, source):
     check_with_onnxruntime(tmp_path, source)
 
 
-def check_with_onnxruntime(tmp_path, source, opset=17, indices=None):
-    """Export ``source`` (at ``opset``) and compare every output onnxruntime computes with netspec's; the inputs
-    named in ``indices`` hold random row indices below the number it gives them."""
+@pytest.mark.parametrize("unfolded", [False, True])
+def test_batchnorm_and_scale_fold_into_the_convolutions_unless_unfolded(tmp_path, unfolded):
+    model = check_with_onnxruntime(tmp_path, RESNET_BLOCK, options=["--unfolded"] if unfolded else [])
+    kinds = Counter(node.op_type for node in model.graph.node)
+    assert kinds["Conv"] == 7 and kinds["Relu"] == 6
+    assert (kinds["BatchNormalization"], kinds["Mul"]) == ((7, 7) if unfolded else (0, 0))
+
+
+def check_with_onnxruntime(tmp_path, source, opset=17, indices=None, options=()):
+    """Export ``source`` (at ``opset``, with the command's ``options``) and compare every output onnxruntime
+    computes with netspec's (unfolded); the inputs named in ``indices`` hold random row indices below the number
+    it gives them.  Returns the ONNX model."""
     net, weights, inputs = randomised(source, tmp_path)
     rng = np.random.default_rng(2)
     for name_, rows in (indices or {}).items():
         inputs[name_] = rng.integers(0, rows, inputs[name_].shape).astype(np.float32)
     net_file = tmp_path / "net.yaml"
     net_file.write_text(Path(source).read_text() if source.endswith(".yaml") else source)
-    result = run("export", "onnx", net_file, "--weights", weights, "-o", tmp_path / "m.onnx", "--opset", opset)
+    result = run("export", "onnx", net_file, "--weights", weights, "-o", tmp_path / "m.onnx", "--opset", opset,
+                 *options)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"wrote {tmp_path / 'm.onnx'} (opset {opset}, ")
     for name_, x in inputs.items():
@@ -219,6 +229,7 @@ def check_with_onnxruntime(tmp_path, source, opset=17, indices=None):
     for name_, value in zip(names, session.run(None, inputs)):
         scale = max(1.0, float(np.abs(net.blobs[name_].data).max()))
         np.testing.assert_allclose(value, net.blobs[name_].data, atol=1e-4 * scale, rtol=1e-4)
+    return onnx.load(str(tmp_path / "m.onnx"))
 
 
 def test_layers_without_an_onnx_equivalent_are_named(tmp_path):

@@ -22,13 +22,15 @@ def export():
 @click.option("--weights", required=True, type=click.Path(dir_okay=False), help="trained weights (.weights.h5)")
 @click.option("-o", "--out", required=True, type=click.Path(dir_okay=False), help="the .onnx file to write")
 @click.option("--opset", type=Integer(13, 21), default=17, show_default=True, help="ONNX opset version")
+@click.option("--unfolded", is_flag=True, help="keep each BatchNorm and Scale after a convolution as its own "
+              "operators [default: folded into the convolution's weights and bias]")
 @stage_option
 @level_option
 @python_layers_option
 @user_errors
-def export_onnx_command(net_file, weights, out, opset, stages, level, allow_python_layers):
+def export_onnx_command(net_file, weights, out, opset, unfolded, stages, level, allow_python_layers):
     """Export NET_FILE's inference (TEST) graph with its weights as an ONNX model."""
-    net = load_net(net_file, phase="TEST", stages=stages or None, level=level,
+    net = load_net(net_file, phase="TEST", stages=stages or None, level=level, inference=not unfolded,
                    output_folder=OutputFolder(anywhere=True), python_layers=allow_python_layers)  # never run here
     net.load_weights(weights)
     export_onnx(net, out, opset)

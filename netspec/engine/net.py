@@ -255,20 +255,22 @@ class Net:
 
     def paths(self) -> str:
         """Which implementations run the layers, in a line: the layers oneDNN runs (``bn+scale`` where one
-        absorbed the next), and the array library's."""
-        if self.backend.is_gpu:
-            return "CuPy"
-        lib = onednn.library()
-        if lib is None:
-            return f"NumPy (oneDNN off: {onednn.why_unavailable()})"
-        fast = {index: layer.name for index, layer in enumerate(self.layers)
-                if getattr(layer, "fast", None) is not None and index not in self.absorbed_by}
+        absorbed the next), the array library's, and the layers it runs folded into one."""
+        groups = {index: layer.name for index, layer in enumerate(self.layers) if index not in self.absorbed_by}
         for absorbed, index in self.absorbed_by.items():
-            fast[index] += f"+{self.layers[absorbed].name}"
+            groups[index] += f"+{self.layers[absorbed].name}"
+        on_onednn = {index for index in groups if getattr(self.layers[index], "fast", None) is not None}
+        folded = [groups[index] for index in groups if index not in on_onednn and "+" in groups[index]]
+        library = "CuPy" if self.backend.is_gpu else "NumPy"
+        fused = f"; {library} folds {', '.join(folded)}" if folded else ""
+        lib = None if self.backend.is_gpu else onednn.library()
+        if lib is None:
+            return (library if self.backend.is_gpu else f"NumPy (oneDNN off: {onednn.why_unavailable()})") + fused
+        fast = [groups[index] for index in sorted(on_onednn)]
         refused = [f"{layer.name}: {layer.onednn_refused}" for layer in self.layers
                    if getattr(layer, "onednn_refused", None) and getattr(layer, "fast", None) is None]
-        return (f"oneDNN {lib.version} for {', '.join(fast.values()) or 'no layer'}; NumPy for the rest"
-                + (f" (oneDNN refused {'; '.join(refused)})" if refused else ""))
+        return (f"oneDNN {lib.version} for {', '.join(fast) or 'no layer'}; NumPy for the rest"
+                + (f" (oneDNN refused {'; '.join(refused)})" if refused else "") + fused)
 
     def first_non_finite_param(self) -> tuple[str, int] | None:
         """``(layer, blob index)`` of the first learnable blob holding a NaN or an infinity, if any."""

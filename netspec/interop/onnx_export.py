@@ -12,6 +12,10 @@ MVN its means, square root and division in Caffe's order, and Caffe's
 base/scale/shift forms of Exp, Log and Power a Mul and an Add before the
 operator.  Indices stored as floats (Embed's, BatchReindex's) are cast to
 int64 for Gather; ArgMax's and Threshold's results are cast back to floats.
+In an inference net (:func:`netspec.load_net` with ``inference``, as
+``netspec export onnx`` builds it unless ``--unfolded``) the BatchNorm and
+Scale a convolution absorbs are folded into its weights and bias, as the
+net computes them.
 A layer with no ONNX equivalent is refused by name; so are adaptive pooling
 whose windows differ in size and RNN and LSTM, whose ``cont`` input can reset
 the state at any step, which ONNX's recurrent operators cannot.
@@ -48,11 +52,12 @@ def _onnx():
 class _Builder:
     """Collects ONNX nodes and initializers while walking the net."""
 
-    def __init__(self, onnx, net, opset: int):
+    def __init__(self, onnx, net, opset: int, folded: set[int]):
         self.onnx, self.helper, self.net, self.opset = onnx, onnx.helper, net, opset
         self.nodes, self.initializers = [], []
         self.current: dict[str, str] = {}  # blob name -> the ONNX tensor holding its latest value
-        self.writes = Counter(name for node in net.nodes for name in node.tops)
+        self.writes = Counter(name for index, node in enumerate(net.nodes) if index not in folded
+                              for name in node.tops)
         self.seen: Counter = Counter()
         self.counter = 0
 
@@ -96,16 +101,30 @@ class _Builder:
 
 
 def _param(layer, index: int) -> numpy.ndarray:
-    return numpy.asarray(layer.backend.to_host(layer.blobs[index].data), dtype=numpy.float32)
+    return _host(layer, layer.blobs[index].data)
+
+
+def _host(layer, array) -> numpy.ndarray:
+    """A float32 copy on the host of ``array``, on ``layer``'s device."""
+    return numpy.asarray(layer.backend.to_host(array), dtype=numpy.float32)
+
+
+def folded_into_convolutions(net) -> set[int]:
+    """Indices of the BatchNorm and Scale layers that ``net`` (an inference net) folds into a convolution."""
+    return {absorbed for absorbed, index in net.absorbed_by.items()
+            if net.layers[index].type == "Convolution" and net.layers[absorbed].type in ("BatchNorm", "Scale")}
 
 
 def _convolution(op: str):
-    """Conv, or ConvTranspose for Deconvolution (Caffe's weights are its: C, num_output/group, kh, kw)."""
+    """Conv (the weights and bias with what the layer folds), or ConvTranspose for Deconvolution (Caffe's
+    weights are its: C, num_output/group, kh, kw)."""
     def export(b: _Builder, node, layer, x: str, y: str) -> None:
         geo = layer.geometry(node.bottom_shapes[0])
-        inputs = [x, b.constant(f"{node.name}/weight", _param(layer, 0))]
-        if layer.params.bias_term:
-            inputs.append(b.constant(f"{node.name}/bias", _param(layer, 1)))
+        weights, bias = (layer.folded_weights_and_bias() if op == "Conv" else
+                         (layer.blobs[0].data, layer.blobs[1].data if layer.params.bias_term else None))
+        inputs = [x, b.constant(f"{node.name}/weight", _host(layer, weights))]
+        if bias is not None:
+            inputs.append(b.constant(f"{node.name}/bias", _host(layer, bias)))
         b.add(op, inputs, [y], node.name, kernel_shape=list(geo.kernel), strides=list(geo.stride),
               pads=[*geo.pad, *geo.pad], dilations=list(geo.dilation), group=layer.params.group)
     return export
@@ -573,9 +592,11 @@ REFUSED = {kind: f"its cont input can reset the state at any step, which ONNX's 
 
 
 def export_onnx(net, out: str, opset: int = DEFAULT_OPSET) -> None:
-    """Write ``net`` (an inference net with its weights loaded) as an ONNX model to ``out``, atomically."""
+    """Write ``net`` (with its weights loaded) as an ONNX model to ``out``, atomically; an inference net's
+    convolutions with the BatchNorm and Scale they absorbed folded in."""
     onnx = _onnx()
-    b = _Builder(onnx, net, opset)
+    folded = folded_into_convolutions(net)
+    b = _Builder(onnx, net, opset, folded)
     inputs = []
     for node in net.nodes:
         if node.layer.type in REFUSED:
@@ -589,8 +610,10 @@ def export_onnx(net, out: str, opset: int = DEFAULT_OPSET) -> None:
     if unsupported:
         raise ExportError(f"no ONNX equivalent for layer(s) {', '.join(unsupported)}; export the deploy net "
                           "(Input layers, no losses or data layers)")
-    for node, layer in zip(net.nodes, net.layers):
+    for index, (node, layer) in enumerate(zip(net.nodes, net.layers)):
         kind = node.layer.type
+        if index in folded:
+            continue
         if kind == "Input":
             for name, shape in zip(node.tops, node.top_shapes):
                 inputs.append(b.helper.make_tensor_value_info(b.graph_input(name), onnx.TensorProto.FLOAT,
