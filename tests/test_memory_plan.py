@@ -9,7 +9,7 @@ import pytest
 
 from netspec.engine.net import Net, compile_net
 from netspec.engine.registry import layer_schemas
-from netspec.graph.memory import data_plan, diff_plan, pack, split_aliases
+from netspec.graph.memory import ALIGNMENT, data_plan, diff_plan, pack, param_groups, split_aliases
 from netspec.spec.net_spec import parse_net
 
 CONFIGS = os.path.join(os.path.dirname(__file__), os.pardir, "configs")
@@ -156,3 +156,28 @@ def test_kept_blobs_stay_readable_after_the_pass():
         net.blobs["data"].data[...] = 1.0
         net.forward()
     assert np.array_equal(plain.blobs["fc_twin"].data, kept.blobs["fc_twin"].data)
+
+
+def test_learnable_blobs_lie_in_one_flat_buffer_per_pair_of_multipliers():
+    graph = graph_of("lenet/lenet_timing.yaml", 8)
+    groups = param_groups(graph)
+    assert groups.multipliers == [(1.0, 1.0), (2.0, 1.0)]  # the weights, then the biases (lr_mult 2)
+    assert all(offset % ALIGNMENT == 0 for _, offset in groups.place.values())
+    net = Net(graph, seed=0)
+    learnable = net.learnable_groups()
+    assert [len(group.members) for group in learnable] == [4, 4]
+    for group in learnable:
+        for param, offset in group.members:
+            assert np.shares_memory(param.blob.data, group.data) and np.shares_memory(param.blob.diff, group.diff)
+            assert np.array_equal(group.data[offset:offset + param.blob.count], param.blob.data.reshape(-1))
+    assert not Net(graph_of("lenet/lenet_timing.yaml", 8, phase="TEST"), seed=0, inference=True).learnable_groups()
+
+
+def test_shared_and_frozen_blobs_stay_out_of_the_groups():
+    net = Net(graph_of(NET.replace("{name: shared_b}", "{name: shared_b, lr_mult: 0}")), seed=0)
+    (group,) = net.learnable_groups()
+    names = [(param.layer, param.index) for param, _ in group.members]
+    assert names == [("conv", 0), ("conv", 1), ("fc", 0), ("fc", 1), ("fc_twin", 0)]
+    assert net.params["fc_again"][0].data.base is not None
+    assert np.shares_memory(net.params["fc_again"][0].data, group.data)  # a view of its owner's, in the group
+    assert not np.shares_memory(net.params["fc_twin"][1].data, group.data)  # lr_mult 0: its own array

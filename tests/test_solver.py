@@ -16,11 +16,12 @@ import yaml
 import netspec
 from netspec.data.hdf5 import write_arrays, write_file_list
 from netspec.engine.backend import Backend
-from netspec.engine.registry import solver_types
+from netspec.engine.registry import solver_class, solver_types
 from netspec.errors import ConfigError, DataError, StateError, TrainingError
 from netspec.solvers.lr_policies import learning_rate
 from netspec.spec.solver_spec import SolverParams
 from netspec.training.log import TrainingLog
+from netspec.training.optimizer import Optimizer
 from netspec.training.signals import signal_effects
 
 QUIET = TrainingLog(quiet=True)
@@ -125,6 +126,14 @@ MATRIX = [
 ]
 
 
+def fused(solver, on: bool):
+    """The solver, its update run once per group of blobs (as on a GPU) when ``on``, else once per blob."""
+    solver.optimizer = Optimizer(solver_class(solver.params.type), solver.params, solver.net.learnable_groups(),
+                                 solver.backend, solver.net.dtype, fused=on)
+    assert len(solver.optimizer.segments) == len(solver.net.learnable_groups() if on else solver.optimizer.places)
+    return solver
+
+
 @pytest.mark.parametrize("hyper", MATRIX, ids=["plain", "l2", "l2_cosine_warmup", "l1_step", "clip", "iter_size"])
 @pytest.mark.parametrize("rule", sorted(REFERENCE_RULES))
 def test_every_rule_matches_its_closed_form(tmp_path, rule, hyper):
@@ -134,6 +143,24 @@ def test_every_rule_matches_its_closed_form(tmp_path, rule, hyper):
     assert solver.iter == 6
     for blob, want in zip(solver.net.params["ip"], expected):
         np.testing.assert_allclose(blob.data, want, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("hyper", MATRIX, ids=["plain", "l2", "l2_cosine_warmup", "l1_step", "clip", "iter_size"])
+@pytest.mark.parametrize("rule", sorted(REFERENCE_RULES))
+def test_an_update_by_group_is_the_update_blob_by_blob(tmp_path, rule, hyper):
+    runs = []
+    for grouped in (False, True):
+        solver = fused(data_solver(tmp_path, 5, type=rule, base_lr=0.1, momentum=MOMENTUM[rule], **hyper), grouped)
+        assert len(solver.optimizer.segments) == (1 if grouped else 4)  # (every blob has lr_mult 1, decay_mult 1)
+        solver.step(6)
+        runs.append(param_arrays(solver))
+    (group,) = solver.net.learnable_groups()
+    gaps = np.ones(group.data.shape, bool)
+    for param, offset in group.members:
+        gaps[offset:offset + param.blob.count] = False
+    assert gaps.any() and not group.data[gaps].any()  # the alignment's gaps stay zeros
+    for by_blob, by_group in zip(*runs):  # (the clipping norm sums in another order)
+        np.testing.assert_allclose(by_group, by_blob, rtol=1e-13, atol=1e-15)
 
 
 def test_every_registered_rule_is_in_the_matrix():
@@ -146,14 +173,15 @@ def test_rules_without_momentum_refuse_it(tmp_path, rule):
         tiny_solver(tmp_path, type=rule, base_lr=0.1, momentum=0.9)
 
 
+@pytest.mark.parametrize("grouped", [False, True], ids=["by_blob", "by_group"])
 @pytest.mark.parametrize("rule", sorted(REFERENCE_RULES))
-def test_every_rule_resumes_bit_identically(tmp_path, rule):
+def test_every_rule_resumes_bit_identically(tmp_path, rule, grouped):
     hyper = {"type": rule, "momentum": MOMENTUM[rule], "weight_decay": 0.01}
-    straight = data_solver(tmp_path, batch=5, shuffle=True, **hyper)
+    straight = fused(data_solver(tmp_path, batch=5, shuffle=True, **hyper), grouped)
     straight.step(8)
-    interrupted = data_solver(tmp_path, batch=5, shuffle=True, **hyper)
+    interrupted = fused(data_solver(tmp_path, batch=5, shuffle=True, **hyper), grouped)
     interrupted.step(3)
-    resumed = data_solver(tmp_path, batch=5, shuffle=True, **hyper)
+    resumed = fused(data_solver(tmp_path, batch=5, shuffle=True, **hyper), not grouped)  # the state is blob by blob
     resumed.restore(interrupted.snapshot())
     resumed.step(5)
     for a, b in zip(param_arrays(straight), param_arrays(resumed)):

@@ -74,6 +74,7 @@ class Layer:
         self.name = spec.name
         self.phase = phase
         self.blobs: list[Blob] = []
+        self.param_arrays: dict[int, tuple] = {}  # blob index -> (data, diff) the net gives it (set before setup)
         self.param_propagate_down: list[bool] = []
         self.backend = None
         self.xp = None
@@ -118,14 +119,18 @@ class Layer:
 
     # ---- on a device ----------------------------------------------------------------------
     def setup(self, bottom: list[Blob], top: list[Blob], backend, dtype) -> None:
-        """Bind to a backend and create and fill the learnable blobs."""
+        """Bind to a backend and create and fill the learnable blobs (in the arrays of ``param_arrays`` where the
+        net gave some)."""
         self.backend = backend
         self.xp = backend.xp
         self.dtype = dtype
         self.param_shapes_cache = self.param_shapes([b.shape for b in bottom])
         self.blobs = []
         for index, (shape, filler) in enumerate(zip(self.param_shapes_cache, self.param_fillers())):
-            blob = Blob(shape, self.xp, dtype, name=f"{self.name}[{index}]")
+            data, diff = self.param_arrays.get(index, (None, None))
+            blob = Blob(shape, self.xp, dtype, name=f"{self.name}[{index}]", data=data)
+            if diff is not None:
+                blob.diff = diff
             blob.data[...] = backend.asarray(fill(filler, shape, backend.host_rng, dtype))
             self.blobs.append(blob)
         if not self.param_propagate_down:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from typing import NamedTuple
@@ -17,7 +18,7 @@ from netspec.engine.registry import layer_schemas, layer_types
 from netspec.errors import ConfigError, DataError, DeviceError, ParamError, WeightsError
 from netspec.graph.compiler import compile_graph
 from netspec.graph.graph import Graph
-from netspec.graph.memory import Plan, data_plan, diff_plan, split_aliases
+from netspec.graph.memory import ParamGroups, Plan, data_plan, diff_plan, param_groups, split_aliases
 from netspec.spec.net_spec import NetSpec, parse_net
 
 
@@ -29,6 +30,17 @@ class LearnableParam(NamedTuple):
     blob: Blob
     lr_mult: float
     decay_mult: float
+
+
+class ParamGroup(NamedTuple):
+    """Learnable blobs with the same multipliers, laid out in one flat ``data`` and ``diff`` (the blobs' arrays are
+    views of them): ``members`` holds each blob with its offset."""
+
+    lr_mult: float
+    decay_mult: float
+    data: object
+    diff: object
+    members: list[tuple[LearnableParam, int]]
 
 
 class Net:
@@ -44,7 +56,8 @@ class Net:
     the data of an ``inference`` net but its outputs and the blobs named in
     ``keep``.  Such a blob's array then holds what the pass left in it only
     until the buffer's next user writes; leave it off to read every blob
-    after a pass, as in Caffe.
+    after a pass, as in Caffe.  The learnable blobs of a net that trains are
+    views of a flat buffer per pair of multipliers (:meth:`learnable_groups`).
     """
 
     def __init__(self, graph: Graph, device: str = "cpu", dtype=numpy.float32, seed: int | None = None,
@@ -61,15 +74,18 @@ class Net:
                                          graph.blob_shapes, self.backend.xp, self.dtype, "data")
         self.shared_diffs = SharedBuffers(diff_plan(graph) if reuse_memory and not inference else no_plan,
                                           graph.blob_shapes, self.backend.xp, self.dtype, "diff")
+        self.grouping = param_groups(graph) if not inference else ParamGroups([], [], {})
+        self.group_arrays = self._group_arrays()
         self.layers = []
         self.blobs: dict[str, Blob] = {}
         self.params: dict[str, list[Blob]] = {}
         self.layer_by_name = {}
         self.bottom_blobs: list[list[Blob]] = []
         self.top_blobs: list[list[Blob]] = []
-        for node in graph.nodes:
+        for index, node in enumerate(graph.nodes):
             layer = node.layer(node.spec, graph.state.phase)
             layer.param_propagate_down = node.param_propagate_down
+            layer.param_arrays = self._param_views(index, node)
             if output_folder is not None:
                 layer.output_folder = output_folder
             layer.inference = inference
@@ -91,6 +107,39 @@ class Net:
             if layer.blobs:
                 self.params[layer.name] = layer.blobs
         self.absorbed_by = self.fuse()
+
+    def _group_arrays(self) -> list[tuple[object, object]]:
+        """The flat ``(data, diff)`` of each group of learnable blobs (DeviceError when the device has no room)."""
+        xp = self.backend.xp
+        try:
+            return [(xp.zeros(size, dtype=self.dtype), xp.zeros(size, dtype=self.dtype))
+                    for size in self.grouping.sizes]
+        except MemoryError:
+            asked = 2 * sum(self.grouping.sizes) * self.dtype.itemsize
+            raise DeviceError(f"net '{self.graph.name}': out of {self.backend.device} memory for the {asked:,} bytes "
+                              "of its learnable blobs and their gradients; use a smaller net") from None
+
+    def _param_views(self, index: int, node) -> dict[int, tuple]:
+        """``{blob index: (data, diff)}``: views of the group buffers for node ``index``'s learnable blobs."""
+        views = {}
+        for blob, shape in enumerate(node.param_shapes):
+            if (index, blob) in self.grouping.place:
+                group, offset = self.grouping.place[(index, blob)]
+                end = offset + math.prod(shape)
+                views[blob] = tuple(array[offset:end].reshape(shape) for array in self.group_arrays[group])
+        return views
+
+    def learnable_groups(self) -> list[ParamGroup]:
+        """The learnable blobs (:meth:`learnable_params`) by group, each group's blobs views of its flat arrays
+        (none in an inference net)."""
+        if self.inference:
+            return []
+        members: list[list[tuple[LearnableParam, int]]] = [[] for _ in self.grouping.sizes]
+        for position, param in self._learnable():
+            group, offset = self.grouping.place[(position, param.index)]
+            members[group].append((param, offset))
+        return [ParamGroup(lr_mult, decay_mult, data, diff, grouped) for (lr_mult, decay_mult), (data, diff), grouped
+                in zip(self.grouping.multipliers, self.group_arrays, members)]
 
     def _set_up(self, node, layer) -> tuple[list[Blob], list[Blob]]:
         """Make the node's new top blobs and set its layer up on them; its bottom and top blobs.
@@ -163,12 +212,14 @@ class Net:
 
     def learnable_params(self) -> list[LearnableParam]:
         """Each owned blob that trains (lr_mult != 0), in layer order."""
-        result = []
-        for node, layer in zip(self.nodes, self.layers):
+        return [param for _, param in self._learnable()]
+
+    def _learnable(self):
+        """``(layer index, LearnableParam)`` for each owned blob that trains, in layer order."""
+        for position, (node, layer) in enumerate(zip(self.nodes, self.layers)):
             for index, (blob, spec, owner) in enumerate(zip(layer.blobs, node.param_specs, node.param_owners)):
                 if owner is None and spec.lr_mult != 0:
-                    result.append(LearnableParam(layer.name, index, blob, spec.lr_mult, spec.decay_mult))
-        return result
+                    yield position, LearnableParam(layer.name, index, blob, spec.lr_mult, spec.decay_mult)
 
     @property
     def batch_size(self) -> int:

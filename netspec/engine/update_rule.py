@@ -5,9 +5,17 @@ rule, in Caffe's order: learning rate from the policy, global-norm clipping,
 division by ``iter_size``, weight decay (added to the gradient, or for rules
 with ``decoupled_decay`` to the rule's step, times the rate), then the rule,
 then ``w -= diff``.
-A rule only turns each parameter's regularised gradient into the step to
-subtract, using the history buffers it declares; the buffers are saved in the
-solver state so that a resumed run continues bit-identically.
+A rule only turns a regularised gradient into the step to subtract, using
+the history buffers it declares; the buffers are saved in the solver state
+(blob by blob) so that a resumed run continues bit-identically.
+
+A rule is called once per learnable blob, or, on a GPU where the rule is
+``elementwise`` (each element's step depends on that element's gradient and
+history alone: every built-in rule), once per group of blobs sharing
+``lr_mult`` and ``decay_mult``, on the group's flat arrays
+(:meth:`netspec.Net.learnable_groups`): a few kernels a step however many
+blobs the net has.  A rule that needs a whole blob (a per-layer norm, as in
+LARS) sets ``elementwise = False``.
 """
 
 from __future__ import annotations
@@ -23,9 +31,11 @@ class UpdateRule(abc.ABC):
     history_names: ClassVar[tuple[str, ...]] = ("history",)
     takes_momentum: ClassVar[bool] = True
     decoupled_decay: ClassVar[bool] = False
+    elementwise: ClassVar[bool] = True
 
     def __init__(self, params, shapes, xp, dtype):
-        """``params``: the SolverParams; ``shapes``: one per learnable blob, in the net's order."""
+        """``params``: the SolverParams; ``shapes``: of the arrays :meth:`compute_update` is given, by index (one
+        per learnable blob in the net's order, or one per group's flat arrays)."""
         self.params = params
         self.history = [[xp.zeros(shape, dtype=dtype) for _ in self.history_names] for shape in shapes]
 
@@ -38,8 +48,8 @@ class UpdateRule(abc.ABC):
 
     @abc.abstractmethod
     def compute_update(self, index: int, diff, rate: float, iteration: int) -> None:
-        """Overwrite ``diff`` (blob ``index``'s regularised gradient) with the step to subtract.
+        """Overwrite ``diff`` (the regularised gradient of group or blob ``index``) with the step to subtract.
 
-        ``rate`` is the learning rate times the blob's ``lr_mult``; ``iteration``
+        ``rate`` is the learning rate times the ``lr_mult``; ``iteration``
         counts from 0.  Every rule must implement it.
         """

@@ -91,7 +91,7 @@ class Solver:
         if problems:
             raise ConfigError(problems)
         self.learnable = self.net.learnable_params()
-        self.optimizer = Optimizer(rule_cls, p, self.learnable, self.backend, self.net.dtype)
+        self.optimizer = Optimizer(rule_cls, p, self.net.learnable_groups(), self.backend, self.net.dtype)
         self.exchange = GradientExchange(comm, self.net, self.learnable)
         self.weights_agreed = comm.size == 1
         self.iter = 0
