@@ -43,6 +43,7 @@ class HDF5Output(Layer):
     param_blocks = {"hdf5_output_param": HDF5OutputParams}
     num_bottoms = (1, 2)
     num_tops = (0, 0)
+    label_bottoms = (0, 1)  # nothing flows back to them
     writes_files = True
 
     def top_shapes(self, bottom_shapes):

@@ -66,6 +66,8 @@ class PythonLayer(Layer):
             ...
     """
 
+    overwrites = False  # a user's layer: its blobs keep arrays of their own in a net that reuses memory
+
     type = "Python"
     param_blocks = {"python_param": PythonParams}
     num_bottoms = (0, None)

@@ -110,8 +110,9 @@ class Scale(BroadcastOperand):
         self.fast = self._onednn(bottom[0].shape)
 
     def per_channel(self) -> bool:
-        """Whether the layer learns one factor per channel (axis 1 of its bottom, spanning it alone)."""
-        return len(self.spec.bottoms) == 1 and self.view[:2] == tuple(self.bottom_shape[:2])
+        """Whether the layer learns one factor per channel: a (C,) scale over axis 1 of its bottom."""
+        return (len(self.spec.bottoms) == 1 and self.view[:2] == tuple(self.bottom_shape[:2])
+                and self.blobs[0].shape == (self.bottom_shape[1],))
 
     def _onednn(self, shape) -> onednn.Normalization | None:
         """A learned scale per channel (axis 1) on oneDNN: a batch normalisation with mean 0, variance 1, eps 0

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from netspec.engine.net import Net, compile_net
+from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_schemas
 from netspec.graph.memory import ALIGNMENT, data_plan, diff_plan, pack, param_groups, split_aliases
 from netspec.spec.net_spec import parse_net
@@ -23,7 +24,7 @@ def graph_of(source: str, batch: int | None = None, phase: str = "TRAIN"):
             block = layer.blocks["dummy_data_param" if layer.type == "DummyData" else "input_param"]
             for shape in block.shape:
                 shape.dim[0] = batch
-    return compile_net(spec, phase=phase)
+    return compile_net(spec, phase=phase, python_layers=True)  # (the tests' own)
 
 
 def assert_lifetimes_apart(plan, lifetimes, sizes):
@@ -181,3 +182,67 @@ def test_shared_and_frozen_blobs_stay_out_of_the_groups():
     assert net.params["fc_again"][0].data.base is not None
     assert np.shares_memory(net.params["fc_again"][0].data, group.data)  # a view of its owner's, in the group
     assert not np.shares_memory(net.params["fc_twin"][1].data, group.data)  # lr_mult 0: its own array
+
+
+def gradients(net):
+    net.forward_backward()
+    return {f"{name}[{index}]": blob.diff.copy() for name, blobs in net.owned_params().items() for index, blob in blobs}
+
+
+def test_a_layer_that_sends_nothing_back_leaves_no_stale_gradient(tmp_path):
+    text = """
+force_backward: true
+layers:
+  - {name: data, type: Input, top: [data, label], input_param: {shape: [{dim: [4, 6]}, {dim: [4]}]}}
+  - {name: fc1, type: InnerProduct, bottom: data, top: fc1, inner_product_param: {num_output: 5,
+     weight_filler: {type: gaussian, std: 0.5}}}
+  - {name: relu, type: ReLU, bottom: fc1, top: fc1}
+  - {name: save, type: HDF5Output, bottom: fc1, hdf5_output_param: {file_name: out.h5}}
+  - {name: fc2, type: InnerProduct, bottom: fc1, top: fc2, inner_product_param: {num_output: 3,
+     weight_filler: {type: gaussian, std: 0.5}}}
+  - {name: loss, type: SoftmaxWithLoss, bottom: [fc2, label], top: loss}
+"""
+    nets = [Net(graph_of(text), seed=0, reuse_memory=reuse, output_folder=OutputFolder(str(tmp_path / str(reuse))))
+            for reuse in (False, True)]
+    for net in nets:
+        net.blobs["data"].data[...] = np.linspace(-1, 1, 24).reshape(4, 6)
+        net.blobs["label"].data[...] = [0, 1, 2, 1]
+    plain, shared = (gradients(net) for net in nets)
+    for net in nets:
+        net.close()
+    assert plain.keys() == shared.keys() and all(np.array_equal(plain[key], shared[key]) for key in plain)
+
+
+def test_python_layers_blobs_keep_arrays_of_their_own(tmp_path, monkeypatch):
+    (tmp_path / "user_layers.py").write_text(
+        "import netspec\n\n"
+        "class Twice(netspec.PythonLayer):\n"
+        "    def top_shapes(self, bottom_shapes):\n"
+        "        return [bottom_shapes[0]]\n"
+        "    def forward(self, bottom, top):\n"
+        "        top[0].data[...] = 2 * bottom[0].data\n"
+        "    def backward(self, top, propagate_down, bottom):\n"
+        "        bottom[0].diff[...] = 2 * top[0].diff\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    text = NET.replace("{name: relu, type: ReLU, bottom: conv, top: conv}",
+                       "{name: twice, type: Python, bottom: conv, top: twice, python_param: "
+                       "{module: user_layers, layer: Twice}}").replace("bottom: conv, top: [left", "bottom: twice, top: [left")
+    assert not {"conv", "twice"} & set(diff_plan(graph_of(text)).buffer_of)
+    assert not {"conv", "twice"} & set(data_plan(graph_of(text, phase="TEST")).buffer_of)
+    assert "conv" in diff_plan(graph_of(NET)).buffer_of and "conv" in data_plan(graph_of(NET, phase="TEST")).buffer_of
+
+
+def test_a_forward_only_net_keeps_losses_that_another_layer_reads():
+    text = """
+layers:
+  - {name: data, type: Input, top: [a, b], input_param: {shape: [{dim: [2, 3]}, {dim: [2, 3]}]}}
+  - {name: loss, type: EuclideanLoss, bottom: [a, b], top: l}
+  - {name: doubled, type: Power, bottom: l, top: twice, power_param: {scale: 2}}
+"""
+    losses = []
+    for reuse in (False, True):
+        net = Net(graph_of(text, phase="TEST"), seed=0, inference=True, reuse_memory=reuse)
+        net.blobs["a"].data[...] = 1.0
+        net.blobs["b"].data[...] = -1.0
+        losses.append(net.forward())
+    assert losses[0] == losses[1] == 6.0

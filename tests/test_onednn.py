@@ -346,7 +346,7 @@ def test_folded_inference_matches_the_unfolded_net(name, path, monkeypatch):
         net = netspec.load_net(deploy_unit(**options), phase="TEST", seed=1, inference=inference,
                                device="gpu" if path == "CuPy" else "cpu")
         groups = re.split(r"[,;]? ", net.paths())
-        assert (fused in groups) == inference and (f"{path} folds" in net.paths()) == (inference and path != "oneDNN")
+        assert (fused in groups) == inference and (f"{path} runs" in net.paths()) == (inference and path != "oneDNN")
         rng = np.random.default_rng(0)
         for blobs in net.params.values():
             for blob in blobs:
@@ -358,6 +358,30 @@ def test_folded_inference_matches_the_unfolded_net(name, path, monkeypatch):
         net.forward()
         outputs.append(net.backend.to_host(net.blobs["c"].data).copy())
     np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("path", FOLD_PATHS)
+def test_a_scale_over_more_axes_than_the_channels_is_not_folded(path, monkeypatch):
+    if path == "NumPy":
+        monkeypatch.setattr(onednn, "library_for", lambda layer: None)
+    text = ("layers:\n"
+            "  - {name: data, type: Input, top: data, input_param: {shape: {dim: [2, 3, 3, 3]}}}\n"
+            "  - {name: conv, type: Convolution, bottom: data, top: c, convolution_param: {num_output: 4, "
+            "kernel_size: 3, weight_filler: {type: gaussian}}}\n"
+            "  - {name: bn, type: BatchNorm, bottom: c, top: c}\n"
+            "  - {name: scale, type: Scale, bottom: c, top: c, scale_param: {num_axes: -1, bias_term: true,"
+            " filler: {type: uniform, min: 0.5, max: 2}, bias_filler: {type: uniform}}}\n")
+    outputs = []
+    for inference in (True, False):
+        net = netspec.load_net(text, phase="TEST", seed=1, inference=inference,
+                               device="gpu" if path == "CuPy" else "cpu")
+        assert "conv+bn+scale" not in net.paths() and net.params["scale"][0].shape == (4, 1, 1)
+        net.params["bn"][2].data[...] = 1
+        net.params["bn"][1].data[...] = 2
+        net.blobs["data"].data[...] = net.backend.asarray(np.arange(54.0).reshape(2, 3, 3, 3) / 50)
+        net.forward()
+        outputs.append(net.backend.to_host(net.blobs["c"].data).copy())
+    np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-5, atol=1e-6)
 
 
 def test_an_inference_net_normalises_without_keeping_inputs():

@@ -68,6 +68,9 @@ class Layer:
     output_folder: OutputFolder = OutputFolder()  # the net sets its own before setup
     inference: bool = False  # the net runs forward passes only (it sets this before setup)
     feeds_net: ClassVar[bool] = True  # without bottoms: the net's input (a data layer); False for Parameter
+    # forward writes every element of each top and backward of each bottom diff asked for, each pass (the checks in
+    # netspec.testing test it): a net with reuse_memory may give them buffers other blobs use (netspec.graph.memory)
+    overwrites: ClassVar[bool] = True
 
     def __init__(self, spec: LayerSpec, phase: str = "TEST"):
         self.spec = spec

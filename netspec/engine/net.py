@@ -311,9 +311,9 @@ class Net:
         for absorbed, index in self.absorbed_by.items():
             groups[index] += f"+{self.layers[absorbed].name}"
         on_onednn = {index for index in groups if getattr(self.layers[index], "fast", None) is not None}
-        folded = [groups[index] for index in groups if index not in on_onednn and "+" in groups[index]]
+        folded = [groups[index] for index in groups if index not in on_onednn and "+" in groups[index]]  # (NumPy/CuPy)
         library = "CuPy" if self.backend.is_gpu else "NumPy"
-        fused = f"; {library} folds {', '.join(folded)}" if folded else ""
+        fused = f"; {library} runs {', '.join(folded)} as one" if folded else ""
         lib = None if self.backend.is_gpu else onednn.library()
         if lib is None:
             return (library if self.backend.is_gpu else f"NumPy (oneDNN off: {onednn.why_unavailable()})") + fused
@@ -469,7 +469,8 @@ def compile_net(spec: NetSpec, phase: str | None = None, stages=None, level: int
 
 def load_net(source, phase: str | None = None, device: str = "cpu", stages=None, level: int | None = None,
              dtype=numpy.float32, seed: int | None = None, output_folder: OutputFolder | None = None,
-             inference: bool = False, python_layers: bool = False, reuse_memory: bool = False) -> Net:
+             inference: bool = False, python_layers: bool = False, reuse_memory: bool = False,
+             keep: tuple[str, ...] = ()) -> Net:
     """Read, compile and instantiate a net from a YAML path or YAML text.
 
     ``phase`` (TRAIN/TEST), ``stages`` and ``level`` select layers by their
@@ -477,9 +478,9 @@ def load_net(source, phase: str | None = None, device: str = "cpu", stages=None,
     write files write inside ``output_folder`` (default: the current directory).  With ``inference`` the net
     runs forward passes only, and its fast paths fuse more (a convolution with the BatchNorm, Scale and ReLU
     after it).  ``python_layers`` lets Python layers import their modules (:func:`compile_net`).
-    ``reuse_memory`` lets blobs share buffers where their lifetimes allow (:class:`Net`).
+    ``reuse_memory`` lets blobs share buffers where their lifetimes allow, but those in ``keep`` (:class:`Net`).
     """
     spec = parse_net(source, layer_schemas())
     graph = compile_net(spec, phase=phase, stages=stages, level=level, python_layers=python_layers)
     return Net(graph, device=device, dtype=dtype, seed=seed, output_folder=output_folder, inference=inference,
-               reuse_memory=reuse_memory)
+               reuse_memory=reuse_memory, keep=keep)

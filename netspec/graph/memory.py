@@ -19,7 +19,9 @@ instead of the sum of every array:
 
 Both rest on the layer contract: a forward pass writes every element of its
 tops, a backward pass every element of the bottom diffs it is asked for
-(:mod:`netspec.testing` checks both for every layer).
+(:mod:`netspec.testing` checks both for every layer).  The blobs of a layer
+that does not promise it (``overwrites`` false: Python layers) keep arrays
+of their own.
 
 Split tops that no layer changes in place use their bottom's data
 (:func:`split_aliases`), in every net.
@@ -67,6 +69,8 @@ def diff_plan(graph: Graph) -> Plan:
     own = set()
     for index, node in enumerate(graph.nodes):
         step = steps - 1 - index
+        if not node.layer.overwrites:
+            own.update([*node.tops, *node.bottoms])
         if not node.need_backward:
             continue
         for name, written, weight in zip(node.tops, node.top_diff_written, node.loss_weights):
@@ -81,8 +85,9 @@ def diff_plan(graph: Graph) -> Plan:
 
 
 def data_plan(graph: Graph, keep: Iterable[str] = ()) -> Plan:
-    """Shared buffers for the data of a net run forward only, keeping the outputs and ``keep`` apart (see the
-    module's text).  A Split top that reads its bottom's data (:func:`split_aliases`) counts as its bottom."""
+    """Shared buffers for the data of a net run forward only, keeping the outputs, the losses (the net sums them
+    after the pass) and ``keep`` apart (see the module's text).  A Split top that reads its bottom's data
+    (:func:`split_aliases`) counts as its bottom."""
     aliases = split_aliases(graph)
 
     def root(name: str) -> str:
@@ -94,8 +99,10 @@ def data_plan(graph: Graph, keep: Iterable[str] = ()) -> Plan:
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     for index, node in enumerate(graph.nodes):
-        for name in node.tops:
-            if not node.bottoms:
+        if not node.layer.overwrites:
+            own.update(root(name) for name in [*node.tops, *node.bottoms])
+        for name, weight in zip(node.tops, node.loss_weights):
+            if not node.bottoms or weight:
                 own.add(root(name))
             first.setdefault(root(name), index)
         for name in node.bottoms:
