@@ -19,7 +19,7 @@ class AdaDelta(UpdateRule):
     type = "AdaDelta"
     history_names = ("gradient_square", "update_square")
 
-    def compute_update(self, index, diff, rate, iteration):
+    def compute_update(self, index, diff, rate):
         gradients, updates = self.history[index]
         m, delta = self.params.momentum, self.params.delta
         gradients *= m

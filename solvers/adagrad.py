@@ -17,7 +17,7 @@ class AdaGrad(UpdateRule):
     type = "AdaGrad"
     takes_momentum = False
 
-    def compute_update(self, index, diff, rate, iteration):
+    def compute_update(self, index, diff, rate):
         (history,) = self.history[index]
         history += diff * diff
         diff *= rate / (history ** 0.5 + self.params.delta)

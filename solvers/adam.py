@@ -23,12 +23,16 @@ class Adam(UpdateRule):
     type = "Adam"
     history_names = ("mean", "mean_square")
 
-    def compute_update(self, index, diff, rate, iteration):
-        mean, square = self.history[index]
+    def rate_factor(self, iteration):
+        """The bias correction ``sqrt(1 - b2^t) / (1 - b1^t)``."""
         b1, b2, t = self.params.momentum, self.params.momentum2, iteration + 1
+        return math.sqrt(1.0 - b2 ** t) / (1.0 - b1 ** t)
+
+    def compute_update(self, index, diff, rate):
+        mean, square = self.history[index]
+        b1, b2 = self.params.momentum, self.params.momentum2
         mean *= b1
         mean += (1.0 - b1) * diff
         square *= b2
         square += (1.0 - b2) * diff * diff
-        corrected = rate * math.sqrt(1.0 - b2 ** t) / (1.0 - b1 ** t)
-        diff[...] = corrected * mean / (square ** 0.5 + self.params.delta)
+        diff[...] = rate * mean / (square ** 0.5 + self.params.delta)

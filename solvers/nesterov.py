@@ -16,7 +16,7 @@ class Nesterov(UpdateRule):
 
     type = "Nesterov"
 
-    def compute_update(self, index, diff, rate, iteration):
+    def compute_update(self, index, diff, rate):
         (history,) = self.history[index]
         momentum = self.params.momentum
         previous = history.copy()

@@ -17,7 +17,7 @@ class RMSProp(UpdateRule):
     type = "RMSProp"
     takes_momentum = False
 
-    def compute_update(self, index, diff, rate, iteration):
+    def compute_update(self, index, diff, rate):
         (history,) = self.history[index]
         decay = self.params.rms_decay
         history *= decay

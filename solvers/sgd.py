@@ -19,7 +19,7 @@ class SGD(UpdateRule):
 
     type = "SGD"
 
-    def compute_update(self, index, diff, rate, iteration):
+    def compute_update(self, index, diff, rate):
         (history,) = self.history[index]
         history *= self.params.momentum
         history += rate * diff

@@ -163,6 +163,23 @@ def test_an_update_by_group_is_the_update_blob_by_blob(tmp_path, rule, hyper):
         np.testing.assert_allclose(by_group, by_blob, rtol=1e-13, atol=1e-15)
 
 
+def test_the_rule_reads_each_iterations_rate_from_one_array_on_the_device(tmp_path):
+    solver = tiny_solver(tmp_path, type="Adam", base_lr=0.1, momentum=0.9, lr_policy="step", gamma=0.5, stepsize=2)
+    seen = []
+    compute_update = solver.optimizer.rule.compute_update
+
+    def spy(index, diff, rate):
+        seen.append((np.shares_memory(rate, solver.optimizer.scalars), float(rate)))
+        compute_update(index, diff, rate)
+
+    solver.optimizer.rule.compute_update = spy
+    solver.step(4)
+    assert len(seen) == 8 and all(shared for shared, _ in seen)  # the weights', then the bias's (lr_mult 2)
+    expected = [0.1 * 0.5 ** (it // 2) * math.sqrt(1 - 0.999 ** (it + 1)) / (1 - 0.9 ** (it + 1)) for it in range(4)]
+    np.testing.assert_allclose([rate for _, rate in seen[::2]], expected, rtol=1e-12)
+    np.testing.assert_allclose([rate for _, rate in seen[1::2]], 2 * np.array(expected), rtol=1e-12)
+
+
 def test_every_registered_rule_is_in_the_matrix():
     assert set(REFERENCE_RULES) == set(solver_types())
 

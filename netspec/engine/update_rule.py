@@ -7,7 +7,9 @@ with ``decoupled_decay`` to the rule's step, times the rate), then the rule,
 then ``w -= diff``.
 A rule only turns a regularised gradient into the step to subtract, using
 the history buffers it declares; the buffers are saved in the solver state
-(blob by blob) so that a resumed run continues bit-identically.
+(blob by blob) so that a resumed run continues bit-identically.  What changes
+from one iteration to the next (the rate, Adam's bias correction through
+:meth:`UpdateRule.rate_factor`) reaches the rule as a value in device memory.
 
 A rule is called once per learnable blob, or, on a GPU where the rule is
 ``elementwise`` (each element's step depends on that element's gradient and
@@ -46,10 +48,17 @@ class UpdateRule(abc.ABC):
             return [("momentum", f"{cls.type} takes no momentum; remove it or set it to 0")]
         return []
 
+    def rate_factor(self, iteration: int) -> float:
+        """What the rule multiplies the learning rate by at ``iteration`` (from 0): 1, or Adam's bias correction."""
+        return 1.0
+
     @abc.abstractmethod
-    def compute_update(self, index: int, diff, rate: float, iteration: int) -> None:
+    def compute_update(self, index: int, diff, rate) -> None:
         """Overwrite ``diff`` (the regularised gradient of group or blob ``index``) with the step to subtract.
 
-        ``rate`` is the learning rate times the ``lr_mult``; ``iteration``
-        counts from 0.  Every rule must implement it.
+        ``rate`` is the learning rate times the ``lr_mult`` and the
+        :meth:`rate_factor`, a value on the device (0-d, the arrays' dtype)
+        written before each update: the operations of a step are the same at
+        every iteration, as a captured CUDA graph needs.  Every rule must
+        implement it.
         """

@@ -58,6 +58,9 @@ class Optimizer:
                 self.places.append((param, len(self.segments), 0))
                 self.segments.append(Segment(param.blob.data, param.blob.diff, param.lr_mult, param.decay_mult))
         self.rule = rule_cls(params, [segment.data.shape for segment in self.segments], backend.xp, dtype)
+        # each segment's rate for the rule, then its decoupled decay's: written before each step, read on the device
+        self.scalars = backend.xp.zeros(2 * len(self.segments), dtype=dtype)
+        self.dtype = dtype
 
     def step(self, rate: float, iteration: int, measure: bool = False) -> list[tuple[str, float, float]]:
         """Clip, normalise, regularise and apply the rule's step to every learnable blob.
@@ -69,6 +72,11 @@ class Optimizer:
         if p.clip_gradients >= 0:
             self._clip(p.clip_gradients)
         decoupled = self.rule.decoupled_decay
+        factor = self.rule.rate_factor(iteration)
+        rates = [rate * segment.lr_mult * factor for segment in self.segments]
+        decays = [rate * segment.lr_mult * p.weight_decay * segment.decay_mult for segment in self.segments]
+        self.scalars[...] = self.backend.asarray(numpy.array(rates + decays, dtype=self.dtype))
+        count = len(self.segments)
         ratios = []
         for index, segment in enumerate(self.segments):
             diff, data = segment.diff, segment.data
@@ -77,9 +85,9 @@ class Optimizer:
             decay = p.weight_decay * segment.decay_mult
             if decay and not decoupled:
                 diff += decay * self._regularizer(data)
-            self.rule.compute_update(index, diff, rate * segment.lr_mult, iteration)
+            self.rule.compute_update(index, diff, self.scalars[index:index + 1].reshape(()))
             if decay and decoupled:
-                diff += (rate * segment.lr_mult * decay) * self._regularizer(data)
+                diff += self.scalars[count + index:count + index + 1].reshape(()) * self._regularizer(data)
             if measure:
                 ratios += [self._ratio(param) for param, place, _ in self.places if place == index]
             data -= diff
