@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 
+import netspec
 from netspec.engine.net import Net, compile_net
 from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_schemas
@@ -246,3 +247,13 @@ layers:
         net.blobs["b"].data[...] = -1.0
         losses.append(net.forward())
     assert losses[0] == losses[1] == 6.0
+
+
+def test_a_solvers_nets_count_the_weights_they_share_once(tmp_path):
+    text = (f"net: {os.path.join(CONFIGS, 'lenet', 'lenet_timing.yaml')}\nbase_lr: 0.01\nmax_iter: 1\n"
+            f"test_iter: [1]\ntest_interval: 1\nsnapshot_prefix: {tmp_path / 'run'}\n")
+    solver = netspec.load_solver(text, reuse_memory=True)
+    train, test = solver.net, solver.test_nets[0]
+    shared = sum(2 * blob.data.nbytes for blobs in test.params.values() for blob in blobs)  # (data and diff)
+    assert train.memory_bytes(test) == train.memory_bytes() + test.memory_bytes() - shared
+    assert solver.memory_report().startswith(f"memory: blobs {train.memory_bytes(test) / 2 ** 20:.1f} MiB (train")

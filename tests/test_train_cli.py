@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -44,6 +45,8 @@ def test_quickstart_trains_digits_to_high_accuracy(digits):
     assert [e["iter"] for e in tests] == [0, 200, 400]
     assert tests[-1]["accuracy"] >= 0.95
     assert f"iter 400 (epoch 17.81): test: accuracy = {tests[-1]['accuracy']:.4g}" in result.stdout
+    assert re.fullmatch(r"memory: blobs [1-9][0-9.]* MiB \(train and test nets, data and diff\); peak [1-9][0-9.]* "
+                        r"MiB \(the process's peak resident memory\)", result.stdout.splitlines()[-1])
     assert tests[-1]["epoch"] == pytest.approx(400 * 64 / 1437)
     train = events(run_dir, "TRAIN")
     assert [e["iter"] for e in train] == list(range(0, 400, 50))

@@ -285,11 +285,14 @@ class Net:
         self.backend.raise_checks()
         return {name: total / iterations for name, total in zip(names, scores)}
 
-    def memory_bytes(self) -> int:
-        """Bytes the blobs hold on the device: data and (where made) diff of every blob and parameter, each array
-        counted once however many blobs share it (layers' own buffers are not counted)."""
+    def memory_bytes(self, *others: Net) -> int:
+        """Bytes the blobs hold on the device: data and (where made) diff of every blob and parameter, of this net
+        and ``others`` (a solver's test nets), each array counted once however many blobs share it (layers' own
+        buffers are not counted)."""
         arrays = {}
-        for blob in [*self.blobs.values(), *(blob for blobs in self.params.values() for blob in blobs)]:
+        nets = (self, *others)
+        for blob in [blob for net in nets for blob in [*net.blobs.values(), *(b for bs in net.params.values()
+                                                                               for b in bs)]]:
             for array in (blob.data, blob.diff) if blob.has_diff else (blob.data,):
                 address = self.backend.address(array)
                 arrays[address] = max(arrays.get(address, 0), array.nbytes)

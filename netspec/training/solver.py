@@ -259,8 +259,16 @@ class Solver:
             if self.best is not None and self.best.best is not None:
                 self.log.message(f"best test {self.best.output} = {format_value(self.best.best)} at iteration "
                                  f"{self.best.best_iter}: {self.best_weights_path}")
+            self.log.message(self.memory_report())
         finally:
             self.log.close()
+
+    def memory_report(self) -> str:
+        """A line with the bytes the nets' blobs hold and the peak the device has seen (:meth:`Backend.peak_memory`)."""
+        peak, what = self.backend.peak_memory()
+        blobs = self.net.memory_bytes(*self.test_nets)
+        return f"memory: blobs {blobs / 2 ** 20:.1f} MiB (train and test nets, data and diff); peak " \
+               f"{peak / 2 ** 20:.1f} MiB ({what})"
 
     def close(self) -> None:
         """Stop the data layers' threads and close their files, in the train and test nets."""
