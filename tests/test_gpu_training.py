@@ -62,3 +62,22 @@ def test_the_gpus_update_by_group_is_the_update_blob_by_blob(tmp_path, rule):
         runs.append(host_params(solver))
     for by_blob, by_group in zip(*runs):
         np.testing.assert_allclose(by_group, by_blob, rtol=1e-12, atol=1e-15)
+
+
+def test_training_reads_the_gpu_only_where_the_display_interval_says(tmp_path):
+    """Every device-to-host copy CUDA makes (counted by CUPTI through PyTorch's profiler, which the GPU image
+    has) is one of the solver's reads through ``Backend.to_host``, and those happen at display time only."""
+    torch_profiler = pytest.importorskip("torch.profiler", reason="counting CUDA copies needs PyTorch's profiler")
+    text = yaml.safe_dump({"net": str(CIFAR10_QUICK), "base_lr": 0.001, "momentum": 0.9, "max_iter": 40,
+                           "display": 10, "random_seed": 1, "snapshot_prefix": str(tmp_path / "run")})
+    solver = netspec.load_solver(text, device="gpu", log=QUIET, reuse_memory=True)
+    solver.step(2)  # (warm-up: kernels compiled, buffers made)
+    reads = []
+    to_host = solver.backend.to_host
+    solver.backend.to_host = lambda array: reads.append(1) or to_host(array)
+    with torch_profiler.profile(activities=[torch_profiler.ProfilerActivity.CUDA]) as profile:
+        solver.step(20)  # iterations 2..21: displays at 10 and 20, and the read of the rest at the end
+        solver.backend.synchronize()
+    copies = sum(event.count for event in profile.key_averages() if "DtoH" in event.key)
+    assert copies == len(reads), f"{copies} device-to-host copies, {len(reads)} of them reads of the solver"
+    assert len(reads) <= 3 * 3  # per read: the deferred checks, the losses not read yet, the outputs

@@ -266,9 +266,14 @@ class Net:
                 mine.share(other)
 
     def scalar_outputs(self) -> dict[str, float]:
-        """The value of each one-element output blob after the last forward pass."""
-        return {name: float(self.blobs[name].data.reshape(-1)[0]) for name in self.outputs
-                if self.blobs[name].count == 1}
+        """The value of each one-element output blob after the last forward pass (read in one transfer)."""
+        names = [name for name in self.outputs if self.blobs[name].count == 1]
+        if not names:
+            return {}
+        xp = self.backend.xp
+        values = self.backend.to_host(xp.stack([self.blobs[name].data.reshape(-1)[0].astype(numpy.float64)
+                                                for name in names]))
+        return dict(zip(names, values.tolist()))
 
     def score(self, iterations: int) -> dict[str, float]:
         """Run ``iterations`` forward passes; return each one-element output averaged over them (summed on the
