@@ -163,6 +163,27 @@ def test_an_update_by_group_is_the_update_blob_by_blob(tmp_path, rule, hyper):
         np.testing.assert_allclose(by_group, by_blob, rtol=1e-13, atol=1e-15)
 
 
+def test_an_update_by_group_keeps_nan_out_of_the_gaps_between_blobs(tmp_path):
+    runs = []
+    for grouped in (False, True):  # delta 0 makes 0 / 0 in the gaps: cleared with the gradients, never clipped
+        solver = fused(data_solver(tmp_path, 5, type="AdaGrad", momentum=0, delta=0, clip_gradients=0.01), grouped)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            solver.step(4)
+        runs.append(param_arrays(solver))
+    for by_blob, by_group in zip(*runs):
+        assert np.isfinite(by_group).all()
+        np.testing.assert_allclose(by_group, by_blob, rtol=1e-13, atol=1e-15)
+
+
+def test_a_layer_that_gives_a_learnable_blob_new_arrays_stops_training_in_a_line(tmp_path):
+    solver = tiny_solver(tmp_path, type="SGD", base_lr=0.1)
+    weights = solver.net.params["ip"][0]
+    weights.data = weights.data.copy()
+    with pytest.raises(TrainingError, match=r"^layer 'ip' replaced the arrays of its learnable blob 0, so the update "
+                                            r"would no longer reach it"):
+        solver.step(1)
+
+
 def test_the_rule_reads_each_iterations_rate_from_one_array_on_the_device(tmp_path):
     solver = tiny_solver(tmp_path, type="Adam", base_lr=0.1, momentum=0.9, lr_policy="step", gamma=0.5, stepsize=2)
     seen = []

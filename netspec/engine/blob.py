@@ -23,6 +23,8 @@ class Blob:
         self.name = name
         self.xp = xp
         self.dtype = dtype
+        if data is not None and tuple(data.shape) != tuple(shape):
+            raise ValueError(f"blob '{name}' is {list(shape)} but the array given for its data {list(data.shape)}")
         self.data = self._zeros(tuple(shape), "data") if data is None else data
         self._diff = None
 

@@ -431,10 +431,14 @@ class Net:
                 after_layer(index)
 
     def clear_param_diffs(self) -> None:
-        """Zero the diff of every owned parameter blob."""
-        for blobs in self.owned_params().values():
-            for _, blob in blobs:
-                blob.diff[...] = 0
+        """Zero the diff of every owned parameter blob: each group's flat diff whole (the gaps between its blobs
+        too), then the blobs outside the groups."""
+        for _, diff in self.group_arrays:
+            diff[...] = 0
+        for position, (node, layer) in enumerate(zip(self.nodes, self.layers)):
+            for index, (blob, owner) in enumerate(zip(layer.blobs, node.param_owners)):
+                if owner is None and (position, index) not in self.grouping.place:
+                    blob.diff[...] = 0
 
     def forward_backward(self) -> float:
         """Zero parameter diffs, run forward and backward; return the loss."""

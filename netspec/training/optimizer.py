@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy
 
 from netspec.engine.net import LearnableParam
-from netspec.errors import StateError
+from netspec.errors import StateError, TrainingError
 
 
 class Segment(NamedTuple):
@@ -57,6 +57,7 @@ class Optimizer:
             for param, _ in group.members:
                 self.places.append((param, len(self.segments), 0))
                 self.segments.append(Segment(param.blob.data, param.blob.diff, param.lr_mult, param.decay_mult))
+        self.bound = [(param, param.blob.data, param.blob.diff) for param, _, _ in self.places]
         self.rule = rule_cls(params, [segment.data.shape for segment in self.segments], backend.xp, dtype)
         # each segment's rate for the rule, then its decoupled decay's: written before each step, read on the device
         self.scalars = backend.xp.zeros(2 * len(self.segments), dtype=dtype)
@@ -69,6 +70,7 @@ class Optimizer:
         ``measure``, return ``(layer[index], mean |w|, ||step|| / ||w||)`` for each blob.
         """
         p = self.params
+        self._check_bound()
         if p.clip_gradients >= 0:
             self._clip(p.clip_gradients)
         decoupled = self.rule.decoupled_decay
@@ -92,6 +94,15 @@ class Optimizer:
                 ratios += [self._ratio(param) for param, place, _ in self.places if place == index]
             data -= diff
         return ratios
+
+    def _check_bound(self) -> None:
+        """Raise TrainingError when a layer has given a learnable blob other arrays than those the update
+        writes (they would never train)."""
+        for param, data, diff in self.bound:
+            if param.blob.data is not data or param.blob.diff is not diff:
+                raise TrainingError(f"layer '{param.layer}' replaced the arrays of its learnable blob {param.index}, "
+                                    "so the update would no longer reach it: a layer writes into blob.data and "
+                                    "blob.diff (blob.data[...] = ...), never assigns them")
 
     def _ratio(self, param: LearnableParam) -> tuple[str, float, float]:
         """``(layer[index], mean |w|, ||step|| / ||w||)`` of a blob whose diff holds its step."""
