@@ -12,6 +12,7 @@ from netspec.engine.net import Net, compile_net
 from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_schemas
 from netspec.graph.memory import ALIGNMENT, data_plan, diff_plan, pack, param_groups, split_aliases
+from netspec.inspect.report import memory_estimate
 from netspec.spec.net_spec import parse_net
 
 CONFIGS = os.path.join(os.path.dirname(__file__), os.pardir, "configs")
@@ -257,3 +258,17 @@ def test_a_solvers_nets_count_the_weights_they_share_once(tmp_path):
     shared = sum(2 * blob.data.nbytes for blobs in test.params.values() for blob in blobs)  # (data and diff)
     assert train.memory_bytes(test) == train.memory_bytes() + test.memory_bytes() - shared
     assert solver.memory_report().startswith(f"memory: blobs {train.memory_bytes(test) / 2 ** 20:.1f} MiB (train")
+
+
+@pytest.mark.parametrize(("source", "batch", "phase"), [(NET, None, "TRAIN"), (NET, None, "TEST"),
+                                                        ("resnet50/resnet50_timing.yaml", 1, "TRAIN"),
+                                                        ("googlenet/googlenet_deploy.yaml", 1, "TEST")],
+                         ids=["train", "test", "resnet50_train", "googlenet_deploy"])
+def test_netspec_check_says_what_the_net_will_hold(source, batch, phase):
+    graph = graph_of(source, batch, phase)
+    data, gradients, held, buffers = memory_estimate(graph)
+    net = Net(graph, seed=0, inference=phase == "TEST", reuse_memory=True)
+    params = sum(array.nbytes for blobs in net.owned_params().values() for _, blob in blobs
+                 for array in ((blob.data, blob.diff) if blob.has_diff else (blob.data,)))
+    assert net.memory_bytes() - params == held
+    assert held < data + gradients and buffers >= 2

@@ -62,10 +62,24 @@ def split_aliases(graph: Graph) -> dict[str, str]:
             for top in node.tops if top not in changed}
 
 
+def diff_blobs(graph: Graph) -> set[str]:
+    """The blobs whose diffs a net that trains holds: the tops of the layers that run backward, and the bottoms
+    they send a gradient to."""
+    return set(_diff_touches(graph)[0])
+
+
 def diff_plan(graph: Graph) -> Plan:
     """Shared buffers for the diffs of a net trained by forward and backward passes (see the module's text)."""
+    touched, own = _diff_touches(graph)
+    lifetimes = {name: (min(steps_), max(steps_)) for name, steps_ in touched.items() if name not in own}
+    return pack(lifetimes, {name: math.prod(graph.blob_shapes[name]) for name in lifetimes})
+
+
+def _diff_touches(graph: Graph) -> tuple[dict[str, list[int]], set[str]]:
+    """``({blob: the backward steps (0 = the last layer's) that read or write its diff}, the blobs whose diffs
+    keep arrays of their own)``."""
     steps = len(graph.nodes)
-    touched: dict[str, list[int]] = {}  # blob -> backward steps (0 = the last layer's) that read or write its diff
+    touched: dict[str, list[int]] = {}
     own = set()
     for index, node in enumerate(graph.nodes):
         step = steps - 1 - index
@@ -80,8 +94,7 @@ def diff_plan(graph: Graph) -> Plan:
         for name, wanted in zip(node.bottoms, node.bottom_need_backward):
             if wanted:
                 touched.setdefault(name, []).append(step)
-    lifetimes = {name: (min(steps_), max(steps_)) for name, steps_ in touched.items() if name not in own}
-    return pack(lifetimes, {name: math.prod(graph.blob_shapes[name]) for name in lifetimes})
+    return touched, own
 
 
 def data_plan(graph: Graph, keep: Iterable[str] = ()) -> Plan:

@@ -8,6 +8,7 @@ import math
 import typing
 
 from netspec.graph.graph import Graph
+from netspec.graph.memory import data_plan, diff_blobs, diff_plan, split_aliases
 from netspec.spec.schema import type_name
 from netspec.spec.solver_spec import LR_FORMULAS, WARMUP_FORMULA
 
@@ -22,10 +23,13 @@ def human_bytes(count: float) -> str:
 
 
 def summary_rows(graph: Graph, itemsize: int = 4) -> list[dict]:
-    """One dict per layer: name, type, top shapes, learnable params, activation bytes (new tops only)."""
+    """One dict per layer: name, type, top shapes, learnable params, activation bytes (of the new tops that hold
+    data of their own: not in place, no Split top reading its bottom's)."""
+    aliases = split_aliases(graph)
     rows = []
     for node in graph.nodes:
-        new_tops = [shape for shape, inplace in zip(node.top_shapes, node.inplace) if not inplace]
+        new_tops = [shape for name, shape, inplace in zip(node.tops, node.top_shapes, node.inplace)
+                    if not inplace and name not in aliases]
         rows.append({
             "name": node.name,
             "type": node.layer.type,
@@ -55,7 +59,6 @@ def net_summary(graph: Graph, itemsize: int = 4) -> str:
         [[r["name"], r["type"], " ".join(_shape(s) for s in r["tops"]) or "-", f"{r['params']:,}",
           human_count(r["flops"]), human_bytes(r["activation_bytes"])] for r in rows],
         right={3, 4, 5})
-    activations = sum(r["activation_bytes"] for r in rows)
     state = graph.state
     stages = f", stages {','.join(state.stage)}" if state.stage else ""
     lines = [
@@ -63,11 +66,38 @@ def net_summary(graph: Graph, itemsize: int = 4) -> str:
         table,
         f"learnable parameters: {graph.learnable_count():,} ({human_bytes(graph.learnable_count() * itemsize)})",
         f"forward FLOPs: {human_count(sum(r['flops'] for r in rows))} per batch of {graph_batch(graph)}",
-        f"activations: {human_bytes(activations)} of data"
-        + (f", {human_bytes(2 * activations)} with gradients" if state.phase == "TRAIN" else ""),
+        activation_line(graph, itemsize),
         f"outputs: {', '.join(graph.outputs) or 'none'}",
     ]
     return "\n".join(lines)
+
+
+def activation_line(graph: Graph, itemsize: int) -> str:
+    """The blobs' bytes, and what a net holds of them with the memory plan (:func:`memory_estimate`)."""
+    data, gradients, held, buffers = memory_estimate(graph, itemsize)
+    if graph.state.phase == "TRAIN":
+        return (f"activations: {human_bytes(data)} of data and {human_bytes(gradients)} of gradients; netspec train "
+                f"holds {human_bytes(held)} of them (gradients in {buffers} shared buffers)")
+    return (f"activations: {human_bytes(data)} of data; netspec test and predict hold {human_bytes(held)} "
+            f"(blobs in {buffers} shared buffers)")
+
+
+def memory_estimate(graph: Graph, itemsize: int = 4) -> tuple[int, int, int, int]:
+    """``(data bytes, gradient bytes, bytes held, shared buffers)`` of the blobs (parameters left out): in TRAIN
+    what ``netspec train`` holds with its gradients in shared buffers, else what ``netspec test`` and ``predict``
+    hold with their data in shared buffers (:mod:`netspec.graph.memory`).  Split tops that read their bottom's data
+    hold none of their own."""
+    sizes = {name: math.prod(shape) * itemsize for name, shape in graph.blob_shapes.items()}
+    aliases = split_aliases(graph)
+    data = sum(size for name, size in sizes.items() if name not in aliases)
+    if graph.state.phase == "TRAIN":
+        needed, plan = diff_blobs(graph), diff_plan(graph)
+        own = needed - set(plan.buffer_of)
+        gradients = sum(sizes[name] for name in needed)
+        return data, gradients, data + plan.elements() * itemsize + sum(sizes[name] for name in own), len(plan.buffers)
+    plan = data_plan(graph)
+    own = {name for name in sizes if name not in aliases and name not in plan.buffer_of}
+    return data, 0, plan.elements() * itemsize + sum(sizes[name] for name in own), len(plan.buffers)
 
 
 def human_count(count: int) -> str:
