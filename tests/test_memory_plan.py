@@ -216,7 +216,7 @@ layers:
 
 
 def test_python_layers_blobs_keep_arrays_of_their_own(tmp_path, monkeypatch):
-    (tmp_path / "user_layers.py").write_text(
+    (tmp_path / "memory_plan_layers.py").write_text(
         "import netspec\n\n"
         "class Twice(netspec.PythonLayer):\n"
         "    def top_shapes(self, bottom_shapes):\n"
@@ -228,7 +228,7 @@ def test_python_layers_blobs_keep_arrays_of_their_own(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     text = NET.replace("{name: relu, type: ReLU, bottom: conv, top: conv}",
                        "{name: twice, type: Python, bottom: conv, top: twice, python_param: "
-                       "{module: user_layers, layer: Twice}}").replace("bottom: conv, top: [left", "bottom: twice, top: [left")
+                       "{module: memory_plan_layers, layer: Twice}}").replace("bottom: conv, top: [left", "bottom: twice, top: [left")
     assert not {"conv", "twice"} & set(diff_plan(graph_of(text)).buffer_of)
     assert not {"conv", "twice"} & set(data_plan(graph_of(text, phase="TEST")).buffer_of)
     assert "conv" in diff_plan(graph_of(NET)).buffer_of and "conv" in data_plan(graph_of(NET, phase="TEST")).buffer_of
