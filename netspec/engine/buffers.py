@@ -1,4 +1,4 @@
-"""The buffers of a memory plan (:mod:`netspec.graph.memory`) on a device, and the blobs' views of them."""
+"""The buffers of a memory plan (:mod:`netspec.graph.memory`) on a device, and the blobs' views of flat buffers."""
 
 from __future__ import annotations
 
@@ -28,5 +28,10 @@ class SharedBuffers:
             except MemoryError:
                 raise MemoryError(f"blob '{name}' {list(self.shapes[name])} needs {size * self.dtype.itemsize:,} "
                                   f"bytes for the {self.what} buffer it shares with other blobs") from None
-        shape = self.shapes[name]
-        return self.buffers[index][:math.prod(shape)].reshape(shape)
+        return flat_view(self.buffers[index], 0, self.shapes[name])
+
+
+def flat_view(buffer, offset: int, shape: tuple):
+    """The elements of the flat ``buffer`` (or of any contiguous array, read flat) from ``offset`` on, viewed with
+    ``shape``."""
+    return buffer.reshape(-1)[offset:offset + math.prod(shape)].reshape(shape)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from typing import NamedTuple
@@ -12,7 +11,7 @@ import numpy
 from netspec.engine import onednn, weights
 from netspec.engine.backend import Backend
 from netspec.engine.blob import Blob
-from netspec.engine.buffers import SharedBuffers
+from netspec.engine.buffers import SharedBuffers, flat_view
 from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_schemas, layer_types
 from netspec.errors import ConfigError, DataError, DeviceError, ParamError, WeightsError
@@ -125,8 +124,7 @@ class Net:
         for blob, shape in enumerate(node.param_shapes):
             if (index, blob) in self.grouping.place:
                 group, offset = self.grouping.place[(index, blob)]
-                end = offset + math.prod(shape)
-                views[blob] = tuple(array[offset:end].reshape(shape) for array in self.group_arrays[group])
+                views[blob] = tuple(flat_view(array, offset, shape) for array in self.group_arrays[group])
         return views
 
     def learnable_groups(self) -> list[ParamGroup]:
@@ -295,9 +293,9 @@ class Net:
         and ``others`` (a solver's test nets), each array counted once however many blobs share it (layers' own
         buffers are not counted)."""
         arrays = {}
-        nets = (self, *others)
-        for blob in [blob for net in nets for blob in [*net.blobs.values(), *(b for bs in net.params.values()
-                                                                               for b in bs)]]:
+        blobs = [blob for net in (self, *others) for blob in net.blobs.values()]
+        blobs += [blob for net in (self, *others) for params in net.params.values() for blob in params]
+        for blob in blobs:
             for array in (blob.data, blob.diff) if blob.has_diff else (blob.data,):
                 address = self.backend.address(array)
                 arrays[address] = max(arrays.get(address, 0), array.nbytes)

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import numpy
 
+from netspec.engine.buffers import flat_view
 from netspec.engine.net import LearnableParam
 from netspec.errors import StateError, TrainingError
 
@@ -127,9 +128,7 @@ class Optimizer:
 
     def history_of(self, param: LearnableParam, segment: int, offset: int) -> list:
         """Views of the rule's history buffers over one blob (its shape)."""
-        count = param.blob.count
-        return [buffer.reshape(-1)[offset:offset + count].reshape(param.blob.shape)
-                for buffer in self.rule.history[segment]]
+        return [flat_view(buffer, offset, param.blob.shape) for buffer in self.rule.history[segment]]
 
     def state(self) -> dict[str, dict[int, dict]]:
         """The rule's history on the host: ``{layer: {blob index: {buffer name: array}}}``."""
