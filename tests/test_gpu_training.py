@@ -78,9 +78,8 @@ def test_training_reads_the_gpu_only_where_the_display_interval_says(tmp_path):
     with torch_profiler.profile(activities=[torch_profiler.ProfilerActivity.CUDA]) as profile:
         solver.step(20)  # iterations 2..21: displays at 10 and 20, and the read of the rest at the end
         solver.backend.synchronize()
-    kernels = [event for event in profile.key_averages() if event.device_type.name == "CUDA"]
-    if not kernels:
-        pytest.skip("PyTorch's profiler recorded no CUDA activity of CuPy's here: nothing to count with")
+    assert any(event.device_type.name == "CUDA" for event in profile.key_averages()), (
+        "PyTorch's profiler saw none of CuPy's CUDA activity, so it cannot count the copies: count them another way")
     copies = sum(event.count for event in profile.key_averages() if "DtoH" in event.key)
     assert copies == len(reads), f"{copies} device-to-host copies, {len(reads)} of them reads of the solver"
     assert len(reads) <= 3 * 3  # per read: the deferred checks, the losses not read yet, the outputs
