@@ -1,16 +1,21 @@
-"""Tests marked ``gpu`` are skipped, with the reason, where CuPy cannot be imported or sees no GPU."""
+"""Tests marked ``gpu`` run on CuPy with a GPU, or on the GPU stand-in (``NETSPEC_GPU_STANDIN=1``); elsewhere they
+are skipped, with the reason."""
 
 from __future__ import annotations
 
 import pytest
 
+from netspec.engine import gpu_standin
+
 
 def gpu_missing() -> str | None:
-    """Why the tests marked ``gpu`` cannot run here (None when CuPy sees a GPU)."""
+    """Why the tests marked ``gpu`` cannot run here (None when CuPy sees a GPU or the stand-in is on)."""
+    if gpu_standin.requested():
+        return None
     try:
         import cupy
     except ImportError as error:
-        return f"needs CuPy and a GPU: CuPy cannot be imported ({str(error).splitlines()[0]})"
+        return f"needs CuPy and a GPU (or NETSPEC_GPU_STANDIN=1): CuPy cannot be imported ({str(error).splitlines()[0]})"
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except cupy.cuda.runtime.CUDARuntimeError as error:

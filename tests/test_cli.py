@@ -12,10 +12,12 @@ import types
 from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
 
 import netspec
 from netspec.engine import backend
+from netspec.errors import DeviceError
 
 ROOT = Path(__file__).parent.parent
 LENET = ROOT / "configs" / "lenet" / "lenet_timing.yaml"
@@ -183,7 +185,35 @@ def test_unknown_or_unavailable_device_is_one_line():
     except ImportError:
         result = run("time", LENET, "--device", "gpu")
         assert result.returncode == 1
-        assert result.stderr.strip() == "error: device 'gpu' needs CuPy: pip install -e '.[gpu]'"
+        assert result.stderr.strip() == ("error: device 'gpu' needs CuPy, which cannot be imported (No module named "
+                                         "'cupy'): pip install -e '.[gpu]'")
+    beyond = run("time", LENET, "--device", "gpu:1", env={"NETSPEC_GPU_STANDIN": "1"})
+    assert (beyond.returncode, beyond.stderr.strip()) == (
+        1, "error: device 'gpu:1' is not here: the GPU stand-in has one device, gpu:0")
+
+
+def test_a_cuda_error_is_named_where_cupy_cannot_use_the_gpu(monkeypatch):
+    """A driver too old for CuPy's CUDA: the CUDA error says why, never "0 GPUs"."""
+    class CUDARuntimeError(RuntimeError):
+        pass
+
+    def refuse():
+        raise CUDARuntimeError("cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime "
+                               "version")
+
+    runtime = types.SimpleNamespace(CUDARuntimeError=CUDARuntimeError, getDeviceCount=refuse)
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(__version__="14.0.1",
+                                                                   cuda=types.SimpleNamespace(runtime=runtime)))
+    monkeypatch.setattr(backend, "_driver_release", lambda: "535.104.05")
+    monkeypatch.delenv("NETSPEC_GPU_STANDIN", raising=False)
+    with pytest.raises(DeviceError) as info:
+        backend.Backend("gpu")
+    assert str(info.value) == (
+        "device 'gpu' cannot be used: CUDA answers cudaErrorInsufficientDriver: CUDA driver version is insufficient "
+        "for CUDA runtime version (driver 535.104.05, CuPy 14.0.1; `netspec device-query` says more)")
+    assert backend.gpu_report() == [
+        "gpu: none: CUDA answers cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime "
+        "version (CuPy 14.0.1, driver 535.104.05)"]
 
 
 def test_a_batch_beyond_the_devices_memory_names_the_layer_and_the_bytes(tmp_path):
@@ -202,7 +232,11 @@ def test_device_query_names_the_cpu_and_the_gpus():
     lines = result.stdout.splitlines()
     assert result.returncode == 0 and lines[0].startswith(f"cpu: {os.cpu_count()} cores, NumPy {np.__version__}, ")
     if importlib.util.find_spec("cupy") is None:
-        assert lines[1:] == ["gpu: none: CuPy is not installed (pip install -e '.[gpu]')"]
+        assert lines[1:] == ["gpu: none: CuPy cannot be imported (No module named 'cupy'; pip install -e '.[gpu]')"]
+    standin = run("device-query", env={"NETSPEC_GPU_STANDIN": "1"})
+    assert standin.stdout.splitlines()[1:] == [
+        "gpu: netspec's GPU stand-in (NumPy on the CPU with CuPy's rules; NETSPEC_GPU_STANDIN=1)",
+        "gpu:0: the stand-in: proves no CUDA kernel and no speed"]
 
 
 def test_the_gpu_report_gives_versions_and_each_gpus_memory(monkeypatch):

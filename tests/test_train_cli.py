@@ -332,6 +332,6 @@ def test_a_gpu_solver_on_a_machine_without_cupy_says_to_train_on_the_cpu(digits,
     solver = write(tmp_path, "gpu.yaml", (digits / "solver.yaml").read_text().replace(
         "net: digits_net.yaml", f"net: {digits / 'digits_net.yaml'}") + "solver_mode: GPU\n")
     stderr = fails("train", solver, "--max-iter", "1", "--out", tmp_path / "run")
-    assert stderr == (f"error: {solver}:16: solver_mode: device 'gpu:0' needs CuPy: pip install -e '.[gpu]'; pass "
-                      "--device cpu to train on the CPU\n")
+    assert stderr == (f"error: {solver}:16: solver_mode: device 'gpu:0' needs CuPy, which cannot be imported (No "
+                      "module named 'cupy'): pip install -e '.[gpu]'; pass --device cpu to train on the CPU\n")
     assert run("train", solver, "--max-iter", "1", "--out", tmp_path / "run", "--device", "cpu").returncode == 0

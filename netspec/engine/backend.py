@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 import numpy
 
+from netspec.engine import gpu_standin
 from netspec.engine.comm import SingleProcess
 from netspec.errors import DataError, DeviceError
 
@@ -243,17 +244,19 @@ def _mix_in_place(values) -> None:
 def gpu_report() -> list[str]:
     """Lines on the GPUs CuPy sees: CuPy's version, the CUDA runtime's and the driver's, then each GPU's name,
     compute capability and free and total memory; one line saying why there is none otherwise."""
+    if gpu_standin.requested():
+        return [f"gpu: {gpu_standin.DESCRIPTION}", "gpu:0: the stand-in: proves no CUDA kernel and no speed"]
     try:
         import cupy
-    except ImportError:
-        return ["gpu: none: CuPy is not installed (pip install -e '.[gpu]')"]
+    except ImportError as exc:
+        return [f"gpu: none: CuPy cannot be imported ({_first_line(exc)}; pip install -e '.[gpu]')"]
     runtime = cupy.cuda.runtime
     try:
         count = runtime.getDeviceCount()
         versions = f"CUDA runtime {_cuda_version(runtime.runtimeGetVersion())}, driver {_driver_release()} " \
                    f"(CUDA {_cuda_version(runtime.driverGetVersion())})"
     except runtime.CUDARuntimeError as exc:
-        return [f"gpu: none: CUDA answers {exc} (CuPy {cupy.__version__})"]
+        return [f"gpu: none: CUDA answers {exc} (CuPy {cupy.__version__}, driver {_driver_release()})"]
     lines = [f"gpu: CuPy {cupy.__version__}, {versions}"]
     for index in range(count):
         properties = runtime.getDeviceProperties(index)
@@ -262,6 +265,11 @@ def gpu_report() -> list[str]:
         lines.append(f"gpu:{index}: {properties['name'].decode()}, compute capability {properties['major']}."
                      f"{properties['minor']}, {free / 2 ** 30:.1f} GiB free of {total / 2 ** 30:.1f} GiB")
     return lines if count else [*lines, "gpu: none: CUDA sees no GPU"]
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception's message, its first line alone."""
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 def _cuda_version(number: int) -> str:
@@ -280,16 +288,25 @@ def _driver_release() -> str:
 
 
 def _import_cupy(device: str):
+    """The array module of ``device`` (``gpu`` or ``gpu:N``): CuPy with that GPU made current, or the stand-in
+    (:mod:`netspec.engine.gpu_standin`) where ``NETSPEC_GPU_STANDIN=1``; a DeviceError saying why otherwise."""
+    index = int(device.split(":", 1)[1]) if ":" in device else 0
+    if gpu_standin.requested():
+        if index:
+            raise DeviceError(f"device '{device}' is not here: the GPU stand-in has one device, gpu:0")
+        return gpu_standin
     try:
         import cupy
-    except ImportError:
-        raise DeviceError(f"device '{device}' needs CuPy: pip install -e '.[gpu]'") from None
-    index = int(device.split(":", 1)[1]) if ":" in device else 0
+    except ImportError as exc:
+        raise DeviceError(f"device '{device}' needs CuPy, which cannot be imported ({_first_line(exc)}): "
+                          "pip install -e '.[gpu]'") from None
     try:
         count = cupy.cuda.runtime.getDeviceCount()
-    except cupy.cuda.runtime.CUDARuntimeError:
-        count = 0
+    except cupy.cuda.runtime.CUDARuntimeError as exc:
+        raise DeviceError(f"device '{device}' cannot be used: CUDA answers {exc} (driver {_driver_release()}, "
+                          f"CuPy {cupy.__version__}; `netspec device-query` says more)") from None
     if index >= count:
-        raise DeviceError(f"device '{device}' is not here: CuPy sees {count} GPU(s)")
+        raise DeviceError(f"device '{device}' is not here: CuPy sees {count} GPU(s)"
+                          + (f", gpu:0 to gpu:{count - 1}" if count else ""))
     cupy.cuda.Device(index).use()
     return cupy

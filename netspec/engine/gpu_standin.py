@@ -1,0 +1,347 @@
+"""A GPU stand-in for tests: NumPy behind CuPy's rules, so every GPU-only branch runs on the CPU.
+
+With ``NETSPEC_GPU_STANDIN=1`` in the environment, ``--device gpu`` (and
+``Backend("gpu")``) takes this module as its array library instead of CuPy.
+Its arrays (:class:`DeviceArray`) hold NumPy arrays but refuse what CuPy
+refuses, so a host round trip or a mix of host and device arrays fails on a
+machine with no GPU, as it would on one:
+
+- implicit conversion to NumPy (``numpy.asarray(device_array)``, handing one
+  to h5py or to a C library) raises TypeError, as CuPy's ``__array__`` does;
+- a NumPy array (of any rank, 0 included) beside a device array in a ufunc or
+  a NumPy function raises TypeError, as CuPy's "Unsupported type" does; Python
+  and NumPy scalars are accepted, as CuPy accepts them;
+- reductions give 0-d device arrays, never host scalars;
+- every read of device values on the host (``float()``, ``int()``, ``bool()``,
+  ``.item()``, ``.tolist()``, ``.get()``, :func:`asnumpy`) is counted in
+  :data:`reads` as the synchronisation it is on a GPU, and so is every
+  operation whose result's size depends on the values (``flatnonzero``,
+  ``bincount``, a boolean mask's selection...), which CuPy sizes by reading a
+  count back.
+
+Indexing with NumPy arrays and assigning NumPy arrays into device arrays copy
+them to the device, as CuPy does; they are counted in :data:`uploads`.  This
+module proves nothing about CUDA kernels or speed: it makes the first run on a
+real GPU short.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+from collections import Counter
+
+import numpy
+from numpy.lib.mixins import NDArrayOperatorsMixin
+
+ENVIRONMENT = "NETSPEC_GPU_STANDIN"  # the variable that turns the stand-in on ("1")
+DESCRIPTION = "netspec's GPU stand-in (NumPy on the CPU with CuPy's rules; NETSPEC_GPU_STANDIN=1)"
+
+
+
+def requested() -> bool:
+    """Whether the environment asks for the stand-in (``NETSPEC_GPU_STANDIN=1``)."""
+    return os.environ.get(ENVIRONMENT) == "1"
+
+
+reads: Counter = Counter()  # host reads of device values by kind ('float', 'asnumpy', ...): each a synchronisation
+uploads: Counter = Counter()  # host arrays copied to the device, by kind ('asarray', 'index', 'setitem')
+
+
+def reset_counts() -> None:
+    """Forget the reads and uploads counted so far."""
+    reads.clear()
+    uploads.clear()
+
+
+class DeviceArray(NDArrayOperatorsMixin):
+    """An array "on the device": a NumPy array that only this module's functions and its own methods read."""
+
+    __slots__ = ("_host",)
+    __array_priority__ = 100
+
+    def __init__(self, host: numpy.ndarray):
+        self._host = host
+
+    # what CuPy refuses
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError("Implicit conversion to a NumPy array is not allowed (GPU stand-in: as CuPy, "
+                        "read device arrays with Backend.to_host)")
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        outs = kwargs.get("out")
+        if outs:
+            kwargs["out"] = tuple(_device_only(out, ufunc.__name__) for out in outs)
+        result = getattr(ufunc, method)(*_device_only(inputs, ufunc.__name__), **kwargs)
+        if outs:  # (in place: ``a += b`` keeps ``a`` the same object, as on NumPy and CuPy)
+            return outs[0] if len(outs) == 1 else outs
+        return _wrap(result)
+
+    def __array_function__(self, function, kinds, args, kwargs):
+        return _wrap(function(*_device_only(args, function.__name__), **_device_only(kwargs, function.__name__)))
+
+    # reads of device values on the host: each a synchronisation on a GPU
+    def _read(self, kind: str):
+        reads[kind] += 1
+        return self._host
+
+    def __float__(self):
+        return float(self._read("float"))
+
+    def __int__(self):
+        return int(self._read("int"))
+
+    def __index__(self):
+        return self._read("index").__index__()
+
+    def __bool__(self):
+        return bool(self._read("bool"))
+
+    def __complex__(self):
+        return complex(self._read("complex"))
+
+    def item(self, *args):
+        """The value at ``args`` (or the only one) on the host: a synchronisation."""
+        return self._read("item").item(*args)
+
+    def tolist(self):
+        """The values as nested lists on the host: a synchronisation."""
+        return self._read("tolist").tolist()
+
+    def get(self):
+        """A NumPy copy on the host (CuPy's ``ndarray.get``): a synchronisation."""
+        return self._read("get").copy()
+
+    # what stays on the device
+    @property
+    def shape(self):
+        return self._host.shape
+
+    @shape.setter
+    def shape(self, shape):
+        self._host.shape = shape
+
+    @property
+    def dtype(self):
+        return self._host.dtype
+
+    @property
+    def data(self):
+        """Where the values lie (``.data.ptr``, as CuPy's memory pointer gives it)."""
+        return types.SimpleNamespace(ptr=self._host.__array_interface__["data"][0])
+
+    @property
+    def T(self):  # noqa: N802 - NumPy's name
+        return DeviceArray(self._host.T)
+
+    def __getattr__(self, name):
+        if name.startswith("_"):  # (never __array_interface__, __array_struct__, __dlpack__...: no way to the host)
+            raise AttributeError(name)
+        value = getattr(self._host, name)  # shape-like attributes pass as they are; methods run on the device
+        if callable(value):
+            return lambda *args, **kwargs: _call(value, args, kwargs)
+        return _wrap(value)
+
+    def __len__(self):
+        return len(self._host)
+
+    def __iter__(self):
+        return (DeviceArray(row) for row in self._host)
+
+    def __getitem__(self, key):
+        return _wrap(self._host[_index(key)])
+
+    def __setitem__(self, key, value):
+        self._host[_index(key)] = _uploaded(value, "setitem")
+
+    def __repr__(self):
+        return f"{self._host!r} (on the GPU stand-in)"
+
+    def __copy__(self):
+        return DeviceArray(self._host.copy())
+
+    def __deepcopy__(self, memo):
+        return DeviceArray(self._host.copy())
+
+
+def _wrap(value):
+    """NumPy's results as device values: arrays and NumPy scalars become device arrays (CuPy's reductions give
+    0-d arrays), tuples and lists keep their shape, anything else passes."""
+    if isinstance(value, numpy.ndarray):
+        return DeviceArray(value)
+    if isinstance(value, numpy.generic):
+        return DeviceArray(numpy.asarray(value))
+    if isinstance(value, tuple | list):
+        return type(value)(_wrap(item) for item in value)
+    return value
+
+
+def _device_only(value, where: str):
+    """``value`` with its device arrays as the NumPy arrays they hold, refusing host arrays as CuPy does."""
+    if isinstance(value, DeviceArray):
+        return value._host
+    if isinstance(value, numpy.ndarray):
+        raise TypeError(f"{where}: a NumPy (host) array beside device arrays: CuPy refuses the mix "
+                        "(Unsupported type numpy.ndarray); move it with Backend.asarray first (GPU stand-in)")
+    if isinstance(value, tuple | list):
+        return type(value)(_device_only(item, where) for item in value)
+    if isinstance(value, dict):
+        return {key: _device_only(item, where) for key, item in value.items()}
+    return value
+
+
+def _uploaded(value, kind: str):
+    """A value for indexing, assignment or a new device array: device arrays as they are held (in lists too),
+    host arrays as they are (a copy to the device, counted)."""
+    if isinstance(value, DeviceArray):
+        return value._host
+    if isinstance(value, numpy.ndarray):
+        uploads[kind] += 1
+    if isinstance(value, list):
+        return [_uploaded(item, kind) for item in value]
+    return value
+
+
+def _index(key):
+    """An index with its device arrays unwrapped and its host arrays counted as uploads; a boolean mask counted as
+    a read (CuPy reads back how many elements it picks, to size the result or check the values)."""
+    parts = tuple(_uploaded(part, "index") for part in (key if isinstance(key, tuple) else (key,)))
+    if any(getattr(part, "dtype", None) == numpy.bool_ for part in parts):
+        reads["mask"] += 1
+    return parts if isinstance(key, tuple) else parts[0]
+
+
+class _Ufunc:
+    """A NumPy ufunc that takes device arrays (``xp.add``, ``xp.add.at``, ``xp.maximum.reduce``...)."""
+
+    def __init__(self, ufunc: numpy.ufunc):
+        self._ufunc = ufunc
+        self.__name__ = ufunc.__name__
+
+    def __call__(self, *args, **kwargs):
+        return _call(self._ufunc, args, kwargs)
+
+    def __getattr__(self, method):
+        attribute = getattr(self._ufunc, method)
+        if not callable(attribute):
+            return attribute
+        return lambda *args, **kwargs: _call(attribute, args, kwargs)
+
+
+# functions whose result's size depends on the values: CuPy reads a count back to the host to size it
+SIZED_BY_VALUES = frozenset({"nonzero", "flatnonzero", "argwhere", "unique", "bincount", "compress", "extract"})
+
+
+def _call(function, args, kwargs):
+    """``function`` of device arrays, its results on the device."""
+    name = getattr(function, "__name__", "function")
+    if name in SIZED_BY_VALUES:
+        reads[name] += 1
+    return _wrap(function(*_device_only(args, name), **_device_only(kwargs, name)))
+
+
+def _function(function):
+    def on_device(*args, **kwargs):
+        return _call(function, args, kwargs)
+    on_device.__name__ = function.__name__
+    on_device.__doc__ = function.__doc__
+    return on_device
+
+
+class _Namespace(types.ModuleType):
+    """NumPy's functions (or a submodule's: ``linalg``) taking and giving device arrays."""
+
+    def __init__(self, name: str, source):
+        super().__init__(name)
+        self._source = source
+
+    def __getattr__(self, name):
+        value = getattr(self._source, name)
+        if isinstance(value, numpy.ufunc):
+            value = _Ufunc(value)
+        elif isinstance(value, types.ModuleType):
+            value = _Namespace(f"{self.__name__}.{name}", value)
+        elif callable(value) and not isinstance(value, type):
+            value = _function(value)
+        setattr(self, name, value)  # (looked up once)
+        return value
+
+
+def asarray(value, dtype=None, order=None):
+    """``value`` on the device: a device array as it is (cast to ``dtype``), anything else copied there."""
+    if isinstance(value, DeviceArray):
+        return value if dtype is None or value.dtype == dtype else value.astype(dtype)
+    uploads["asarray"] += 1
+    return DeviceArray(numpy.array(_uploaded(value, "asarray"), dtype=dtype, order=order or "K"))
+
+
+def array(value, dtype=None, copy=True, order="K"):
+    """A new device array of ``value`` (copied to the device when it is on the host)."""
+    if isinstance(value, DeviceArray):
+        return DeviceArray(numpy.array(value._host, dtype=dtype, copy=copy, order=order))
+    uploads["array"] += 1
+    return DeviceArray(numpy.array(_uploaded(value, "array"), dtype=dtype, order=order))
+
+
+def asnumpy(value):
+    """A NumPy copy on the host of a device array (a synchronisation); host values pass."""
+    if isinstance(value, DeviceArray):
+        return value.get()
+    return numpy.asarray(value)
+
+
+class _MemoryPool:
+    """CuPy's memory pool as far as netspec asks: the stand-in keeps no pool of its own."""
+
+    def used_bytes(self) -> int:
+        return 0
+
+    def total_bytes(self) -> int:
+        return 0
+
+    def free_all_blocks(self) -> None:
+        pass
+
+
+_POOL = _MemoryPool()
+
+
+def get_default_memory_pool() -> _MemoryPool:
+    """The (empty) memory pool."""
+    return _POOL
+
+
+class _Device:
+    """``cuda.Device(index)``: the stand-in's only device, 0."""
+
+    def __init__(self, index: int = 0):
+        self.id = index
+
+    def use(self) -> None:
+        """Make it the current device (there is only one)."""
+
+    def synchronize(self) -> None:
+        """Wait for queued work (none is ever queued)."""
+
+
+class _Runtime:
+    """``cuda.runtime``: one device."""
+
+    class CUDARuntimeError(RuntimeError):
+        """CUDA's errors (the stand-in raises none)."""
+
+    @staticmethod
+    def getDeviceCount() -> int:  # noqa: N802 - CuPy's name
+        return 1
+
+
+cuda = types.SimpleNamespace(Device=_Device, runtime=_Runtime)
+ndarray = DeviceArray
+__version__ = f"stand-in (NumPy {numpy.__version__})"
+
+_NUMPY = _Namespace("numpy", numpy)
+
+
+def __getattr__(name):
+    """Every other name is NumPy's, on device arrays."""
+    return getattr(_NUMPY, name)
