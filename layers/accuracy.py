@@ -71,8 +71,9 @@ class Accuracy(Layer):
         correct = (better < p.top_k) & valid
         top[0].data[...] = correct.sum() / xp.maximum(valid.sum(), 1)  # (on the device: no wait for it)
         if len(top) > 1:
-            counts = xp.bincount(safe[valid].ravel(), minlength=classes)
-            hits = xp.bincount(safe[correct].ravel(), minlength=classes)
+            labelled = (safe == xp.arange(classes).reshape(1, classes, 1)) & valid  # (one-hot: sizes never read)
+            counts = labelled.sum(axis=(0, 2))
+            hits = (labelled & correct).sum(axis=(0, 2))
             top[1].data[...] = xp.where(counts > 0, hits / xp.maximum(counts, 1), 0)
 
     def backward(self, top, propagate_down, bottom):

@@ -80,7 +80,7 @@ class Eltwise(Layer):
             self.argmax = xp.zeros(out.shape, dtype=xp.int32)
             out[...] = bottom[0].data
             for index, blob in enumerate(bottom[1:], start=1):
-                self.argmax[blob.data > out] = index
+                xp.copyto(self.argmax, index, where=blob.data > out)  # (no mask selection: no count read back)
                 xp.maximum(out, blob.data, out=out)
 
     def backward(self, top, propagate_down, bottom):

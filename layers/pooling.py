@@ -272,8 +272,10 @@ class Pooling(Layer):
         row_bins, column_bins = self.geo.bins
         rows = xp.asarray([start for start, _ in row_bins])[:, None] + self.row_choice
         columns = xp.asarray([start for start, _ in column_bins]) + xp.take_along_axis(self.column_choice, rows, 2)
-        flat = (xp.arange(n * c).reshape(n, c, 1, 1) * h + rows) * w + columns  # (windows overlap: bincount adds)
-        return xp.bincount(flat.ravel(), weights=dy.ravel(), minlength=n * c * h * w).reshape(shape)
+        flat = (xp.arange(n * c).reshape(n, c, 1, 1) * h + rows) * w + columns
+        dx = xp.zeros(n * c * h * w, dtype=dy.dtype)
+        xp.add.at(dx, flat.ravel(), dy.ravel())  # (windows overlap: an input chosen twice gets both)
+        return dx.reshape(shape)
 
     def max_along(self, seen, kernel: int):
         """Maximum over 1-D windows, ``seen(offset)`` giving what each window sees at an offset, and the offset of

@@ -303,12 +303,18 @@ class Net:
 
     def first_non_finite(self) -> tuple[str, str] | None:
         """``(layer, top)`` of the first layer whose output holds a NaN or an infinity, if any."""
+        places = [(layer.name, blob) for layer, tops in zip(self.layers, self.top_blobs) for blob in tops]
+        index = self._first_non_finite([blob.data for _, blob in places])
+        return None if index is None else (places[index][0], places[index][1].name)
+
+    def _first_non_finite(self, arrays: list) -> int | None:
+        """The index of the first of ``arrays`` holding a NaN or an infinity, if any: the checks are made on the
+        device and read back in one copy."""
+        if not arrays:
+            return None
         xp = self.backend.xp
-        for layer, tops in zip(self.layers, self.top_blobs):
-            for blob in tops:
-                if not bool(xp.isfinite(blob.data).all()):
-                    return layer.name, blob.name
-        return None
+        finite = self.backend.to_host(xp.stack([xp.isfinite(array).all() for array in arrays]))
+        return next((index for index, ok in enumerate(finite.tolist()) if not ok), None)
 
     def paths(self) -> str:
         """Which implementations run the layers, in a line: the layers oneDNN runs (``bn+scale`` where one
@@ -331,12 +337,9 @@ class Net:
 
     def first_non_finite_param(self) -> tuple[str, int] | None:
         """``(layer, blob index)`` of the first learnable blob holding a NaN or an infinity, if any."""
-        xp = self.backend.xp
-        for name, blobs in self.owned_params().items():
-            for index, blob in blobs:
-                if not bool(xp.isfinite(blob.data).all()):
-                    return name, index
-        return None
+        places = [(name, index, blob) for name, blobs in self.owned_params().items() for index, blob in blobs]
+        first = self._first_non_finite([blob.data for _, _, blob in places])
+        return None if first is None else places[first][:2]
 
     def close(self) -> None:
         """Stop the data layers' background threads and close their files."""
