@@ -15,7 +15,9 @@ from anywhere else) as it is:
 - :func:`check_inplace`: running in place (bottom and top one blob) gives the
   tops and gradients of running out of place;
 - :func:`check_reshape`: the layer follows its bottoms to a new batch size;
-- :func:`check_layer`: all of the above that apply, in one call.
+- :func:`check_layer`: all of the above that apply, in one call;
+- :func:`check_float32`: in float32, what training computes, the layer's tops
+  and gradients are its float64 ones to float32's precision.
 
 A check runs on the device of the net it is given: :func:`one_layer_net` and
 :func:`check_layer` take ``device`` (``"cpu"``, the default, ``"gpu"`` or
@@ -77,7 +79,7 @@ from netspec.engine.registry import layer_class
 
 Reference = Callable[[list[np.ndarray], list[np.ndarray]], Sequence[np.ndarray]]
 
-__all__ = ["check_accumulation", "check_forward", "check_inplace", "check_layer", "check_reshape",
+__all__ = ["check_accumulation", "check_float32", "check_forward", "check_inplace", "check_layer", "check_reshape",
            "gradient_check", "one_layer_net", "run_forward"]
 
 
@@ -308,6 +310,54 @@ def check_reshape(net: Net, reference: Reference, bottoms: Sequence[np.ndarray] 
     got = run_forward(net)
     expected = reference([b.copy() for b in new], [_host(net, b.data) for b in layer.blobs])
     _compare_tops(got, expected, "after reshape")
+
+
+FLOAT32_RTOL = 1e-4  # float32's rounding, through a layer's few operations, as ||error|| / ||float64 result||
+
+
+def check_float32(build: Callable[..., Net], rtol: float = FLOAT32_RTOL, gradient: bool = True) -> None:
+    """Check that the layer in float32 computes what it computes in float64, to float32's precision.
+
+    ``build(dtype=...)`` returns a fresh :func:`one_layer_net` of the layer in
+    that dtype.  Both nets get the float32 net's bottoms and learnable blobs
+    (so only the arithmetic differs), are forwarded and given the same top
+    diffs; every top, bottom diff (but labels') and parameter diff of the
+    float32 net must lie within ``rtol * ||float64 result||`` of the float64
+    one (Euclidean norms, each array whole).  The float64 gradients are the
+    ones :func:`gradient_check` checks against finite differences, which in
+    float32 would measure the differences' own rounding; ``gradient=False``
+    compares the tops alone (a layer without a gradient).  Raises
+    AssertionError naming the first array that differs more.
+    """
+    single, double = build(dtype=np.float32), build(dtype=np.float64)
+    for source, target in zip(single.bottom_blobs[-1] + single.layers[-1].blobs,
+                              double.bottom_blobs[-1] + double.layers[-1].blobs):
+        target.data[...] = double.backend.asarray(_host(single, source.data).astype(np.float64))
+    results = []
+    for net in (single, double):
+        layer, bottom, top = net.layers[-1], net.bottom_blobs[-1], net.top_blobs[-1]
+        tops = run_forward(net)
+        arrays = {f"top {i}": value for i, value in enumerate(tops)}
+        results.append(arrays)
+        if not gradient:
+            continue
+        rng = np.random.default_rng(5)
+        for blob in top:
+            blob.diff[...] = net.backend.asarray(rng.standard_normal(blob.shape).astype(net.dtype))
+        for blob in layer.blobs:
+            blob.diff[...] = 0
+        wanted = [i not in type(layer).label_bottoms for i in range(len(bottom))]
+        layer.backward(top, wanted, bottom)
+        arrays.update({f"bottom {i} diff": _host(net, b.diff) for i, b in enumerate(bottom) if wanted[i]})
+        arrays.update({f"param {i} diff": _host(net, p.diff) for i, p in enumerate(layer.blobs)})
+    for name, expected in results[1].items():
+        got = results[0][name]
+        if got.dtype != np.float32:
+            raise AssertionError(f"{name}: {got.dtype} in the float32 net")
+        error, size = np.linalg.norm(got - expected), np.linalg.norm(expected)
+        if not error <= rtol * size:  # (NaN fails)
+            raise AssertionError(f"{name}: float32 differs from float64 by {error:.3g}, more than {rtol:g} of the "
+                                 f"result's norm {size:.3g}")
 
 
 def check_layer(layer_type: str, bottoms: Sequence[np.ndarray], reference: Reference | None = None,

@@ -16,6 +16,7 @@ from netspec.engine.net import load_net
 from netspec.engine.registry import layer_types
 from netspec.testing import (
     check_accumulation,
+    check_float32,
     check_forward,
     check_inplace,
     check_reshape,
@@ -693,10 +694,10 @@ CASES = [
 BY_ID = {case.id: case for case in CASES}
 
 
-def build(case: Case, inplace=None, bottoms=None, device="cpu"):
+def build(case: Case, inplace=None, bottoms=None, device="cpu", dtype=np.float64):
     return one_layer_net(case.type, case.shapes, case.tops, case.block, phase=case.phase,
                          inplace=case.inplace if inplace is None else inplace, bottoms=bottoms or case.bottoms,
-                         device=device)
+                         device=device, dtype=dtype)
 
 
 def reference_of(case: Case):
@@ -722,6 +723,12 @@ def test_forward_matches_reference(case, device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_gradients_match_finite_differences(case, device):
     gradient_check(build(case, inplace=False, device=device))
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.type != "Dropout" or c.phase == "TEST"], ids=lambda c: c.id)
+@pytest.mark.parametrize("device", DEVICES)
+def test_float32_computes_what_float64_does(case, device):
+    check_float32(lambda dtype: build(case, inplace=False, device=device, dtype=dtype), gradient=case.grad)
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.inplace], ids=lambda c: c.id)
