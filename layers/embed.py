@@ -83,7 +83,7 @@ class Embed(Layer):
     def backward(self, top, propagate_down, bottom):
         dy = top[0].diff.reshape(-1, self.params.num_output)
         if self.param_propagate_down[0]:
-            add_rows(self.xp, self.blobs[0].diff, self.indices, dy)
+            add_rows(self, self.blobs[0].diff, self.indices, dy)
         if self.params.bias_term and self.param_propagate_down[1]:
             self.blobs[1].diff += dy.sum(axis=0)
         if propagate_down[0]:

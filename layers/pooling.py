@@ -11,6 +11,7 @@ from netspec.engine import onednn
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError, ShapeError
+from netspec.layers.selection import add_rows
 from netspec.layers.spatial import hw, pad_hw, require_4d, window
 from netspec.spec.schema import doc
 
@@ -274,7 +275,7 @@ class Pooling(Layer):
         columns = xp.asarray([start for start, _ in column_bins]) + xp.take_along_axis(self.column_choice, rows, 2)
         flat = (xp.arange(n * c).reshape(n, c, 1, 1) * h + rows) * w + columns
         dx = xp.zeros(n * c * h * w, dtype=dy.dtype)
-        xp.add.at(dx, flat.ravel(), dy.ravel())  # (windows overlap: an input chosen twice gets both)
+        add_rows(self, dx, flat.ravel(), dy.ravel())  # (windows overlap: an input chosen twice gets both)
         return dx.reshape(shape)
 
     def max_along(self, seen, kernel: int):

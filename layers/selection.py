@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+import numpy
+
 from netspec.engine.layer import Layer, checked_indices
 from netspec.engine.registry import register_layer
 from netspec.errors import ShapeError
@@ -41,12 +43,30 @@ def take_rows(layer: Layer, source, indices, out) -> None:
         layer.xp.take(source, indices, axis=0, out=out, mode="clip")
 
 
-def add_rows(xp, target, indices, rows) -> None:
+def add_rows(layer: Layer, target, indices, rows) -> None:
     """``target[indices[i]] += rows[i]`` along the first axis of ``target`` (C-contiguous), a row picked twice
-    receiving both: ``add.at`` over the flattened arrays (NumPy's fast path takes one-dimensional indices)."""
+    receiving both, added in the same order on every run.
+
+    On the CPU NumPy's ``add.at`` does it over the flattened arrays (its fast path takes one-dimensional
+    indices).  On a GPU ``add.at`` adds atomically, in an order that changes from run to run, so a resumed
+    training would part from an uninterrupted one: there the rows are sorted by index (a stable sort), summed
+    in that order as running sums in float64, and each target row receives the difference of the running sums
+    past its last row and before its first.
+    """
+    xp = layer.xp
+    picks = indices.reshape(-1)
     width = math.prod(target.shape[1:])
-    flat = (indices.reshape(-1, 1) * width + xp.arange(width)).reshape(-1)
-    xp.add.at(target.reshape(-1), flat, rows.reshape(-1))
+    if not layer.backend.is_gpu:
+        flat = (picks.reshape(-1, 1) * width + xp.arange(width)).reshape(-1)
+        xp.add.at(target.reshape(-1), flat, rows.reshape(-1))
+        return
+    order = xp.argsort(picks, kind="stable")
+    in_order = picks[order]
+    running = xp.zeros((picks.size + 1, width), dtype=numpy.float64)
+    xp.cumsum(rows.reshape(picks.size, width)[order], axis=0, dtype=numpy.float64, out=running[1:])
+    every_row = xp.arange(target.shape[0])
+    first, past = xp.searchsorted(in_order, every_row, "left"), xp.searchsorted(in_order, every_row, "right")
+    target += (running[past] - running[first]).reshape(target.shape).astype(target.dtype)
 
 
 @register_layer
@@ -85,6 +105,6 @@ class BatchReindex(Layer):
     def backward(self, top, propagate_down, bottom):
         if propagate_down[0]:
             bottom[0].diff[...] = 0
-            add_rows(self.xp, bottom[0].diff, self.indices, top[0].diff)
+            add_rows(self, bottom[0].diff, self.indices, top[0].diff)
         if propagate_down[1]:
             bottom[1].diff[...] = 0
