@@ -18,6 +18,7 @@ import yaml
 import netspec
 from netspec.engine import backend
 from netspec.errors import DeviceError
+from netspec.inspect.timing import time_net
 
 ROOT = Path(__file__).parent.parent
 LENET = ROOT / "configs" / "lenet" / "lenet_timing.yaml"
@@ -136,6 +137,17 @@ def test_time_prints_table_and_json():
     assert "phase to build  [default: TRAIN]" in run("time", "--help").stdout  # what it does without --phase
     assert figures["peak_bytes"] > figures["blob_bytes"] > 0 and figures["peak_of"].startswith("the process's")
     assert f"memory: blobs {figures['blob_bytes'] / 2 ** 20:.1f} MiB (data and diff); peak " in result.stdout
+
+
+@pytest.mark.gpu
+def test_time_on_the_gpu_times_each_layer_between_events_without_waiting_between_layers(monkeypatch):
+    net = netspec.load_net(str(LENET), device="gpu")
+    waits = []
+    monkeypatch.setattr(net.backend, "synchronize", lambda: waits.append(1))
+    figures = time_net(net, iterations=3, warmup=1)
+    assert waits == [1]  # after the warm-up alone: the layers' times come from events
+    assert figures["device"] == "gpu" and all(layer["forward_ms"] > 0 for layer in figures["layers"])
+    assert 0 < figures["forward_ms"] + figures["backward_ms"] <= figures["ms_per_iter"]
 
 
 def test_the_memory_of_blobs_counts_shared_arrays_once_and_only_the_diffs_backward_uses():

@@ -20,6 +20,7 @@ import hashlib
 import json
 import math
 import resource
+import time
 from collections.abc import Callable
 
 import numpy
@@ -180,6 +181,23 @@ class Backend:
         """Wait for queued device work (timing needs it on a GPU)."""
         if self.is_gpu:
             self.xp.cuda.Device().synchronize()
+
+    def mark(self):
+        """A mark in the device's queue of work, to time what runs between two (:meth:`elapsed_ms`): on a GPU a
+        CUDA event recorded on the current stream (the GPU takes its time when it gets there; the host does not
+        wait), on the CPU the host's clock."""
+        if self.is_gpu:
+            event = self.xp.cuda.Event()
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def elapsed_ms(self, start, end) -> float:
+        """Milliseconds from mark ``start`` to mark ``end`` (on a GPU, once the GPU has got to ``end``)."""
+        if self.is_gpu:
+            end.synchronize()
+            return float(self.xp.cuda.get_elapsed_time(start, end))
+        return 1000 * (end - start)
 
 
 class DeviceGenerator:

@@ -28,6 +28,7 @@ real GPU short.
 from __future__ import annotations
 
 import os
+import time
 import types
 from collections import Counter
 
@@ -335,7 +336,26 @@ class _Runtime:
         return 1
 
 
-cuda = types.SimpleNamespace(Device=_Device, runtime=_Runtime)
+class _Event:
+    """``cuda.Event``: the host's clock when recorded (the stand-in's work is done when it is queued)."""
+
+    def __init__(self):
+        self.time = None
+
+    def record(self, stream=None) -> None:
+        """Take the time."""
+        self.time = time.perf_counter()
+
+    def synchronize(self) -> None:
+        """Wait for the work before the event (none is ever queued)."""
+
+
+def _get_elapsed_time(start: _Event, end: _Event) -> float:
+    """Milliseconds between two recorded events."""
+    return 1000 * (end.time - start.time)
+
+
+cuda = types.SimpleNamespace(Device=_Device, runtime=_Runtime, Event=_Event, get_elapsed_time=_get_elapsed_time)
 ndarray = DeviceArray
 __version__ = f"stand-in (NumPy {numpy.__version__})"
 
@@ -343,5 +363,7 @@ _NUMPY = _Namespace("numpy", numpy)
 
 
 def __getattr__(name):
-    """Every other name is NumPy's, on device arrays."""
+    """Every other public name is NumPy's, on device arrays."""
+    if name.startswith("_"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(_NUMPY, name)

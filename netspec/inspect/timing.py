@@ -11,6 +11,10 @@ from netspec.threads import thread_counts
 def time_net(net: Net, iterations: int = 50, warmup: int = 5) -> dict:
     """Run ``warmup`` untimed iterations, then ``iterations`` timed ones; return averages in ms.
 
+    Each layer's pass is timed between two marks in the device's queue
+    (:meth:`Backend.mark`: CUDA events on a GPU, read once an iteration is
+    done, so the layers run as in training, without a wait between them).
+
     The result holds ``paths`` (:meth:`Net.paths`), ``threads`` (the math
     libraries' pools), ``ms_per_iter``, ``forward_ms``, ``backward_ms``,
     ``images_per_s`` (batch size of the first top over the time per
@@ -25,27 +29,26 @@ def time_net(net: Net, iterations: int = 50, warmup: int = 5) -> dict:
     for _ in range(warmup):
         net.forward_backward()
     backend.synchronize()
-    clock = time.perf_counter
-    start = clock()
+    start = time.perf_counter()
     for _ in range(iterations):
         net.clear_param_diffs()
+        marks = [backend.mark()]
         for index in range(count):
-            begin = clock()
             net.forward_layer(index)
-            backend.synchronize()
-            forward[index] += clock() - begin
+            marks.append(backend.mark())
         for index in reversed(range(count)):
-            begin = clock()
             net.backward_layer(index)
-            backend.synchronize()
-            backward[index] += clock() - begin
-    total = clock() - start
+            marks.append(backend.mark())
+        spans = [backend.elapsed_ms(begin, end) for begin, end in zip(marks, marks[1:])]
+        for index in range(count):
+            forward[index] += spans[index]
+            backward[index] += spans[2 * count - 1 - index]
+    total = time.perf_counter() - start
     backend.raise_checks()
     peak, peak_of = backend.peak_memory()
     ms_per_iter = 1000 * total / iterations
     batch = net.batch_size
-    layers = [{"name": layer.name, "type": layer.type,
-               "forward_ms": 1000 * f / iterations, "backward_ms": 1000 * b / iterations}
+    layers = [{"name": layer.name, "type": layer.type, "forward_ms": f / iterations, "backward_ms": b / iterations}
               for layer, f, b in zip(net.layers, forward, backward)]
     return {
         "net": net.name,
