@@ -1,10 +1,18 @@
-"""Writing files so that a crash never leaves a half-written one in place."""
+"""Writing files so that a crash never leaves a half-written one in place, and never through a symbolic link.
+
+A folder someone else made (a workspace, a run folder, a zoo) may hold links
+to files elsewhere under the names netspec writes: every write here opens its
+file without following a link (``O_NOFOLLOW``) and refuses anything but a
+regular file, with an OSError whose message names the path.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
+import stat
 
 TEMPORARY_NAME = re.compile(r"\..+\.tmp-(\d{1,10})")  # what temporary_path names look like (group 1: the writer's pid)
 
@@ -19,8 +27,13 @@ def temporary_path(path: str | os.PathLike) -> str:
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike):
-    """Yield a temporary path beside ``path``; rename it into place only if the block succeeds."""
+    """Yield a temporary path beside ``path``, made empty (a file or link left under its name is removed, never
+    written through); rename it into place only if the block succeeds (a link at ``path`` is replaced, not
+    followed)."""
     temporary = temporary_path(path)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(temporary)
+    os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666))
     try:
         yield temporary
         os.replace(temporary, path)
@@ -38,3 +51,37 @@ def write_bytes(path: str | os.PathLike, data) -> None:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
+
+
+WRITE_FLAGS = {"w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+               "a+": os.O_RDWR | os.O_CREAT | os.O_APPEND}
+
+
+def open_for_writing(path: str | os.PathLike, mode: str = "a", encoding: str | None = None):
+    """``open(path, mode)`` for ``mode`` "w", "a" or "a+" (each with "b" for bytes) that refuses a symbolic link
+    or anything but a regular file at ``path`` (a FIFO is refused at once, never waited on): an OSError naming
+    the path."""
+    path = os.fspath(path)
+    flags = WRITE_FLAGS[mode.replace("b", "")] | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        descriptor = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO):  # a link; a FIFO nobody reads
+            raise OSError(exc.errno, f"{path} is {'a symbolic link' if exc.errno == errno.ELOOP else 'a FIFO'}, "
+                                     "which netspec never writes to") from None
+        raise
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise OSError(errno.EINVAL, f"{path} is not a regular file, which netspec never writes to")
+    os.set_blocking(descriptor, True)
+    return os.fdopen(descriptor, mode, encoding=None if "b" in mode else encoding or "utf-8")
+
+
+def make_folder(path: str | os.PathLike) -> str:
+    """Make the folder ``path`` (and those above it) unless it exists; an OSError naming it when it is a symbolic
+    link (files written into it would land where the link points)."""
+    path = os.fspath(path)
+    if os.path.islink(path):
+        raise OSError(errno.ELOOP, f"{path} is a symbolic link, which netspec never writes through")
+    os.makedirs(path, exist_ok=True)
+    return path

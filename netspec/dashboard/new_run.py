@@ -13,17 +13,18 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
 
+from netspec.atomic import make_folder, open_for_writing
 from netspec.dashboard.forms import choice, positive_number, whole_number
 from netspec.dashboard.workspace import RefusedPathError, Workspace
 from netspec.engine.net import compile_net
 from netspec.errors import ConfigError, NetspecError
 from netspec.model_zoo.finetune import prepare_finetune
 from netspec.model_zoo.zoo import Zoo
+from netspec.process import netspec_command
 from netspec.spec.solver_spec import SolverSpec
 from netspec.training import run_folder
 from netspec.training.run import read_solver
@@ -159,11 +160,15 @@ def spawn(solver: str, arguments: list[str], folder: str, cwd: str) -> None:
     """Run ``netspec train solver arguments`` detached (its own session, so it outlives the dashboard), its
     output appended to the run folder's log; return once it trains, or raise NetspecError with its output when
     it ends with an error first."""
-    os.makedirs(folder, exist_ok=True)
     log_path = run_folder.train_log_path(folder)
-    with open(log_path, "ab") as log:
+    try:
+        make_folder(folder)
+        log = open_for_writing(log_path, "ab")
+    except OSError as exc:
+        raise NetspecError(f"{folder}: cannot write the run's log: {exc.strerror}") from None
+    with log:
         offset = log.tell()
-        process = subprocess.Popen([sys.executable, "-m", "netspec", "train", solver, *arguments], cwd=cwd,
+        process = subprocess.Popen(netspec_command("train", solver, *arguments), cwd=cwd,
                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
     deadline = time.monotonic() + START_SECONDS

@@ -41,9 +41,10 @@ import json
 import math
 import os
 import re
+import stat
 from typing import TextIO
 
-from netspec.atomic import TEMPORARY_NAME, atomic_path
+from netspec.atomic import TEMPORARY_NAME, atomic_path, make_folder, open_for_writing, write_bytes
 from netspec.errors import NetspecError
 
 METRICS = "metrics.jsonl"
@@ -140,8 +141,8 @@ def locked(folder: str):
     created = not os.path.isdir(folder)
     lock = os.path.join(folder, LOCK)
     try:
-        os.makedirs(folder, exist_ok=True)
-        handle = open(lock, "a+", encoding="utf-8")  # noqa: SIM115 - closed below
+        make_folder(folder)
+        handle = open_for_writing(lock, "a+")
     except OSError as exc:
         raise NetspecError(f"{folder}: cannot use it as the run folder: {exc.strerror}") from None
     try:
@@ -168,15 +169,22 @@ def lock_holder(folder: str) -> int | None:
     """The pid of the training holding ``folder``'s lock, or None when none does; the lock is never taken.
 
     Linux's table of locks names the process holding it.  Without that table
-    (other systems) the pid the lock file records counts while such a process exists.
+    (other systems) the pid the lock file records counts while such a process exists.  Only the folder's own
+    lock counts: a symbolic link or anything but a regular file there names no holder (the process holding
+    what a link points to is no training of this folder).  Before signalling it, ask :func:`is_training`.
     """
     lock = os.path.join(folder, LOCK)
     try:
-        info = os.stat(lock)
+        info = os.lstat(lock)
+    except OSError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    try:
         with open(PROC_LOCKS, encoding="ascii") as handle:
             table = handle.read()
     except FileNotFoundError:
-        return _recorded_holder(lock) if os.path.exists(lock) else None
+        return _recorded_holder(lock)
     except OSError:
         return None
     # a line reads "1: FLOCK  ADVISORY  WRITE <pid> <major>:<minor>:<inode> 0 EOF"; a waiting one has "->"
@@ -187,6 +195,18 @@ def lock_holder(folder: str) -> int | None:
             pid = fields[fields.index(place) - 1]
             return int(pid) if pid.isdigit() and int(pid) > 0 else _recorded_holder(lock)
     return None
+
+
+def is_training(pid: int) -> bool:
+    """Whether process ``pid`` runs ``netspec train`` (its command line, where Linux shows it; True elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            words = handle.read().split(b"\0")
+    except FileNotFoundError:
+        return not os.path.isdir("/proc/self")  # (gone; or no /proc, so nothing to check against)
+    except OSError:
+        return False
+    return b"train" in words and any(word == b"netspec" or word.endswith(b"/netspec") for word in words)
 
 
 def loop_started(folder: str) -> bool:
@@ -235,8 +255,7 @@ def _running(pid: int) -> bool:
 # ---- how a run ended ---------------------------------------------------------------------------
 def write_outcome(folder: str, state: str, message: str) -> None:
     """Record how the training in ``folder`` ended: ``state`` is one of OUTCOMES."""
-    with atomic_path(os.path.join(folder, OUTCOME)) as temporary, open(temporary, "w", encoding="utf-8") as handle:
-        json.dump({"state": state, "message": message}, handle)
+    write_bytes(os.path.join(folder, OUTCOME), json.dumps({"state": state, "message": message}).encode("utf-8"))
 
 
 def clear_outcome(folder: str) -> None:
@@ -267,9 +286,12 @@ def run_state(folder: str) -> tuple[str, str]:
 def open_metrics(folder: str) -> TextIO:
     """metrics.jsonl opened for appending (a resumed run adds to its events), its time set to now (see
     :func:`loop_started`)."""
-    os.makedirs(folder, exist_ok=True)
-    handle = open(metrics_path(folder), "a", encoding="utf-8")  # noqa: SIM115 - the caller closes it
-    os.utime(metrics_path(folder))
+    try:
+        make_folder(folder)
+        handle = open_for_writing(metrics_path(folder), "a")
+    except OSError as exc:
+        raise NetspecError(f"{folder}: cannot write the run's metrics: {exc.strerror}") from None
+    os.utime(handle.fileno())
     return handle
 
 
@@ -357,16 +379,17 @@ def write_configs(folder: str, spec) -> None:
     ``sources.json`` there records where they were read from (``netspec zoo publish --run`` uses it).
     """
     config = os.path.join(folder, CONFIG)
-    os.makedirs(config, exist_ok=True)
     texts = {os.path.basename(spec.file) if spec.file else "solver.yaml": spec.text}
     texts.update({os.path.basename(path): text for path, text in spec.net_texts.items()})
-    for name, text in texts.items():
-        with open(os.path.join(config, name), "w", encoding="utf-8") as handle:
-            handle.write(text)
     sources = {"solver": os.path.abspath(spec.file) if spec.file else None,
                "train_net": spec.train_net.file if spec.train_net.file in spec.net_texts else None}
-    with open(os.path.join(config, SOURCES), "w", encoding="utf-8") as handle:
-        json.dump(sources, handle, indent=1)
+    texts[SOURCES] = json.dumps(sources, indent=1)
+    try:
+        make_folder(config)
+        for name, text in texts.items():
+            write_bytes(os.path.join(config, name), text.encode("utf-8"))
+    except OSError as exc:
+        raise NetspecError(f"{folder}: cannot keep the run's config files: {exc.strerror}") from None
 
 
 def read_sources(folder: str) -> dict:

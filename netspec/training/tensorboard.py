@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 
+from netspec.atomic import make_folder
 from netspec.errors import NetspecError
 from netspec.training import run_folder
 
@@ -63,6 +64,10 @@ class TensorBoardEvents:
 
     def __init__(self, folder: str, purge_step: int):
         writer_class = summary_writer_class()
+        try:
+            make_folder(folder)
+        except OSError as exc:
+            raise NetspecError(f"cannot write TensorBoard events: {exc.strerror}") from None
         self.writer = writer_class(logdir=folder, purge_step=purge_step, flush_secs=FLUSH_SECONDS,
                                    filename_suffix=f".{os.getpid()}")
 

@@ -1,0 +1,134 @@
+"""A workspace someone else made: links where netspec writes, modules where Python looks, a lock that is not the
+run's.  No file outside the run folder changes, no module of the workspace runs, no process but a training of
+that folder is signalled."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hostile import refuses, run
+
+from netspec.atomic import atomic_path, open_for_writing, write_bytes
+from netspec.process import netspec_command
+
+ROOT = Path(__file__).parent.parent.parent
+PRECIOUS = "the user's own file\n"
+
+
+def precious(tmp_path: Path, text: str = PRECIOUS) -> Path:
+    path = tmp_path / "elsewhere" / "precious.txt"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+# every file and folder a training writes in its run folder: refused when it is a link (appended to, or written
+# into), or replaced by the new file without following the link (written whole, then renamed into place: the
+# configs, outcome.json, and the snapshots, whose temporary names the last test here covers)
+REFUSED = {".lock": "is a symbolic link, which netspec never writes to",
+           "metrics.jsonl": "is a symbolic link, which netspec never writes to",
+           "config": "is a symbolic link, which netspec never writes through"}
+REPLACED = ["config/solver.yaml", "config/digits_net.yaml", "config/sources.json", "outcome.json"]
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_a_link_where_training_appends_or_writes_into_is_refused(digits, tmp_path, name):
+    text = "" if name == "metrics.jsonl" else PRECIOUS  # (metrics in a run folder mean a run already there)
+    target = precious(tmp_path, text)
+    out = tmp_path / "run"
+    out.mkdir()
+    os.symlink(target.parent if name == "config" else target, out / name)
+    line = refuses("train", digits / "solver.yaml", "--out", out, "--max-iter", 4)
+    assert str(out / name) in line and REFUSED[name] in line, line
+    assert target.read_text() == text and os.listdir(target.parent) == ["precious.txt"]
+
+
+def test_a_link_where_training_writes_a_whole_file_is_replaced_never_followed(digits, tmp_path):
+    target = precious(tmp_path)
+    out = tmp_path / "run"
+    (out / "config").mkdir(parents=True)
+    for name in REPLACED:
+        os.symlink(target, out / name)
+    result = run("train", digits / "solver.yaml", "--out", out, "--max-iter", 4)
+    assert result.returncode == 0, result.stderr
+    assert target.read_text() == PRECIOUS
+    for name in REPLACED:
+        assert not (out / name).is_symlink() and (out / name).stat().st_size > 0, name
+    assert json.loads((out / "outcome.json").read_text())["state"] == "finished"
+
+
+def test_a_link_or_fifo_under_a_temporary_name_is_never_written_through(tmp_path):
+    target = precious(tmp_path)
+    path = tmp_path / "out.bin"
+    with atomic_path(path) as temporary:
+        pass  # (learns the temporary name this process uses for path)
+    os.symlink(target, temporary)
+    write_bytes(path, b"new")
+    assert path.read_bytes() == b"new" and target.read_text() == PRECIOUS and not os.path.lexists(temporary)
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(OSError, match="fifo is a FIFO, which netspec never writes to"):
+        open_for_writing(tmp_path / "fifo", "a")  # (at once: a FIFO nobody reads would block an open)
+
+
+def test_no_module_of_the_working_folder_runs_in_a_process_netspec_starts(tmp_path):
+    marker = tmp_path / "ran"
+    for module in ("click", "json", "yaml", "numpy", "random"):
+        (tmp_path / f"{module}.py").write_text(f"open({str(marker)!r}, 'a').write('{module} ')\n")
+    result = subprocess.run(netspec_command("layers"), cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert not marker.exists(), f"the workspace's modules ran: {marker.read_text()}"
+    assert "Convolution" in result.stdout
+
+
+def dashboard_client(workspace: Path):
+    pytest.importorskip("starlette", reason="the dashboard extra is not installed")
+    from starlette.testclient import TestClient
+
+    from netspec.dashboard.app import create_app
+
+    client = TestClient(create_app(str(workspace), "token", False, str(workspace.parent / "zoo")),
+                        base_url="http://127.0.0.1:8000")
+    client.cookies.set("netspec_dashboard_token", "token")
+    return client
+
+
+def looks_like_a_run(folder: Path) -> None:
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text(json.dumps({"phase": "TRAIN", "iter": 0, "lr": 0.1, "loss": 1.0,
+                                                      "smoothed_loss": 1.0}) + "\n")
+
+
+def test_stop_never_signals_the_holder_of_what_a_run_folders_lock_links_to(tmp_path):
+    workspace = tmp_path / "workspace"
+    looks_like_a_run(workspace / "run")
+    elsewhere = tmp_path / "other.lock"
+    with open(elsewhere, "w") as held:  # this very process holds it: a signal would end the test
+        fcntl.flock(held, fcntl.LOCK_EX)
+        os.symlink(elsewhere, workspace / "run" / ".lock")
+        os.utime(workspace / "run" / "metrics.jsonl")
+        answer = dashboard_client(workspace).post("/api/runs/stop?run=run", headers={"origin": "http://127.0.0.1:8000"})
+    assert (answer.status_code, answer.text) == (409, "run is not running")
+
+
+def test_stop_never_signals_a_process_that_is_no_training(tmp_path):
+    workspace = tmp_path / "workspace"
+    looks_like_a_run(workspace / "run")
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; handle = open(sys.argv[1], 'a'); "
+                               "fcntl.flock(handle, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+                               str(workspace / "run" / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        os.utime(workspace / "run" / "metrics.jsonl")
+        answer = dashboard_client(workspace).post("/api/runs/stop?run=run", headers={"origin": "http://127.0.0.1:8000"})
+        assert answer.status_code == 409 and answer.text == (
+            f"run: its lock is held by pid {holder.pid}, which is no netspec training: nothing sent")
+        assert holder.poll() is None
+    finally:
+        holder.kill()
+        holder.wait()
