@@ -223,7 +223,7 @@ def _build_card(request: PublishRequest, net, shape, sources: dict, staged: str)
     provenance.caffe = request.caffe
 
     provenance.netspec_version = __version__
-    provenance.date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    provenance.date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     channels = request.channels or ("GRAY" if shape[0] == 1 else channel_order)
     card = ModelCard(name=request.name, version=request.version, summary=request.summary, license=request.license,
                      authors=list(request.authors), deploy_net=DEPLOY, weights=WEIGHTS,

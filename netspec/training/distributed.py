@@ -28,6 +28,7 @@ import time
 import numpy
 
 from netspec.errors import DistributedError
+from netspec.process import netspec_command
 from netspec.threads import all_cores
 
 DEFAULT_TIMEOUT = 600.0
@@ -57,7 +58,7 @@ def launch(count: int, arguments: list[str]) -> int:
                                f"the PATH: {INSTALL_HINT}")
     environment = dict(os.environ)
     environment.setdefault("OMP_NUM_THREADS", str(max(1, all_cores() // count)))
-    command = [mpiexec, "-n", str(count), sys.executable, "-m", "netspec", *arguments]
+    command = [mpiexec, "-n", str(count), *netspec_command(*arguments)]
     previous = signal.signal(signal.SIGINT, lambda _number, _frame: None)  # a handler, not SIG_IGN: exec resets it
     try:
         return subprocess.call(command, env=environment)
