@@ -257,6 +257,9 @@ def create_app(root: str, token: str, token_required: bool, zoo: str | None = No
                 return PlainTextResponse(f"{run} is not running", status_code=409)
             if number == signal.SIGHUP and not run_folder.loop_started(folder):
                 return PlainTextResponse(f"{run} has not started training yet: ask again in a moment", status_code=409)
+            if not run_folder.is_training(pid):
+                return PlainTextResponse(f"{run}: its lock is held by pid {pid}, which is no netspec training: "
+                                         "nothing sent", status_code=409)
             try:
                 os.kill(pid, number)
             except ProcessLookupError:
