@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from netspec.atomic import write_bytes
 from netspec.engine.registry import layer_schemas
 from netspec.errors import ConfigError, NetspecError, Problem, shown
 from netspec.interop.caffe_files import import_caffemodel_file, imported_yaml
@@ -412,8 +413,7 @@ def _convert(directory: CaffeDirectory, texts: dict[str, str], files: dict[str, 
         if key == "solver" and "train_net" in texts:  # the directory's solver trains its train_val.prototxt
             data = {"net": CONVERTED["train_net"]} | {k: v for k, v in data.items()
                                                       if k not in ("net", "train_net", "test_net")}
-        with open(files[key], "w", encoding="utf-8") as handle:
-            handle.write(imported_yaml(data, label, "zoo import-caffe"))
+        write_bytes(files[key], imported_yaml(data, label, "zoo import-caffe").encode("utf-8"))
         if key == "train_net":
             parse_net(files[key], layer_schemas())  # the deploy net is checked as it is published
         converted.dropped += [f"{PROTOTXTS[key]}: {item}" for item in report.dropped]

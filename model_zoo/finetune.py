@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from netspec.atomic import make_folder, write_bytes
 from netspec.data.dataset import MANIFEST, read_manifest
 from netspec.data.transform import Transformer, TransformParams
 from netspec.engine.net import compile_net
@@ -289,8 +290,7 @@ def finetune_solver(card: ModelCard, folder: str, net_file: str, out: str) -> di
 def _write(path: str, text: str) -> None:
     """Write a config file, its folder made first; NetspecError naming it when that fails."""
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        make_folder(os.path.dirname(path))
+        write_bytes(path, text.encode("utf-8"))
     except OSError as exc:
         raise NetspecError(f"{path}: cannot write it: {exc.strerror}") from None

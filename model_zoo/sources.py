@@ -25,6 +25,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from netspec.atomic import open_for_writing
 from netspec.errors import ConfigError
 from netspec.model_zoo.card import PART
 from netspec.model_zoo.zoo import ZooError
@@ -95,7 +96,7 @@ class FolderSource:
         path = self._path(relative)
         if not os.path.isfile(path):
             raise NotFoundError(f"{path}: not found")
-        with self._open(path) as source, open(partial, "ab") as out:
+        with self._open(path) as source, open_for_writing(partial, "ab") as out:
             advance = begin(os.fstat(source.fileno()).st_size)
             advance(out.tell())
             source.seek(out.tell())
@@ -191,7 +192,7 @@ class HttpSource:
                                "netspec takes of a file no card lists; refused")
             advance = begin(expected)
             advance(kept)
-            with open(partial, "ab" if resumed else "wb") as out:
+            with open_for_writing(partial, "ab" if resumed else "wb") as out:
                 _copy(response, out, size, url, advance)
             if response.length:
                 raise TransferError(f"{url}: the connection closed after {os.path.getsize(partial)} of {expected} "

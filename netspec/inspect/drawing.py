@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 
+from netspec.atomic import write_bytes
 from netspec.errors import NetspecError
 from netspec.graph.graph import Graph
 from netspec.inspect.report import human_count
@@ -56,8 +57,7 @@ def draw(graph: Graph, out: str, rankdir: str = "TB") -> None:
         raise NetspecError(f"{out}: choose a .dot, .svg or .png file")
     text = to_dot(graph, rankdir)
     if extension == ".dot":
-        with open(out, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        write_bytes(out, text.encode("utf-8"))
         return
     program = shutil.which("dot")
     if program is None:

@@ -10,6 +10,7 @@ import os
 
 import yaml
 
+from netspec.atomic import write_bytes
 from netspec.engine.net import Net, load_net
 from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_class, layer_schemas
@@ -42,8 +43,7 @@ def _write(prototxt: str, out: str, data: dict, command: str, check=None) -> str
     text = imported_yaml(data, os.path.basename(prototxt), f"import {command}")
     if check is not None:
         check(text)
-    with open(out, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    write_bytes(out, text.encode("utf-8"))
     return text
 
 

@@ -76,6 +76,15 @@ def test_a_link_or_fifo_under_a_temporary_name_is_never_written_through(tmp_path
         open_for_writing(tmp_path / "fifo", "a")  # (at once: a FIFO nobody reads would block an open)
 
 
+def test_an_output_file_given_as_a_link_is_replaced_never_written_through(tmp_path):
+    target = precious(tmp_path)
+    os.symlink(target, tmp_path / "net.dot")
+    result = run("draw", ROOT / "configs" / "lenet" / "lenet_timing.yaml", "-o", tmp_path / "net.dot")
+    assert result.returncode == 0, result.stderr
+    assert target.read_text() == PRECIOUS and "digraph" in (tmp_path / "net.dot").read_text()
+    assert not (tmp_path / "net.dot").is_symlink()
+
+
 def test_no_module_of_the_working_folder_runs_in_a_process_netspec_starts(tmp_path):
     marker = tmp_path / "ran"
     for module in ("click", "json", "yaml", "numpy", "random"):
