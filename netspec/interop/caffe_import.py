@@ -109,6 +109,16 @@ def _plain_type(tp):
     return args[0] if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1 else tp
 
 
+def _expect(message: Message, fields, nested: bool, where: str) -> None:
+    """ConfigError unless each of ``fields`` present in ``message`` holds messages (``nested``) or plain values
+    only, as the field's type says (``layer: 5`` or ``type {}`` are no Caffe)."""
+    for name in fields:
+        for value in message.get(name, []):
+            if isinstance(value, Message) != nested:
+                raise ConfigError(f"{where}{name} (line {message.lines[name]}): expected "
+                                  + ("a message {...}, found a value" if nested else "a value, found a message {...}"))
+
+
 def convert_message(message: Message, cls, where: str, report: ImportReport, paths: CaffePaths | None = None) -> dict:
     """A Caffe message as the mapping netspec's ``cls`` block reads; unknown fields go to the report.
 
@@ -122,6 +132,7 @@ def convert_message(message: Message, cls, where: str, report: ImportReport, pat
             continue
         tp = _plain_type(hints[name])
         item = typing.get_args(tp)[0] if typing.get_origin(tp) is list else tp
+        _expect(message, [name], dataclasses.is_dataclass(item), f"{where}.")
         if dataclasses.is_dataclass(item):
             converted = [convert_message(v, item, f"{where}.{name}", report, paths) if isinstance(v, Message) else v
                          for v in values]
@@ -135,6 +146,9 @@ def convert_message(message: Message, cls, where: str, report: ImportReport, pat
 
 def _layer(message: Message, index: int, v1: bool, schemas: dict, report: ImportReport,
            paths: CaffePaths | None) -> dict:
+    _expect(message, ("name", "type", "bottom", "top", "loss_weight", "propagate_down", *V1_PARAM_FIELDS), False,
+            f"layer {index}: ")
+    _expect(message, ("param", "include", "exclude"), True, f"layer {index}: ")
     name = message.one("name", f"layer{index}")
     kind = message.one("type", "")
     if v1:
@@ -165,6 +179,7 @@ def _layer(message: Message, index: int, v1: bool, schemas: dict, report: Import
         if key in LAYER_FIELDS or (v1 and key in V1_PARAM_FIELDS):
             continue
         if key in schemas[kind]:
+            _expect(message, [key], True, where)
             layer[key] = convert_message(values[-1], schemas[kind][key], f"{where}{key}", report, paths)
         else:
             report.dropped.append(f"{where}{key}")
@@ -187,6 +202,8 @@ def _input_layers(net: Message) -> list[dict]:
     if not names:
         return []
     if net.get("input_shape"):
+        for shape in net["input_shape"]:
+            _expect(shape, ["dim"], False, "net: input_shape.")
         shapes = [list(shape.get("dim", [])) for shape in net["input_shape"]]
     else:
         dims = list(net.get("input_dim", []))
@@ -204,6 +221,8 @@ def import_net(net: Message, paths: CaffePaths | None = None) -> tuple[dict, Imp
     """A parsed NetParameter as a netspec net (plain data), and the report; ``paths`` rewrites file paths."""
     report = ImportReport()
     schemas = layer_schemas()
+    _expect(net, ("name", "input", "input_dim", "force_backward"), False, "net: ")
+    _expect(net, ("layer", "layers", "input_shape", "state"), True, "net: ")
     for key in net:
         if key not in ("name", "input", "input_dim", "input_shape", "layer", "layers", "force_backward", "state"):
             report.dropped.append(f"net: {key}")

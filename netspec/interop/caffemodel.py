@@ -12,7 +12,6 @@ V1 ``layers`` entries (field 2).  Field numbers follow caffe.proto:
 from __future__ import annotations
 
 import math
-import struct
 
 import numpy
 
@@ -70,6 +69,17 @@ def _packed_ints(value, wire, where) -> list[int]:
     return out
 
 
+def _floats(number: int, wire: int, value, where: str) -> numpy.ndarray:
+    """The values of a BlobProto's ``data`` (field 5, float32) or ``double_data`` (8, float64): packed, or one
+    fixed-size value; any other wire type or a length that is no whole number of values is a DataError."""
+    size, name = (4, "data") if number == 5 else (8, "double_data")
+    fixed = FIXED32 if number == 5 else FIXED64
+    if (wire == LENGTH and len(value) % size == 0) or wire == fixed:
+        return numpy.frombuffer(value, f"<f{size}")
+    found = f"{len(value)} bytes" if wire == LENGTH else f"wire type {wire}"
+    raise DataError(f"{where}: its {name} field holds no {size}-byte floats ({found})")
+
+
 def read_blob(data: bytes, where: str) -> numpy.ndarray:
     """One BlobProto as an array of its shape (legacy num/channels/height/width when it has no shape)."""
     legacy, shape, floats, doubles = {}, None, [], []
@@ -78,12 +88,12 @@ def read_blob(data: bytes, where: str) -> numpy.ndarray:
             legacy[number] = value
         elif number == 7 and wire == LENGTH:
             shape = [d for n, w, v in fields(value, where) if n == 1 for d in _packed_ints(v, w, where)]
-        elif number == 5:
-            floats.append(numpy.frombuffer(value, "<f4") if wire == LENGTH else struct.unpack("<f", value))
-        elif number == 8:
-            doubles.append(numpy.frombuffer(value, "<f8") if wire == LENGTH else struct.unpack("<d", value))
+        elif number in (5, 8):
+            (floats if number == 5 else doubles).append(_floats(number, wire, value, where))
     values = numpy.concatenate([numpy.asarray(v, dtype=numpy.float64) for v in (floats or doubles)]) \
         if (floats or doubles) else numpy.zeros(0)
+    if not numpy.isfinite(values).all():
+        raise DataError(f"{where}: holds NaN or infinite values")
     if shape is None:
         shape = [legacy.get(i, 1) for i in (1, 2, 3, 4)] if legacy else [values.size]
     if math.prod(shape) != values.size or any(d >= 1 << 31 for d in shape):

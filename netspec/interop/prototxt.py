@@ -44,7 +44,8 @@ class Message(dict):
         return values[-1] if values else default
 
 
-def _unescape(text: str) -> bytes:
+def _unescape(text: str, fail) -> bytes:
+    """The bytes a quoted string stands for; ``fail(message)`` on a broken escape."""
     body, out, i = text[1:-1], bytearray(), 0
     while i < len(body):
         char = body[i]
@@ -61,7 +62,9 @@ def _unescape(text: str) -> bytes:
             out.append(int(digits, 8) & 0xFF)
             i += 1 + len(digits)
         elif following in "xX":
-            digits = re.match(r"[0-9a-fA-F]{1,2}", body[i + 2:]).group()
+            digits = re.match(r"[0-9a-fA-F]{0,2}", body[i + 2:]).group()
+            if not digits:
+                fail(f"'\\{following}' with no hexadecimal digit after it in {shown(text)}")
             out.append(int(digits, 16))
             i += 2 + len(digits)
         else:
@@ -70,13 +73,24 @@ def _unescape(text: str) -> bytes:
     return bytes(out)
 
 
-def _number(text: str):
+MAX_DIGITS = 40  # of a number: protobuf's are 64-bit integers and doubles (and 1e308 is written in a few)
+
+
+def _number(text: str, fail):
+    """The value of a number token; ``fail(message)`` when it has more digits than any protobuf field holds."""
     lowered = text.lower()
-    if lowered.lstrip("+-") in ("inf", "infinity", "nan"):
-        return float(lowered.replace("infinity", "inf"))
     if "x" in lowered:
+        digits = lowered.lstrip("+-")[2:]
+        if len(digits) > 16:
+            fail(f"{shown(text)} does not fit in 64 bits")
         return int(lowered, 16)
-    lowered = lowered.rstrip("f")  # C-style float suffix
+    special = ("inf", "infinity", "nan")
+    if lowered.lstrip("+-") not in special:
+        lowered = lowered.removesuffix("f")  # C-style float suffix (nanf, inff, 1.5f)
+    if lowered.lstrip("+-") in special:
+        return float(lowered.replace("infinity", "inf"))
+    if sum(c.isdigit() for c in lowered) > MAX_DIGITS:
+        fail(f"{shown(text)} has more digits than any number a protobuf field holds")
     return float(lowered) if any(c in lowered for c in ".e") else int(lowered)
 
 
@@ -164,13 +178,17 @@ class _Parser:
 
     def scalar(self):
         kind, value, line, column = self.take()
+
+        def fail(message: str):
+            self.fail(line, column, message)
+
         if kind == "string":
-            data = _unescape(value)
+            data = _unescape(value, fail)
             while self.peek()[0] == "string":  # adjacent strings concatenate
-                data += _unescape(self.take()[1])
+                data += _unescape(self.take()[1], fail)
             return data.decode("utf-8", errors="replace")
         if kind == "number":
-            return _number(value)
+            return _number(value, fail)
         if kind == "name":
             return {"true": True, "false": False, "True": True, "False": False}.get(value, value)
         self.fail(line, column, f"expected a value, found {shown(value)}" if value

@@ -331,7 +331,21 @@ def test_layer_names_that_cannot_be_stored_are_refused_when_the_net_is_read(tmp_
 @pytest.mark.parametrize("text, expected", [
     ("layer " + "{ a " * 500 + "}" * 500, "messages nested deeper than 100 levels"),
     ('name: "caf\xe9"'.encode("latin-1"), "not a text file (byte 10 is not UTF-8)"),
-], ids=["deep messages", "latin-1"])
+    ('name: "\\x"\n', "net.prototxt:1:7: '\\x' with no hexadecimal digit after it"),
+    ('name: "\\xZZ"\n', "net.prototxt:1:7: '\\x' with no hexadecimal digit after it"),
+    ('layer { name: "d" type: "Dropout" dropout_param { dropout_ratio: nanf } }', "expected a finite number, got nan"),
+    ('layer { name: "d" type: "Dropout" dropout_param { dropout_ratio: inff } }', "expected a finite number, got inf"),
+    ('layer { name: "i" type: "Input" input_param { shape { dim: ' + "9" * 5000 + " } } }",
+     "has more digits than any number a protobuf field holds"),
+    ("layer: 5", "net: layer (line 1): expected a message {...}, found a value"),
+    ("name {}", "net: name (line 1): expected a value, found a message {...}"),
+    ('layer { name: "a" type {} }', "layer 0: type (line 1): expected a value, found a message {...}"),
+    ('layer { name: "d" type: "Dropout" dropout_param { dropout_ratio { } } }',
+     "layer 'd': dropout_param.dropout_ratio (line 1): expected a value, found a message {...}"),
+    ('layer { name: "d" type: "Dropout" dropout_param: 3 }',
+     "layer 'd': dropout_param (line 1): expected a message {...}, found a value"),
+], ids=["deep messages", "latin-1", "bare \\x", "\\x without hex digits", "nanf", "inff", "5000 digits", "layer: 5",
+        "name {}", "type {}", "a block's value as a message", "a block as a value"])
 def test_hostile_prototxt_is_refused(tmp_path, text, expected):
     path = tmp_path / "net.prototxt"
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
@@ -369,6 +383,14 @@ def test_hostile_caffemodels_are_refused(tmp_path):
     model.write_bytes(caffemodel("other", [2, 4], 8))
     assert "no layer of the file has the name of a layer of net 'n'" in refuses(
         "import", "caffemodel", prototxt, model, "-o", tmp_path / "w.h5")
+    shape = message(7, message(1, varint(2) + varint(4)))
+    for data, expected in [(varint(5 << 3) + varint(7), "its data field holds no 4-byte floats (wire type 0)"),
+                           (message(5, bytes(30)), "its data field holds no 4-byte floats (30 bytes)"),
+                           (varint(8 << 3 | 5) + bytes(4), "its double_data field holds no 8-byte floats (wire type 5)"),
+                           (message(5, np.full(8, np.nan, dtype="<f4").tobytes()), "holds NaN or infinite values")]:
+        model.write_bytes(message(100, message(1, b"ip") + message(7, shape + data)))
+        assert f"layer 'ip' blob 0: {expected}" in refuses("import", "caffemodel", prototxt, model, "-o",
+                                                           tmp_path / "w.h5")
     assert not (tmp_path / "w.h5").exists()
 
 
