@@ -19,6 +19,16 @@ from netspec.errors import ConfigError, ParamError, Problem, ShapeError, did_you
 from netspec.graph.graph import Graph, Node
 from netspec.spec.net_spec import LayerSpec, NetSpec, NetState, ParamSpec
 
+MAX_DIMENSION = 2 ** 31 - 1  # of a blob's axis (Caffe's int)
+MAX_VALUES = 2 ** 47  # in one blob: 512 TiB of float32, more than any machine holds
+TOO_LARGE = (f"(more than any machine holds: an axis of at most {MAX_DIMENSION:,}, at most 2^47 values); check the "
+             "layer's parameters")
+
+
+def _oversized(shape) -> bool:
+    """Whether a blob of ``shape`` is beyond MAX_DIMENSION or MAX_VALUES (exact integers: no overflow)."""
+    return any(d > MAX_DIMENSION for d in shape) or math.prod(shape) > MAX_VALUES
+
 
 @dataclass
 class _Version:
@@ -235,10 +245,18 @@ class _Compiler:
             except (ShapeError, ParamError) as exc:
                 self.fail(node.spec, str(exc), exc.key)
                 continue
+            oversized = [f"learnable blob {i} {list(shape)}" for i, shape in enumerate(node.param_shapes or [])
+                         if _oversized(shape)]
+            if oversized:
+                self.fail(node.spec, f"{oversized[0]} {TOO_LARGE}", "param")
+                continue
             for v, shape in zip(self.top_versions[index], node.top_shapes):
                 if any(d < 0 for d in shape):
                     self.fail(node.spec, f"top '{self.versions[v].name}' would have the impossible "
                                          f"shape {shape}", "top")
+                    break
+                if _oversized(shape):
+                    self.fail(node.spec, f"top '{self.versions[v].name}' would be {list(shape)} {TOO_LARGE}", "top")
                     break
                 shapes[v] = shape
                 blob_shapes[self.versions[v].name] = shape

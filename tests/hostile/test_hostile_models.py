@@ -327,6 +327,25 @@ def test_layer_names_that_cannot_be_stored_are_refused_when_the_net_is_read(tmp_
     assert len(message) < 500
 
 
+@pytest.mark.parametrize("layer, expected", [
+    ("{name: conv, type: Convolution, bottom: data, top: c, convolution_param: {num_output: 2, kernel_size: 3, "
+     "pad: 4611686018427387904}}", "top 'c' would be "),
+    ("{name: big, type: Input, top: big, input_param: {shape: {dim: [4294967296, 4294967296, 3]}}}",
+     "top 'big' would be [4294967296, 4294967296, 3]"),
+    ("{name: tile, type: Tile, bottom: data, top: t, tile_param: {tiles: 4611686018427387904}}",
+     "top 't' would be "),
+    ("{name: ip, type: InnerProduct, bottom: data, top: ip, inner_product_param: {num_output: 1099511627776}}",
+     "learnable blob 0 [1099511627776, 192]"),
+], ids=["pad 2^62", "dims of 2^32", "tiles 2^62", "2^40 outputs"])
+@pytest.mark.parametrize("command", ["check", "time"])
+def test_shapes_beyond_any_machine_are_refused_before_any_array(tmp_path, layer, expected, command):
+    net = tmp_path / "net.yaml"
+    net.write_text("layers:\n  - {name: data, type: Input, top: data, input_param: {shape: {dim: [1, 3, 8, 8]}}}\n"
+                   f"  - {layer}\n")
+    message = refuses(command, net)
+    assert expected in message and "more than any machine holds" in message and message.startswith(f"error: {net}:")
+
+
 # ---- Caffe files -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("text, expected", [
     ("layer " + "{ a " * 500 + "}" * 500, "messages nested deeper than 100 levels"),
