@@ -116,6 +116,8 @@ def test_a_float_dataset_and_a_damaged_one_are_shown(tmp_path):
     assert Image.open(io.BytesIO(record.content)).mode == "L"
     assert dashboard.get("/api/datasets/record.png", params={"path": "floats", "index": 4}).status_code == 404
     assert dashboard.get("/api/datasets/record.png", params={"path": "floats", "index": "-1"}).status_code == 400
+    huge = dashboard.get("/api/datasets/record.png", params={"path": "floats", "index": "9" * 5000})
+    assert huge.status_code == 400 and "is not a record number" in huge.text
     broken = dashboard.get("/dataset", params={"path": "bad"})
     assert broken.status_code == 400 and "cannot read the manifest" in broken.text
     assert dashboard.get("/dataset", params={"path": "../x"}).status_code == 403

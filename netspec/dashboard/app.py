@@ -195,7 +195,7 @@ def create_app(root: str, token: str, token_required: bool, zoo: str | None = No
         _, dataset = dataset_of(request)
         index = request.query_params.get("index", "")
         try:
-            if not (index.isascii() and index.isdigit()):
+            if not (index.isascii() and index.isdigit() and len(index) <= 18):  # (int() of 5000 digits fails)
                 raise RefusedPathError(f"index: {index!r} is not a record number", 400)
             return Response(record_png(dataset, int(index)), media_type="image/png",
                             headers={"cache-control": "max-age=60"})

@@ -224,7 +224,7 @@ _MANIFEST_FIELDS = {  # key: (what it must be, its test)
     "source_sha256": ("a string", lambda value: isinstance(value, str)),
     "label_names": ("a list of strings", lambda value: value is None or _strings(value)),
     "label_counts": ("a map of labels to counts", lambda value: isinstance(value, dict) and all(
-        re.fullmatch(r"-?[0-9]+", label) and _positive(count) for label, count in value.items())),
+        re.fullmatch(r"-?[0-9]{1,18}", label) and _positive(count) for label, count in value.items())),
 }
 
 

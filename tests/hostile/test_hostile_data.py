@@ -257,6 +257,7 @@ def test_labels_that_disagree_with_the_manifest_are_found_by_the_full_check(hdf5
     (lambda m: m.update(shapes=[[3, 8]]), "'shapes' must be a list of record shapes [C, H, W], not [[3, 8]]"),
     (lambda m: m.update(shapes=[[3, 1 << 20, 1 << 20]]), "'shapes' must be a list of record shapes [C, H, W]"),
     (lambda m: m.update(label_counts={"x": 1}), "'label_counts' must be a map of labels to counts"),
+    (lambda m: m.update(label_counts={"9" * 5000: 1}), "'label_counts' must be a map of labels to counts"),
 ])
 def test_a_manifest_with_bad_fields_is_named(lmdb_set, tmp_path, change, message):
     manifest = json.loads((lmdb_set / "manifest.json").read_text())
