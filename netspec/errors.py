@@ -126,6 +126,12 @@ def shown_name(name) -> str:
     return shown(str(name))[1:-1]
 
 
+def printable(text: str) -> str:
+    """``text`` safe to print on a terminal: control characters (escape sequences that clear the screen, write the
+    clipboard or retitle the window) shown escaped, as ``\x1b``; newlines and tabs kept."""
+    return "".join(char if char.isprintable() or char in "\n\t" else repr(char)[1:-1] for char in text)
+
+
 def did_you_mean(word: str, candidates) -> str:
     """A ``"; did you mean 'x'?"`` suffix for the closest candidate, or '' (always for words over 100 characters)."""
     if len(str(word)) > 100:

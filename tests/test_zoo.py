@@ -25,7 +25,7 @@ from netspec.model_zoo.builtin import builtin_cards
 from netspec.model_zoo.card import parse_card
 from netspec.model_zoo.predict import transformer
 from netspec.model_zoo.publish import PublishRequest, publish
-from netspec.model_zoo.zoo import Zoo, ZooError
+from netspec.model_zoo.zoo import Zoo, ZooError, version_key
 
 ROOT = Path(__file__).parent.parent
 DEPLOY = ROOT / "configs" / "digits" / "digits_deploy.yaml"
@@ -436,3 +436,8 @@ layers:
     assert (card.input.channels, card.input.label_names, card.input.scale) == ("BGR", ["ant", "bee", "cow"], 0.004)
     assert card.provenance.iterations == 2
     assert "type: Softmax" in (zoo / "models" / "bgr" / "1" / "deploy.yaml").read_text()
+
+
+def test_versions_compare_as_version_numbers():
+    versions = ["v12", "1.10", "v9", "10", "1.2", "2", "9" * 5000, "1.0"]
+    assert sorted(versions, key=version_key) == ["1.0", "1.2", "1.10", "2", "10", "9" * 5000, "v9", "v12"]

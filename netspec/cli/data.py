@@ -9,6 +9,7 @@ import click
 
 from netspec.cli.errors import user_errors
 from netspec.cli.options import Integer, Real
+from netspec.cli.output import echo
 from netspec.cli.progress import progress_bar
 from netspec.data.dataset import Dataset, read_manifest
 from netspec.tools.arrays import convert_arrays
@@ -121,7 +122,7 @@ def convert_imageset_command(paths, backend, resize, gray, shuffle, seed, encode
     report = convert_imageset(root, out, list_file, labels_file, options,
                               progress_factory=lambda total: progress_bar(total, "converting"))
     for problem in report.skipped:
-        click.echo(f"skipped {problem}", err=True)
+        echo(f"skipped {problem}", err=True)
     for path, count in report.written.items():
         click.echo(f"wrote {count} records to {path}")
     if report.skipped:
@@ -190,7 +191,7 @@ def data_inspect_command(dataset, grid, out, net_file, seed, verify):
             with progress_bar(opened.count, "verifying") as advance:
                 verify_in_child(opened, advance)
         for line in describe(opened):
-            click.echo(line)
+            echo(line)
         if verify:
             click.echo(f"  verified: all {opened.count} records read, decode and match the manifest")
         if params is not None:

@@ -9,7 +9,7 @@ import traceback
 
 import click
 
-from netspec.errors import ConfigError, NetspecError
+from netspec.errors import ConfigError, NetspecError, printable
 
 
 def user_errors(command):
@@ -29,7 +29,7 @@ def report_error(exc: NetspecError, prefix: str = "error: ") -> None:
     """Print a user error on stderr, one line per problem."""
     problems = exc.problems if isinstance(exc, ConfigError) else [exc]
     for problem in problems:
-        click.echo(f"{prefix}{problem}", err=True)
+        click.echo(f"{prefix}{printable(str(problem))}", err=True)
     if len(problems) > 1:
         click.echo(f"{len(problems)} errors", err=True)
 

@@ -6,6 +6,7 @@ import click
 
 from netspec.cli.errors import user_errors
 from netspec.cli.options import Integer, level_option, python_layers_option, stage_option
+from netspec.cli.output import echo
 from netspec.engine.net import load_net
 from netspec.engine.outputs import OutputFolder
 from netspec.interop.caffe_files import import_caffemodel_file, import_net_file, import_solver_file
@@ -53,9 +54,9 @@ caffe_root_option = click.option("--caffe-root", type=click.Path(file_okay=False
 def echo_report(report) -> None:
     """The fields an import dropped, and its notes."""
     for item in report.dropped:
-        click.echo(f"dropped (no netspec equivalent): {item}")
+        echo(f"dropped (no netspec equivalent): {item}")
     for note in report.notes:
-        click.echo(f"note: {note}")
+        echo(f"note: {note}")
 
 
 @import_group.command("caffe")
@@ -81,9 +82,9 @@ def import_caffemodel(net_file, caffemodel, out):
     net, missing, unused = import_caffemodel_file(net_file, caffemodel, out)
     click.echo(f"wrote {out}: {len(net.owned_params()) - len(missing)} layer(s) of weights")
     if missing:
-        click.echo(f"not in the caffemodel (keep their fillers): {', '.join(missing)}")
+        echo(f"not in the caffemodel (keep their fillers): {', '.join(missing)}")
     if unused:
-        click.echo(f"in the caffemodel but not the net: {', '.join(unused)}")
+        echo(f"in the caffemodel but not the net: {', '.join(unused)}")
 
 
 @import_group.command("caffe-solver")

@@ -19,6 +19,7 @@ from netspec.cli.options import (
     side_effects_option,
     threads_option,
 )
+from netspec.cli.output import echo
 from netspec.cli.progress import progress_bar
 from netspec.errors import NetspecError
 from netspec.inspect.report import format_table
@@ -89,7 +90,7 @@ def zoo_publish(name, version, net_file, weights, run_dir, labels_file, license_
     target = Zoo(zoo_dir)
     card = publish(request, target)
     metrics = ", ".join(f"{k} {v:.4g}" for k, v in card.metrics.items())
-    click.echo(f"published {card.ref} to {target.folder(card.name, card.version)}"
+    echo(f"published {card.ref} to {target.folder(card.name, card.version)}"
                + (f" ({metrics})" if metrics else ""))
 
 
@@ -103,17 +104,17 @@ def zoo_list(zoo_dir, source, builtin):
     """List the models of a zoo, each with its versions."""
     if builtin:
         rows = [[c.name, "x".join(map(str, c.input.shape)), c.net, c.summary] for c in builtin_cards()]
-        click.echo(format_table(["name", "input", "net (config only)", "summary"], rows))
+        echo(format_table(["name", "input", "net (config only)", "summary"], rows))
         return
     index, where, notes = read_index(zoo_dir, source)
     if index["models"]:
         rows = [[name, ", ".join(entry["versions"]), entry.get("task", ""), entry.get("summary", "")]
                 for name, entry in index["models"].items()]
-        click.echo(format_table(["name", "versions", "task", "summary"], rows))
+        echo(format_table(["name", "versions", "task", "summary"], rows))
     else:
-        click.echo(f"{where}: no models")
+        echo(f"{where}: no models")
     for note in notes:
-        click.echo(f"note: {note}")
+        echo(f"note: {note}")
 
 
 @zoo.command("show")
@@ -122,7 +123,7 @@ def zoo_list(zoo_dir, source, builtin):
 @user_errors
 def zoo_show(ref, zoo_dir):
     """Print the card of a model (its README)."""
-    click.echo(readme(Zoo(zoo_dir).card(ref)), nl=False)
+    echo(readme(Zoo(zoo_dir).card(ref)), nl=False)
 
 
 @zoo.command("verify")
@@ -135,7 +136,7 @@ def zoo_verify(ref, zoo_dir):
     problems = local.verify(ref)
     if problems:
         raise ZooError(f"{len(problems)} problem(s): " + "; ".join(problems))
-    click.echo(f"{ref or 'every model'} in {local.root}: every file matches its card")
+    echo(f"{ref or 'every model'} in {local.root}: every file matches its card")
 
 
 @zoo.command("remove")
@@ -145,7 +146,7 @@ def zoo_verify(ref, zoo_dir):
 def zoo_remove(ref, zoo_dir):
     """Delete one version of a model, or all its versions."""
     for removed in Zoo(zoo_dir).remove(ref):
-        click.echo(f"removed {removed}")
+        echo(f"removed {removed}")
 
 
 @zoo.command("serve")
@@ -164,7 +165,7 @@ def zoo_serve(zoo_dir, host, port, verbose, idle_timeout):
         server = make_server(local.root, host, port, verbose, idle_timeout)
     except OSError as exc:
         raise NetspecError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    click.echo(f"serving {local.root} at http://{host}:{server.server_address[1]}/ (Ctrl-C stops)")
+    echo(f"serving {local.root} at http://{host}:{server.server_address[1]}/ (Ctrl-C stops)")
     sys.stdout.flush()
     try:
         server.serve_forever()
@@ -227,9 +228,9 @@ def zoo_finetune(model, dataset, run_dir, zoo_dir):
     of train/ and val/ datasets) and print the netspec train command that runs it."""
     prepared = prepare_finetune(model, dataset, run_dir, zoo_dir)
     for note in prepared.notes:
-        click.echo(f"note: {note}")
-    click.echo(f"prepared {prepared.solver}; train with:")
-    click.echo(shlex.join(prepared.command))
+        echo(f"note: {note}")
+    echo(f"prepared {prepared.solver}; train with:")
+    echo(shlex.join(prepared.command))
 
 
 def download_progress(total: int | None):
@@ -240,7 +241,7 @@ def download_progress(total: int | None):
 def echo_installed(card, local: Zoo) -> None:
     """The line saying a downloaded or imported model is installed."""
     size = sum(f.size for f in card.files)
-    click.echo(f"installed {card.ref} ({len(card.files)} files, {size} bytes, all verified) in "
+    echo(f"installed {card.ref} ({len(card.files)} files, {size} bytes, all verified) in "
                f"{local.folder(card.name, card.version)}")
 
 
@@ -264,7 +265,7 @@ def predict(model, inputs, top_k, as_json, device, allow_side_effects, outputs_a
     folder = model_folder(model, zoo_dir)
     prepared, adjustments = read_inputs(list(inputs), read_card(folder))
     if adjustments:
-        click.echo(str(adjustments), err=True)
+        echo(str(adjustments), err=True)
     loaded = load(folder, device=device, batch_size=min(len(prepared), 64), allow_side_effects=allow_side_effects,
                   outputs_anywhere=outputs_anywhere, allow_missing_weights=allow_missing_weights,
                   allow_python_layers=allow_python_layers)
@@ -277,4 +278,4 @@ def predict(model, inputs, top_k, as_json, device, allow_side_effects, outputs_a
         return
     for result in results:
         best = ", ".join(f"{p['name']} {p['probability']:.4f}" for p in result["predictions"])
-        click.echo(f"{result['input']}: {best}")
+        echo(f"{result['input']}: {best}")

@@ -24,6 +24,7 @@ import h5py
 import pytest
 from hostile import files_under, refuses, run
 
+import netspec
 from netspec.engine.weights import FORMAT
 from netspec.model_zoo.serve import make_server
 
@@ -278,3 +279,19 @@ def test_download_from_python_needs_no_progress_display(tmp_path):
 
     card = download("tiny", [open_source(str(make_zoo(tmp_path / "source")), 5)], Zoo(str(tmp_path / "zoo")))
     assert card.ref == "tiny@1" and (tmp_path / "zoo" / "models" / "tiny" / "1" / "weights.h5").read_bytes() == WEIGHTS
+
+
+def test_a_models_words_reach_the_terminal_without_control_characters(tmp_path):
+    deploy = Path(__file__).parent.parent.parent / "configs" / "digits" / "digits_deploy.yaml"
+    weights = tmp_path / "w.h5"
+    netspec.load_net(str(deploy), seed=1).save_weights(weights)
+    labels = tmp_path / "labels.txt"
+    labels.write_text("\n".join(["\x1b[31mred"] + [str(digit) for digit in range(1, 10)]) + "\n")
+    evil = "digits \x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J"  # writes the clipboard, clears the screen
+    published = run("zoo", "publish", "--name", "evil", "--net", deploy, "--weights", weights, "--summary", evil,
+                    "--labels", labels, "--zoo", tmp_path / "zoo")
+    assert published.returncode == 0, published.stderr
+    for command in (("zoo", "list", "--zoo", tmp_path / "zoo"), ("zoo", "show", "evil", "--zoo", tmp_path / "zoo")):
+        result = run(*command)
+        assert result.returncode == 0 and "\x1b" not in result.stdout + result.stderr, command
+        assert "\\x1b]52;c;cm0gLXJmIH4=\\x07" in result.stdout
