@@ -15,6 +15,7 @@ import math
 
 import numpy
 
+from netspec.data.files import regular_file
 from netspec.errors import DataError
 
 VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5
@@ -104,6 +105,7 @@ def read_blob(data: bytes, where: str) -> numpy.ndarray:
 
 def read_caffemodel(path: str) -> dict[str, list[numpy.ndarray]]:
     """``{layer name: [blob arrays]}`` for every layer of a .caffemodel that has blobs."""
+    regular_file(path)  # (a FIFO would be waited on forever)
     try:
         with open(path, "rb") as handle:
             data = handle.read()

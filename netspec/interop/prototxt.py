@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+from netspec.data.files import regular_file
 from netspec.errors import DataError, shown
 
 TOKEN = re.compile(r"""
@@ -202,6 +203,7 @@ def parse_prototxt(text: str, where: str = "<string>") -> Message:
 
 def read_prototxt(path: str) -> Message:
     """Parse the text-format file at ``path``."""
+    regular_file(path)  # (a FIFO would be waited on forever)
     try:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()

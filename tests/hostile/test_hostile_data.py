@@ -426,3 +426,20 @@ def test_a_full_disk_is_called_full(tmp_path, monkeypatch):
     with pytest.raises(DataError, match=f"^{re.escape(str(tmp_path))}/ds: cannot write: the disk is full$"):
         convert_imageset(str(images), str(tmp_path / "ds"))
     assert sorted(os.listdir(tmp_path)) == ["images"]
+
+
+@pytest.mark.parametrize("command, make", [
+    (("check", "net.yaml"), lambda folder: (folder / "net.yaml").write_text(
+        "layers:\n  - {name: d, type: HDF5Data, top: [data], hdf5_data_param: {source: fifo, batch_size: 2}}\n")),
+    (("check", "net.yaml"), lambda folder: (folder / "net.yaml").write_text(
+        "layers:\n  - {name: d, type: ImageData, top: [data, label], image_data_param: {source: fifo, "
+        "batch_size: 2}}\n")),
+    (("import", "caffe", "fifo", "-o", "net.yaml"), lambda folder: None),
+    (("import", "caffemodel", "net.prototxt", "fifo", "-o", "w.h5"), lambda folder: (folder / "net.prototxt").write_text(
+        'layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 4 } } }\n')),
+], ids=["HDF5 list", "image list", "prototxt", "caffemodel"])
+def test_a_fifo_named_as_a_source_is_refused_at_once(tmp_path, command, make):
+    os.mkfifo(tmp_path / "fifo")  # nobody writes to it: reading it would wait forever
+    make(tmp_path)
+    line = refuses(*command, cwd=tmp_path, timeout=30)
+    assert "fifo: not a regular file" in line, line
