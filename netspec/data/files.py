@@ -24,12 +24,13 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
-def regular_file(path: str, limit: int | None = None) -> int:
-    """The size of ``path``; DataError naming it unless it is a regular file of at most ``limit`` bytes."""
+def regular_file(path: str, limit: int | None = None, what: str = "") -> int:
+    """The size of ``path``; DataError naming it (and ``what`` it is, when given) unless it is a regular file of
+    at most ``limit`` bytes."""
     try:
         info = os.stat(path)
     except OSError as exc:
-        raise DataError(f"{path}: cannot read: {exc.strerror}") from None
+        raise DataError(f"{path}: cannot read{f' {what}' if what else ''}: {exc.strerror}") from None
     if not stat.S_ISREG(info.st_mode):
         raise DataError(f"{path}: not a regular file")
     if limit is not None and info.st_size > limit:

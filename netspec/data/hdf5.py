@@ -32,7 +32,7 @@ def read_file_list(source: str) -> list[str]:
     """
     if source.lower().endswith(HDF5_EXTENSIONS):
         return [source]
-    regular_file(source)  # (a FIFO would be waited on forever)
+    regular_file(source, what="the HDF5 file list")  # (a FIFO would be waited on forever)
     try:
         with open(source, encoding="utf-8") as handle:
             lines = [line.split("#", 1)[0].strip() for line in handle]

@@ -94,7 +94,7 @@ def inside_root(root: str, relative: str, where: str) -> str:
 
 def read_list_file(root: str, list_file: str) -> list[tuple[str, int]]:
     """``(path, label)`` from Caffe's list file of ``relative/path label`` lines."""
-    regular_file(list_file)  # (a FIFO would be waited on forever)
+    regular_file(list_file, what="the list file")  # (a FIFO would be waited on forever)
     try:
         with open(list_file, encoding="utf-8") as handle:
             lines = handle.read().splitlines()
