@@ -22,6 +22,7 @@ from starlette.testclient import TestClient
 from test_cli import run
 
 from netspec.dashboard import app as dashboard_app
+from netspec.dashboard import metrics
 from netspec.dashboard import runs as dashboard_runs
 from netspec.dashboard.app import create_app, tail
 from netspec.dashboard.metrics import Position
@@ -135,6 +136,32 @@ def test_a_damaged_metrics_line_is_skipped_and_named(workspace):
     assert "done: metrics.jsonl line 21 skipped: not a JSON line" in page
     assert "done: metrics.jsonl line 22 skipped: not a training event" in page
     assert dashboard.get("/api/runs").json()[0]["iter"] == 170
+
+
+def test_a_line_longer_than_any_event_is_read_once_and_named(workspace, monkeypatch):
+    with open(workspace / "done" / "metrics.jsonl", "a") as handle:
+        handle.write("x" * (3 * metrics.MAX_LINE))  # unterminated: a writer gone mad, or a hostile file
+    reads = []
+    original = metrics._complete_lines
+    monkeypatch.setattr(metrics, "_complete_lines", lambda *args: reads.append(1) or original(*args))
+    monkeypatch.setattr(metrics, "MAX_READ", 2 * metrics.MAX_LINE)
+    dashboard = client(workspace)
+    for _ in range(3):
+        data = dashboard.get("/api/runs/metrics", params={"run": "done"}).json()
+        assert data["damaged"] == [{"line": 21, "reason": f"a line of over {metrics.MAX_LINE:,} bytes, longer than "
+                                                          "any event"}]
+        assert data["events"][-1]["iter"] == 150
+    assert len(reads) <= 3 + 3  # read through once (in MAX_READ pieces), then only what follows the position
+    with open(workspace / "done" / "metrics.jsonl", "a") as handle:
+        handle.write("\n" + json.dumps(event(170, smoothed_loss=0.01)) + "\n")
+    assert dashboard.get("/api/runs/metrics", params={"run": "done"}).json()["events"][-1]["iter"] == 170
+
+
+def test_a_fifo_for_metrics_is_never_waited_on(workspace):
+    os.remove(workspace / "killed" / "metrics.jsonl")
+    os.mkfifo(workspace / "killed" / "metrics.jsonl")
+    rows = {row["run"]: row for row in client(workspace).get("/api/runs").json()}
+    assert rows["done"]["iter"] == 150
 
 
 def test_non_finite_values_reach_the_page_as_gaps(workspace):

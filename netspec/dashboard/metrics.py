@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ from dataclasses import dataclass, field
 from netspec.training.run_folder import event_outputs
 
 CACHED_FILES = 64  # events of this many metrics files are kept between requests
+MAX_LINE = 1 << 20  # bytes of a line: an event is a few hundred
+MAX_READ = 16 << 20  # bytes read from a file at a time (the rest waits for the next request)
 TEST_MARK = b'"TEST"'  # every test event's line holds it (write_event's "phase": "TEST")
 MINIMISED = ("loss", "error")  # a test output whose name holds one of these is best when lowest
 
@@ -67,6 +70,8 @@ def number(value):
 
 def parse_event(line: bytes) -> dict | str:
     """The event of one metrics.jsonl line (outputs as numbers or None), or why the line is none."""
+    if len(line) > MAX_LINE:
+        return f"a line of over {MAX_LINE:,} bytes, longer than any event"
     try:
         event = json.loads(line)
     except ValueError as exc:
@@ -90,11 +95,24 @@ def current(path: str, position: Position) -> Position | None:
 
 
 def _complete_lines(path: str, position: Position) -> tuple[list[bytes], Position]:
-    """The complete lines after ``position`` and the position after them (a line being written waits)."""
-    with open(path, "rb") as handle:
+    """The complete lines after ``position`` (at most MAX_READ bytes of them) and the position after them.
+
+    A line being written waits for its end; one that has run past MAX_LINE bytes without ending is no event
+    ``write_event`` writes, and is passed over as one damaged line, so it is never read again.  Anything but a
+    regular file (a FIFO) holds no lines.
+    """
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return [], position
+    with os.fdopen(descriptor, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return [], position
         handle.seek(position.offset)
-        data = handle.read()
+        data = handle.read(MAX_READ)
     end = data.rfind(b"\n") + 1
+    if not end and len(data) > MAX_LINE:
+        return [data], Position(position.inode, position.offset + len(data), position.line + 1)
     lines = data[:end].split(b"\n")[:-1]
     return lines, Position(position.inode, position.offset + end, position.line + len(lines))
 
@@ -178,11 +196,13 @@ class MetricsCache:
             position = current(path, position)
             if position is None:
                 position, parts, damaged = current(path, Position()) or Position(), [], []
-            if os.path.isfile(path):
+            while os.path.isfile(path):  # (MAX_READ bytes at a time, to the last complete line)
                 chunk = read_from(path, position)
                 if chunk.events:
                     parts = [*parts, ",".join(json.dumps(event, separators=(",", ":")) for event in chunk.events)]
-                damaged, position = damaged + chunk.damaged, chunk.position
+                damaged, read_to, position = damaged + chunk.damaged, position.offset, chunk.position
+                if position.offset == read_to:
+                    break
             self._events[path] = (position, parts, damaged)
             while len(self._events) > CACHED_FILES:
                 self._events.popitem(last=False)
@@ -197,7 +217,11 @@ class MetricsCache:
                 summary, position = Summary(), current(path, Position())
                 if position is None:
                     return summary
-            lines, summary.position = _complete_lines(path, position)
-            summary.add(lines)
+            while True:  # (MAX_READ bytes at a time, to the last complete line)
+                lines, summary.position = _complete_lines(path, position)
+                summary.add(lines)
+                if summary.position.offset == position.offset:
+                    break
+                position = summary.position
             self._summaries[path] = summary
             return summary
