@@ -31,7 +31,9 @@ from netspec.model_zoo.card import (
 )
 from netspec.model_zoo.predict import scores_blob
 from netspec.model_zoo.zoo import Zoo, ZooError, write_readme
+from netspec.spec.modules import net_yaml, render_net, uses_modules
 from netspec.spec.net_spec import NetState, parse_net
+from netspec.spec.yaml_lines import load_yaml, read_source
 from netspec.training import run_folder
 from netspec.version import __version__
 
@@ -152,11 +154,14 @@ def publish(request: PublishRequest, zoo: Zoo) -> ModelCard:
         raise ZooError(f"{net_label}: the input '{input_name}' {shape_problem}")
     staged = zoo.staging_folder(request.name)
     try:
-        if request.net:
+        text = None if request.net else deploy  # (the deploy net derived from the run)
+        if request.net and uses_modules(load_yaml(*read_source(request.net))):
+            text = net_yaml(render_net(request.net))  # (modules and includes expanded: it reads no other file)
+        if text is None:
             shutil.copyfile(request.net, os.path.join(staged, DEPLOY))
         else:
             with open(os.path.join(staged, DEPLOY), "w", encoding="utf-8") as handle:
-                handle.write(deploy)
+                handle.write(text)
         shutil.copyfile(weights, os.path.join(staged, WEIGHTS))
         card = _build_card(request, net, shape, sources, staged)
         with open(os.path.join(staged, CARD), "w", encoding="utf-8") as handle:

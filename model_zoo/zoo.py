@@ -19,7 +19,7 @@ import tempfile
 
 from netspec.atomic import atomic_path
 from netspec.engine.weights import open_weights
-from netspec.errors import ConfigError, NetspecError, WeightsError
+from netspec.errors import ConfigError, NetspecError, WeightsError, shown
 from netspec.model_zoo.card import (
     CARD,
     README,
@@ -30,6 +30,7 @@ from netspec.model_zoo.card import (
     read_card,
     readme,
 )
+from netspec.spec.yaml_lines import load_yaml, read_source
 
 INDEX = "index.json"
 INDEX_FORMAT = "netspec-zoo-1"
@@ -244,6 +245,31 @@ def verify_folder(folder: str) -> list[str]:
             problems.append(str(exc).replace(f"{folder}{os.sep}", ""))
     listed = {entry.path for entry in card.files} | {CARD, README}
     problems += [f"{name} is not listed in the card" for name in sorted(os.listdir(folder)) if name not in listed]
+    return problems + include_problems(folder, card)
+
+
+def include_problems(folder: str, card: ModelCard) -> list[str]:
+    """The ``include:`` entries of the model's nets (and of the files they include) that name anything but a file
+    the card lists: a model reads its own files alone, each checked against its sha256."""
+    listed = {entry.path for entry in card.files}
+    problems, seen = [], set()
+    pending = [name for name in (card.deploy_net, card.train_net) if name in listed]
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            tree = load_yaml(read_source(os.path.join(folder, name))[0], name)
+        except ConfigError:
+            continue  # (the net's own problems are named when it is read)
+        includes = tree.get("include", []) if isinstance(tree, dict) else []
+        for value in includes if isinstance(includes, list) else [includes]:
+            if value in listed:
+                pending.append(value)
+            else:
+                problems.append(f"{name} includes {shown(value)}, which is no file of the model (a model reads the "
+                                "files its card lists alone)")
     return problems
 
 

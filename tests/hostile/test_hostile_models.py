@@ -15,6 +15,7 @@ import pytest
 from hostile import files_under, refuses, run
 
 import netspec
+from netspec.model_zoo.card import card_yaml, read_card
 
 ROOT = Path(__file__).parent.parent.parent
 DEPLOY = ROOT / "configs" / "digits" / "digits_deploy.yaml"
@@ -52,6 +53,43 @@ def reseal(model: Path) -> None:
 
 def publish(tmp_path, net, weights, *extra):
     return run("zoo", "publish", "--name", "m", "--net", net, "--weights", weights, "--zoo", tmp_path / "zoo", *extra)
+
+
+def reseal_file(model: Path, name: str) -> None:
+    """Make a model's card match its changed file ``name``, as a hostile zoo would."""
+    card = read_card(str(model))
+    data = (model / name).read_bytes()
+    for entry in card.files:
+        if entry.path == name:
+            entry.size, entry.sha256 = len(data), hashlib.sha256(data).hexdigest()
+    (model / "model.yaml").write_text(card_yaml(card))
+
+
+def test_an_include_that_leaves_the_model_folder_is_refused_at_verify_and_load(tmp_path, weights):
+    assert publish(tmp_path, DEPLOY, weights).returncode == 0
+    model = tmp_path / "zoo" / "models" / "m" / "1"
+    outside = tmp_path / "outside.yaml"
+    outside.write_text("modules: {}\n")
+    for include in (str(outside), "../../../../outside.yaml"):
+        (model / "deploy.yaml").write_text(f"include: {include}\n" + DEPLOY.read_text())
+        reseal_file(model, "deploy.yaml")
+        expected = "deploy.yaml includes '", "', which is no file of the model (a model reads the files its card lists"
+        for line in (refuses("zoo", "verify", "m", "--zoo", tmp_path / "zoo"),
+                     refuses("predict", "m", digits_input(tmp_path), "--zoo", tmp_path / "zoo")):
+            assert all(part in line for part in expected), line
+
+
+def test_a_deploy_net_that_includes_modules_is_published_whole(tmp_path, weights):
+    (tmp_path / "parts.yaml").write_text("modules:\n  act:\n    layers:\n      - {name: r, type: ReLU, bottom: x, "
+                                         "top: x}\n")
+    net = tmp_path / "deploy.yaml"
+    net.write_text("include: parts.yaml\n" + DEPLOY.read_text())
+    assert publish(tmp_path, net, weights).returncode == 0
+    published = (tmp_path / "zoo" / "models" / "m" / "1" / "deploy.yaml").read_text()
+    assert "include" not in published and "modules" not in published
+    (tmp_path / "parts.yaml").unlink()  # the model needs no file outside its folder
+    assert run("zoo", "verify", "m", "--zoo", tmp_path / "zoo").returncode == 0
+    assert run("predict", "m", digits_input(tmp_path), "--zoo", tmp_path / "zoo").returncode == 0
 
 
 # ---- nets that write files -------------------------------------------------------------------------------------
