@@ -354,6 +354,10 @@ def _local_caffemodel(directory: CaffeDirectory, origin: CaffeOrigin, request: C
     if url.scheme != "file":
         return None
     path = os.path.join(folder, urllib.request.url2pathname(url.path))
+    inside = os.path.realpath(folder)
+    if os.path.commonpath([os.path.realpath(path), inside]) != inside:
+        raise ZooError(f"the readme's caffemodel_url {origin.caffemodel_url} names a file outside the model directory "
+                       f"{folder}; refused (give the file with --weights)")
     if not os.path.isfile(path):
         raise ZooError(f"{path}: not found (the readme's caffemodel_url {origin.caffemodel_url})")
     return path

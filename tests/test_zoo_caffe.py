@@ -277,6 +277,8 @@ def test_a_local_directory_takes_the_caffemodel_beside_its_readme_or_given_or_at
     (directory / "tiny_bgr.caffemodel").rename(moved)
     assert "installed other@1 " in ok("zoo", "import-caffe", directory, "--name", "other", "--weights", moved,
                                       "--zoo", zoo)
+    (directory / "weights").mkdir()
+    moved = moved.rename(directory / "weights" / "elsewhere.caffemodel")  # (a file: URL reads inside the directory)
     readme = directory / "readme.md"
     readme.write_text(readme.read_text().replace(nowhere, moved.as_uri()))
     assert "installed third@1 " in ok("zoo", "import-caffe", directory.as_uri(), "--name", "third", "--zoo", zoo)
@@ -291,17 +293,31 @@ def test_a_file_url_is_read_relative_to_its_directory_which_the_card_names_by_ab
     directory = tmp_path / "models" / "Upper_Case"
     (tmp_path / "models" / "tiny_bgr").rename(directory)
     readme = directory / "readme.md"
-    readme.write_text(readme.read_text().replace("http://127.0.0.1:9/weights/", "file:../weights/"))
+    (tmp_path / "models" / "weights").rename(directory / "weights")
+    readme.write_text(readme.read_text().replace("http://127.0.0.1:9/weights/", "file:weights/"))
     (tmp_path / "elsewhere").mkdir()
     result = run("zoo", "import-caffe", "../models/Upper_Case", "--zoo", "../zoo", cwd=tmp_path / "elsewhere")
     assert result.returncode == 0 and "installed upper_case@1 " in result.stdout, result.stderr
     caffe = Zoo(str(tmp_path / "zoo")).card("upper_case").provenance.caffe
-    assert (caffe.url, caffe.caffemodel_url) == (directory.as_uri(), "file:../weights/tiny_bgr.caffemodel")
+    assert (caffe.url, caffe.caffemodel_url) == (directory.as_uri(), "file:weights/tiny_bgr.caffemodel")
 
-    readme.write_text(readme.read_text().replace("file:../weights/", "file:../nowhere/"))
+    readme.write_text(readme.read_text().replace("file:weights/", "file:nowhere/"))
     assert fails("zoo", "import-caffe", directory, "--name", "gone", "--zoo", tmp_path / "zoo") == (
-        f"error: {directory}/../nowhere/tiny_bgr.caffemodel: not found (the readme's caffemodel_url "
-        "file:../nowhere/tiny_bgr.caffemodel)")
+        f"error: {directory}/nowhere/tiny_bgr.caffemodel: not found (the readme's caffemodel_url "
+        "file:nowhere/tiny_bgr.caffemodel)")
+
+
+@pytest.mark.parametrize("url", ["file:../weights/tiny_bgr.caffemodel", "file:{root}/weights/tiny_bgr.caffemodel",
+                                 "file:weights/../../weights/tiny_bgr.caffemodel"])
+def test_a_file_url_outside_the_model_directory_is_refused_unread(tmp_path, url):
+    make_tree(tmp_path / "models", "http://127.0.0.1:9")
+    directory = tmp_path / "models" / "tiny_bgr"
+    url = url.format(root=tmp_path / "models")
+    readme = directory / "readme.md"
+    readme.write_text(readme.read_text().replace("http://127.0.0.1:9/weights/tiny_bgr.caffemodel", url))
+    assert fails("zoo", "import-caffe", directory, "--zoo", tmp_path / "zoo") == (
+        f"error: the readme's caffemodel_url {url} names a file outside the model directory {directory}; refused "
+        "(give the file with --weights)")
 
 
 # ---- Caffe models trees ------------------------------------------------------------------------------
