@@ -175,8 +175,14 @@ def publish(request: PublishRequest, zoo: Zoo) -> ModelCard:
 
 
 def run_deploy_net(run_dir: str, sources: dict) -> str:
-    """The deploy net (YAML text) derived from the train net the run read, where it read it."""
+    """The deploy net (YAML text) derived from the train net the run read, where it read it (its data's paths
+    resolve there), while that file still holds the text the run trained (its copy in RUN/config/)."""
     train_net = sources.get("train_net")
+    copy = run_folder.config_copy(run_dir, sources, train_net)
+    if copy is not None and os.path.isfile(train_net) and read_source(train_net)[0] != read_source(copy)[0]:
+        raise ZooError(f"{run_dir}: its train net {train_net} has changed since the run trained it; give the deploy "
+                       f"net with --net (netspec deploy-net {copy} --input-shape C,H,W derives it from the copy the "
+                       "run kept)")
     if not train_net or not os.path.isfile(train_net):
         where = f"its train net {train_net} is gone" if train_net else "it does not name a train net file"
         raise ZooError(f"{run_dir}: cannot derive the deploy net from the run ({where}); give it with --net")
@@ -254,7 +260,7 @@ def _copy_training_configs(run_dir: str, sources: dict, staged: str) -> dict[str
     """Copy the run's solver and train net (from RUN_DIR/config) as solver.yaml and train_net.yaml."""
     copied = {}
     for key, target in CONFIGS.items():
-        copy = run_folder.config_copy(run_dir, sources.get(key))
+        copy = run_folder.config_copy(run_dir, sources, sources.get(key))
         if copy:
             shutil.copyfile(copy, os.path.join(staged, target))
             copied[key] = target

@@ -122,7 +122,7 @@ def train_net_source(folder: str) -> tuple[str, bool] | None:
     sources = sources if isinstance(sources, dict) else {}
     for key, is_net in (("train_net", True), ("solver", False)):
         original = sources.get(key) if isinstance(sources.get(key), str) else None
-        copy = run_folder.config_copy(folder, original)
+        copy = run_folder.config_copy(folder, sources, original)
         if copy is not None and regular_file(copy):
             unchanged = regular_file(original) and read_text(original) == read_text(copy)
             return (original if unchanged else copy), is_net

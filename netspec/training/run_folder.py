@@ -379,10 +379,17 @@ def write_configs(folder: str, spec) -> None:
     ``sources.json`` there records where they were read from (``netspec zoo publish --run`` uses it).
     """
     config = os.path.join(folder, CONFIG)
-    texts = {os.path.basename(spec.file) if spec.file else "solver.yaml": spec.text}
-    texts.update({os.path.basename(path): text for path, text in spec.net_texts.items()})
+    texts = {os.path.basename(spec.file) if spec.file else "solver.yaml": spec.text, SOURCES: ""}
+    copies = {}  # each net file read -> its copy's name (train and test nets of one file name kept apart)
+    for path, text in spec.net_texts.items():
+        name, number = os.path.basename(path), 1
+        while name in texts:
+            number += 1
+            stem, extension = os.path.splitext(os.path.basename(path))
+            name = f"{stem}.{number}{extension}"
+        texts[name], copies[path] = text, name
     sources = {"solver": os.path.abspath(spec.file) if spec.file else None,
-               "train_net": spec.train_net.file if spec.train_net.file in spec.net_texts else None}
+               "train_net": spec.train_net.file if spec.train_net.file in spec.net_texts else None, "copies": copies}
     texts[SOURCES] = json.dumps(sources, indent=1)
     try:
         make_folder(config)
@@ -401,9 +408,12 @@ def read_sources(folder: str) -> dict:
         return json.load(handle)
 
 
-def config_copy(folder: str, source: str | None) -> str | None:
-    """The run's copy of the config file ``source`` (as sources.json names it), when it exists."""
+def config_copy(folder: str, sources: dict, source: str | None) -> str | None:
+    """The run's copy of the config file ``source`` (as ``sources``, :func:`read_sources`, names it), when it
+    exists: the name sources.json gives it, else (the solver, older runs) its own name."""
     if not source:
         return None
-    copy = os.path.join(folder, CONFIG, os.path.basename(source))
+    copies = sources.get("copies") if isinstance(sources.get("copies"), dict) else {}
+    name = copies.get(source) if isinstance(copies.get(source), str) else os.path.basename(source)
+    copy = os.path.join(folder, CONFIG, os.path.basename(name))
     return copy if os.path.isfile(copy) else None

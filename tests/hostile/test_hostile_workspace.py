@@ -141,3 +141,34 @@ def test_stop_never_signals_a_process_that_is_no_training(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_run_keeps_train_and_test_nets_of_one_file_name_apart(digits, tmp_path):
+    (tmp_path / "test").mkdir()
+    (tmp_path / "test" / "digits_net.yaml").write_text((digits / "digits_net.yaml").read_text().replace(
+        "source: data/", f"source: {digits}/data/") + "# the test net\n")
+    solver = tmp_path / "solver.yaml"
+    solver.write_text((digits / "solver.yaml").read_text().replace(
+        "net: digits_net.yaml", f"train_net: {digits / 'digits_net.yaml'}\ntest_net: [{tmp_path / 'test' / 'digits_net.yaml'}]"))
+    out = tmp_path / "run"
+    result = run("train", solver, "--out", out, "--max-iter", 2)
+    assert result.returncode == 0, result.stderr
+    sources = json.loads((out / "config" / "sources.json").read_text())
+    copies = {os.path.basename(os.path.dirname(path)): name for path, name in sources["copies"].items()}
+    assert sorted(copies.values()) == ["digits_net.2.yaml", "digits_net.yaml"]
+    assert (out / "config" / copies["test"]).read_text().endswith("# the test net\n")
+    assert not (out / "config" / copies[digits.name]).read_text().endswith("# the test net\n")
+
+
+def test_publishing_a_run_whose_train_net_changed_since_is_refused(digits, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("solver.yaml", "digits_net.yaml"):
+        (work / name).write_text((digits / name).read_text().replace("source: data/", f"source: {digits}/data/"))
+    out = tmp_path / "run"
+    assert run("train", work / "solver.yaml", "--out", out, "--max-iter", 2).returncode == 0
+    (work / "digits_net.yaml").write_text((work / "digits_net.yaml").read_text().replace("num_output: 10",
+                                                                                         "num_output: 11"))
+    line = refuses("zoo", "publish", "--name", "m", "--run", out, "--zoo", tmp_path / "zoo")
+    assert f"its train net {work / 'digits_net.yaml'} has changed since the run trained it" in line, line
+    assert not (tmp_path / "zoo" / "models").exists()
