@@ -36,6 +36,7 @@ V1_TYPES = {
     "SLICE": "Slice", "TANH": "TanH", "THRESHOLD": "Threshold",
 }
 LAYER_FIELDS = {"name", "type", "bottom", "top", "param", "include", "exclude", "loss_weight", "propagate_down"}
+MAX_LAYERS = 100_000  # as many as a netspec net may expand to (ResNet-152 has about 500)
 V1_PARAM_FIELDS = {"blobs_lr": "lr_mult", "weight_decay": "decay_mult"}
 
 
@@ -229,6 +230,9 @@ def import_net(net: Message, paths: CaffePaths | None = None) -> tuple[dict, Imp
     current, legacy = net.get("layer", []), net.get("layers", [])
     if current and legacy:
         raise ConfigError("the net mixes 'layer' and legacy 'layers' entries; Caffe itself refuses that")
+    if len(current or legacy) > MAX_LAYERS:
+        raise ConfigError(f"the net has {len(current or legacy):,} layers, more than the {MAX_LAYERS:,} a net may "
+                          "have")
     layers = _input_layers(net)
     layers += [_layer(m, i, bool(legacy), schemas, report, paths) for i, m in enumerate(current or legacy)]
     result = {"name": net.one("name", "")} if net.one("name") else {}

@@ -23,6 +23,7 @@ TOKEN = re.compile(r"""
   | (?P<punct>[{}\[\]:;,<>])
 """, re.VERBOSE | re.IGNORECASE)
 MAX_DEPTH = 100  # nested messages; Caffe's deepest (a filler in a param in a layer) is 3
+MAX_BYTES = 16 << 20  # of a file: GoogLeNet's train_val.prototxt has 50 KB
 ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "a": "\a", "b": "\b", "f": "\f",
            "v": "\v", "?": "?"}
 
@@ -203,7 +204,7 @@ def parse_prototxt(text: str, where: str = "<string>") -> Message:
 
 def read_prototxt(path: str) -> Message:
     """Parse the text-format file at ``path``."""
-    regular_file(path)  # (a FIFO would be waited on forever)
+    regular_file(path, MAX_BYTES)  # (a FIFO would be waited on forever)
     try:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()

@@ -15,6 +15,9 @@ import pytest
 from hostile import files_under, refuses, run
 
 import netspec
+from netspec.errors import ConfigError
+from netspec.interop import caffe_import
+from netspec.interop.prototxt import parse_prototxt
 from netspec.model_zoo.card import card_yaml, read_card
 
 ROOT = Path(__file__).parent.parent.parent
@@ -407,6 +410,22 @@ def test_hostile_prototxt_is_refused(tmp_path, text, expected):
     path = tmp_path / "net.prototxt"
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
     assert expected in refuses("import", "caffe", path, "-o", tmp_path / "net.yaml")
+
+
+def test_a_prototxt_over_16_mib_is_refused_unread(tmp_path):
+    path = tmp_path / "net.prototxt"
+    with open(path, "w") as handle:
+        handle.write('name: "n"\n')
+        handle.truncate(17 << 20)
+    assert refuses("import", "caffe", path, "-o", tmp_path / "net.yaml") == (
+        f"error: {path}: {17 << 20} bytes, more than the {16 << 20} it may hold")
+
+
+def test_a_prototxt_of_more_layers_than_a_net_may_have_is_refused(monkeypatch):
+    monkeypatch.setattr(caffe_import, "MAX_LAYERS", 3)
+    text = "".join(f'layer {{ name: "r{i}" type: "ReLU" bottom: "x" top: "x" }}\n' for i in range(4))
+    with pytest.raises(ConfigError, match="the net has 4 layers, more than the 3 a net may have"):
+        caffe_import.import_net(parse_prototxt(text))
 
 
 def varint(value: int) -> bytes:
