@@ -73,7 +73,7 @@ def client(root: Path, token_required: bool = False, zoo: Path | None = None, **
 
 def post(test_client: TestClient, path: str, **headers) -> object:
     """A same-origin POST carrying the token, as the page sends it (in its cookie)."""
-    test_client.cookies.set("netspec_dashboard_token", TOKEN)
+    test_client.cookies.set("netspec_dashboard_token_6006", TOKEN)
     return test_client.post(path, headers={"origin": LOCAL, **headers})
 
 
@@ -345,10 +345,13 @@ def test_beyond_loopback_every_request_needs_the_token(workspace):
     visitor = client(workspace, token_required=True)
     first = visitor.get("/", params={"token": TOKEN})
     assert first.status_code == 200
-    assert first.headers["set-cookie"] == f"netspec_dashboard_token={TOKEN}; Path=/; HttpOnly; SameSite=Strict"
+    assert first.headers["set-cookie"] == f"netspec_dashboard_token_6006={TOKEN}; Path=/; HttpOnly; SameSite=Strict"
     assert visitor.get("/api/runs").status_code == 200  # the cookie carries it from now on
     remote = TestClient(create_app(str(workspace), TOKEN, True), base_url="http://192.0.2.7:6006")
     assert remote.get("/", params={"token": TOKEN}).status_code == 200  # any Host, with the token
+    other_port = TestClient(create_app(str(workspace), "another-token", True), base_url="http://127.0.0.1:6007")
+    other_port.cookies.set("netspec_dashboard_token_6006", TOKEN)  # (a browser sends a host's cookies to all ports)
+    assert other_port.get("/api/runs").status_code == 403  # another dashboard's cookie is not this one's
 
 
 def test_on_loopback_reads_are_open_to_local_names_only(workspace):

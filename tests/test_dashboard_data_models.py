@@ -32,13 +32,13 @@ def digit_folders(root: Path, classes: int = 3, each: int = 12) -> Path:
 
 def post_form(dashboard, path: str, fields: dict, **kwargs):
     """The form posted as the page posts it (same origin, the token in its cookie)."""
-    dashboard.cookies.set("netspec_dashboard_token", TOKEN)
+    dashboard.cookies.set("netspec_dashboard_token_6006", TOKEN)
     return dashboard.post(path, data=fields, headers={"origin": LOCAL}, **kwargs)
 
 
 def upload(dashboard, ref: str, data: bytes, name: str = "seven.png"):
     """An image file sent to the model as the model's page sends it."""
-    dashboard.cookies.set("netspec_dashboard_token", TOKEN)
+    dashboard.cookies.set("netspec_dashboard_token_6006", TOKEN)
     return dashboard.post("/api/models/predict", params={"ref": ref, "name": name}, content=data,
                           headers={"origin": LOCAL, "content-type": "application/octet-stream"})
 

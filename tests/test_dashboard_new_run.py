@@ -21,7 +21,7 @@ def digits(tmp_path_factory):
 
 def start(dashboard, fields: dict) -> object:
     """The New run form posted as the page posts it (same origin, the token in its cookie)."""
-    dashboard.cookies.set("netspec_dashboard_token", TOKEN)
+    dashboard.cookies.set("netspec_dashboard_token_6006", TOKEN)
     return dashboard.post("/new", data=fields, headers={"origin": LOCAL})
 
 

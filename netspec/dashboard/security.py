@@ -3,7 +3,9 @@
 - The token: reads need it when the dashboard listens beyond this machine,
   state-changing requests (anything but GET and HEAD) always.  It comes as
   ``?token=`` (the URL the command prints) or in the cookie the first such
-  request sets (HttpOnly, SameSite=Strict), compared in constant time.
+  request sets (HttpOnly, SameSite=Strict), compared in constant time.  The
+  cookie's name holds the dashboard's port (:func:`cookie_name`): browsers send
+  a host's cookies to all its ports, so two dashboards never take each other's.
 - Same origin: a state-changing request's Origin (else Referer) must name the
   Host it was sent to, so another site's page cannot post to the dashboard.
 - Host: listening on loopback only, the Host header must be a loopback name,
@@ -23,7 +25,7 @@ import urllib.parse
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 
-COOKIE = "netspec_dashboard_token"
+COOKIE = "netspec_dashboard_token"  # the cookie's name, before the port (cookie_name)
 MAX_BODY = 1024 * 1024
 MAX_UPLOAD = 16 * 1024 * 1024  # an uploaded image file
 SAFE_METHODS = ("GET", "HEAD")
@@ -48,6 +50,11 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def cookie_name(request: Request) -> str:
+    """The name of the token's cookie for the port ``request`` was sent to (80 or 443 when its Host names none)."""
+    return f"{COOKIE}_{request.url.port or (443 if request.url.scheme == 'https' else 80)}"
+
+
 def new_token() -> str:
     """A fresh random token (32 bytes, URL-safe)."""
     return secrets.token_urlsafe(32)
@@ -67,7 +74,8 @@ class Guard:
             return
         request = Request(scope)
         refusal = self.refusal(request)
-        send = self._with_headers(send, set_cookie=refusal is None and self._token_in_query(request))
+        send = self._with_headers(send, cookie_name(request) if refusal is None and self._token_in_query(request)
+                                  else None)
         if refusal is not None:
             await PlainTextResponse(refusal[1], status_code=refusal[0])(scope, receive, send)
             return
@@ -94,17 +102,18 @@ class Guard:
         return None
 
     def _token_given(self, request: Request) -> bool:
-        given = request.query_params.get("token") or request.cookies.get(COOKIE) or ""
+        given = request.query_params.get("token") or request.cookies.get(cookie_name(request)) or ""
         return secrets.compare_digest(given.encode(), self.token.encode())
 
     def _token_in_query(self, request: Request) -> bool:
         return "token" in request.query_params
 
-    def _with_headers(self, send, set_cookie: bool):
-        """``send`` adding the security headers (and the token's cookie) to the response's start."""
+    def _with_headers(self, send, cookie: str | None):
+        """``send`` adding the security headers (and the token's cookie of the name ``cookie``) to the response's
+        start."""
         extra = list(HEADERS)
-        if set_cookie:
-            extra.append((b"set-cookie", f"{COOKIE}={self.token}; Path=/; HttpOnly; SameSite=Strict".encode()))
+        if cookie:
+            extra.append((b"set-cookie", f"{cookie}={self.token}; Path=/; HttpOnly; SameSite=Strict".encode()))
 
         async def sending(message):
             if message["type"] == "http.response.start":

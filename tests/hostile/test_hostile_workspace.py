@@ -103,7 +103,7 @@ def dashboard_client(workspace: Path):
 
     client = TestClient(create_app(str(workspace), "token", False, str(workspace.parent / "zoo")),
                         base_url="http://127.0.0.1:8000")
-    client.cookies.set("netspec_dashboard_token", "token")
+    client.cookies.set("netspec_dashboard_token_8000", "token")
     return client
 
 
