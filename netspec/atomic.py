@@ -57,10 +57,10 @@ WRITE_FLAGS = {"w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "a": os.O_WRONLY | os
                "a+": os.O_RDWR | os.O_CREAT | os.O_APPEND}
 
 
-def open_for_writing(path: str | os.PathLike, mode: str = "a", encoding: str | None = None):
-    """``open(path, mode)`` for ``mode`` "w", "a" or "a+" (each with "b" for bytes) that refuses a symbolic link
-    or anything but a regular file at ``path`` (a FIFO is refused at once, never waited on): an OSError naming
-    the path."""
+def open_for_writing(path: str | os.PathLike, mode: str = "a", encoding: str | None = None, buffering: int = -1):
+    """``open(path, mode, buffering=buffering)`` for ``mode`` "w", "a" or "a+" (each with "b" for bytes) that
+    refuses a symbolic link or anything but a regular file at ``path`` (a FIFO is refused at once, never waited
+    on): an OSError naming the path."""
     path = os.fspath(path)
     flags = WRITE_FLAGS[mode.replace("b", "")] | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
@@ -74,7 +74,10 @@ def open_for_writing(path: str | os.PathLike, mode: str = "a", encoding: str | N
         os.close(descriptor)
         raise OSError(errno.EINVAL, f"{path} is not a regular file, which netspec never writes to")
     os.set_blocking(descriptor, True)
-    return os.fdopen(descriptor, mode, encoding=None if "b" in mode else encoding or "utf-8")
+    handle = os.fdopen(descriptor, mode, buffering, encoding=None if "b" in mode else encoding or "utf-8")
+    if buffering == 0:
+        handle.name = path  # (as open() names it; a file over a descriptor is named by its number)
+    return handle
 
 
 def make_folder(path: str | os.PathLike) -> str:

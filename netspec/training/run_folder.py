@@ -36,13 +36,14 @@ Non-finite values are written as strings (``"nan"``), since JSON has no such num
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import math
 import os
 import re
 import stat
-from typing import TextIO
+from typing import BinaryIO
 
 from netspec.atomic import TEMPORARY_NAME, atomic_path, make_folder, open_for_writing, write_bytes
 from netspec.errors import NetspecError
@@ -254,8 +255,10 @@ def _running(pid: int) -> bool:
 
 # ---- how a run ended ---------------------------------------------------------------------------
 def write_outcome(folder: str, state: str, message: str) -> None:
-    """Record how the training in ``folder`` ended: ``state`` is one of OUTCOMES."""
-    write_bytes(os.path.join(folder, OUTCOME), json.dumps({"state": state, "message": message}).encode("utf-8"))
+    """Record how the training in ``folder`` ended: ``state`` is one of OUTCOMES.  On a disk too full to hold it,
+    nothing is recorded (the run then reads as ended without saying how) and the error that ended it stands."""
+    with contextlib.suppress(OSError):
+        write_bytes(os.path.join(folder, OUTCOME), json.dumps({"state": state, "message": message}).encode("utf-8"))
 
 
 def clear_outcome(folder: str) -> None:
@@ -283,23 +286,31 @@ def run_state(folder: str) -> tuple[str, str]:
 
 
 # ---- metrics ------------------------------------------------------------------------------------
-def open_metrics(folder: str) -> TextIO:
+def open_metrics(folder: str) -> BinaryIO:
     """metrics.jsonl opened for appending (a resumed run adds to its events), its time set to now (see
     :func:`loop_started`)."""
     try:
         make_folder(folder)
-        handle = open_for_writing(metrics_path(folder), "a")
+        handle = open_for_writing(metrics_path(folder), "ab", buffering=0)
     except OSError as exc:
         raise NetspecError(f"{folder}: cannot write the run's metrics: {exc.strerror}") from None
     os.utime(handle.fileno())
     return handle
 
 
-def write_event(handle: TextIO, event: dict) -> None:
-    """Append one event as a JSON line and flush it (non-finite floats as strings)."""
+def write_event(handle: BinaryIO, event: dict) -> None:
+    """Append one event as a JSON line (non-finite floats as strings) to a file :func:`open_metrics` opened, in one
+    write: one that fails (a full disk) leaves no part of the line behind and is a NetspecError naming the file."""
     clean = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in event.items()}
-    handle.write(json.dumps(clean) + "\n")
-    handle.flush()
+    line = (json.dumps(clean) + "\n").encode("utf-8")
+    end = os.lseek(handle.fileno(), 0, os.SEEK_END)
+    try:
+        if handle.write(line) != len(line):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    except OSError as exc:
+        os.ftruncate(handle.fileno(), end)
+        raise NetspecError(f"{handle.name}: cannot add the event of iteration {event.get('iter')}: {exc.strerror}; "
+                           "the file keeps the events before it. Training stopped") from None
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict]:

@@ -3,6 +3,7 @@ the newest snapshot always continues to the result of a run that was never inter
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -74,6 +75,22 @@ def test_a_full_disk_while_snapshotting_stops_in_one_line_and_keeps_the_earlier_
     assert not [p for p in out.iterdir() if ".tmp-" in p.name]
     resumed = train(digits, out, "--resume", out / "digits_iter_4.solverstate.h5", iterations=8)
     assert resumed.returncode == 0, resumed.stderr
+
+
+def test_a_full_disk_while_logging_stops_in_one_line_and_leaves_no_torn_line(digits, tmp_path):
+    out = tmp_path / "run"
+    assert train(digits, out, iterations=4).returncode == 0
+    with open(out / "metrics.jsonl", "a") as handle:
+        handle.write("\n" * 20_000)  # (blank lines, kept: the file outgrows the configs the run copies first)
+    metrics = (out / "metrics.jsonl").read_bytes()
+    with file_size_limit(len(metrics) + 10):  # the next event does not fit whole
+        message = refuses("train", digits / "solver.yaml", "--out", out, "--max-iter", 8,
+                          "--resume", out / "digits_iter_4.solverstate.h5")
+    assert message.startswith(f"error: {out}/metrics.jsonl: cannot add the event of iteration 4: ") and message.endswith(
+        "; the file keeps the events before it. Training stopped"), message
+    kept = (out / "metrics.jsonl").read_bytes()
+    assert kept.endswith(b"\n") and all(json.loads(line) for line in kept.splitlines() if line)
+    assert json.loads((out / "outcome.json").read_text())["state"] == "failed"
 
 
 def test_kill_9_at_random_points_always_resumes_to_the_uninterrupted_result(digits, tmp_path):
