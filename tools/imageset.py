@@ -24,7 +24,7 @@ import numpy
 from PIL import Image
 
 from netspec.atomic import atomic_path
-from netspec.data.dataset import DatasetWriter
+from netspec.data.dataset import DatasetWriter, move_into_place, partial_folder
 from netspec.data.files import writing
 from netspec.data.images import (
     IMAGE_EXTENSIONS,
@@ -172,9 +172,11 @@ def _no_progress(total: int):
 
 
 def write_dataset(items, out: str, options: ImagesetOptions, label_names: list[str], root: str, report,
-                  advance) -> None:
-    """Prepare ``items`` (in parallel) and write them, in order, as the dataset ``out``."""
-    writer = DatasetWriter(out, options.backend, options.encoding, options.overwrite)
+                  advance, name: str | None = None) -> None:
+    """Prepare ``items`` (in parallel) and write them, in order, as the dataset ``out`` (``name`` in messages and
+    the report: where a staged part will be)."""
+    name = name or out
+    writer = DatasetWriter(out, options.backend, options.encoding, options.overwrite, name)
     written, first_shape = [], None
     try:
         with _pool(options.workers) as pool:
@@ -195,7 +197,7 @@ def write_dataset(items, out: str, options: ImagesetOptions, label_names: list[s
                     written.append((path, label))
                 advance()
         if not written:
-            raise DataError(f"{out}: no image could be read, so nothing was written")
+            raise DataError(f"{name}: no image could be read, so nothing was written")
         settings = {"root": os.path.abspath(root), "resize": list(options.resize) if options.resize else None,
                     "gray": options.gray, "shuffle": options.shuffle, "seed": options.seed,
                     "skipped": len(items) - len(written)}
@@ -203,7 +205,7 @@ def write_dataset(items, out: str, options: ImagesetOptions, label_names: list[s
     except BaseException:
         writer.abandon()
         raise
-    report.written[out] = len(written)
+    report.written[name] = len(written)
 
 
 def _size(shape: tuple[int, ...]) -> str:
@@ -247,28 +249,38 @@ def convert_imageset(root: str, out: str, list_file: str | None = None, labels_f
                             f"{max(label for _, label in items)}")
     else:
         items, names = scan_class_folders(root, names)
-    parts = {out: items}
+    parts = {"": items}  # each dataset's folder under OUT, and its items
     if options.val_fraction:
         train, val = split_validation(items, options.val_fraction, options.seed)
-        parts = {os.path.join(out, "train"): train, os.path.join(out, "val"): val}
-    for path in parts:
-        if os.path.exists(path) and not options.overwrite:
-            raise DataError(f"{path}: already exists; choose another output or pass --overwrite")
+        parts = {"train": train, "val": val}
+    for part in parts:
+        final = os.path.join(out, part) if part else out
+        if os.path.exists(final) and not options.overwrite:
+            raise DataError(f"{final}: already exists; choose another output or pass --overwrite")
     if options.shuffle:
         rng = numpy.random.default_rng(options.seed)
         parts = {path: [part[i] for i in rng.permutation(len(part))] for path, part in parts.items()}
     report = ConversionReport(label_names=names)
-    made = options.val_fraction and not os.path.lexists(out)  # OUT holds the parts: gone again if one fails
+    # with a validation set, OUT's parts and labels are made in OUT.partial and moved into OUT once all are complete:
+    # a conversion killed halfway leaves no part that looks finished, only OUT.partial, which a rerun replaces
+    staged = out
+    if options.val_fraction:
+        with writing(out):
+            staged = partial_folder(out)
     try:
         with (progress_factory or _no_progress)(len(items)) as advance:
-            for path, part in parts.items():
-                write_dataset(part, path, options, names, root, report, advance)
+            for part, chosen in parts.items():
+                write_dataset(chosen, os.path.join(staged, part) if part else staged, options, names, root, report,
+                              advance, os.path.join(out, part) if part else out)
         if names:
-            labels = os.path.join(out, "labels.txt")
+            labels = os.path.join(staged, "labels.txt")
             with writing(labels), atomic_path(labels) as temporary, open(temporary, "w", encoding="utf-8") as handle:
                 handle.write("".join(f"{name}\n" for name in names))
+        if options.val_fraction:
+            with writing(out):
+                move_into_place(out)
     except BaseException:
-        if made:
-            shutil.rmtree(out, ignore_errors=True)
+        if options.val_fraction:
+            shutil.rmtree(staged, ignore_errors=True)
         raise
     return report

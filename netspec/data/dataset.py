@@ -57,6 +57,36 @@ FLUSH_EVERY = 256
 _WRITE_ERRORS = (*hdf5.WRITE_ERRORS, lmdb.Error)
 
 
+def partial_folder(path: str) -> str:
+    """``<path>.partial``, made afresh for a conversion into ``path`` and marked as a conversion's own (it holds
+    IN_PROGRESS): one an interrupted conversion left is replaced, any other refused (DataError), never removed."""
+    partial = path + PARTIAL
+    if os.path.lexists(partial):
+        if not os.path.isfile(os.path.join(partial, IN_PROGRESS)):
+            raise DataError(f"{partial}: exists and is no conversion's leftover (it has no {IN_PROGRESS}), so it is "
+                            "left alone: move it away, or choose another output")
+        shutil.rmtree(partial)
+    os.makedirs(partial)
+    open(os.path.join(partial, IN_PROGRESS), "w").close()
+    return partial
+
+
+def move_into_place(path: str) -> None:
+    """Move the complete conversion in ``<path>.partial`` to ``path``: the whole folder in one rename when
+    ``path`` is not there, else each of its entries (replacing those of the same name)."""
+    partial = path + PARTIAL
+    os.remove(os.path.join(partial, IN_PROGRESS))
+    if not os.path.lexists(path):
+        os.replace(partial, path)
+        return
+    for name in os.listdir(partial):
+        target = os.path.join(path, name)
+        if os.path.isdir(target) and not os.path.islink(target):
+            shutil.rmtree(target)
+        os.replace(os.path.join(partial, name), target)
+    os.rmdir(partial)
+
+
 class DatasetWriter:
     """Writes records in index order into ``<path>.partial``; :meth:`finish` writes the manifest and renames.
 
@@ -68,26 +98,23 @@ class DatasetWriter:
     itself).
     """
 
-    def __init__(self, path: str, backend: str = "lmdb", encoding: str = "raw", overwrite: bool = False):
+    def __init__(self, path: str, backend: str = "lmdb", encoding: str = "raw", overwrite: bool = False,
+                 name: str | None = None):
         self.path = os.path.abspath(path)
         if os.path.exists(self.path) and not overwrite:
             raise DataError(f"{self.path}: already exists; choose another output or pass --overwrite")
         self.partial = self.path + PARTIAL
+        self.name = name or self.path  # what messages call it (a part of a conversion staged elsewhere: its place)
         self.backend, self.encoding = backend, encoding
         self.count = 0
         self.shapes: list[tuple[int, ...]] = []
         self.labels: Counter = Counter()
         self.pending: list = []  # (key, record) for LMDB, (image, label) for HDF5
         self.env = self.h5 = self.h5_data = self.h5_label = None  # datasets kept open: see hdf5.close_discarding
-        if os.path.lexists(self.partial):
-            if not os.path.isfile(os.path.join(self.partial, IN_PROGRESS)):
-                raise DataError(f"{self.partial}: exists and is no conversion's leftover (it has no {IN_PROGRESS}), "
-                                "so it is left alone: move it away, or choose another output")
-            shutil.rmtree(self.partial)  # an interrupted conversion's
+        with writing(self.name, _WRITE_ERRORS):
+            partial_folder(self.path)  # (refused: nothing was touched, so nothing is abandoned)
         try:
-            with writing(self.path, _WRITE_ERRORS):
-                os.makedirs(self.partial)
-                open(os.path.join(self.partial, IN_PROGRESS), "w").close()
+            with writing(self.name, _WRITE_ERRORS):
                 if backend == "lmdb":
                     self.env = lmdb.open(self.partial, map_size=INITIAL_MAP_SIZE, subdir=True, sync=False,
                                          metasync=False)
@@ -112,7 +139,7 @@ class DatasetWriter:
             self._flush()
 
     def _flush(self) -> None:
-        with writing(self.path, _WRITE_ERRORS):
+        with writing(self.name, _WRITE_ERRORS):
             if self.backend == "lmdb":
                 self._flush_lmdb()
             else:
@@ -157,7 +184,7 @@ class DatasetWriter:
                     "source_sha256": source_sha256, "options": options}
         try:
             self._flush()
-            with writing(self.path, _WRITE_ERRORS):
+            with writing(self.name, _WRITE_ERRORS):
                 if self.backend == "lmdb":
                     self.env.sync(True)
                     self.env.close()

@@ -13,6 +13,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import time
 import zlib
 from pathlib import Path
 
@@ -443,3 +444,23 @@ def test_a_fifo_named_as_a_source_is_refused_at_once(tmp_path, command, make):
     make(tmp_path)
     line = refuses(*command, cwd=tmp_path, timeout=30)
     assert "fifo: not a regular file" in line, line
+
+
+def test_a_split_conversion_killed_after_its_first_part_leaves_no_part_that_looks_finished(tmp_path):
+    images = save_images(tmp_path / "images", 16, count=60)
+    out = tmp_path / "split"
+    process = subprocess.Popen([sys.executable, "-m", "netspec", "convert", "imageset", images, out, "--val-fraction",
+                                "0.5", "--workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:  # kill it once the training part is complete (its manifest written), while the validation part is made
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob("split*/train/manifest.json")) and time.monotonic() < deadline:
+            time.sleep(0.005)
+    finally:
+        process.kill()
+        process.wait()
+    assert not out.exists() or not (out / "train" / "manifest.json").exists()  # only split.partial holds a part
+    line = refuses("data", "inspect", out / "train")
+    assert "no such" in line.lower() or "not a finished netspec dataset" in line
+    rerun = run("convert", "imageset", images, out, "--val-fraction", "0.5")
+    assert rerun.returncode == 0, rerun.stderr  # the leftover split.partial is the conversion's own: replaced
+    assert sorted(os.listdir(out)) == ["labels.txt", "train", "val"] and not (tmp_path / "split.partial").exists()
