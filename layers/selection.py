@@ -49,9 +49,11 @@ def add_rows(layer: Layer, target, indices, rows) -> None:
 
     On the CPU NumPy's ``add.at`` does it over the flattened arrays (its fast path takes one-dimensional
     indices).  On a GPU ``add.at`` adds atomically, in an order that changes from run to run, so a resumed
-    training would part from an uninterrupted one: there the rows are sorted by index (a stable sort), summed
-    in that order as running sums in float64, and each target row receives the difference of the running sums
-    past its last row and before its first.
+    training would part from an uninterrupted one: there the rows are sorted by index (a stable sort) and summed
+    in that order as running sums in float64; each index's total (the running sum at its last row less the one
+    before its first) is added at its last row, zeros at the others, so every atomic add but one per target row
+    adds an exact zero and the order no longer matters.  The work grows with the rows picked, not with
+    ``target``'s (a vocabulary's) rows.
     """
     xp = layer.xp
     picks = indices.reshape(-1)
@@ -64,9 +66,10 @@ def add_rows(layer: Layer, target, indices, rows) -> None:
     in_order = picks[order]
     running = xp.zeros((picks.size + 1, width), dtype=numpy.float64)
     xp.cumsum(rows.reshape(picks.size, width)[order], axis=0, dtype=numpy.float64, out=running[1:])
-    every_row = xp.arange(target.shape[0])
-    first, past = xp.searchsorted(in_order, every_row, "left"), xp.searchsorted(in_order, every_row, "right")
-    target += (running[past] - running[first]).reshape(target.shape).astype(target.dtype)
+    first = xp.searchsorted(in_order, in_order, "left")  # where each row's index begins in the sorted order
+    last = xp.concatenate([in_order[1:] != in_order[:-1], xp.ones(1, dtype=bool)])  # ... and whether it ends there
+    totals = (running[1:] - running[first]) * last.reshape(-1, 1)
+    xp.add.at(target.reshape(target.shape[0], width), in_order, totals.astype(target.dtype))
 
 
 @register_layer

@@ -146,8 +146,8 @@ def test_time_on_the_gpu_times_each_layer_between_events_without_waiting_between
     monkeypatch.setattr(net.backend, "synchronize", lambda: waits.append(1))
     figures = time_net(net, iterations=3, warmup=1)
     assert waits == [1]  # after the warm-up alone: the layers' times come from events
-    assert figures["device"] == "gpu" and all(layer["forward_ms"] > 0 for layer in figures["layers"])
-    assert 0 < figures["forward_ms"] + figures["backward_ms"] <= figures["ms_per_iter"]
+    assert figures["device"] == "gpu" and all(layer["forward_ms"] >= 0 for layer in figures["layers"])
+    assert 0 < figures["forward_ms"] + figures["backward_ms"] <= figures["ms_per_iter"]  # (a layer may queue nothing)
 
 
 def test_the_memory_of_blobs_counts_shared_arrays_once_and_only_the_diffs_backward_uses():

@@ -11,7 +11,9 @@ machine with no GPU, as it would on one:
 - a NumPy array (of any rank, 0 included) beside a device array in a ufunc or
   a NumPy function raises TypeError, as CuPy's "Unsupported type" does; Python
   and NumPy scalars are accepted, as CuPy accepts them;
-- reductions give 0-d device arrays, never host scalars;
+- reductions and truth values (``allclose``) give 0-d device arrays, never host
+  scalars; an integer index gives a 0-d view; a device array is no index
+  (``range(x)``); lists are no operands of a ufunc;
 - every read of device values on the host (``float()``, ``int()``, ``bool()``,
   ``.item()``, ``.tolist()``, ``.get()``, :func:`asnumpy`) is counted in
   :data:`reads` as the synchronisation it is on a GPU, and so is every
@@ -70,16 +72,13 @@ class DeviceArray(NDArrayOperatorsMixin):
                         "read device arrays with Backend.to_host)")
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        outs = kwargs.get("out")
-        if outs:
-            kwargs["out"] = tuple(_device_only(out, ufunc.__name__) for out in outs)
-        result = getattr(ufunc, method)(*_device_only(inputs, ufunc.__name__), **kwargs)
-        if outs:  # (in place: ``a += b`` keeps ``a`` the same object, as on NumPy and CuPy)
-            return outs[0] if len(outs) == 1 else outs
-        return _wrap(result)
+        if any(isinstance(value, list | tuple) for value in inputs):
+            raise TypeError(f"{ufunc.__name__}: a list or tuple operand: CuPy refuses it (Unsupported type); make "
+                            "it an array first (GPU stand-in)")
+        return _call(getattr(ufunc, method), inputs, kwargs)
 
     def __array_function__(self, function, kinds, args, kwargs):
-        return _wrap(function(*_device_only(args, function.__name__), **_device_only(kwargs, function.__name__)))
+        return _call(function, args, kwargs)
 
     # reads of device values on the host: each a synchronisation on a GPU
     def _read(self, kind: str):
@@ -93,7 +92,7 @@ class DeviceArray(NDArrayOperatorsMixin):
         return int(self._read("int"))
 
     def __index__(self):
-        return self._read("index").__index__()
+        raise TypeError("a device array cannot be an index (CuPy's arrays have no __index__; GPU stand-in)")
 
     def __bool__(self):
         return bool(self._read("bool"))
@@ -101,9 +100,19 @@ class DeviceArray(NDArrayOperatorsMixin):
     def __complex__(self):
         return complex(self._read("complex"))
 
-    def item(self, *args):
-        """The value at ``args`` (or the only one) on the host: a synchronisation."""
-        return self._read("item").item(*args)
+    def item(self):
+        """The only value, on the host: a synchronisation."""
+        return self._read("item").item()
+
+    def __format__(self, spec):
+        return format(self._read("format")[()] if self.ndim == 0 else self._read("format"), spec)
+
+    def tobytes(self, order="C"):
+        """The values' bytes on the host: a synchronisation."""
+        return self._read("tobytes").tobytes(order)
+
+    def __reduce__(self):  # (pickling reads the values: a synchronisation)
+        return DeviceArray, (self._read("pickle").copy(),)
 
     def tolist(self):
         """The values as nested lists on the host: a synchronisation."""
@@ -136,8 +145,8 @@ class DeviceArray(NDArrayOperatorsMixin):
         return DeviceArray(self._host.T)
 
     def __getattr__(self, name):
-        if name.startswith("_"):  # (never __array_interface__, __array_struct__, __dlpack__...: no way to the host)
-            raise AttributeError(name)
+        if name.startswith("_") or name in HOST_ONLY:  # (no way to the host but the counted ones)
+            raise AttributeError(f"{name}: not on a device array (GPU stand-in)")
         value = getattr(self._host, name)  # shape-like attributes pass as they are; methods run on the device
         if callable(value):
             return lambda *args, **kwargs: _call(value, args, kwargs)
@@ -147,16 +156,20 @@ class DeviceArray(NDArrayOperatorsMixin):
         return len(self._host)
 
     def __iter__(self):
-        return (DeviceArray(row) for row in self._host)
+        return (self[index] for index in range(len(self)))
 
     def __getitem__(self, key):
-        return _wrap(self._host[_index(key)])
+        key = _index(key)
+        picked = self._host[key]
+        if isinstance(picked, numpy.generic):  # (every axis indexed by an integer: CuPy gives a 0-d view)
+            picked = self._host[(*key, ...) if isinstance(key, tuple) else (key, ...)]
+        return _wrap(picked)
 
     def __setitem__(self, key, value):
         self._host[_index(key)] = _uploaded(value, "setitem")
 
     def __repr__(self):
-        return f"{self._host!r} (on the GPU stand-in)"
+        return f"{self._read('repr')!r} (on the GPU stand-in)"
 
     def __copy__(self):
         return DeviceArray(self._host.copy())
@@ -231,14 +244,24 @@ class _Ufunc:
 
 # functions whose result's size depends on the values: CuPy reads a count back to the host to size it
 SIZED_BY_VALUES = frozenset({"nonzero", "flatnonzero", "argwhere", "unique", "bincount", "compress", "extract"})
+# functions that give one truth value: CuPy keeps it on the device, as a 0-d array (reading it is a synchronisation)
+TRUTH_VALUES = frozenset({"allclose", "array_equal", "array_equiv"})
+# what a NumPy array offers that reaches host memory: CuPy's arrays have none of it
+HOST_ONLY = frozenset({"ctypes", "flat", "tofile", "dump", "dumps", "__array_interface__", "__array_struct__"})
 
 
 def _call(function, args, kwargs):
-    """``function`` of device arrays, its results on the device."""
+    """``function`` of device arrays, its results on the device (``out=``, when given, is the result itself)."""
     name = getattr(function, "__name__", "function")
-    if name in SIZED_BY_VALUES:
+    if name in SIZED_BY_VALUES or (name == "where" and len(args) + len(kwargs) == 1):
         reads[name] += 1
-    return _wrap(function(*_device_only(args, name), **_device_only(kwargs, name)))
+    result = function(*_device_only(args, name), **_device_only(kwargs, name))
+    out = kwargs.get("out")
+    if isinstance(out, DeviceArray) or (isinstance(out, tuple) and out and isinstance(out[0], DeviceArray)):
+        return out if not isinstance(out, tuple) else out[0] if len(out) == 1 else out
+    if name in TRUTH_VALUES:
+        result = numpy.asarray(result)
+    return _wrap(result)
 
 
 def _function(function):
