@@ -17,10 +17,14 @@ removes them after any other failure.
 from __future__ import annotations
 
 import contextlib
+import functools
 import html.parser
 import http.client
 import os
 import shutil
+import socket
+import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -34,6 +38,8 @@ from netspec.spec.yaml_lines import load_yaml, read_source
 SMALL_FILE_LIMIT = 1 << 20  # index.json, model.yaml and a directory listing are never larger
 MAX_UNLISTED_BYTES = (1 << 31) - 1  # a file whose size no card lists: protobuf's own limit, so any caffemodel
 CHUNK = 1 << 16
+ANSWER_TIMEOUTS = 3  # a server's answer (its headers) must come whole within this many timeouts
+MIN_RATE = 4096  # bytes a second a transfer keeps up, once its first timeout has passed
 SOURCES_CONFIG = "zoo.yaml"
 SPARE_FRACTION, SPARE_BYTES = 0.05, 64 << 20  # room left on the disk beyond the files of a download
 
@@ -118,20 +124,60 @@ class FolderSource:
 
 
 class _HttpRedirects(urllib.request.HTTPRedirectHandler):
-    """Follows redirects to http and https URLs only (urllib would follow one to ftp too)."""
+    """Follows redirects to http and https URLs only (urllib would follow one to ftp too), under the deadline of
+    the request they answer."""
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         scheme = urllib.parse.urlparse(newurl).scheme
         if scheme not in ("http", "https"):
             raise urllib.error.HTTPError(newurl, code, f"a redirect to {scheme}: refused", headers, fp)
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None:
+            new.deadline = getattr(req, "deadline", None)
+        return new
 
 
-_OPENER = urllib.request.build_opener(_HttpRedirects)
+class _Deadline:
+    """The connections a request opens, shut once ``seconds`` have passed: a server that answers a byte at a time,
+    each within the socket's timeout, would hold a request forever."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.passed, self.connections = seconds, False, []
+        self.timer = threading.Timer(seconds, self._shut)
+        self.timer.daemon = True
+
+    def connection(self, cls, *args, **kwargs):
+        """A connection of ``cls``, watched."""
+        connection = cls(*args, **kwargs)
+        self.connections.append(connection)
+        return connection
+
+    def _shut(self) -> None:
+        self.passed = True
+        for connection in self.connections:
+            if connection.sock is not None:
+                with contextlib.suppress(OSError):
+                    connection.sock.shutdown(socket.SHUT_RDWR)
+
+
+class _WatchedHttp(urllib.request.HTTPHandler):
+    def http_open(self, req):
+        return self.do_open(functools.partial(req.deadline.connection, http.client.HTTPConnection), req)
+
+
+class _WatchedHttps(urllib.request.HTTPSHandler):
+    def https_open(self, req):
+        return self.do_open(functools.partial(req.deadline.connection, http.client.HTTPSConnection), req,
+                            context=self._context)
+
+
+_OPENER = urllib.request.build_opener(_HttpRedirects, _WatchedHttp, _WatchedHttps)
 
 
 class HttpSource:
-    """An HTTP(S) server; every request gives up after ``timeout`` seconds without data.
+    """An HTTP(S) server; every request gives up after ``timeout`` seconds without data, its answer's headers
+    after ``ANSWER_TIMEOUTS`` times that in all, and a transfer that stays under MIN_RATE bytes a second once
+    ``timeout`` seconds have passed.
 
     ``resumes`` says whether the server can continue a partial file: true
     until it sends a file without ``Accept-Ranges: bytes``.
@@ -146,16 +192,30 @@ class HttpSource:
         url = urllib.parse.urljoin(self.url.rstrip("/") + "/", urllib.parse.quote(relative)) if relative else self.url
         headers = {"Range": f"bytes={start}-"} if start else {}
         request = urllib.request.Request(url, headers=headers)  # noqa: S310 - the source's scheme is http(s)
+        request.deadline = _Deadline(ANSWER_TIMEOUTS * self.timeout)
+        request.deadline.timer.start()
         try:
-            return _OPENER.open(request, timeout=self.timeout), url
+            response = _OPENER.open(request, timeout=self.timeout)
         except urllib.error.HTTPError as exc:
             kind = NotFoundError if exc.code == 404 else ZooError
             raise kind(f"{url}: HTTP {exc.code} {exc.reason}") from None
         except (http.client.InvalidURL, ValueError) as exc:  # the source's URL was checked: a redirect's is wrong
             raise ZooError(f"{url}: redirects to a URL netspec cannot fetch: {exc}") from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            if request.deadline.passed:
+                raise self._too_slow(url, request.deadline) from None
             reason = getattr(exc, "reason", exc)
             raise TransferError(f"{url}: cannot connect: {reason}") from None
+        finally:
+            request.deadline.timer.cancel()
+        if request.deadline.passed:  # (headers cut short by the deadline can still parse)
+            response.close()
+            raise self._too_slow(url, request.deadline)
+        return response, url
+
+    @staticmethod
+    def _too_slow(url: str, deadline: _Deadline) -> TransferError:
+        return TransferError(f"{url}: the server sent no whole answer in {deadline.seconds:g} s; refused")
 
     def read(self, relative: str, limit: int = SMALL_FILE_LIMIT) -> bytes:
         """A small file's bytes; NotFoundError on HTTP 404, ZooError if the server fails or sends over ``limit``."""
@@ -193,7 +253,7 @@ class HttpSource:
             advance = begin(expected)
             advance(kept)
             with open_for_writing(partial, "ab" if resumed else "wb") as out:
-                _copy(response, out, size, url, advance)
+                _copy(response, out, size, url, advance, self.timeout)
             if response.length:
                 raise TransferError(f"{url}: the connection closed after {os.path.getsize(partial)} of {expected} "
                                     "bytes")
@@ -220,18 +280,25 @@ class _Links(html.parser.HTMLParser):
             self.hrefs += [value for name, value in attrs if name == "href" and value]
 
 
-def _copy(source, out, size: int | None, where: str, advance) -> None:
+def _copy(source, out, size: int | None, where: str, advance, grace: float | None = None) -> None:
     """Copy until end of data, refusing more than ``size`` bytes in all (:data:`MAX_UNLISTED_BYTES` when None); a
-    read that fails or stalls is a TransferError."""
+    read that fails or stalls, or (with ``grace`` seconds) a transfer slower than MIN_RATE bytes a second once
+    they have passed, is a TransferError."""
     limit = MAX_UNLISTED_BYTES if size is None else size
+    start, copied = time.monotonic(), 0
     while True:
         try:
-            chunk = source.read(CHUNK)
+            chunk = source.read1(CHUNK)  # (what has come: the loop sees a slow server's every byte)
         except (OSError, http.client.HTTPException) as exc:
             of = "" if size is None else f" of {size}"
             raise TransferError(f"{where}: the transfer stopped after {out.tell()}{of} bytes ({exc})") from None
         if not chunk:
             return
+        copied += len(chunk)
+        elapsed = time.monotonic() - start
+        if grace is not None and elapsed > grace and copied < MIN_RATE * elapsed:
+            raise TransferError(f"{where}: {copied} bytes in {elapsed:.0f} s, slower than the {MIN_RATE:,} bytes a "
+                                "second a transfer must keep; stopped (run the command again to continue)")
         if out.tell() + len(chunk) > limit:
             most = (f"the {size} bytes the card lists" if size is not None else
                     f"{limit:,} bytes, the most netspec takes of a file no card lists")

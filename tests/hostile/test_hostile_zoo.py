@@ -295,3 +295,48 @@ def test_a_models_words_reach_the_terminal_without_control_characters(tmp_path):
         result = run(*command)
         assert result.returncode == 0 and "\x1b" not in result.stdout + result.stderr, command
         assert "\\x1b]52;c;cm0gLXJmIH4=\\x07" in result.stdout
+
+
+class Dripping(http.server.BaseHTTPRequestHandler):
+    """Serves every file of the zoo it is given (``server.zoo_root``) one byte a second: the headers
+    (``server.drip = "headers"``) or the body after them."""
+
+    def do_GET(self):
+        path = self.server.zoo_root / self.path.lstrip("/")
+        data = path.read_bytes() if path.is_file() else b""
+        head = (f"HTTP/1.0 {200 if path.is_file() else 404} OK\r\nContent-Length: {len(data)}\r\n"
+                "Content-Type: application/octet-stream\r\n\r\n").encode()
+        if self.server.drip == "body" and path.suffix != ".h5":  # (the index and the card come at once)
+            head, data = head + data, b""
+        slow, fast = (head, data) if self.server.drip == "headers" else (data, head)
+        with contextlib.suppress(OSError):
+            if self.server.drip == "body":
+                self.wfile.write(fast)
+            for index in range(len(slow)):
+                self.wfile.write(slow[index:index + 1])
+                self.wfile.flush()
+                time.sleep(0.5)
+            if self.server.drip == "headers":
+                self.wfile.write(fast)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("drip, expected", [
+    ("headers", "the server sent no whole answer in 6 s; refused"),
+    ("body", "slower than the 4,096 bytes a second a transfer must keep"),
+])
+def test_a_server_that_answers_a_byte_at_a_time_is_given_up_on(tmp_path, drip, expected):
+    zoo = make_zoo(tmp_path / "zoo")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Dripping)
+    server.daemon_threads, server.zoo_root, server.drip = True, zoo, drip
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        started = time.monotonic()
+        line = refuses("zoo", "download", "tiny", "--from", f"http://127.0.0.1:{server.server_address[1]}", "--zoo",
+                       tmp_path / "local", "--timeout", 2, timeout=60)
+        assert expected in line, line
+        assert time.monotonic() - started < 30
+    finally:
+        server.shutdown()
