@@ -49,7 +49,8 @@ def save(solver) -> str:
             solver_state.write_state(state, _state_of(solver, weights, kept))
         except OSError as exc:
             if os.path.exists(weights) and solver.last_snapshot_iter != iteration:
-                os.remove(weights)  # its state could not be written: a weights file alone is no snapshot
+                with contextlib.suppress(OSError):  # (a folder made read-only meanwhile keeps it: the error stands)
+                    os.remove(weights)  # its state could not be written: a weights file alone is no snapshot
             _unwritten(solver, "the snapshot", weights, exc)
         for old in dropped:
             for path in run_folder.snapshot_paths(solver.spec.snapshot_prefix, old):
