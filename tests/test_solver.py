@@ -504,3 +504,17 @@ def test_layer_names_with_slashes_snapshot_and_resume(tmp_path):
     resumed.restore(first.snapshot())
     assert np.array_equal(resumed.rule.history[0][0], first.rule.history[0][0])
     assert np.array_equal(resumed.net.params["block/fc"][0].data, first.net.params["block/fc"][0].data)
+
+
+def test_a_snapshot_in_a_folder_made_read_only_meanwhile_fails_in_one_line(tmp_path, monkeypatch):
+    solver = data_solver(tmp_path, batch=4)
+    solver.step(2)
+
+    def refused(*args, **kwargs):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr("netspec.training.solver_state.write_state", refused)
+    monkeypatch.setattr("netspec.training.checkpoint.os.remove", refused)
+    with pytest.raises(TrainingError, match="cannot write the snapshot of iteration 2 to .*: Operation not permitted; "
+                                            "no snapshot exists. Training stopped"):
+        solver.snapshot()
