@@ -513,8 +513,9 @@ def test_a_snapshot_in_a_folder_made_read_only_meanwhile_fails_in_one_line(tmp_p
     def refused(*args, **kwargs):
         raise PermissionError(1, "Operation not permitted")
 
+    remove = os.remove
     monkeypatch.setattr("netspec.training.solver_state.write_state", refused)
-    monkeypatch.setattr("netspec.training.checkpoint.os.remove", refused)
+    monkeypatch.setattr(os, "remove", lambda path: refused() if path.endswith(".weights.h5") else remove(path))
     with pytest.raises(TrainingError, match="cannot write the snapshot of iteration 2 to .*: Operation not permitted; "
                                             "no snapshot exists. Training stopped"):
         solver.snapshot()
