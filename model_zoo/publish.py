@@ -168,6 +168,10 @@ def publish(request: PublishRequest, zoo: Zoo) -> ModelCard:
             handle.write(card_yaml(card))
         write_readme(staged, card)
         zoo.install(staged, force=request.force)
+    except OSError as exc:  # (a full disk, a zoo made read-only)
+        shutil.rmtree(staged, ignore_errors=True)
+        raise ZooError(f"{zoo.root}: cannot publish {request.name}@{request.version}: {exc.strerror or exc}; the "
+                       "zoo is as it was") from None
     except BaseException:
         shutil.rmtree(staged, ignore_errors=True)
         raise

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import h5py
 import pytest
-from hostile import files_under, refuses, run
+from hostile import file_size_limit, files_under, refuses, run
 
 import netspec
 from netspec.engine.weights import FORMAT
@@ -340,3 +340,15 @@ def test_a_server_that_answers_a_byte_at_a_time_is_given_up_on(tmp_path, drip, e
         assert time.monotonic() - started < 30
     finally:
         server.shutdown()
+
+
+def test_publishing_onto_a_full_disk_is_one_line_and_leaves_the_zoo_as_it_was(tmp_path):
+    deploy = Path(__file__).parent.parent.parent / "configs" / "digits" / "digits_deploy.yaml"
+    weights = tmp_path / "w.h5"
+    netspec.load_net(str(deploy), seed=1).save_weights(weights)
+    (tmp_path / "zoo").mkdir()
+    with file_size_limit(weights.stat().st_size // 2):  # the weights' copy does not fit
+        line = refuses("zoo", "publish", "--name", "m", "--net", deploy, "--weights", weights, "--zoo",
+                       tmp_path / "zoo")
+    assert line == f"error: {tmp_path / 'zoo'}: cannot publish m@1: File too large; the zoo is as it was", line
+    assert files_under(tmp_path / "zoo") <= {".staging"}
