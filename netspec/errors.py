@@ -89,6 +89,11 @@ class TrainingError(NetspecError):
     """Training cannot go on, e.g. the loss became NaN or infinite."""
 
 
+class EventsError(TrainingError):
+    """The run's events cannot go where they are written (TensorBoard's event file); training stops, with a
+    snapshot."""
+
+
 class DivergedError(TrainingError):
     """The loss or the weights became NaN or infinite."""
 

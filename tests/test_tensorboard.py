@@ -164,3 +164,31 @@ def test_without_tensorboardx_the_flag_is_one_line_before_training(digits, tmp_p
     assert result.output == ("error: TensorBoard event files (--tensorboard, or tensorboard: true in the solver) "
                              "need tensorboardX: pip install -e '.[tensorboard]'\n")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # (tensorboardX's thread dies)
+def test_a_writer_that_dies_on_a_full_disk_stops_training_with_a_snapshot_and_one_line(digits, tmp_path, monkeypatch):
+    from tensorboardX import event_file_writer
+
+    write_event = event_file_writer.EventsWriter.write_event
+    written = []
+
+    def fills_the_disk(self, event):
+        written.append(1)
+        if len(written) > 20:  # the disk is full from the 21st event on: the writer's thread dies
+            raise OSError(28, "No space left on device")
+        write_event(self, event)
+
+    monkeypatch.setattr(event_file_writer.EventsWriter, "write_event", fills_the_disk)
+    started = time.monotonic()
+    result = CliRunner().invoke(main, ["train", str(digits / "often.yaml"), "--tensorboard", "--out",
+                                       str(tmp_path / "run"), "--max-iter", "400"])
+    assert time.monotonic() - started < 120  # never waits on the dead writer
+    assert result.exit_code == 1, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith(f"error: {tmp_path / 'run' / 'tensorboard'}: TensorBoard's event writer has stopped (a "
+                           "full disk?), so the events of iteration "), last
+    stopped = int(last.split("events of iteration ")[1].split()[0])
+    assert f"snapshot at iteration {stopped}: " in result.output  # the weights as they were when the writer died
+    assert (tmp_path / "run" / f"digits_iter_{stopped}.solverstate.h5").exists()
+    assert '"state": "failed"' in (tmp_path / "run" / "outcome.json").read_text()

@@ -32,7 +32,7 @@ from netspec.engine.comm import SingleProcess
 from netspec.engine.net import Net, compile_net
 from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_schemas, solver_class, solver_types
-from netspec.errors import ConfigError, DeviceError, DivergedError, Problem
+from netspec.errors import ConfigError, DeviceError, DivergedError, EventsError, Problem
 from netspec.solvers.lr_policies import learning_rate
 from netspec.spec.solver_spec import SolverSpec, parse_solver
 from netspec.training import checkpoint, run_folder
@@ -249,7 +249,12 @@ class Solver:
                              f"iteration, so one update averages the gradients of {self.effective_batch_size} "
                              "(learning rates are not scaled)")
         try:
-            self.step(p.max_iter - self.iter)
+            try:
+                self.step(p.max_iter - self.iter)
+            except EventsError:
+                if self.last_snapshot_iter != self.iter:
+                    self.snapshot()  # (the weights are sound: only the events cannot be written)
+                raise
             if (p.snapshot_after_train or self.interrupted) and self.last_snapshot_iter != self.iter:
                 self.snapshot()
             if not self.stopped_early:

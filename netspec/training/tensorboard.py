@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 
 from netspec.atomic import make_folder
-from netspec.errors import NetspecError
+from netspec.errors import EventsError, NetspecError
 from netspec.training import run_folder
 
 FLUSH_SECONDS = 5  # how often the writer flushes the event file: TensorBoard rereads a folder every 5 seconds
@@ -64,6 +64,7 @@ class TensorBoardEvents:
 
     def __init__(self, folder: str, purge_step: int):
         writer_class = summary_writer_class()
+        self.folder = folder
         try:
             make_folder(folder)
         except OSError as exc:
@@ -72,10 +73,22 @@ class TensorBoardEvents:
                                    filename_suffix=f".{os.getpid()}")
 
     def record(self, event: dict) -> None:
-        """Add the scalars of one event at its iteration."""
+        """Add the scalars of one event at its iteration; EventsError once tensorboardX's writer thread has died
+        (a full disk ends it), before its queue fills and a call blocks training for good."""
         for tag, value in scalars(event).items():
+            if not self._writing():
+                raise EventsError(f"{self.folder}: TensorBoard's event writer has stopped (a full disk?), so the "
+                                  f"events of iteration {event['iter']} cannot be written. Training stopped")
             self.writer.add_scalar(tag, float(value), event["iter"])
 
     def close(self) -> None:
-        """Write what is pending and close the event file."""
-        self.writer.close()
+        """Write what is pending and close the event file (a writer that has died is left: closing it would wait
+        for it forever)."""
+        if self._writing():
+            self.writer.close()
+
+    def _writing(self) -> bool:
+        """Whether tensorboardX's thread that writes the event file still runs (True where it cannot be seen)."""
+        event_writer = getattr(getattr(self.writer, "file_writer", None), "event_writer", None)
+        worker = getattr(event_writer, "_worker", None)  # (tensorboardX 2.x's own; no public way to ask)
+        return worker is None or worker.is_alive()
