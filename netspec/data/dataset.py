@@ -314,6 +314,7 @@ class Dataset:
         self.label_names = list(self.manifest.get("label_names") or [])
         self._local = threading.local()
         self.env = self.h5 = None
+        self.lmdb_file, self.lmdb_bytes = None, 0
         try:
             if self.backend == "lmdb":
                 self._open_lmdb()
@@ -325,6 +326,11 @@ class Dataset:
 
     def _open_lmdb(self) -> None:
         self.env = _open_environment(self.path)
+        self.lmdb_bytes = (self.env.info()["last_pgno"] + 1) * self.env.stat()["psize"]
+        try:
+            self.lmdb_file = os.open(os.path.join(self.path, LMDB_FILE), os.O_RDONLY | os.O_CLOEXEC)  # (the mapped one)
+        except OSError as exc:
+            raise DataError(f"{self.path}: cannot read {LMDB_FILE}: {exc.strerror}") from None
         entries = self.env.stat()["entries"]
         if entries != self.count:
             raise DataError(f"{self.path}: the manifest counts {self.count} records, {LMDB_FILE} holds {entries}; "
@@ -420,10 +426,23 @@ class Dataset:
                 raise DataError(f"{self.path}: {counts[label]} records have label {label}, the manifest's "
                                 f"label_counts say {listed.get(label, 0)}")
 
+    def check_intact(self) -> None:
+        """DataError when the LMDB file has become shorter than its pages since it was opened (a copy cut short
+        while it is read): reading a page past its end would kill the process with SIGBUS, so a data layer asks
+        before each batch."""
+        if self.env is None:
+            return
+        size = os.fstat(self.lmdb_file).st_size
+        if size < self.lmdb_bytes:
+            raise DataError(f"{self.path}: {LMDB_FILE} was cut to {size} bytes while it was read (its pages need "
+                            f"{self.lmdb_bytes}); copy or convert it again")
+
     def close(self) -> None:
         """Release the files (once; later calls do nothing)."""
         if self.env is not None:
             self.env = None
+            if self.lmdb_file is not None:
+                os.close(self.lmdb_file)
             _release_environment(self.path)
         if self.h5 is not None:
             self.h5.close()

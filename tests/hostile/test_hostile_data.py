@@ -464,3 +464,16 @@ def test_a_split_conversion_killed_after_its_first_part_leaves_no_part_that_look
     rerun = run("convert", "imageset", images, out, "--val-fraction", "0.5")
     assert rerun.returncode == 0, rerun.stderr  # the leftover split.partial is the conversion's own: replaced
     assert sorted(os.listdir(out)) == ["labels.txt", "train", "val"] and not (tmp_path / "split.partial").exists()
+
+
+def test_an_lmdb_cut_short_while_a_net_reads_it_is_one_line_not_sigbus(lmdb_set, tmp_path):
+    net = tmp_path / "net.yaml"
+    net.write_text(f"layers:\n  - {{name: d, type: Data, top: [data, label], data_param: {{source: {lmdb_set}, "
+                   "batch_size: 4, prefetch: 0}}\n")
+    probe = (f"import netspec\nnet = netspec.load_net({str(net)!r})\nnet.forward()\n"
+             f"import os\nos.truncate({str(lmdb_set / 'data.mdb')!r}, 8192)\n"
+             "try:\n    net.forward()\nexcept netspec.DataError as exc:\n    print(exc)\n")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, (result.returncode, result.stderr[-2000:])  # (SIGBUS: -7)
+    assert result.stdout.strip() == (f"{lmdb_set}: data.mdb was cut to 8192 bytes while it was read (its pages "
+                                     f"need {result.stdout.split('need ')[1].split(')')[0]}); copy or convert it again")
