@@ -14,8 +14,8 @@ others are left out (``zoo import-caffe TREE/DIR --name NAME`` imports one).
 Importing a directory reads the front matter as plain text (the bounded safe
 loader, no YAML tags at all, each value as written), takes the caffemodel
 from ``--weights``, from beside the readme, or from ``caffemodel_url`` (http
-or https; a ``file:`` URL only in a directory on this machine, read relative
-to it; an HTTP download shows its progress, needs room on the disk and
+or https; a ``file:`` URL only in a directory on this machine, for a file
+inside it; an HTTP download shows its progress, needs room on the disk and
 resumes, as ``zoo download`` does), and checks its SHA-1 before anything else.
 The prototxts and weights are then converted with netspec's Caffe importers in
 the zoo's ``.partial/caffe-<name>@1`` folder and published as version 1 of one
