@@ -29,7 +29,7 @@ from netspec.engine.registry import layer_class, layer_schemas, solver_types
 from netspec.errors import ConfigError, DataError, NetspecError, ParamError, Problem
 from netspec.model_zoo.card import ModelCard, read_card
 from netspec.model_zoo.predict import model_folder
-from netspec.model_zoo.zoo import ZooError, verify_folder
+from netspec.model_zoo.zoo import ZooError, include_problems, verify_folder
 from netspec.spec.modules import net_yaml, render_net
 from netspec.spec.net_spec import LayerSpec, NetSpec, parse_net
 from netspec.spec.solver_spec import NET_KEYS, parse_solver
@@ -123,7 +123,7 @@ def prepare_finetune(model: str, dataset: str, out: str, zoo: str | None = None)
 
 def _check_model(folder: str, card: ModelCard) -> None:
     """ZooError unless the model is intact and has weights and training configs."""
-    problems = verify_folder(folder)
+    problems = verify_folder(folder) + include_problems(folder, card, card.train_net)
     if problems:
         raise ZooError(f"{folder}: the model does not match its card: " + "; ".join(problems))
     if not card.weights:

@@ -167,7 +167,6 @@ def publish(request: PublishRequest, zoo: Zoo) -> ModelCard:
         with open(os.path.join(staged, CARD), "w", encoding="utf-8") as handle:
             handle.write(card_yaml(card))
         write_readme(staged, card)
-        zoo.install(staged, force=request.force)
     except OSError as exc:  # (a full disk, a zoo made read-only)
         shutil.rmtree(staged, ignore_errors=True)
         raise ZooError(f"{zoo.root}: cannot publish {request.name}@{request.version}: {exc.strerror or exc}; the "
@@ -175,6 +174,12 @@ def publish(request: PublishRequest, zoo: Zoo) -> ModelCard:
     except BaseException:
         shutil.rmtree(staged, ignore_errors=True)
         raise
+    try:
+        zoo.install(staged, force=request.force)
+    except OSError as exc:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise ZooError(f"{zoo.root}: cannot install {request.name}@{request.version}: {exc.strerror or exc}; "
+                       "netspec zoo verify says what the zoo holds") from None
     return card
 
 
@@ -261,13 +266,23 @@ def _check_label_count(labels: list[str], net, request: PublishRequest) -> None:
 
 
 def _copy_training_configs(run_dir: str, sources: dict, staged: str) -> dict[str, str]:
-    """Copy the run's solver and train net (from RUN_DIR/config) as solver.yaml and train_net.yaml."""
+    """Copy the run's solver and train net (from RUN_DIR/config) as solver.yaml and train_net.yaml; a train net
+    that includes other files is expanded from the file the run read, while that still holds what it trained
+    (else it is left out: the model reads no file but its own)."""
     copied = {}
     for key, target in CONFIGS.items():
         copy = run_folder.config_copy(run_dir, sources, sources.get(key))
-        if copy:
-            shutil.copyfile(copy, os.path.join(staged, target))
-            copied[key] = target
+        if not copy:
+            continue
+        text = read_source(copy)[0]
+        if key == "train_net" and "include" in (load_yaml(text, copy) or {}):
+            original = sources[key]
+            if not os.path.isfile(original) or read_source(original)[0] != text:
+                continue
+            text = net_yaml(render_net(original))
+        with open(os.path.join(staged, target), "w", encoding="utf-8") as handle:
+            handle.write(text)
+        copied[key] = target
     return copied
 
 

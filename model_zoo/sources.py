@@ -20,6 +20,7 @@ import contextlib
 import functools
 import html.parser
 import http.client
+import io
 import os
 import shutil
 import socket
@@ -220,11 +221,13 @@ class HttpSource:
     def read(self, relative: str, limit: int = SMALL_FILE_LIMIT) -> bytes:
         """A small file's bytes; NotFoundError on HTTP 404, ZooError if the server fails or sends over ``limit``."""
         response, url = self._open(relative)
+        buffer = io.BytesIO()
         with response:
             try:
-                data = response.read(limit + 1)
-            except (OSError, http.client.HTTPException) as exc:
-                raise ZooError(f"{url}: the server stopped answering ({exc})") from None
+                _copy(response, buffer, None, url, lambda count: None, self.timeout, limit + 1)
+            except TransferError as exc:
+                raise ZooError(str(exc)) from None
+        data = buffer.getvalue()
         if len(data) > limit:
             raise ZooError(f"{url}: larger than {limit:,} bytes, more than such a file ever is")
         return data
@@ -280,10 +283,12 @@ class _Links(html.parser.HTMLParser):
             self.hrefs += [value for name, value in attrs if name == "href" and value]
 
 
-def _copy(source, out, size: int | None, where: str, advance, grace: float | None = None) -> None:
+def _copy(source, out, size: int | None, where: str, advance, grace: float | None = None,
+          keep: int | None = None) -> None:
     """Copy until end of data, refusing more than ``size`` bytes in all (:data:`MAX_UNLISTED_BYTES` when None); a
     read that fails or stalls, or (with ``grace`` seconds) a transfer slower than MIN_RATE bytes a second once
-    they have passed, is a TransferError."""
+    they have passed, is a TransferError.  With ``keep``, stop quietly once that many bytes are copied (the
+    caller refuses a file that long)."""
     limit = MAX_UNLISTED_BYTES if size is None else size
     start, copied = time.monotonic(), 0
     while True:
@@ -292,7 +297,7 @@ def _copy(source, out, size: int | None, where: str, advance, grace: float | Non
         except (OSError, http.client.HTTPException) as exc:
             of = "" if size is None else f" of {size}"
             raise TransferError(f"{where}: the transfer stopped after {out.tell()}{of} bytes ({exc})") from None
-        if not chunk:
+        if not chunk or (keep is not None and out.tell() >= keep):
             return
         copied += len(chunk)
         elapsed = time.monotonic() - start

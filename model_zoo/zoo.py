@@ -17,7 +17,7 @@ import re
 import shutil
 import tempfile
 
-from netspec.atomic import atomic_path
+from netspec.atomic import atomic_open
 from netspec.engine.weights import open_weights
 from netspec.errors import ConfigError, NetspecError, WeightsError, shown
 from netspec.model_zoo.card import (
@@ -217,7 +217,7 @@ class Zoo:
                 models[name] = {"versions": versions, "latest": versions[-1], "summary": latest.summary,
                                 "task": latest.task}
         index = {"format": INDEX_FORMAT, "models": models}
-        with atomic_path(os.path.join(self.root, INDEX)) as temporary, open(temporary, "w", encoding="utf-8") as out:
+        with atomic_open(os.path.join(self.root, INDEX), "w") as out:
             json.dump(index, out, indent=1)
         return index
 
@@ -245,15 +245,16 @@ def verify_folder(folder: str) -> list[str]:
             problems.append(str(exc).replace(f"{folder}{os.sep}", ""))
     listed = {entry.path for entry in card.files} | {CARD, README}
     problems += [f"{name} is not listed in the card" for name in sorted(os.listdir(folder)) if name not in listed]
-    return problems + include_problems(folder, card)
+    return problems + include_problems(folder, card, card.deploy_net)
 
 
-def include_problems(folder: str, card: ModelCard) -> list[str]:
-    """The ``include:`` entries of the model's nets (and of the files they include) that name anything but a file
-    the card lists: a model reads its own files alone, each checked against its sha256."""
+def include_problems(folder: str, card: ModelCard, net: str | None) -> list[str]:
+    """The ``include:`` entries of the model's net file ``net`` (and of the files it includes) that name anything
+    but a file the card lists: a model reads its own files alone, each checked against its sha256.  Every command
+    checks its deploy net (:func:`verify_folder`); fine-tuning its train net too."""
     listed = {entry.path for entry in card.files}
     problems, seen = [], set()
-    pending = [name for name in (card.deploy_net, card.train_net) if name in listed]
+    pending = [net] if net in listed else []
     while pending:
         name = pending.pop()
         if name in seen:
@@ -265,7 +266,7 @@ def include_problems(folder: str, card: ModelCard) -> list[str]:
             continue  # (the net's own problems are named when it is read)
         includes = tree.get("include", []) if isinstance(tree, dict) else []
         for value in includes if isinstance(includes, list) else [includes]:
-            if value in listed:
+            if isinstance(value, str) and value in listed:
                 pending.append(value)
             else:
                 problems.append(f"{name} includes {shown(value)}, which is no file of the model (a model reads the "

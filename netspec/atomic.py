@@ -42,12 +42,21 @@ def atomic_path(path: str | os.PathLike):
             os.remove(temporary)
 
 
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = None):
+    """Yield a file open for writing (``mode`` "w" or "wb") under a temporary name beside ``path``, renamed into
+    place only if the block succeeds; the file is written through the descriptor made with ``O_NOFOLLOW``, so a
+    link swapped in under the temporary name meanwhile is never written through."""
+    with atomic_path(path) as temporary, open_for_writing(temporary, mode, encoding) as handle:
+        yield handle
+
+
 def write_bytes(path: str | os.PathLike, data) -> None:
     """Write ``data`` to ``path`` atomically and durably (flushed to the disk before the rename).
 
     A full disk is an OSError from here, with no partial file left behind.
     """
-    with atomic_path(path) as temporary, open(temporary, "wb") as handle:
+    with atomic_open(path, "wb") as handle:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())

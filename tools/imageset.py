@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy
 from PIL import Image
 
-from netspec.atomic import atomic_path
+from netspec.atomic import atomic_open
 from netspec.data.dataset import DatasetWriter, move_into_place, partial_folder
 from netspec.data.files import writing
 from netspec.data.images import (
@@ -265,6 +265,9 @@ def convert_imageset(root: str, out: str, list_file: str | None = None, labels_f
     # a conversion killed halfway leaves no part that looks finished, only OUT.partial, which a rerun replaces
     staged = out
     if options.val_fraction:
+        if os.path.exists(out) and not os.path.isdir(out):
+            raise DataError(f"{out}: exists and is no folder, so it cannot hold train/ and val/")
+        out = os.path.realpath(out)  # (OUT.partial beside where OUT is: moved into place within one file system)
         with writing(out):
             staged = partial_folder(out)
     try:
@@ -274,7 +277,7 @@ def convert_imageset(root: str, out: str, list_file: str | None = None, labels_f
                               advance, os.path.join(out, part) if part else out)
         if names:
             labels = os.path.join(staged, "labels.txt")
-            with writing(labels), atomic_path(labels) as temporary, open(temporary, "w", encoding="utf-8") as handle:
+            with writing(labels), atomic_open(labels, "w") as handle:
                 handle.write("".join(f"{name}\n" for name in names))
         if options.val_fraction:
             with writing(out):

@@ -6,7 +6,7 @@ import io
 
 import numpy
 
-from netspec.atomic import atomic_path
+from netspec.atomic import atomic_open
 from netspec.data.dataset import Dataset
 from netspec.data.files import writing
 from netspec.errors import DataError
@@ -36,5 +36,5 @@ def save_mean(mean: numpy.ndarray, out: str) -> None:
     """
     buffer = io.BytesIO()
     numpy.save(buffer, mean)
-    with writing(out), atomic_path(out) as temporary, open(temporary, "wb") as handle:
+    with writing(out), atomic_open(out, "wb") as handle:
         handle.write(buffer.getvalue())

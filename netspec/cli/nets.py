@@ -8,7 +8,7 @@ import os
 import click
 import numpy
 
-from netspec.atomic import atomic_path
+from netspec.atomic import atomic_open
 from netspec.cli.errors import user_errors
 from netspec.cli.options import (
     Dims,
@@ -115,7 +115,7 @@ def deploy_net(net_file, out, input_shape, batch_size, stages, level):
     if out is None:
         click.echo(text, nl=False)
         return
-    with atomic_path(out) as temporary, open(temporary, "w", encoding="utf-8") as handle:
+    with atomic_open(out, "w") as handle:
         handle.write(text)
     click.echo(f"wrote {out} ({len(derived['layers'])} layers)")
 

@@ -25,7 +25,8 @@ from netspec.training.run_folder import event_outputs
 
 CACHED_FILES = 64  # events of this many metrics files are kept between requests
 MAX_LINE = 1 << 20  # bytes of a line: an event is a few hundred
-MAX_READ = 16 << 20  # bytes read from a file at a time (the rest waits for the next request)
+MAX_READ = 16 << 20  # bytes read from a file at a time
+MAX_REQUEST = 64 << 20  # bytes one request reads of a file (the rest waits for the next request)
 TEST_MARK = b'"TEST"'  # every test event's line holds it (write_event's "phase": "TEST")
 MINIMISED = ("loss", "error")  # a test output whose name holds one of these is best when lowest
 
@@ -196,11 +197,13 @@ class MetricsCache:
             position = current(path, position)
             if position is None:
                 position, parts, damaged = current(path, Position()) or Position(), [], []
-            while os.path.isfile(path):  # (MAX_READ bytes at a time, to the last complete line)
+            budget = MAX_REQUEST
+            while os.path.isfile(path) and budget > 0:  # (MAX_READ bytes at a time; the rest at the next request)
                 chunk = read_from(path, position)
                 if chunk.events:
                     parts = [*parts, ",".join(json.dumps(event, separators=(",", ":")) for event in chunk.events)]
                 damaged, read_to, position = damaged + chunk.damaged, position.offset, chunk.position
+                budget -= position.offset - read_to
                 if position.offset == read_to:
                     break
             self._events[path] = (position, parts, damaged)
@@ -217,11 +220,13 @@ class MetricsCache:
                 summary, position = Summary(), current(path, Position())
                 if position is None:
                     return summary
-            while True:  # (MAX_READ bytes at a time, to the last complete line)
+            budget = MAX_REQUEST
+            while budget > 0:  # (MAX_READ bytes at a time; the rest at the next request)
                 lines, summary.position = _complete_lines(path, position)
                 summary.add(lines)
                 if summary.position.offset == position.offset:
                     break
+                budget -= summary.position.offset - position.offset
                 position = summary.position
             self._summaries[path] = summary
             return summary

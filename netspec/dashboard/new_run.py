@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from netspec.atomic import make_folder, open_for_writing
+from netspec.atomic import open_for_writing
 from netspec.dashboard.forms import choice, positive_number, whole_number
 from netspec.dashboard.workspace import RefusedPathError, Workspace
 from netspec.engine.net import compile_net
@@ -162,7 +162,7 @@ def spawn(solver: str, arguments: list[str], folder: str, cwd: str) -> None:
     it ends with an error first."""
     log_path = run_folder.train_log_path(folder)
     try:
-        make_folder(folder)
+        os.makedirs(folder, exist_ok=True)
         log = open_for_writing(log_path, "ab")
     except OSError as exc:
         raise NetspecError(f"{folder}: cannot write the run's log: {exc.strerror}") from None

@@ -15,7 +15,7 @@ import os
 import h5py
 import numpy
 
-from netspec.atomic import atomic_path, temporary_path
+from netspec.atomic import atomic_open, temporary_path
 from netspec.data import hdf5_policy
 from netspec.data.files import one_line, regular_file, writing
 from netspec.errors import DataError, did_you_mean
@@ -156,8 +156,10 @@ class ArrayWriter:
         self.datasets: dict[str, h5py.Dataset] = {}  # kept open until the file closes (see close_discarding)
         with writing(path):
             self.temporary = temporary_path(path)
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self.temporary)  # (a leftover, or a link someone put there: never written through)
             try:
-                self.handle = h5py.File(self.temporary, "w")
+                self.handle = h5py.File(self.temporary, "w-")  # (w-: fails where anything is there again)
             except OSError:
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(self.temporary)
@@ -242,5 +244,5 @@ def write_splits(out_dir: str, splits: dict[str, dict[str, numpy.ndarray]]) -> d
 def write_file_list(path: str, files: list[str]) -> None:
     """Write a list file naming ``files`` relative to the list's folder, atomically."""
     folder = os.path.dirname(os.path.abspath(path))
-    with writing(path), atomic_path(path) as temporary, open(temporary, "w", encoding="utf-8") as handle:
+    with writing(path), atomic_open(path, "w") as handle:
         handle.writelines(os.path.relpath(os.path.abspath(f), folder) + "\n" for f in files)

@@ -45,7 +45,7 @@ import re
 import stat
 from typing import BinaryIO
 
-from netspec.atomic import TEMPORARY_NAME, atomic_path, make_folder, open_for_writing, write_bytes
+from netspec.atomic import TEMPORARY_NAME, atomic_open, make_folder, open_for_writing, write_bytes
 from netspec.errors import NetspecError
 
 METRICS = "metrics.jsonl"
@@ -142,7 +142,7 @@ def locked(folder: str):
     created = not os.path.isdir(folder)
     lock = os.path.join(folder, LOCK)
     try:
-        make_folder(folder)
+        os.makedirs(folder, exist_ok=True)  # (the folder the user named may be a link; nothing inside it may)
         handle = open_for_writing(lock, "a+")
     except OSError as exc:
         raise NetspecError(f"{folder}: cannot use it as the run folder: {exc.strerror}") from None
@@ -290,7 +290,7 @@ def open_metrics(folder: str) -> BinaryIO:
     """metrics.jsonl opened for appending (a resumed run adds to its events), its time set to now (see
     :func:`loop_started`)."""
     try:
-        make_folder(folder)
+        os.makedirs(folder, exist_ok=True)
         handle = open_for_writing(metrics_path(folder), "ab", buffering=0)
     except OSError as exc:
         raise NetspecError(f"{folder}: cannot write the run's metrics: {exc.strerror}") from None
@@ -354,7 +354,7 @@ def truncate_metrics(folder: str, iteration: int, retest: bool) -> list[dict]:
         lines = handle.readlines()
     kept = [line for line in lines if not line.strip() or _kept(_event(line), iteration, retest)]
     if len(kept) != len(lines):
-        with atomic_path(path) as temporary, open(temporary, "w", encoding="utf-8") as handle:
+        with atomic_open(path, "w") as handle:
             handle.writelines(kept)
     return [event for event in map(_event, kept) if event is not None and event["iter"] >= iteration]
 

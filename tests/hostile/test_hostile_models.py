@@ -73,10 +73,10 @@ def test_an_include_that_leaves_the_model_folder_is_refused_at_verify_and_load(t
     model = tmp_path / "zoo" / "models" / "m" / "1"
     outside = tmp_path / "outside.yaml"
     outside.write_text("modules: {}\n")
-    for include in (str(outside), "../../../../outside.yaml"):
+    for include in (str(outside), "../../../../outside.yaml", "{a: 1}"):
         (model / "deploy.yaml").write_text(f"include: {include}\n" + DEPLOY.read_text())
         reseal_file(model, "deploy.yaml")
-        expected = "deploy.yaml includes '", "', which is no file of the model (a model reads the files its card lists"
+        expected = "deploy.yaml includes ", ", which is no file of the model (a model reads the files its card lists"
         for line in (refuses("zoo", "verify", "m", "--zoo", tmp_path / "zoo"),
                      refuses("predict", "m", digits_input(tmp_path), "--zoo", tmp_path / "zoo")):
             assert all(part in line for part in expected), line

@@ -172,3 +172,24 @@ def test_publishing_a_run_whose_train_net_changed_since_is_refused(digits, tmp_p
     line = refuses("zoo", "publish", "--name", "m", "--run", out, "--zoo", tmp_path / "zoo")
     assert f"its train net {work / 'digits_net.yaml'} has changed since the run trained it" in line, line
     assert not (tmp_path / "zoo" / "models").exists()
+
+
+def test_a_run_folder_named_through_a_link_is_trained_into(digits, tmp_path):
+    (tmp_path / "real").mkdir()
+    os.symlink(tmp_path / "real", tmp_path / "run")  # the folder the user names may be a link; nothing inside it
+    result = run("train", digits / "solver.yaml", "--out", tmp_path / "run", "--max-iter", 2)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "real" / "metrics.jsonl").exists()
+
+
+def test_an_array_file_never_writes_through_a_link_at_its_temporary_name(tmp_path):
+    import numpy as np
+
+    from netspec.atomic import temporary_path
+    from netspec.data.hdf5 import write_arrays
+
+    target = precious(tmp_path)
+    out = tmp_path / "rows.h5"
+    os.symlink(target, temporary_path(out))
+    write_arrays(str(out), {"data": np.zeros((3, 2), dtype=np.float32), "label": np.arange(3.0)})
+    assert target.read_text() == PRECIOUS and not out.is_symlink() and out.stat().st_size > 0
