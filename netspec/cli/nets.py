@@ -20,6 +20,7 @@ from netspec.cli.options import (
     stage_option,
     threads_option,
 )
+from netspec.cli.output import echo
 from netspec.engine import onednn
 from netspec.engine.backend import gpu_report
 from netspec.engine.deploy import deploy_net_yaml, derive_deploy_net
@@ -50,7 +51,7 @@ def check(net_file, phase, stages, level, weights, allow_python_layers):
     spec = parse_net(net_file, layer_schemas())
     graph = compile_net(spec, phase=phase.upper() if phase else None, stages=stages or None, level=level,
                         python_layers=allow_python_layers)
-    click.echo(net_summary(graph))
+    echo(net_summary(graph))
     if weights:
         net = Net(graph, output_folder=OutputFolder(anywhere=True))  # checked, never run
         click.echo(net.load_weights(weights).summary(weights))
@@ -162,8 +163,8 @@ def time_command(net_file, iterations, warmup, phase, stages, level, device, see
         net.close()
     rows = [[x["name"], x["type"], f"{x['forward_ms']:.3f}", f"{x['backward_ms']:.3f}"] for x in result["layers"]]
     rows.append(["total", "", f"{result['forward_ms']:.3f}", f"{result['backward_ms']:.3f}"])
-    click.echo(f"net '{result['net']}' ({result['phase']}) on {result['device']}, batch {result['batch_size']}, "
-               f"{iterations} iterations after {warmup} warm-up")
+    echo(f"net '{result['net']}' ({result['phase']}) on {result['device']}, batch {result['batch_size']}, "
+         f"{iterations} iterations after {warmup} warm-up")
     click.echo(f"paths: {result['paths']}")
     click.echo(f"threads: {result['threads']}")
     click.echo(format_table(["layer", "type", "forward ms", "backward ms"], rows, right={2, 3}))
@@ -209,7 +210,7 @@ def test_command(net_file, weights, iterations, phase, stages, level, device, as
         scores = net.score(iterations)
     finally:
         net.close()
-    click.echo(f"net '{net.name}' ({net.phase}), weights {weights}, {iterations} batches of {net.batch_size}")
+    echo(f"net '{net.name}' ({net.phase}), weights {weights}, {iterations} batches of {net.batch_size}")
     click.echo(f"paths: {net.paths()}")
     click.echo(format_outputs(scores, net.output_loss_weights)
                or "the net has no one-element outputs to average")

@@ -517,3 +517,11 @@ def test_a_config_that_is_no_regular_file_is_refused_at_once(tmp_path, kind):
         net.symlink_to("/dev/zero")
     assert refuses("check", net, timeout=30) == (
         f"error: {net}: not a config file (a regular file of at most 67,108,864 bytes)")
+
+
+def test_a_nets_name_reaches_the_terminal_without_control_characters(tmp_path):
+    net = tmp_path / "net.yaml"
+    net.write_text('name: "evil\\x1b]0;pwned\\x07"\nlayers:\n  - {name: d, type: Input, top: x, '
+                   "input_param: {shape: {dim: [1, 2]}}}\n")
+    result = run("check", net)
+    assert result.returncode == 0 and "\x1b" not in result.stdout and "evil\\x1b]0;pwned\\x07" in result.stdout
