@@ -267,9 +267,8 @@ def convert_imageset(root: str, out: str, list_file: str | None = None, labels_f
     if options.val_fraction:
         if os.path.exists(out) and not os.path.isdir(out):
             raise DataError(f"{out}: exists and is no folder, so it cannot hold train/ and val/")
-        out = os.path.realpath(out)  # (OUT.partial beside where OUT is: moved into place within one file system)
-        with writing(out):
-            staged = partial_folder(out)
+        with writing(out):  # (OUT.partial beside where OUT really is: moved into place within one file system)
+            staged = partial_folder(os.path.realpath(out))
     try:
         with (progress_factory or _no_progress)(len(items)) as advance:
             for part, chosen in parts.items():
@@ -281,7 +280,7 @@ def convert_imageset(root: str, out: str, list_file: str | None = None, labels_f
                 handle.write("".join(f"{name}\n" for name in names))
         if options.val_fraction:
             with writing(out):
-                move_into_place(out)
+                move_into_place(os.path.realpath(out))
     except BaseException:
         if options.val_fraction:
             shutil.rmtree(staged, ignore_errors=True)

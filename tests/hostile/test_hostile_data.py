@@ -477,3 +477,17 @@ def test_an_lmdb_cut_short_while_a_net_reads_it_is_one_line_not_sigbus(lmdb_set,
     assert result.returncode == 0, (result.returncode, result.stderr[-2000:])  # (SIGBUS: -7)
     assert result.stdout.strip() == (f"{lmdb_set}: data.mdb was cut to 8192 bytes while it was read (its pages "
                                      f"need {result.stdout.split('need ')[1].split(')')[0]}); copy or convert it again")
+
+
+def test_a_split_conversion_into_a_linked_folder_stages_beside_the_real_one(tmp_path):
+    images = save_images(tmp_path / "images", 8, count=4)
+    (tmp_path / "elsewhere" / "real").mkdir(parents=True)
+    os.symlink(tmp_path / "elsewhere" / "real", tmp_path / "out")
+    result = run("convert", "imageset", images, tmp_path / "out", "--val-fraction", "0.5")
+    assert result.returncode == 0, result.stderr
+    assert f"to {tmp_path / 'out' / 'train'}" in result.stdout  # (named as the user named it)
+    assert sorted(os.listdir(tmp_path / "elsewhere" / "real")) == ["labels.txt", "train", "val"]
+    assert sorted(os.listdir(tmp_path / "elsewhere")) == ["real"] and (tmp_path / "out").is_symlink()
+    (tmp_path / "file").write_text("not a folder")
+    assert refuses("convert", "imageset", images, tmp_path / "file", "--val-fraction", "0.5") == (
+        f"error: {tmp_path / 'file'}: exists and is no folder, so it cannot hold train/ and val/")
