@@ -118,11 +118,28 @@ def _complete_lines(path: str, position: Position) -> tuple[list[bytes], Positio
     return lines, Position(position.inode, position.offset + end, position.line + len(lines))
 
 
+def _chunks(path: str, position: Position):
+    """``(lines, position after them)`` of the complete lines after ``position``, MAX_READ bytes at a time, until
+    the file's last complete line or MAX_REQUEST bytes (the rest waits for the next request)."""
+    budget = MAX_REQUEST
+    while budget > 0:
+        lines, after = _complete_lines(path, position)
+        if after.offset == position.offset:
+            return
+        yield lines, after
+        budget -= after.offset - position.offset
+        position = after
+
+
 def read_from(path: str, position: Position) -> Chunk:
     """The events after ``position`` (call :func:`current` first); a damaged line is named, not raised."""
-    lines, after = _complete_lines(path, position)
+    return _events(*_complete_lines(path, position), position.line)
+
+
+def _events(lines: list[bytes], after: Position, first_line: int) -> Chunk:
+    """The events of ``lines`` (the first numbered ``first_line``), read up to ``after``."""
     events, damaged = [], []
-    for line_number, line in enumerate(lines, position.line):
+    for line_number, line in enumerate(lines, first_line):
         if not line.strip():
             continue
         event = parse_event(line)
@@ -197,15 +214,11 @@ class MetricsCache:
             position = current(path, position)
             if position is None:
                 position, parts, damaged = current(path, Position()) or Position(), [], []
-            budget = MAX_REQUEST
-            while os.path.isfile(path) and budget > 0:  # (MAX_READ bytes at a time; the rest at the next request)
-                chunk = read_from(path, position)
+            for lines, after in _chunks(path, position) if os.path.isfile(path) else ():
+                chunk = _events(lines, after, position.line)
                 if chunk.events:
                     parts = [*parts, ",".join(json.dumps(event, separators=(",", ":")) for event in chunk.events)]
-                damaged, read_to, position = damaged + chunk.damaged, position.offset, chunk.position
-                budget -= position.offset - read_to
-                if position.offset == read_to:
-                    break
+                damaged, position = damaged + chunk.damaged, after
             self._events[path] = (position, parts, damaged)
             while len(self._events) > CACHED_FILES:
                 self._events.popitem(last=False)
@@ -220,13 +233,8 @@ class MetricsCache:
                 summary, position = Summary(), current(path, Position())
                 if position is None:
                     return summary
-            budget = MAX_REQUEST
-            while budget > 0:  # (MAX_READ bytes at a time; the rest at the next request)
-                lines, summary.position = _complete_lines(path, position)
+            summary.position = position
+            for lines, summary.position in _chunks(path, position):
                 summary.add(lines)
-                if summary.position.offset == position.offset:
-                    break
-                budget -= summary.position.offset - position.offset
-                position = summary.position
             self._summaries[path] = summary
             return summary
