@@ -259,16 +259,16 @@ def convert_imageset(root: str, out: str, list_file: str | None = None, labels_f
             raise DataError(f"{final}: already exists; choose another output or pass --overwrite")
     if options.shuffle:
         rng = numpy.random.default_rng(options.seed)
-        parts = {path: [part[i] for i in rng.permutation(len(part))] for path, part in parts.items()}
+        parts = {part: [chosen[i] for i in rng.permutation(len(chosen))] for part, chosen in parts.items()}
     report = ConversionReport(label_names=names)
     # with a validation set, OUT's parts and labels are made in OUT.partial and moved into OUT once all are complete:
     # a conversion killed halfway leaves no part that looks finished, only OUT.partial, which a rerun replaces
-    staged = out
+    staged, real = out, os.path.realpath(out)  # (OUT.partial beside where OUT really is: one file system)
     if options.val_fraction:
         if os.path.exists(out) and not os.path.isdir(out):
             raise DataError(f"{out}: exists and is no folder, so it cannot hold train/ and val/")
-        with writing(out):  # (OUT.partial beside where OUT really is: moved into place within one file system)
-            staged = partial_folder(os.path.realpath(out))
+        with writing(out):
+            staged = partial_folder(real)
     try:
         with (progress_factory or _no_progress)(len(items)) as advance:
             for part, chosen in parts.items():
@@ -280,7 +280,7 @@ def convert_imageset(root: str, out: str, list_file: str | None = None, labels_f
                 handle.write("".join(f"{name}\n" for name in names))
         if options.val_fraction:
             with writing(out):
-                move_into_place(os.path.realpath(out))
+                move_into_place(real)
     except BaseException:
         if options.val_fraction:
             shutil.rmtree(staged, ignore_errors=True)

@@ -247,7 +247,7 @@ SIZED_BY_VALUES = frozenset({"nonzero", "flatnonzero", "argwhere", "unique", "bi
 # functions that give one truth value: CuPy keeps it on the device, as a 0-d array (reading it is a synchronisation)
 TRUTH_VALUES = frozenset({"allclose", "array_equal", "array_equiv"})
 # what a NumPy array offers that reaches host memory: CuPy's arrays have none of it
-HOST_ONLY = frozenset({"ctypes", "flat", "tofile", "dump", "dumps", "__array_interface__", "__array_struct__"})
+HOST_ONLY = frozenset({"ctypes", "flat", "tofile", "dump", "dumps"})  # (and every name starting with "_")
 
 
 def _call(function, args, kwargs):
