@@ -3,9 +3,11 @@ offset), or by oneDNN on the CPU; and Im2col, the columns themselves as a layer.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 
-from netspec.engine import onednn
+from netspec.engine import kernels, onednn
 from netspec.engine.fillers import FillerParams
 from netspec.engine.layer import Layer, weighted_flops
 from netspec.engine.registry import register_layer
@@ -38,6 +40,8 @@ class ConvolutionParams:
 
 
 BATCH_INNER_MAX_WIDTH = 16
+BATCH_OUTER = (1, 0, 2, 3)  # the column layout (C, kh, kw, N, H', W'), the GPU kernels'
+COLUMN_BYTES = 256 * 2 ** 20  # the most memory one part of the batch's columns takes (one sample at least)
 
 
 @dataclass(frozen=True)
@@ -101,8 +105,14 @@ def conv_geometry(params: ConvolutionParams, shape: tuple, prefix: str = "convol
     # batch outermost (C, N, H, W) those runs are output rows; with the batch innermost (C, H, W, N)
     # they are rows times the batch, but moving the batch to the inside costs a slow transpose of
     # the input and output.  Narrow outputs gain from the batch inside, wide ones do not.
-    order = (1, 2, 3, 0) if out[1] <= BATCH_INNER_MAX_WIDTH else (1, 0, 2, 3)
+    order = (1, 2, 3, 0) if out[1] <= BATCH_INNER_MAX_WIDTH else BATCH_OUTER
     return ConvGeometry(kernel, pad, stride, dilation, tuple(out), order)
+
+
+def for_device(geo: ConvGeometry, xp) -> ConvGeometry:
+    """``geo`` with the column layout the device's :func:`im2col` writes fastest: on a GPU the batch outermost,
+    the layout of its single kernels (:mod:`netspec.engine.kernels`)."""
+    return dataclasses.replace(geo, order=BATCH_OUTER) if kernels.compiled(xp) else geo
 
 
 def _window(padded, i: int, j: int, geo: ConvGeometry):
@@ -120,34 +130,64 @@ def _interior(padded, shape, geo: ConvGeometry):
     return window(padded, (geo.order.index(2), geo.pad[0], 1, shape[2]), (geo.order.index(3), geo.pad[1], 1, shape[3]))
 
 
-def im2col(xp, x, geo: ConvGeometry):
-    """Columns (C, kh, kw, *rest): every input value each kernel offset sees.
+def column_shape(shape, geo: ConvGeometry) -> tuple[int, ...]:
+    """The shape of :func:`im2col`'s columns of an array of ``shape`` (N, C, H, W)."""
+    return (shape[1], *geo.kernel, *geo.arranged(shape[0], 1, *geo.out)[1:])
+
+
+def batch_parts(shape, geo: ConvGeometry, itemsize: int) -> tuple[list[slice], int]:
+    """The parts of a batch of ``shape`` whose columns im2col makes one at a time, each within COLUMN_BYTES (one
+    sample at least), and how many values the largest part's columns hold."""
+    n = shape[0]
+    per_sample = math.prod(column_shape((1, *shape[1:]), geo))
+    size = max(1, min(n, COLUMN_BYTES // (per_sample * itemsize)))
+    return [slice(start, min(start + size, n)) for start in range(0, n, size)], per_sample * size
+
+
+def im2col(xp, x, geo: ConvGeometry, out=None):
+    """Columns (C, kh, kw, *rest): every input value each kernel offset sees; in ``out`` (contiguous, as many
+    values) when given.
 
     ``rest`` is (N, out_h, out_w), or (out_h, out_w, N) when ``geo.order``
-    puts the batch innermost; see :func:`conv_geometry`.
+    puts the batch innermost; see :func:`conv_geometry`.  On a GPU with the
+    batch outermost, one kernel.
     """
+    shape = column_shape(x.shape, geo)
+    cols = xp.empty(shape, dtype=x.dtype) if out is None else out.reshape(shape)
+    if kernels.compiled(xp) and geo.order == BATCH_OUTER:
+        kernels.im2col(xp.ascontiguousarray(x), geo.kernel, geo.pad, geo.stride, geo.dilation, geo.out, cols)
+        return cols
+    if geo.is_pointwise():
+        cols.reshape(_padded_shape(x.shape, geo))[...] = x.transpose(geo.order)
+        return cols
     allocate = xp.zeros if any(geo.pad) else xp.empty
     padded = allocate(_padded_shape(x.shape, geo), dtype=x.dtype)
     _interior(padded, x.shape, geo)[...] = x.transpose(geo.order)
-    if geo.is_pointwise():
-        return padded.reshape(padded.shape[0], 1, 1, *padded.shape[1:])
-    rest = geo.arranged(x.shape[0], 1, *geo.out)[1:]
-    cols = xp.empty((x.shape[1], *geo.kernel, *rest), dtype=x.dtype)
     for i in range(geo.kernel[0]):
         for j in range(geo.kernel[1]):
             cols[:, i, j] = _window(padded, i, j, geo)
     return cols
 
 
-def col2im(xp, cols, x_shape, geo: ConvGeometry):
-    """The adjoint of :func:`im2col`: sums column gradients back into an (N, C, H, W) array."""
+def col2im(xp, cols, x_shape, geo: ConvGeometry, out=None):
+    """The adjoint of :func:`im2col`: sums column gradients back into an (N, C, H, W) array (``out`` when given).
+    On a GPU with the batch outermost, one kernel."""
+    if kernels.compiled(xp) and geo.order == BATCH_OUTER:
+        dx = xp.empty(x_shape, dtype=cols.dtype) if out is None else out
+        kernels.col2im(xp.ascontiguousarray(cols), geo.kernel, geo.pad, geo.stride, geo.dilation, geo.out, dx)
+        return dx
     if geo.is_pointwise():
-        return cols.reshape(_padded_shape(x_shape, geo)).transpose(geo.inverse)
-    padded = xp.zeros(_padded_shape(x_shape, geo), dtype=cols.dtype)
-    for i in range(geo.kernel[0]):
-        for j in range(geo.kernel[1]):
-            _window(padded, i, j, geo)[...] += cols[:, i, j]
-    return _interior(padded, x_shape, geo).transpose(geo.inverse)
+        dx = cols.reshape(_padded_shape(x_shape, geo)).transpose(geo.inverse)
+    else:
+        padded = xp.zeros(_padded_shape(x_shape, geo), dtype=cols.dtype)
+        for i in range(geo.kernel[0]):
+            for j in range(geo.kernel[1]):
+                _window(padded, i, j, geo)[...] += cols[:, i, j]
+        dx = _interior(padded, x_shape, geo).transpose(geo.inverse)
+    if out is None:
+        return dx
+    out[...] = dx
+    return out
 
 
 def _taps(geo: ConvGeometry):
@@ -213,7 +253,10 @@ class Convolution(Layer):
     as oneDNN primitives when the library is there (``NETSPEC_ONEDNN=0``
     turns them off); otherwise, and for a geometry oneDNN refuses, by im2col,
     or, for a depthwise convolution (``group`` equal to the input channels,
-    MobileNet's), directly, kernel offset by offset.
+    MobileNet's), directly, kernel offset by offset.  im2col runs in parts of
+    the batch whose columns fit 256 MiB, in a workspace every layer of the net
+    shares, and makes them again for the backward pass rather than keep them;
+    on a GPU it is one CUDA kernel each way.
 
     Example::
 
@@ -261,11 +304,14 @@ class Convolution(Layer):
 
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
-        self.geo = self.geometry(bottom[0].shape)
+        self.geo = for_device(self.geometry(bottom[0].shape), self.xp)
         self.shapes = bottom[0].shape, top[0].shape
         self.top_blob = top[0]
         self.fast = self._onednn(*self.shapes)
         self.depthwise = 1 < self.params.group == bottom[0].shape[1]
+        self.parts, count = batch_parts(bottom[0].shape, self.geo, self.xp.dtype(self.dtype).itemsize)
+        if self.fast is None and not self.depthwise:
+            self.backend.workspace(count, self.dtype)  # (made at setup, at its largest)
 
     def _onednn(self, bottom_shape, top_shape) -> onednn.Convolution | None:
         """oneDNN's primitives for this geometry, or None when they cannot run it (the im2col path does)."""
@@ -347,14 +393,18 @@ class Convolution(Layer):
         if self.depthwise:
             depthwise(self.xp, bottom[0].data, weights, bias, self.geo, top[0].data)
         else:
-            xp, g = self.xp, self.params.group
-            o = top[0].shape[1]
-            self.cols = im2col(xp, bottom[0].data, self.geo)
-            cols = self.cols.reshape(g, -1, self.cols[0, 0, 0].size)
-            out = xp.matmul(weights.reshape(g, o // g, -1), cols).reshape(o, -1)
-            if bias is not None:
-                out += bias.reshape(o, 1)
-            top[0].data[...] = out.reshape(o, *self.cols.shape[3:]).transpose(self.geo.inverse)
+            xp, g, x, y = self.xp, self.params.group, bottom[0].data, top[0].data
+            o = y.shape[1]
+            for part in self.parts:
+                cols = self.columns(x[part])
+                out = xp.matmul(weights.reshape(g, o // g, -1), cols.reshape(g, -1, math.prod(cols.shape[3:])))
+                out = out.reshape(o, -1)
+                if kernels.compiled(xp):  # (the bias added as the product moves, in one kernel)
+                    kernels.channels_first(out.reshape(o, *cols.shape[3:]), bias, y[part])
+                    continue
+                if bias is not None:
+                    out += bias.reshape(o, 1)
+                y[part] = out.reshape(o, *cols.shape[3:]).transpose(self.geo.inverse)
         if self.absorbed and self.absorbed[-1].type == "ReLU":
             self.absorbed[-1].forward(top, top)
 
@@ -366,21 +416,38 @@ class Convolution(Layer):
             return
         xp, g = self.xp, self.params.group
         dy = top[0].diff
-        if self.params.bias_term and self.param_propagate_down[1]:
-            self.blobs[1].diff += dy.sum(axis=(0, 2, 3))
+        bias_diff = self.params.bias_term and self.param_propagate_down[1]
         if self.depthwise:
+            if bias_diff:
+                self.blobs[1].diff += dy.sum(axis=(0, 2, 3))
             depthwise_backward(xp, bottom[0].data, self.blobs[0].data, dy, self.geo,
                                bottom[0].diff if propagate_down[0] else None,
                                self.blobs[0].diff if self.param_propagate_down[0] else None)
             return
-        o = dy.shape[1]
-        dy_cols = xp.ascontiguousarray(dy.transpose(self.geo.order)).reshape(g, o // g, -1)
-        cols = self.cols.reshape(g, -1, dy_cols.shape[2])
-        if self.param_propagate_down[0]:
-            self.blobs[0].diff += xp.matmul(dy_cols, cols.transpose(0, 2, 1)).reshape(self.blobs[0].shape)
-        if propagate_down[0]:
-            dcols = xp.matmul(self.grouped_weights().transpose(0, 2, 1), dy_cols)
-            bottom[0].diff[...] = col2im(xp, dcols.reshape(self.cols.shape), bottom[0].shape, self.geo)
+        o, x = dy.shape[1], bottom[0].data
+        for part in self.parts:
+            dy_cols = xp.ascontiguousarray(dy[part].transpose(self.geo.order)).reshape(g, o // g, -1)
+            if bias_diff:  # (the sum of each channel's contiguous row)
+                self.blobs[1].diff += dy_cols.reshape(o, -1).sum(axis=1)
+            if self.param_propagate_down[0]:  # (group by group: a product of 2-D arrays, one transposed, runs
+                cols = self.columns(x[part]).reshape(g, -1, dy_cols.shape[2])  # several times faster on a GPU)
+                grad = self.blobs[0].diff.reshape(g, o // g, -1)
+                for group in range(g):
+                    grad[group] += dy_cols[group] @ cols[group].T
+            if propagate_down[0]:  # (the columns' gradient where the columns were)
+                dcols = self.workspace_for(x[part].shape)
+                xp.matmul(self.grouped_weights().transpose(0, 2, 1), dy_cols,
+                          out=dcols.reshape(g, -1, dy_cols.shape[2]))
+                col2im(xp, dcols.reshape(column_shape(x[part].shape, self.geo)), x[part].shape, self.geo,
+                       out=bottom[0].diff[part])
+
+    def columns(self, x):
+        """:func:`im2col` of ``x`` (a part of the batch) into the workspace the net's layers share."""
+        return im2col(self.xp, x, self.geo, out=self.workspace_for(x.shape))
+
+    def workspace_for(self, shape):
+        """The shared workspace's first values, as many as the columns of a part of the batch of ``shape``."""
+        return self.backend.workspace(math.prod(column_shape(shape, self.geo)), self.dtype)
 
 
 @dataclass

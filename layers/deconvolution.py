@@ -14,6 +14,7 @@ from netspec.layers.convolution import (
     check_channels,
     col2im,
     conv_geometry,
+    for_device,
     im2col,
     spatial_params,
 )
@@ -92,7 +93,7 @@ class Deconvolution(Layer):
 
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
-        self.geo = self.geometry(bottom[0].shape)
+        self.geo = for_device(self.geometry(bottom[0].shape), self.xp)
         p = self.params
         # the convolution from the top's shape to the bottom's, its passes used the other way round
         self.fast = onednn.attempt(self, lambda lib: onednn.Convolution(

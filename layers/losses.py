@@ -14,6 +14,7 @@ from typing import Literal
 import numpy
 
 from netspec.data.files import regular_file
+from netspec.engine import kernels
 from netspec.engine.layer import Layer, canonical_axis, checked_indices
 from netspec.engine.registry import register_layer
 from netspec.errors import DataError, ParamError, ShapeError
@@ -60,12 +61,16 @@ def class_labels(layer: Layer, values, classes: int, ignore_label: int | None = 
     """
     xp = layer.xp
     valid = values != ignore_label if ignore_label is not None else xp.ones(values.shape, dtype=bool)
+    return checked_indices(layer, values, classes, label_problem(layer, classes), valid), valid
 
+
+def label_problem(layer: Layer, classes: int):
+    """What a label check of ``layer`` says of a label that is no class index (its value, how many such)."""
     def describe(value, count: int) -> str:
         return (f"layer '{layer.name}': label {value} of bottom '{layer.spec.bottoms[1]}' is not a class index 0 to "
                 f"{classes - 1} ({count} such labels in the batch)")
 
-    return checked_indices(layer, values, classes, describe, valid), valid
+    return describe
 
 
 @dataclass
@@ -115,16 +120,22 @@ class SoftmaxWithLoss(Loss):
         outer, classes, inner = softmax_view(bottom[0].shape, self.block("softmax_param").axis)
         if not hasattr(self, "prob") or self.prob.shape != (outer, classes, inner):
             self.prob = xp.empty((outer, classes, inner), dtype=self.dtype)
-        softmax(xp, bottom[0].data.reshape(outer, classes, inner), self.prob)
-        self.labels, self.valid = class_labels(self, bottom[1].data.reshape(outer, 1, inner), classes,
-                                               self.block("loss_param").ignore_label)
-        log_prob = xp.log(xp.maximum(self.prob, xp.finfo(self.dtype).tiny))
-        log_p = xp.take_along_axis(log_prob, self.labels, axis=1)
-        epsilon = self.block("label_smoothing_param").epsilon
-        if epsilon:
-            log_p = (1 - epsilon) * log_p + epsilon * log_prob.mean(axis=1, keepdims=True)
+        scores, values = bottom[0].data.reshape(outer, classes, inner), bottom[1].data.reshape(outer, 1, inner)
+        epsilon, ignore = self.block("label_smoothing_param").epsilon, self.block("loss_param").ignore_label
+        if kernels.compiled(xp):
+            losses, self.labels, self.valid, bad = kernels.softmax_loss(
+                xp.ascontiguousarray(scores), xp.ascontiguousarray(values), self.prob, epsilon, ignore)
+            self.backend.check_later(bad, values, label_problem(self, classes))
+        else:
+            softmax(xp, scores, self.prob)
+            self.labels, self.valid = class_labels(self, values, classes, ignore)
+            log_prob = xp.log(xp.maximum(self.prob, xp.finfo(self.dtype).tiny))
+            log_p = xp.take_along_axis(log_prob, self.labels, axis=1)
+            if epsilon:
+                log_p = (1 - epsilon) * log_p + epsilon * log_prob.mean(axis=1, keepdims=True)
+            losses = -log_p * self.valid
         self.norm = self.normalizer(outer, inner, self.valid)
-        top[0].data[...] = -(log_p * self.valid).sum() / self.norm
+        top[0].data[...] = losses.sum() / self.norm
         if len(top) > 1:
             top[1].data[...] = self.prob.reshape(top[1].shape)
 
@@ -134,6 +145,10 @@ class SoftmaxWithLoss(Loss):
         xp = self.xp
         grad = bottom[0].diff.reshape(self.prob.shape)
         epsilon = self.block("label_smoothing_param").epsilon
+        if kernels.compiled(xp):
+            scale = (top[0].diff / self.norm).astype(self.dtype).reshape(1)
+            kernels.softmax_loss_backward(self.prob, self.labels, self.valid, epsilon, scale, grad)
+            return
         grad[...] = self.prob - epsilon / self.prob.shape[1]
         xp.put_along_axis(grad, self.labels, xp.take_along_axis(grad, self.labels, axis=1) - (1 - epsilon), axis=1)
         grad *= self.valid

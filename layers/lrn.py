@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from netspec.engine import onednn
+from netspec.engine import kernels, onednn
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError
@@ -33,7 +33,8 @@ class LRN(Layer):
     of x^2 over the n x n window centred on (h, w)`` (zero padding; as Caffe,
     ``k`` is not used).
 
-    Bottom/top: (N, C, H, W).  Not in place.
+    Bottom/top: (N, C, H, W).  Not in place.  On the CPU in float32 oneDNN's
+    primitives run it; on a GPU, ACROSS_CHANNELS runs as one CUDA kernel a pass.
 
     Example::
 
@@ -80,6 +81,9 @@ class LRN(Layer):
         across = p.norm_region == "ACROSS_CHANNELS"
         self.fast = onednn.attempt(self, lambda lib: onednn.LocalResponseNormalization(
             lib, bottom[0].shape, across, p.local_size, p.alpha, p.beta, p.k if across else 1.0))
+        self.kernel = across and kernels.compiled(self.xp)  # (on a GPU one CUDA kernel a pass)
+        if self.kernel:
+            self.scale = self.xp.empty(bottom[0].shape, dtype=self.dtype)
 
     def coefficients(self) -> tuple[float, float]:
         """(constant, multiplier) of ``s = constant + multiplier * window_sum(x^2)``."""
@@ -94,6 +98,11 @@ class LRN(Layer):
             self.fast.forward(x, top[0].data)
             return
         constant, multiplier = self.coefficients()
+        if self.kernel:
+            p = self.block("lrn_param")
+            kernels.lrn(self.xp.ascontiguousarray(x), p.local_size, constant, multiplier, p.beta, self.scale,
+                        top[0].data)
+            return
         self.scale = constant + multiplier * self.window_sum(x * x)
         self.xp.multiply(x, self.xp.power(self.scale, -self.block("lrn_param").beta), out=top[0].data)
 
@@ -106,5 +115,10 @@ class LRN(Layer):
         beta = self.block("lrn_param").beta
         _, multiplier = self.coefficients()
         x, y, dy = bottom[0].data, top[0].data, top[0].diff
+        if self.kernel:
+            contiguous = self.xp.ascontiguousarray
+            kernels.lrn_backward(contiguous(x), contiguous(y), contiguous(dy), self.scale,
+                                 self.block("lrn_param").local_size, multiplier, beta, bottom[0].diff)
+            return
         spread = self.window_sum(dy * y / self.scale)
         bottom[0].diff[...] = dy * self.xp.power(self.scale, -beta) - (2 * multiplier * beta) * x * spread

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from netspec.engine import onednn
+from netspec.engine import kernels, onednn
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError, ShapeError
@@ -134,7 +134,7 @@ class Pooling(Layer):
 
     Not in place.  On the CPU in float32 oneDNN's primitives run it, with
     the same results (``NETSPEC_ONEDNN=0``: NumPy), but for adaptive
-    windows of different sizes (NumPy).
+    windows of different sizes (NumPy); on a GPU one CUDA kernel a pass.
 
     Example::
 
@@ -169,6 +169,8 @@ class Pooling(Layer):
             return
         if not maximum:
             self.divisor = self.xp.asarray(self.window_sizes(bottom[0].shape), dtype=self.dtype)
+        if maximum and kernels.compiled(self.xp):
+            self.mask = self.xp.empty(top[0].shape, dtype=self.xp.int32)  # each window's choice, as Caffe keeps it
         self.fast = self._onednn(bottom[0].shape, top[0].shape, maximum)
 
     def _onednn(self, bottom_shape, top_shape, maximum: bool) -> onednn.Pooling | None:
@@ -206,7 +208,13 @@ class Pooling(Layer):
             return
         geo = self.geo
         maximum = self.block("pooling_param").pool == "MAX"
-        if geo.bins is not None and maximum:
+        if kernels.compiled(self.xp) and geo.bins is None:
+            x = self.xp.ascontiguousarray(bottom[0].data)
+            if maximum:
+                kernels.max_pool(x, geo, top[0].data, self.mask)
+            else:
+                kernels.ave_pool(x, geo, top[0].data)
+        elif geo.bins is not None and maximum:
             rows, self.column_choice = self.max_along(self.adaptive_windows(bottom[0].data, 3), geo.kernel[1])
             top[0].data[...], self.row_choice = self.max_along(self.adaptive_windows(rows, 2), geo.kernel[0])
         elif geo.bins is not None:
@@ -234,6 +242,13 @@ class Pooling(Layer):
         geo = self.geo
         if geo.bins is not None:
             bottom[0].diff[...] = self.adaptive_backward(top[0].diff, bottom[0].shape)
+            return
+        if kernels.compiled(self.xp):
+            dy = self.xp.ascontiguousarray(top[0].diff)
+            if self.block("pooling_param").pool == "MAX":
+                kernels.max_pool_backward(dy, self.mask, geo, bottom[0].diff)
+            else:
+                kernels.ave_pool_backward(dy, geo, bottom[0].diff)
             return
         n, c, h, w = bottom[0].shape
         padded_h, padded_w = h + geo.pad[0] + geo.far_pad[0], w + geo.pad[1] + geo.far_pad[1]

@@ -11,9 +11,10 @@ import yaml
 from devices import DEVICES
 from test_attention import ref_attention
 
-from netspec.engine.backend import Backend
+from netspec.engine.backend import Backend, DeviceGenerator
 from netspec.engine.net import load_net
 from netspec.engine.registry import layer_types
+from netspec.layers import convolution
 from netspec.testing import (
     check_accumulation,
     check_float32,
@@ -955,14 +956,15 @@ def test_silence_consumes_and_zeroes_gradient():
     assert not net.bottom_blobs[-1][0].diff.any()
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("pad", [0, 1])
-def test_max_pooling_gradient_goes_to_the_first_maximum_of_each_window(pad):
+def test_max_pooling_gradient_goes_to_the_first_maximum_of_each_window(pad, device):
     x = np.random.default_rng(5).integers(0, 2, size=(2, 2, 7, 7)).astype(np.float64)
-    net = one_layer_net("Pooling", [x.shape], bottoms=[x],
+    net = one_layer_net("Pooling", [x.shape], bottoms=[x], device=device,
                         params={"pooling_param": {"pool": "MAX", "kernel_size": 3, "stride": 2, "pad": pad}})
     run_forward(net)
     dy = np.random.default_rng(6).uniform(1, 2, net.top_blobs[-1][0].shape)
-    net.top_blobs[-1][0].diff[...] = dy
+    net.top_blobs[-1][0].diff[...] = net.backend.asarray(dy)
     net.layers[-1].backward(net.top_blobs[-1], [True], net.bottom_blobs[-1])
     expected = np.zeros_like(x)
     for b, c, oy, ox in np.ndindex(dy.shape):
@@ -970,4 +972,36 @@ def test_max_pooling_gradient_goes_to_the_first_maximum_of_each_window(pad):
                  if 0 <= y < 7 and 0 <= z < 7]
         y, z = max(cells, key=lambda cell: (x[b, c][cell], -cells.index(cell)))
         expected[b, c, y, z] += dy[b, c, oy, ox]
-    np.testing.assert_allclose(net.bottom_blobs[-1][0].diff, expected)
+    np.testing.assert_allclose(net.backend.to_host(net.bottom_blobs[-1][0].diff), expected)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_convolution_in_parts_of_the_batch_computes_what_it_does_whole(device, monkeypatch):
+    rng = np.random.default_rng(8)
+    x, dy = rng.normal(size=(5, 4, 9, 11)), rng.normal(size=(5, 6, 5, 6))
+    results = []
+    for column_bytes in (convolution.COLUMN_BYTES, 1):  # (1: one sample a part)
+        monkeypatch.setattr(convolution, "COLUMN_BYTES", column_bytes)
+        net = one_layer_net("Convolution", [x.shape], bottoms=[x], device=device, params={"convolution_param": {
+            "num_output": 6, "kernel_size": 3, "stride": 2, "pad": 1, "group": 2}})
+        layer = net.layers[-1]
+        assert len(layer.parts) == (1 if column_bytes > 1 else 5)
+        y = run_forward(net)[0]
+        net.top_blobs[-1][0].diff[...] = net.backend.asarray(dy)
+        layer.backward(net.top_blobs[-1], [True], net.bottom_blobs[-1])
+        results.append([y, *(net.backend.to_host(array) for array in (
+            net.bottom_blobs[-1][0].diff, layer.blobs[0].diff, layer.blobs[1].diff))])
+    for whole, parts in zip(*results):
+        np.testing.assert_allclose(parts, whole, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.gpu
+def test_the_gpus_random_values_are_the_cpus():
+    cpu, gpu = Backend("cpu", seed=11), Backend("gpu", seed=11)
+    for dtype in (np.float32, np.float64):
+        assert np.array_equal(gpu.to_host(gpu.random((300, 7), dtype, "drop")), cpu.random((300, 7), dtype, "drop"))
+    np.testing.assert_allclose(gpu.to_host(gpu.standard_normal(5000, np.float64, "g")),
+                               cpu.standard_normal(5000, np.float64, "g"), rtol=1e-12, atol=1e-12)
+    labels = [DeviceGenerator(backend, "labels").integers(-2, 7, (40, 50)) for backend in (cpu, gpu)]
+    assert labels[1].dtype == np.int64 and np.array_equal(gpu.to_host(labels[1]), labels[0])
+    assert gpu.stream == cpu.stream == (11, {"drop": 2, "g": 2, "labels": 1})

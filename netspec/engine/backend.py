@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import numpy
 
-from netspec.engine import gpu_standin
+from netspec.engine import gpu_standin, kernels
 from netspec.engine.comm import SingleProcess
 from netspec.errors import DataError, DeviceError
 
@@ -46,6 +46,7 @@ class Backend:
             raise DeviceError(f"unknown device '{device}': use cpu, gpu or gpu:N")
         self._checks: list[tuple] = []  # (failures, first value, describe) of checks not raised yet
         self.defer_checks = self.is_gpu  # whether checks wait for the next read (on a GPU: it is not waited for)
+        self._workspace = None  # (see workspace)
         self.seed(seed)
 
     @property
@@ -89,18 +90,38 @@ class Backend:
         random bits as the dtype's significand (24 for float32).
         """
         xp, dtype = self.xp, numpy.dtype(dtype)
-        shape = () if shape is None else (shape,) if isinstance(shape, int) else tuple(shape)
-        count = self.draws.get(name, 0)
-        self.draws[name] = count + 1
-        offset = _mixed(self._stream_key ^ _mixed(_stream_label(name) ^ _mixed(count)))
+        shape = _shape(shape)
+        offset = self.next_offset(name)
+        kept = {2: 11, 4: 24}.get(dtype.itemsize, 53)  # the bits the dtype's significand holds
+        if kernels.compiled(xp):
+            values = xp.empty(shape, dtype=dtype)
+            kernels.uniform(values, offset, kept)
+            return values
         bits = xp.arange(math.prod(shape), dtype=numpy.uint64)
         bits += numpy.uint64(offset)  # (wrapping past 2**64)
         _mix_in_place(bits)
-        kept = {2: 11, 4: 24}.get(dtype.itemsize, 53)  # the bits the dtype's significand holds
         bits >>= numpy.uint64(64 - kept)
         values = bits.astype(dtype)
         values *= dtype.type(2.0 ** -kept)
         return values.reshape(shape)
+
+    def standard_normal(self, shape, dtype=numpy.float64, name: str = ""):
+        """Values of the standard normal distribution of ``shape``, made on the device from the next two draws of
+        the stream ``name`` (:meth:`random`'s, as float64): Box-Muller's ``sqrt(-2 log(1 - u)) cos(2 pi v)``."""
+        xp, shape = self.xp, _shape(shape)
+        if kernels.compiled(xp):
+            values = xp.empty(shape, dtype=dtype)
+            kernels.standard_normal(values, self.next_offset(name), self.next_offset(name))
+            return values
+        radius = xp.sqrt(-2.0 * xp.log1p(-self.random(shape, numpy.float64, name)))
+        return (radius * xp.cos(2.0 * math.pi * self.random(shape, numpy.float64, name))).astype(dtype)
+
+    def next_offset(self, name: str) -> int:
+        """The 64-bit offset of the next draw of stream ``name`` (mixed from the stream key, the name and the
+        draw's number), counting the draw."""
+        count = self.draws.get(name, 0)
+        self.draws[name] = count + 1
+        return _mixed(self._stream_key ^ _mixed(_stream_label(name) ^ _mixed(count)))
 
     def fork(self) -> Backend:
         """A backend on the same device and ranks with generators of its own, seeded from this one's seed.
@@ -165,6 +186,16 @@ class Backend:
             shown = int(value) if float(value).is_integer() and abs(float(value)) < 2 ** 53 else str(value)
             raise DataError(describe(shown, count))
 
+    def workspace(self, count: int, dtype):
+        """Scratch space for ``count`` values of ``dtype``, shared by every layer on this backend: a layer uses
+        it within one pass (its columns, say), so the next one may overwrite it.  It grows to the largest asked
+        for and stays; layers ask at setup for what they will use, so it is made once."""
+        size = count * numpy.dtype(dtype).itemsize
+        if self._workspace is None or self._workspace.size < size:
+            self._workspace = None  # (the smaller one given back first)
+            self._workspace = self.xp.empty(size, dtype=numpy.uint8)
+        return self._workspace[:size].view(dtype)
+
     def address(self, array) -> int:
         """Where ``array``'s memory starts on its device (arrays sharing memory share it)."""
         return array.data.ptr if self.is_gpu else array.__array_interface__["data"][0]
@@ -216,19 +247,27 @@ class DeviceGenerator:
         return low + (high - low) * self.random(size)
 
     def integers(self, low: int, high: int, size=None):
-        """Whole numbers low, low + 1, ..., high - 1, as int64."""
-        values = self.backend.xp.floor(self.uniform(low, high, size)).astype(numpy.int64)
-        return self.backend.xp.minimum(values, high - 1)  # (a product rounded up to high)
+        """Whole numbers low, low + 1, ..., high - 1, as int64: the floor of :meth:`uniform`'s values."""
+        xp = self.backend.xp
+        if kernels.compiled(xp):
+            values = xp.empty(_shape(size), dtype=numpy.int64)
+            kernels.integers(values, self.backend.next_offset(self.name), low, high)
+            return values
+        values = xp.floor(self.uniform(low, high, size)).astype(numpy.int64)
+        return xp.minimum(values, high - 1)  # (a product rounded up to high)
 
     def standard_normal(self, size, dtype=numpy.float64):
-        """Values of the standard normal distribution (Box-Muller's transform of two uniform draws)."""
-        xp = self.backend.xp
-        radius = xp.sqrt(-2.0 * xp.log1p(-self.random(size)))
-        return (radius * xp.cos(2.0 * math.pi * self.random(size))).astype(dtype)
+        """Values of the standard normal distribution (:meth:`Backend.standard_normal`)."""
+        return self.backend.standard_normal(size, dtype, self.name)
 
     def normal(self, loc: float = 0.0, scale: float = 1.0, size=None):
         """Values of the normal distribution of mean ``loc`` and standard deviation ``scale``, as float64."""
         return loc + scale * self.standard_normal(size)
+
+
+def _shape(shape) -> tuple[int, ...]:
+    """A shape given as a tuple, an int, or None for one value, as a tuple."""
+    return () if shape is None else (shape,) if isinstance(shape, int) else tuple(shape)
 
 
 MASK64 = 2 ** 64 - 1
