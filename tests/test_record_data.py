@@ -91,13 +91,13 @@ def test_bad_transforms_are_refused(tmp_path):
     assert message.startswith("db record 00000004 has shape [3, 8, 7], but the first record's is [3, 8, 8]")
 
 
-def data_net(source, batch=4, phase="TRAIN", transform=None, **data_param):
+def data_net(source, batch=4, phase="TRAIN", transform=None, device="cpu", dtype=np.float64, **data_param):
     layers = [{"name": "data", "type": "Data", "top": ["data", "label"],
                "transform_param": transform or {},
                "data_param": {"source": str(source), "batch_size": batch, **data_param}},
               {"name": "silence", "type": "Silence", "bottom": ["data", "label"]}]
-    return netspec.load_net(yaml.safe_dump({"name": "d", "layers": layers}), phase=phase, seed=4,
-                            dtype=np.float64)
+    return netspec.load_net(yaml.safe_dump({"name": "d", "layers": layers}), phase=phase, seed=4, dtype=dtype,
+                            device=device)
 
 
 @pytest.fixture
@@ -159,6 +159,19 @@ def test_prefetching_changes_nothing_and_a_restored_position_continues_exactly(d
     for net in (ahead, inline, first, resumed):
         net.close()
     assert ahead.layers[0].prefetcher.thread is None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_gpu_receives_the_batches_the_cpu_makes(dataset, dtype):
+    source, _, _ = dataset
+    nets = [data_net(source, transform={"crop_size": 3, "mirror": True}, shuffle_buffer=3, device=device, dtype=dtype)
+            for device in ("cpu", "gpu")]
+    gpu = nets[1].backend
+    for (data, label), (gpu_data, gpu_label) in zip(batches(nets[0], 5), batches(nets[1], 5)):  # (buffers reused)
+        assert np.array_equal(gpu.to_host(gpu_data), data) and np.array_equal(gpu.to_host(gpu_label), label)
+    for net in nets:
+        net.close()
 
 
 def test_an_hdf5_dataset_reads_like_lmdb(tmp_path):
