@@ -58,9 +58,11 @@ def split_ref(ref: str) -> tuple[str, str | None]:
 
 def version_key(version: str) -> tuple:
     """Sort key of versions as version numbers: 2 < 10, 1.2 < 1.10, v9 < v12 (runs of digits compare as numbers,
-    by their length without leading zeros, then their digits: no int() of a 5000-digit run)."""
-    return tuple((0, len(part.lstrip("0")), part.lstrip("0")) if part.isdigit() else (1, 0, part)
-                 for part in re.findall(r"[0-9]+|[^0-9.+_-]+", version))
+    by their length without leading zeros, then their digits: no int() of a 5000-digit run).  Versions that are
+    the same number written apart (1.0, 1.00) then compare as text, so "the latest" is always one of them."""
+    numbers = tuple((0, len(part.lstrip("0")), part.lstrip("0")) if part.isdigit() else (1, 0, part)
+                    for part in re.findall(r"[0-9]+|[^0-9.+_-]+", version))
+    return numbers, version
 
 
 def parse_index(text: str | bytes, where: str) -> dict:
