@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from PIL import Image
 from test_cli import run
 from test_modules import canonical
@@ -94,6 +95,26 @@ def test_an_fcn_head_imports_with_deconvolution_and_crop(tmp_path):
     result = run("import", "caffe", v1, "-o", tmp_path / "v1.yaml")
     assert result.returncode == 0, result.stderr
     assert netspec.load_net(str(tmp_path / "v1.yaml")).blobs["y"].shape == (1, 2, 6, 6)
+
+
+def test_v1_layers_share_blobs_by_the_names_their_param_strings_give(tmp_path):
+    v1 = tmp_path / "shared.prototxt"
+    v1.write_text('input: "x"\ninput_dim: 1\ninput_dim: 3\ninput_dim: 2\ninput_dim: 2\n'
+                  'layers { name: "a" type: INNER_PRODUCT bottom: "x" top: "a" param: "w" param: "b" blobs_lr: 1\n'
+                  '  blobs_lr: 2 weight_decay: 1 weight_decay: 0 inner_product_param { num_output: 2 } }\n'
+                  'layers { name: "b" type: INNER_PRODUCT bottom: "x" top: "b" param: "w" blob_share_mode: PERMISSIVE\n'
+                  '  inner_product_param { num_output: 2 bias_term: false } }\n')
+    result = run("import", "caffe", v1, "-o", tmp_path / "shared.yaml")
+    assert result.returncode == 0, result.stderr
+    layers = yaml.safe_load((tmp_path / "shared.yaml").read_text())["layers"]
+    assert layers[1]["param"] == [{"name": "w", "lr_mult": 1, "decay_mult": 1},
+                                  {"name": "b", "lr_mult": 2, "decay_mult": 0}]
+    assert layers[2]["param"] == [{"name": "w", "share_mode": "PERMISSIVE"}]
+    net = netspec.load_net(str(tmp_path / "shared.yaml"))
+    assert np.shares_memory(net.params["a"][0].data, net.params["b"][0].data)  # (one blob, shared)
+    v1.write_text('layers { name: "a" type: INNER_PRODUCT param { name: "w" } }\n')  # (V1 params are names)
+    result = run("import", "caffe", v1)
+    assert result.returncode == 1 and "layer 0: param (line 1): expected a value, found a message" in result.stderr
 
 
 def test_fields_without_an_equivalent_are_listed_and_unknown_types_refused(tmp_path):

@@ -37,7 +37,10 @@ V1_TYPES = {
 }
 LAYER_FIELDS = {"name", "type", "bottom", "top", "param", "include", "exclude", "loss_weight", "propagate_down"}
 MAX_LAYERS = 100_000  # as many as a netspec net may expand to (ResNet-152 has about 500)
-V1_PARAM_FIELDS = {"blobs_lr": "lr_mult", "weight_decay": "decay_mult"}
+# V1 fields that Caffe's upgrade moves into each learnable blob's ParamSpec (the i-th value into the i-th blob's)
+V1_PARAM_FIELDS = {"param": "name", "blob_share_mode": "share_mode", "blobs_lr": "lr_mult",
+                   "weight_decay": "decay_mult"}
+V1_SHARE_MODES = {0: "STRICT", 1: "PERMISSIVE"}  # DimCheckMode's numbers
 
 
 @dataclass
@@ -147,9 +150,10 @@ def convert_message(message: Message, cls, where: str, report: ImportReport, pat
 
 def _layer(message: Message, index: int, v1: bool, schemas: dict, report: ImportReport,
            paths: CaffePaths | None) -> dict:
-    _expect(message, ("name", "type", "bottom", "top", "loss_weight", "propagate_down", *V1_PARAM_FIELDS), False,
-            f"layer {index}: ")
-    _expect(message, ("param", "include", "exclude"), True, f"layer {index}: ")
+    plain = ("name", "type", "bottom", "top", "loss_weight", "propagate_down", "blobs_lr", "weight_decay",
+             "blob_share_mode")
+    _expect(message, plain + (("param",) if v1 else ()), False, f"layer {index}: ")  # (V1: shared blobs' names)
+    _expect(message, ("include", "exclude") + (() if v1 else ("param",)), True, f"layer {index}: ")
     name = message.one("name", f"layer{index}")
     kind = message.one("type", "")
     if v1:
@@ -161,13 +165,13 @@ def _layer(message: Message, index: int, v1: bool, schemas: dict, report: Import
     for key in ("bottom", "top"):
         if message.get(key):
             layer[key] = _scalar_or_list(message[key], list[str])
-    params = [convert_message(m, ParamSpec, f"{where}param", report) for m in message.get("param", [])]
+    params = [] if v1 else [convert_message(m, ParamSpec, f"{where}param", report) for m in message.get("param", [])]
     if v1:
         for old, new in V1_PARAM_FIELDS.items():
             for i, value in enumerate(message.get(old, [])):
                 while len(params) <= i:
                     params.append({})
-                params[i][new] = value
+                params[i][new] = V1_SHARE_MODES.get(value, value) if old == "blob_share_mode" else value
     if params:
         layer["param"] = params
     for key in ("include", "exclude"):
