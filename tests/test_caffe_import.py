@@ -31,6 +31,15 @@ def test_text_format_values_repeats_and_nesting():
     assert message.lines == {"name": 1, "x": 2, "flag": 2, "m": 3}
 
 
+def test_numbers_read_as_protobuf_reads_them():
+    zeros = "0" * 5000
+    message = parse_prototxt(f"n: 010 n: -0x{zeros}1F n: 0 n: -0 n: 0.5 n: 00.25 n: 1e3 n: {zeros}7 n: 0x{zeros}")
+    assert message["n"] == [8, -31, 0, 0, 0.5, 0.25, 1000.0, 7, 0]  # (a leading zero makes a whole number octal)
+    for text in ("n: 08", "n: 0x1" + "0" * 16, "n: 1" + "0" * 40, "n: 01" + "0" * 22):
+        with pytest.raises(DataError):
+            parse_prototxt(text, "net.prototxt")
+
+
 @pytest.mark.parametrize("text, message", [
     ('layer { name: "a"\n', "net.prototxt:2:1: missing '}' before the end of the file"),
     ("layer { name: }", "net.prototxt:1:15: expected a value, found '}'"),

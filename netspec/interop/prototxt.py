@@ -79,21 +79,31 @@ MAX_DIGITS = 40  # of a number: protobuf's are 64-bit integers and doubles (and 
 
 
 def _number(text: str, fail):
-    """The value of a number token; ``fail(message)`` when it has more digits than any protobuf field holds."""
+    """The value of a number token, as protobuf's text format reads it: ``0x`` hexadecimal, a whole number with a
+    leading zero octal; ``fail(message)`` when it cannot be one (more digits than any protobuf field holds, leading
+    zeros not counted; 8 or 9 in an octal number)."""
     lowered = text.lower()
+    unsigned = lowered.lstrip("+-")
     if "x" in lowered:
-        digits = lowered.lstrip("+-")[2:]
-        if len(digits) > 16:
+        if len(unsigned[2:].lstrip("0")) > 16:
             fail(f"{shown(text)} does not fit in 64 bits")
         return int(lowered, 16)
     special = ("inf", "infinity", "nan")
-    if lowered.lstrip("+-") not in special:
+    if unsigned not in special:
         lowered = lowered.removesuffix("f")  # C-style float suffix (nanf, inff, 1.5f)
-    if lowered.lstrip("+-") in special:
+        unsigned = lowered.lstrip("+-")
+    if unsigned in special:
         return float(lowered.replace("infinity", "inf"))
-    if sum(c.isdigit() for c in lowered) > MAX_DIGITS:
+    whole = not any(c in unsigned for c in ".e")
+    if whole and len(unsigned) > 1 and unsigned.startswith("0"):
+        if any(c in "89" for c in unsigned):
+            fail(f"{shown(text)}: a whole number with a leading zero is octal (digits 0 to 7), as in protobuf")
+        if len(unsigned.lstrip("0")) > 22:
+            fail(f"{shown(text)} does not fit in 64 bits")
+        return int(lowered, 8)
+    if sum(c.isdigit() for c in unsigned.lstrip("0")) > MAX_DIGITS:
         fail(f"{shown(text)} has more digits than any number a protobuf field holds")
-    return float(lowered) if any(c in lowered for c in ".e") else int(lowered)
+    return int(lowered) if whole else float(lowered)
 
 
 class _Parser:
