@@ -153,8 +153,12 @@ def test_a_line_longer_than_any_event_is_read_once_and_named(workspace, monkeypa
         assert data["events"][-1]["iter"] == 150
     assert len(reads) <= 3 + 3  # read through once (in MAX_READ pieces), then only what follows the position
     with open(workspace / "done" / "metrics.jsonl", "a") as handle:
-        handle.write("\n" + json.dumps(event(170, smoothed_loss=0.01)) + "\n")
-    assert dashboard.get("/api/runs/metrics", params={"run": "done"}).json()["events"][-1]["iter"] == 170
+        handle.write("x" * metrics.MAX_LINE + "\n" + json.dumps(event(170, smoothed_loss=0.01)) + "\n" + "{\n")
+    data = dashboard.get("/api/runs/metrics", params={"run": "done"}).json()
+    assert data["events"][-1]["iter"] == 170
+    assert data["damaged"] == [  # the long line named once, its tail not again; the lines after it numbered on
+        {"line": 21, "reason": f"a line of over {metrics.MAX_LINE:,} bytes, longer than any event"},
+        {"line": 23, "reason": "not a JSON line (Expecting property name enclosed in double quotes)"}]
 
 
 def test_a_fifo_for_metrics_is_never_waited_on(workspace):

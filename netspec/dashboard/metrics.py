@@ -99,8 +99,9 @@ def _complete_lines(path: str, position: Position) -> tuple[list[bytes], Positio
     """The complete lines after ``position`` (at most MAX_READ bytes of them) and the position after them.
 
     A line being written waits for its end; one that has run past MAX_LINE bytes without ending is no event
-    ``write_event`` writes, and is passed over as one damaged line, so it is never read again.  Anything but a
-    regular file (a FIFO) holds no lines.
+    ``write_event`` writes, and is passed over as one damaged line, so it is never read again: a position that
+    does not follow a newline lies inside such a line, whose rest is skipped unnamed.  Anything but a regular
+    file (a FIFO) holds no lines.
     """
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -109,8 +110,13 @@ def _complete_lines(path: str, position: Position) -> tuple[list[bytes], Positio
     with os.fdopen(descriptor, "rb") as handle:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
             return [], position
-        handle.seek(position.offset)
-        data = handle.read(MAX_READ)
+        handle.seek(max(position.offset - 1, 0))
+        data = handle.read(MAX_READ + min(position.offset, 1))
+    if position.offset:
+        inside, data = data[:1] != b"\n", data[1:]
+        if inside:  # (the rest of a line named when it was passed over)
+            rest = data.find(b"\n") + 1 or len(data)
+            return [], Position(position.inode, position.offset + rest, position.line)
     end = data.rfind(b"\n") + 1
     if not end and len(data) > MAX_LINE:
         return [data], Position(position.inode, position.offset + len(data), position.line + 1)
