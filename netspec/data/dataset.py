@@ -255,45 +255,61 @@ _MANIFEST_FIELDS = {  # key: (what it must be, its test)
 }
 
 
-_OPEN_ENVIRONMENTS: dict[str, list] = {}  # path -> [environment, users]; LMDB allows one per process
+_OPEN_ENVIRONMENTS: dict[str, list] = {}  # path -> [environment, data.mdb's descriptor, users]; one per process
 _OPEN_LOCK = threading.Lock()
 
 
-def _open_environment(path: str) -> lmdb.Environment:
-    """The read-only LMDB environment of ``path``, shared by every reader in this process."""
+def _open_environment(path: str) -> tuple[lmdb.Environment, int]:
+    """The read-only LMDB environment of ``path``, shared by every reader in this process, and a descriptor of the
+    data.mdb it maps (to check its size by, whatever later lies at its path)."""
     with _OPEN_LOCK:
         if path not in _OPEN_ENVIRONMENTS:
-            _OPEN_ENVIRONMENTS[path] = [_checked_environment(path), 0]
+            _OPEN_ENVIRONMENTS[path] = [*_checked_environment(path), 0]
         entry = _OPEN_ENVIRONMENTS[path]
-        entry[1] += 1
-        return entry[0]
+        entry[2] += 1
+        return entry[0], entry[1]
 
 
-def _checked_environment(path: str) -> lmdb.Environment:
-    """``path``'s LMDB opened read-only; DataError when data.mdb is shorter than the LMDB's own map says.
+def _checked_environment(path: str) -> tuple[lmdb.Environment, int]:
+    """``path``'s LMDB opened read-only, and a descriptor of its data.mdb; DataError when data.mdb is shorter
+    than the LMDB's own map says, or was replaced while it was opened.
 
     The map's size comes from the meta pages at the start of the file; reading a page past the end of a
     truncated file would kill the process with SIGBUS.
     """
-    size = regular_file(os.path.join(path, LMDB_FILE))
+    data = os.path.join(path, LMDB_FILE)
+    regular_file(data)  # (a FIFO refused before anything opens it)
+    try:
+        descriptor = os.open(data, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read {LMDB_FILE}: {exc.strerror}") from None
     try:
         env = lmdb.open(path, readonly=True, lock=False, readahead=False, subdir=True, max_readers=1024)
     except lmdb.Error as exc:
+        os.close(descriptor)
         raise DataError(f"{path}: cannot open the LMDB database: {one_line(exc)}") from None
+    try:
+        same = os.path.samestat(os.fstat(descriptor), os.stat(data))
+    except OSError:
+        same = False
+    size = os.fstat(descriptor).st_size
     needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
-    if size < needed:
+    if not same or size < needed:
         env.close()
-        raise DataError(f"{path}: damaged: {LMDB_FILE} holds {size} bytes, its LMDB pages need {needed} (a truncated "
+        os.close(descriptor)
+        raise DataError(f"{path}: {LMDB_FILE} was replaced while it was opened; open it again" if not same else
+                        f"{path}: damaged: {LMDB_FILE} holds {size} bytes, its LMDB pages need {needed} (a truncated "
                         "copy?); copy or convert it again")
-    return env
+    return env, descriptor
 
 
 def _release_environment(path: str) -> None:
     with _OPEN_LOCK:
         entry = _OPEN_ENVIRONMENTS[path]
-        entry[1] -= 1
-        if not entry[1]:
+        entry[2] -= 1
+        if not entry[2]:
             entry[0].close()
+            os.close(entry[1])
             del _OPEN_ENVIRONMENTS[path]
 
 
@@ -325,12 +341,8 @@ class Dataset:
             raise
 
     def _open_lmdb(self) -> None:
-        self.env = _open_environment(self.path)
+        self.env, self.lmdb_file = _open_environment(self.path)  # (the descriptor of the file LMDB maps)
         self.lmdb_bytes = (self.env.info()["last_pgno"] + 1) * self.env.stat()["psize"]
-        try:
-            self.lmdb_file = os.open(os.path.join(self.path, LMDB_FILE), os.O_RDONLY | os.O_CLOEXEC)  # (the mapped one)
-        except OSError as exc:
-            raise DataError(f"{self.path}: cannot read {LMDB_FILE}: {exc.strerror}") from None
         entries = self.env.stat()["entries"]
         if entries != self.count:
             raise DataError(f"{self.path}: the manifest counts {self.count} records, {LMDB_FILE} holds {entries}; "
@@ -440,9 +452,7 @@ class Dataset:
     def close(self) -> None:
         """Release the files (once; later calls do nothing)."""
         if self.env is not None:
-            self.env = None
-            if self.lmdb_file is not None:
-                os.close(self.lmdb_file)
+            self.env = self.lmdb_file = None
             _release_environment(self.path)
         if self.h5 is not None:
             self.h5.close()

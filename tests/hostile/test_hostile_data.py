@@ -479,6 +479,20 @@ def test_an_lmdb_cut_short_while_a_net_reads_it_is_one_line_not_sigbus(lmdb_set,
                                      f"need {result.stdout.split('need ')[1].split(')')[0]}); copy or convert it again")
 
 
+def test_an_lmdb_is_checked_by_the_file_it_maps_even_once_another_lies_at_its_path(lmdb_set, tmp_path):
+    first = dataset_module.Dataset(str(lmdb_set))
+    mapped = tmp_path / "mapped.mdb"
+    os.link(lmdb_set / "data.mdb", mapped)  # (a name for the file the environment maps)
+    shutil.copy(mapped, tmp_path / "copy.mdb")
+    os.replace(tmp_path / "copy.mdb", lmdb_set / "data.mdb")  # a whole copy renamed over it
+    second = dataset_module.Dataset(str(lmdb_set))  # shares the first's environment, which maps the old file
+    os.truncate(mapped, 8192)
+    for opened in (first, second):
+        with pytest.raises(DataError, match="data.mdb was cut to 8192 bytes while it was read"):
+            opened.check_intact()
+        opened.close()
+
+
 def test_a_split_conversion_into_a_linked_folder_stages_beside_the_real_one(tmp_path):
     images = save_images(tmp_path / "images", 8, count=4)
     (tmp_path / "elsewhere" / "real").mkdir(parents=True)
