@@ -6,6 +6,7 @@ import contextlib
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -32,6 +33,7 @@ from netspec.training import run_folder
 ROOT = Path(__file__).parent.parent
 DIGITS = ROOT / "configs" / "digits"
 TOKEN = "secret-token"  # noqa: S105 - a test token
+PREFIX = "launch-7Qx"  # the path the pages lie under (netspec dashboard draws one per launch)
 LOCAL = "http://127.0.0.1:6006"
 
 
@@ -68,7 +70,8 @@ def training_events(last: int) -> list[dict]:
 def client(root: Path, token_required: bool = False, zoo: Path | None = None, **kwargs) -> TestClient:
     """A client of the dashboard over ``root`` (and the zoo ``zoo``, by default one beside it)."""
     zoo = zoo or root.parent / f"{root.name}-zoo"
-    return TestClient(create_app(str(root), TOKEN, token_required, str(zoo)), base_url=LOCAL, **kwargs)
+    return TestClient(create_app(str(root), TOKEN, token_required, str(zoo), PREFIX), base_url=f"{LOCAL}/{PREFIX}",
+                      **kwargs)
 
 
 def post(test_client: TestClient, path: str, **headers) -> object:
@@ -101,7 +104,7 @@ def test_the_runs_list_shows_every_run_with_its_state_and_values(workspace):
     assert (done["iter"], done["loss"], done["snapshots"]) == (150, pytest.approx(2 / 151), 2)
     assert done["tests"] == [{"output": "accuracy", "last": 0.5, "best": 0.9, "best_iter": 100},
                              {"output": "loss", "last": 0.7, "best": 0.1, "best_iter": 100}]
-    assert '<a href="/run?run=exp%2Fblew-up">exp/blew-up</a>' in page
+    assert '<a href="run?run=exp%2Fblew-up">exp/blew-up</a>' in page
     assert 'class="state state-diverged" title="iteration 25: the loss is nan">diverged' in page
     assert "accuracy: 0.5 <span class=\"best\">(best 0.9 at 100)</span>" in page
 
@@ -213,7 +216,7 @@ def test_the_net_is_drawn_as_svg_or_shown_as_dot_text(digits, monkeypatch):
     row = dashboard.get("/api/runs").json()[0]
     assert (row["run"], row["state"], row["message"]) == ("short", "finished", "optimization done at iteration 60")
     page = dashboard.get("/run", params={"run": "short"}).text
-    assert '<img class="net" src="/api/runs/net.svg?run=short"' in page
+    assert '<img class="net" src="api/runs/net.svg?run=short"' in page
     assert "<h3>digits_net.yaml</h3>" in page and "<h3>sources.json</h3>" in page
     svg = dashboard.get("/api/runs/net.svg", params={"run": "short"})
     assert svg.headers["content-type"] == "image/svg+xml" and b"conv1" in svg.content
@@ -349,13 +352,26 @@ def test_beyond_loopback_every_request_needs_the_token(workspace):
     visitor = client(workspace, token_required=True)
     first = visitor.get("/", params={"token": TOKEN})
     assert first.status_code == 200
-    assert first.headers["set-cookie"] == f"netspec_dashboard_token_6006={TOKEN}; Path=/; HttpOnly; SameSite=Strict"
+    # the cookie goes to the pages' secret path only: a browser sends a host's cookies to all its ports, and counts
+    # them as one site (SameSite), so a server on another port never learns it; the port in its name keeps two
+    # dashboards from taking each other's
+    assert first.headers["set-cookie"] == (f"netspec_dashboard_token_6006={TOKEN}; Path=/{PREFIX}/; HttpOnly; "
+                                           "SameSite=Strict")
     assert visitor.get("/api/runs").status_code == 200  # the cookie carries it from now on
     remote = TestClient(create_app(str(workspace), TOKEN, True), base_url="http://192.0.2.7:6006")
     assert remote.get("/", params={"token": TOKEN}).status_code == 200  # any Host, with the token
     other_port = TestClient(create_app(str(workspace), "another-token", True), base_url="http://127.0.0.1:6007")
-    second = other_port.get("/", params={"token": "another-token"})  # a browser keeps a host's cookies for all ports:
-    assert second.headers["set-cookie"].startswith("netspec_dashboard_token_6007=another-token;")  # ... not the first's
+    second = other_port.get("/", params={"token": "another-token"})
+    assert second.headers["set-cookie"].startswith("netspec_dashboard_token_6007=another-token;")
+
+
+def test_the_pages_lie_under_the_launchs_prefix_and_link_within_it(workspace):
+    outside = TestClient(create_app(str(workspace), TOKEN, False, prefix=PREFIX), base_url=LOCAL)
+    assert outside.get("/").status_code == 404 and outside.get("/api/runs").status_code == 404
+    assert outside.get(f"/{PREFIX}").status_code == 200  # (redirected to /PREFIX/)
+    page = client(workspace).get("/run", params={"run": "done"}).text
+    links = re.findall(r'(?:href|src|action)="([^"]*)"', page)
+    assert links and not [link for link in links if link.startswith("/") or "//" in link]  # relative, all of them
 
 
 def test_on_loopback_reads_are_open_to_local_names_only(workspace):
@@ -450,8 +466,8 @@ def test_the_command_prints_a_url_with_its_token_and_serves(workspace):
                                 "--port", str(port), "--token", TOKEN], stdout=subprocess.PIPE, text=True)
     try:
         first = command.stdout.readline()
-        assert first.startswith(f"netspec dashboard of {workspace}: http://") and first.endswith(
-            f":{port}/?token={TOKEN}\n")
+        prefix = re.fullmatch(rf"netspec dashboard of {re.escape(str(workspace))}: http://[^/]+:{port}/([\w-]{{16}})/"
+                              rf"\?token={TOKEN}\n", first).group(1)
         assert "every request needs the token" in command.stdout.readline()
 
         def status(path: str) -> int | None:
@@ -463,7 +479,7 @@ def test_the_command_prints_a_url_with_its_token_and_serves(workspace):
                 return None
 
         wait_for(lambda: status("/") is not None, 30)
-        assert (status("/"), status(f"/?token={TOKEN}")) == (403, 200)
+        assert (status(f"/{prefix}/"), status(f"/{prefix}/?token={TOKEN}"), status(f"/?token={TOKEN}")) == (403, 200, 404)
     finally:
         command.send_signal(signal.SIGINT)
         command.wait(10)

@@ -61,14 +61,14 @@ def test_a_dataset_is_made_from_an_image_folder_with_its_progress(tmp_path):
     answer = post_form(dashboard, "/datasets", {"source": "images/digits", "out": "data/digits", "backend": "lmdb",
                                                 "resize": "16x16", "shuffle": "1", "seed": "1_0",
                                                 "val_fraction": ".25"})
-    assert (answer.status_code, answer.headers["location"]) == (303, "/datasets#conversions")
+    assert (answer.status_code, answer.headers["location"]) == (303, "datasets#conversions")
     done = converted(dashboard, "data/digits")
     assert (done["state"], done["total"], done["done"]) == ("finished", 37, 37), done
     assert done["message"].startswith("wrote 27 records to data/digits/train, 9 records to data/digits/val; "
                                       "skipped 1 image(s)")
     assert done["skipped_count"] == 1 and "broken.png: not an image" in done["skipped"][0]
     page = dashboard.get("/datasets").text
-    assert '<a href="/dataset?path=data%2Fdigits%2Ftrain">data/digits/train</a></td><td>lmdb</td><td>27</td>' \
+    assert '<a href="dataset?path=data%2Fdigits%2Ftrain">data/digits/train</a></td><td>lmdb</td><td>27</td>' \
            "<td>3×16×16</td><td>3</td>" in page
     shown = dashboard.get("/dataset", params={"path": "data/digits/val"}).text
     assert "<td>0</td><td>digit0</td><td>3</td>" in shown and '&quot;label_names&quot;: [' in shown
@@ -141,11 +141,11 @@ def test_a_finished_run_is_published_and_predicts_on_an_uploaded_image(trained, 
     fields = {"name": "my-digits", "version": "1", "summary": "8x8 digits <b>", "license": "MIT",
               "authors": "Ada, Grace"}
     answer = post_form(dashboard, "/publish?run=runs%2Fshort", fields)
-    assert (answer.status_code, answer.headers["location"]) == (303, "/model?ref=my-digits%401")
+    assert (answer.status_code, answer.headers["location"]) == (303, "model?ref=my-digits%401")
     again = post_form(dashboard, "/publish?run=runs%2Fshort", fields)
     assert again.status_code == 409 and "my-digits@1 is already in the zoo" in again.text
     listing = dashboard.get("/models").text
-    assert 'href="/model?ref=my-digits%401">my-digits@1</a>' in listing and "8x8 digits &lt;b&gt;" in listing
+    assert 'href="model?ref=my-digits%401">my-digits@1</a>' in listing and "8x8 digits &lt;b&gt;" in listing
     assert "accuracy 0.9" in listing
     page = dashboard.get("/model", params={"ref": "my-digits@1"}).text
     assert "Ada, Grace" in page and "netspec predict my-digits@1 image.png --zoo" in page
@@ -201,7 +201,7 @@ def test_a_zoo_model_is_fine_tuned_on_a_dataset_made_in_the_page(trained, tmp_pa
     assert refused.status_code == 400 and "choose the dataset and name the run folder" in refused.text
     answer = post_form(dashboard, "/new", {"model": "digits@1", "dataset": "data/three", "out": "runs/tuned",
                                            "max_iter": "40"})
-    assert (answer.status_code, answer.headers["location"]) == (303, "/run?run=runs%2Ftuned")
+    assert (answer.status_code, answer.headers["location"]) == (303, "run?run=runs%2Ftuned")
     out = trained / "runs" / "tuned"
     wait_for(lambda: (out / "outcome.json").exists(), 120)
     log = (out / "train.log").read_text()

@@ -42,14 +42,14 @@ def test_the_page_lists_the_workspaces_solver_files(tmp_path):
     (tmp_path / "old" / "config" / "solver.yaml").write_text("net: n.yaml\n")
     page = client(tmp_path).get("/new").text
     assert "<option>configs/my_solver.yml</option><option>configs/plain.yaml</option></select>" in page
-    assert '<a href="/new">New run</a>' in client(tmp_path).get("/").text
+    assert '<a href="new">New run</a>' in client(tmp_path).get("/").text
 
 
 def test_a_run_started_from_the_form_is_an_ordinary_run_with_the_overrides(digits):
     answer = start(client(digits, follow_redirects=False),
                         {"solver": "solver.yaml", "max_iter": "5e1", "base_lr": ".5e-2", "batch_size": "1_00",
                          "device": "cpu", "out": "web/first"})
-    assert (answer.status_code, answer.headers["location"]) == (303, "/run?run=web%2Ffirst")
+    assert (answer.status_code, answer.headers["location"]) == (303, "run?run=web%2Ffirst")
     out = digits / "web" / "first"
     wait_for(lambda: run_folder.run_state(str(out))[0] == "finished")
     logged = events(out)

@@ -31,7 +31,7 @@ def dashboard(workspace, host, port, token, zoo_dir):
     """
     try:
         from netspec.dashboard.app import create_app, listen, serve
-        from netspec.dashboard.security import is_loopback, new_token
+        from netspec.dashboard.security import is_loopback, new_prefix, new_token
     except ImportError as exc:
         package = (exc.name or "").split(".")[0]
         if package not in ("starlette", "uvicorn", "anyio"):
@@ -42,12 +42,13 @@ def dashboard(workspace, host, port, token, zoo_dir):
         raise click.BadParameter("give a token that is not empty", param_hint="--token")
     token = token or new_token()
     local = is_loopback(host)
-    app = create_app(workspace, token, token_required=not local, zoo=zoo_dir)
+    prefix = new_prefix()  # (the pages' path, and the token cookie's: no other port of this host receives it)
+    app = create_app(workspace, token, token_required=not local, zoo=zoo_dir, prefix=prefix)
     listening = listen(host, port)
     shown = host if host not in ("0.0.0.0", "::") else socket.gethostname()  # noqa: S104 - names a wildcard
     shown = f"[{shown}]" if ":" in shown else shown
     click.echo(f"netspec dashboard of {os.path.abspath(workspace)}: "
-               f"http://{shown}:{listening.getsockname()[1]}/?token={token}")
+               f"http://{shown}:{listening.getsockname()[1]}/{prefix}/?token={token}")
     if not local:
         click.echo("listening beyond this machine: every request needs the token (it is in the URL)")
     click.echo("Ctrl-C stops it")

@@ -12,7 +12,8 @@ damaged line, and the position after them), ``GET /api/runs/stream?run=PATH&sinc
 which send the run's training SIGHUP and SIGINT, as a terminal would; ``GET
 /api/datasets/conversions`` (their progress), ``GET /api/datasets/record.png?path=PATH&index=N``, and
 ``POST /api/models/predict?ref=NAME@VERSION&name=FILE`` (the body: an image file; the answer: its top
-classes as JSON).
+classes as JSON).  Every path lies under the launch's secret ``/PREFIX`` (``create_app``'s ``prefix``), and the
+pages link to each other relatively.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from starlette.responses import (
     Response,
     StreamingResponse,
 )
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 from netspec.dashboard import dataset_pages, model_pages, new_run, pages
 from netspec.dashboard.datasets import (
@@ -82,9 +83,10 @@ def static_files() -> dict[str, str]:
     return files
 
 
-def create_app(root: str, token: str, token_required: bool, zoo: str | None = None) -> Starlette:
+def create_app(root: str, token: str, token_required: bool, zoo: str | None = None, prefix: str = "") -> Starlette:
     """The dashboard over the workspace folder ``root`` and the zoo folder ``zoo`` (default: the user's);
-    ``token_required`` guards reads too (see security)."""
+    ``token_required`` guards reads too (see security).  Every page lies under ``/PREFIX/`` (``netspec dashboard``
+    draws one per launch; empty: the root), and the pages link to each other relatively."""
     workspace, cache, drawings, files = Workspace(root), MetricsCache(), NetDrawings(), static_files()
     local_zoo = Zoo(zoo)
     conversions, predictors = Conversions(workspace), Predictors(local_zoo)
@@ -172,7 +174,7 @@ def create_app(root: str, token: str, token_required: bool, zoo: str | None = No
             await anyio.to_thread.run_sync(conversions.start, ConversionRequest.from_form(form))
         except NetspecError as exc:
             return datasets_page(form, str(exc), getattr(exc, "status", 400))
-        return RedirectResponse("/datasets#conversions", status_code=303)
+        return RedirectResponse("datasets#conversions", status_code=303)
 
     def conversions_list(request: Request) -> JSONResponse:
         return JSONResponse(conversions.views())
@@ -293,9 +295,11 @@ def create_app(root: str, token: str, token_required: bool, zoo: str | None = No
         Route("/publish", publish, methods=["POST"]),
         Route("/static/{name:str}", static),
     ]
-    return Starlette(routes=routes, exception_handlers={RefusedPathError: refused, NetspecError: cannot_show},
-                     middleware=[Middleware(Guard, token=token, token_required=token_required,
-                                            uploads={"/api/models/predict": MAX_UPLOAD})])
+    base = f"/{prefix}" if prefix else ""
+    return Starlette(routes=[Mount(base, routes=routes)] if prefix else routes,
+                     exception_handlers={RefusedPathError: refused, NetspecError: cannot_show},
+                     middleware=[Middleware(Guard, token=token, token_required=token_required, base=base,
+                                            uploads={f"{base}/api/models/predict": MAX_UPLOAD})])
 
 
 def refused(request: Request, exc: RefusedPathError) -> PlainTextResponse:

@@ -13,7 +13,7 @@ from netspec.data.dataset import BACKENDS, Dataset
 
 def dataset_link(path: str) -> str:
     """The address of the dataset folder ``path``'s page."""
-    return "/dataset?" + urllib.parse.urlencode({"path": path})
+    return "dataset?" + urllib.parse.urlencode({"path": path})
 
 
 def shapes_text(shapes: list[list[int]]) -> str:
@@ -66,7 +66,7 @@ def new_dataset_form(image_folders: list[str], form: dict[str, str]) -> str:
         return f'<label>{label} <select name="{name}">{items}</select></label>\n'
 
     folders = "".join(f'<option value="{escape(folder)}">' for folder in image_folders)
-    return f"""<form method="post" action="/datasets" class="form">
+    return f"""<form method="post" action="datasets" class="form">
 <p class="where">Each subfolder of the image folder is a class (labelled in sorted order); every image is decoded,
 optionally resized, and written to the new dataset folder, as <code>netspec convert imageset</code> does.</p>
 {field("source", "image folder", "a folder of the workspace", ' list="image-folders" required')}
@@ -89,7 +89,7 @@ def dataset_page(path: str, dataset: Dataset, histogram: list[dict], samples: li
                    f'<td class="bar"><span style="width: {100 * bar["count"] / largest:.1f}%"></span></td></tr>'
                    for bar in histogram)
     query = urllib.parse.urlencode({"path": path})
-    cells = "".join(f'<figure><img src="/api/datasets/record.png?{escape(query)}&amp;index={sample["index"]}" '
+    cells = "".join(f'<figure><img src="api/datasets/record.png?{escape(query)}&amp;index={sample["index"]}" '
                     f'alt="record {sample["index"]}"><figcaption>{escape(sample["name"])}<br><span class="where">'
                     f'#{sample["index"]}</span></figcaption></figure>' for sample in samples)
     return page(path, f"""<h1>{escape(path)}</h1>

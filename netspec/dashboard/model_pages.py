@@ -15,7 +15,7 @@ from netspec.model_zoo.zoo import default_zoo
 
 def model_link(ref: str) -> str:
     """The address of model ``name@version``'s page."""
-    return "/model?" + urllib.parse.urlencode({"ref": ref})
+    return "model?" + urllib.parse.urlencode({"ref": ref})
 
 
 def metrics_text(card: ModelCard) -> str:

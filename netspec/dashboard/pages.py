@@ -19,13 +19,13 @@ def page(title: str, body: str) -> str:
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{escape(title)} · netspec dashboard</title>
 <link rel="icon" href="data:,">
-<link rel="stylesheet" href="/static/dashboard.css">
-<script src="/static/plotly.min.js" defer></script>
-<script src="/static/dashboard.js" defer></script>
+<link rel="stylesheet" href="static/dashboard.css">
+<script src="static/plotly.min.js" defer></script>
+<script src="static/dashboard.js" defer></script>
 </head>
 <body>
-<header><a href="/">netspec dashboard</a> <nav><a href="/">Runs</a> <a href="/new">New run</a>
-<a href="/datasets">Datasets</a> <a href="/models">Models</a></nav></header>
+<header><a href="./">netspec dashboard</a> <nav><a href="./">Runs</a> <a href="new">New run</a>
+<a href="datasets">Datasets</a> <a href="models">Models</a></nav></header>
 <main>
 {body}
 </main>
@@ -43,12 +43,12 @@ def value(number) -> str:
 
 def run_link(run: str) -> str:
     """The address of run ``run``'s page."""
-    return "/run?" + urllib.parse.urlencode({"run": run})
+    return "run?" + urllib.parse.urlencode({"run": run})
 
 
 def publish_link(run: str) -> str:
     """The address of the form publishing run ``run`` to the zoo."""
-    return "/publish?" + urllib.parse.urlencode({"run": run})
+    return "publish?" + urllib.parse.urlencode({"run": run})
 
 
 def state_badge(state: str, message: str) -> str:
@@ -127,7 +127,7 @@ def damaged_items(run: str, damaged: list[dict]) -> str:
 def net_section(run: str, drawing) -> str:
     """The train net as the SVG image, or its DOT text with why it is not drawn."""
     if drawing.svg is not None:
-        source = "/api/runs/net.svg?" + urllib.parse.urlencode({"run": run})
+        source = "api/runs/net.svg?" + urllib.parse.urlencode({"run": run})
         return f'<img class="net" src="{escape(source)}" alt="the train net of {escape(run)}">'
     message = f'<p class="message">{escape(drawing.message or "")}</p>'
     return message + (f"<pre>{escape(drawing.dot)}</pre>" if drawing.dot else "")
@@ -182,7 +182,7 @@ def new_run_page(solvers: list[str], models: list[str], datasets: list[str], for
              else "<p>no model in the zoo carries its training configs (publish a finished run first)</p>")
     return page("New run", f"""<h1>New run</h1>
 {refused_message(message)}
-<form method="post" action="/new" class="form">
+<form method="post" action="new" class="form">
 <fieldset><legend>Train a solver file</legend>
 {chooser}
 </fieldset>

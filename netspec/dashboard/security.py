@@ -3,9 +3,12 @@
 - The token: reads need it when the dashboard listens beyond this machine,
   state-changing requests (anything but GET and HEAD) always.  It comes as
   ``?token=`` (the URL the command prints) or in the cookie the first such
-  request sets (HttpOnly, SameSite=Strict), compared in constant time.  The
-  cookie's name holds the dashboard's port (:func:`cookie_name`): browsers send
-  a host's cookies to all its ports, so two dashboards never take each other's.
+  request sets (HttpOnly, SameSite=Strict), compared in constant time.
+  Browsers send a host's cookies to all its ports, and count its other ports
+  as the same site: the cookie's path is the dashboard's secret prefix
+  (:func:`new_prefix`, every page lies under it), so a server on another port
+  of this machine never receives it, and its name holds the dashboard's port
+  (:func:`cookie_name`), so two dashboards never take each other's.
 - Same origin: a state-changing request's Origin (else Referer) must name the
   Host it was sent to, so another site's page cannot post to the dashboard.
 - Host: listening on loopback only, the Host header must be a loopback name,
@@ -60,13 +63,19 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-class Guard:
-    """ASGI middleware enforcing the module's rules; ``token_required`` guards reads as well as changes."""
+def new_prefix() -> str:
+    """A fresh random path prefix for one launch of the dashboard (12 bytes, URL-safe)."""
+    return secrets.token_urlsafe(12)
 
-    def __init__(self, app, token: str, token_required: bool, max_body: int = MAX_BODY,
+
+class Guard:
+    """ASGI middleware enforcing the module's rules; ``token_required`` guards reads as well as changes; ``base``
+    is the path every page lies under (``/PREFIX``, or empty), where the cookie is sent."""
+
+    def __init__(self, app, token: str, token_required: bool, base: str = "", max_body: int = MAX_BODY,
                  uploads: dict[str, int] | None = None):
         self.app, self.token, self.token_required, self.max_body = app, token, token_required, max_body
-        self.uploads = uploads or {}
+        self.base, self.uploads = base, uploads or {}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -113,7 +122,8 @@ class Guard:
         start."""
         extra = list(HEADERS)
         if cookie:
-            extra.append((b"set-cookie", f"{cookie}={self.token}; Path=/; HttpOnly; SameSite=Strict".encode()))
+            extra.append((b"set-cookie",
+                          f"{cookie}={self.token}; Path={self.base}/; HttpOnly; SameSite=Strict".encode()))
 
         async def sending(message):
             if message["type"] == "http.response.start":

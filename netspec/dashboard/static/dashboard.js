@@ -74,13 +74,13 @@ function forgetDamaged(run) {
 async function addRun(run, listed) {
   const entry = { events: [], source: null };
   shown.set(run, entry);
-  const response = await fetch("/api/runs/metrics?" + query(run));
+  const response = await fetch("api/runs/metrics?" + query(run));
   if (!response.ok || shown.get(run) !== entry) return;
   const data = await response.json();
   entry.events = data.events;
   if (!listed) noteDamaged(run, data.damaged);
   scheduleDraw();
-  entry.source = new EventSource(`/api/runs/stream?${query(run)}&since=${data.position}`);
+  entry.source = new EventSource(`api/runs/stream?${query(run)}&since=${data.position}`);
   entry.source.addEventListener("metrics", (message) => {
     const chunk = JSON.parse(message.data);
     entry.events = entry.events.concat(chunk.events);
@@ -152,7 +152,7 @@ function rememberOverlays(page) {
 async function act(button) {
   const result = document.getElementById("action-result");
   try {
-    const response = await fetch(`/api/runs/${button.dataset.action}?${query(button.dataset.run)}`,
+    const response = await fetch(`api/runs/${button.dataset.action}?${query(button.dataset.run)}`,
                                  { method: "POST" });
     result.textContent = await response.text();
   } catch (error) {
@@ -216,7 +216,7 @@ function followConversions(section) {
   const follow = async () => {
     let list;
     try {
-      const response = await fetch("/api/datasets/conversions");
+      const response = await fetch("api/datasets/conversions");
       list = response.ok ? await response.json() : null;
     } catch (error) {
       list = null;
@@ -228,7 +228,7 @@ function followConversions(section) {
     showConversions(list);
     const now = runningIn(list);
     if (now < running) {
-      const page = await fetchPage("/datasets");
+      const page = await fetchPage("datasets");
       const rows = page && page.querySelector("#datasets tbody");
       if (rows) document.querySelector("#datasets tbody").replaceWith(rows);
     }
@@ -258,7 +258,7 @@ async function predict(form) {
   note.textContent = "predicting…";
   let answer;
   try {
-    const response = await fetch(`/api/models/predict?ref=${encodeURIComponent(form.dataset.ref)}` +
+    const response = await fetch(`api/models/predict?ref=${encodeURIComponent(form.dataset.ref)}` +
                                  `&name=${encodeURIComponent(file.name)}`,
                                  { method: "POST", body: file, headers: { "content-type": "application/octet-stream" } });
     answer = response.headers.get("content-type").startsWith("application/json")
