@@ -26,10 +26,15 @@ class AccuracyParams:
 class Accuracy(Layer):
     """Accuracy: fraction of non-ignored positions whose label scores among the ``top_k`` best.
 
-    A label counts as in the top k when fewer than k classes score strictly
-    higher (Caffe's rule for ties).  Bottoms: scores (N, K, ...) with classes
-    on ``axis``, labels (one per position).  Tops: the accuracy (a scalar) and
-    optionally per-class accuracies (K,).  No gradient; usually TEST only.
+    Caffe's rule: a label counts as in the top k when fewer than k other
+    classes score at least as high (``>=``), so a tie counts against it: a
+    net whose classes all score the same is right nowhere (but with top_k
+    equal to the class count).  A label whose own score is NaN counts as
+    right, as in Caffe (no score is ``>=`` NaN).  Bottoms: scores (N, K, ...)
+    with classes on ``axis``, labels (one per position).  Tops: the accuracy
+    (a scalar; 0 when every label is ignored) and optionally per-class
+    accuracies (K,; 0 for a class no label names).  No gradient; usually
+    TEST only.
 
     Example::
 
@@ -67,8 +72,8 @@ class Accuracy(Layer):
         scores = bottom[0].data.reshape(outer, classes, inner)
         safe, valid = class_labels(self, bottom[1].data.reshape(outer, 1, inner), classes, p.ignore_label)
         label_scores = xp.take_along_axis(scores, safe, axis=1)
-        better = (scores > label_scores).sum(axis=1, keepdims=True)
-        correct = (better < p.top_k) & valid
+        at_least = (scores >= label_scores).sum(axis=1, keepdims=True)  # (the label's own class among them)
+        correct = (at_least <= p.top_k) & valid
         top[0].data[...] = correct.sum() / xp.maximum(valid.sum(), 1)  # (on the device: no wait for it)
         if len(top) > 1:
             labelled = (safe == xp.arange(classes).reshape(1, classes, 1)) & valid  # (one-hot: sizes never read)

@@ -208,7 +208,12 @@ def ref_accuracy(bottoms, params, p):
             continue
         total += 1
         per_class_count[label] += 1
-        if (x[i] > x[i, label]).sum() < k:
+        better = -1  # Caffe's AccuracyLayer loop: the true class counts itself, ties count against
+        for c in range(x.shape[1]):
+            if better >= k:
+                break
+            better += x[i, c] >= x[i, label]
+        if better < k:
             correct += 1
             per_class_hits[label] += 1
     per_class = np.where(per_class_count > 0, per_class_hits / np.maximum(per_class_count, 1), 0)
@@ -633,6 +638,8 @@ CASES = [
     Case("hinge_l1", "HingeLoss", [rand(4, 3), labels(4, classes=3)], ref_hinge),
     Case("hinge_l2", "HingeLoss", [rand(4, 3), labels(4, classes=3)], lambda b, w, p: ref_hinge(b, w, {"norm": "L2"}),
          {"hinge_loss_param": {"norm": "L2"}}),
+    Case("accuracy_ties", "Accuracy", [np.floor(rand(40, 5) * 1.5), labels(40, classes=5)],  # (scores -2..1)
+         lambda b, w, p: ref_accuracy(b, w, {"top_k": 2}), {"accuracy_param": {"top_k": 2}}, tops=2, grad=False),
     Case("accuracy_top2", "Accuracy", [rand(6, 4), labels(6, classes=4)],
          lambda b, w, p: ref_accuracy(b, w, {"top_k": 2, "ignore_label": 3}),
          {"accuracy_param": {"top_k": 2, "ignore_label": 3}}, tops=2, grad=False),
@@ -954,6 +961,22 @@ def test_silence_consumes_and_zeroes_gradient():
     net.bottom_blobs[-1][0].diff[...] = 5
     net.layers[-1].backward([], [True], net.bottom_blobs[-1])
     assert not net.bottom_blobs[-1][0].diff.any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_accuracy_counts_ties_against_the_label_as_caffe_does(device):
+    def accuracy(scores, label_values, top_k=1):
+        scores = np.asarray(scores, dtype=np.float64)
+        net = one_layer_net("Accuracy", [scores.shape, (len(scores),)], tops=2, device=device,
+                            bottoms=[scores, np.asarray(label_values, dtype=np.float64)],
+                            params={"accuracy_param": {"top_k": top_k}})
+        return [float(value.ravel()[0]) if value.ndim == 0 else list(value) for value in run_forward(net)]
+
+    stuck = np.zeros((4, 3))  # a net that has stopped learning: every class scores the same
+    assert accuracy(stuck, [0, 1, 2, 0]) == [0.0, [0.0, 0.0, 0.0]]
+    assert accuracy(stuck, [0, 1, 2, 0], top_k=2)[0] == 0.0 and accuracy(stuck, [0, 1, 2, 0], top_k=3)[0] == 1.0
+    assert accuracy([[1, 1, 0], [2, 1, 1]], [0, 0])[0] == 0.5  # a tie with another class is no hit
+    assert accuracy([[np.nan, 1, 0]], [0])[0] == 1.0  # (Caffe: no class scores >= NaN, so the label is "top")
 
 
 @pytest.mark.parametrize("device", DEVICES)
