@@ -22,13 +22,15 @@ class ArgMaxParams:
 
 @register_layer
 class ArgMax(Layer):
-    """ArgMax: the indices of the ``top_k`` largest entries, largest first.
+    """ArgMax: the indices of the ``top_k`` largest entries, largest first; of equal entries the one of the larger
+    index first (Caffe's order).
 
     Without ``axis`` each instance (all axes after the first, flattened) is
     searched and the top is (N, 1, top_k), or (N, 2, top_k) with indices then
-    values when ``out_max_val``.  With ``axis`` that axis shrinks to
-    ``top_k`` and holds indices, or the values when ``out_max_val``.
-    No gradient.
+    values when ``out_max_val``, followed by axes of 1 up to the bottom's
+    count (a 4-axis bottom gives (N, 1, top_k, 1)), as Caffe shapes it.
+    With ``axis`` that axis shrinks to ``top_k`` and holds indices, or the
+    values when ``out_max_val``.  No gradient.
 
     Example::
 
@@ -46,7 +48,7 @@ class ArgMax(Layer):
             self.check_k(shape[axis])
             return [shape[:axis] + (p.top_k,) + shape[axis + 1:]]
         self.check_k(math.prod(shape[1:]))
-        return [(shape[0], 2 if p.out_max_val else 1, p.top_k)]
+        return [(shape[0], 2 if p.out_max_val else 1, p.top_k) + (1,) * (len(shape) - 3)]
 
     def check_k(self, size: int) -> None:
         """top_k must be between 1 and the searched size."""
@@ -60,12 +62,19 @@ class ArgMax(Layer):
         x = bottom[0].data
         if p.axis is not None:
             axis = canonical_axis(p.axis, x.ndim, "argmax_param.axis")
-            order = xp.argsort(-x, axis=axis, kind="stable")
-            index = order.take(xp.arange(p.top_k), axis=axis)
+            index = largest_first(xp, x, axis).take(xp.arange(p.top_k), axis=axis)
             top[0].data[...] = xp.take_along_axis(x, index, axis=axis) if p.out_max_val else index
             return
         flat = x.reshape(x.shape[0], -1)
-        index = xp.argsort(-flat, axis=1, kind="stable")[:, :p.top_k]
-        top[0].data[:, 0] = index
+        index = largest_first(xp, flat, 1)[:, :p.top_k]
+        out = top[0].data.reshape(x.shape[0], -1, p.top_k)
+        out[:, 0] = index
         if p.out_max_val:
-            top[0].data[:, 1] = xp.take_along_axis(flat, index, axis=1)
+            out[:, 1] = xp.take_along_axis(flat, index, axis=1)
+
+
+def largest_first(xp, x, axis: int):
+    """The indices along ``axis`` that sort ``x`` from the largest, equal values the larger index first (Caffe's
+    ``std::greater`` on (value, index) pairs): a stable sort of the axis reversed, mapped back."""
+    size = x.shape[axis]
+    return size - 1 - xp.argsort(-xp.flip(x, axis=axis), axis=axis, kind="stable")

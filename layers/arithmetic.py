@@ -48,7 +48,9 @@ class PowerParams:
 class Power(Elementwise):
     """Power: ``y = (shift + scale * x) ^ power``.
 
-    Bottom/top: any shape.  Not in place.
+    Where ``power * scale`` is 0 the input is not read, as in Caffe: ``y`` is
+    1 (power 0) or ``shift ^ power`` (scale 0), even where x is infinite or
+    NaN, and the gradient is 0.  Bottom/top: any shape.  Not in place.
 
     Example::
 
@@ -60,12 +62,15 @@ class Power(Elementwise):
 
     def forward(self, bottom, top):
         p = self.block("power_param")
+        if p.power * p.scale == 0:
+            top[0].data[...] = 1.0 if p.power == 0 else self.xp.power(self.xp.asarray(p.shift, self.dtype), p.power)
+            return
         self.xp.power(p.shift + p.scale * bottom[0].data, p.power, out=top[0].data)
 
     def backward(self, top, propagate_down, bottom):
         if propagate_down[0]:
             p = self.block("power_param")
-            if p.power == 0 or p.scale == 0:
+            if p.power * p.scale == 0:
                 bottom[0].diff[...] = 0
                 return
             base = p.shift + p.scale * bottom[0].data

@@ -106,7 +106,7 @@ def pool_geometry(p: PoolingParams, shape) -> PoolGeometry:
                              f"bottom shape {tuple(shape)}", f"{key}.kernel_size")
         rounding = math.ceil if p.round_mode == "CEIL" else math.floor
         n = rounding((size + 2 * q - k) / s) + 1
-        if q and (n - 1) * s >= size + q:
+        if any(pad) and (n - 1) * s >= size + q:  # (Caffe: on both axes as soon as either is padded)
             n -= 1
         out.append(n)
         far.append(max(0, (n - 1) * s + k - size - q))
@@ -119,7 +119,8 @@ class Pooling(Layer):
 
     Bottom: (N, C, H, W).  Top: (N, C, H', W') with Caffe's rounding
     ``H' = ceil((H + 2*pad - kernel) / stride) + 1``, minus one when the last
-    window would start in the padding (``round_mode: FLOOR`` rounds down
+    window would start in the padding or past the input, on each axis as soon
+    as either is padded, as in Caffe (``round_mode: FLOOR`` rounds down
     instead).  MAX never picks a padded position; its gradient goes to the
     first maximum of each window.  AVE divides by the window clipped to the
     padded input, so padding counts but the overhang of a ceil-rounded last

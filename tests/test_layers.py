@@ -78,14 +78,14 @@ def ref_pool(bottoms, params, p):
     if p.get("global_pooling"):
         k, s, pad = (h, w), (1, 1), (0, 0)
     else:
-        k = (p["kernel_size"],) * 2
-        s = (p.get("stride", 1),) * 2
-        pad = (p.get("pad", 0),) * 2
+        k = (p["kernel_h"], p["kernel_w"]) if "kernel_h" in p else (p["kernel_size"],) * 2
+        s = (p["stride_h"], p["stride_w"]) if "stride_h" in p else (p.get("stride", 1),) * 2
+        pad = (p["pad_h"], p["pad_w"]) if "pad_h" in p else (p.get("pad", 0),) * 2
     rounding = math.floor if p.get("round_mode") == "FLOOR" else math.ceil
     out_size = []
     for size, kk, ss, pp in zip((h, w), k, s, pad):
         o = rounding((size + 2 * pp - kk) / ss) + 1
-        if pp and (o - 1) * ss >= size + pp:
+        if any(pad) and (o - 1) * ss >= size + pp:  # Caffe's PoolingLayer::Reshape: both axes once either is padded
             o -= 1
         out_size.append(o)
     out = np.zeros((n, c, *out_size))
@@ -221,13 +221,15 @@ def ref_accuracy(bottoms, params, p):
 
 
 def ref_argmax(bottoms, params, p):
+    """Caffe's ArgMaxLayer without axis: (value, index) pairs sorted by std::greater (equal values: the larger index
+    first); the top (N, 1 or 2, top_k) and axes of 1 up to the bottom's count."""
     x = bottoms[0].reshape(bottoms[0].shape[0], -1)
     k = p.get("top_k", 1)
-    index = np.argsort(-x, axis=1, kind="stable")[:, :k]
-    out = [index[:, None, :].astype(float)]
+    index = np.array([sorted(range(x.shape[1]), key=lambda j, row=row: (row[j], j), reverse=True)[:k] for row in x])
+    out = index[:, None, :].astype(float)
     if p.get("out_max_val"):
-        out = [np.stack([index, np.take_along_axis(x, index, 1)], axis=1)]
-    return out
+        out = np.stack([index, np.take_along_axis(x, index, 1)], axis=1)
+    return [out.reshape(*out.shape, *[1] * (bottoms[0].ndim - 3))]
 
 
 def ref_reduction(bottoms, params, p):
@@ -516,6 +518,8 @@ CASES = [
     pool("pool_ave_ceil", rand(1, 2, 8, 8), pool="AVE", kernel_size=3, stride=2),
     pool("pool_global", rand(2, 3, 4, 5), pool="AVE", global_pooling=True),
     pool("pool_floor", rand(1, 1, 7, 7), pool="MAX", kernel_size=2, stride=2, round_mode="FLOOR"),
+    *[pool(f"pool_{kind.lower()}_one_axis_padded", rand(1, 2, 6, 5), pool=kind, kernel_h=2, kernel_w=1, stride_h=2,
+           stride_w=3, pad_h=1, pad_w=0) for kind in ("MAX", "AVE")],  # (Caffe drops the width's third window)
     Case("ip", "InnerProduct", [rand(3, 2, 2, 2)], ref_ip, {"inner_product_param": {"num_output": 4}}),
     Case("ip_transpose_axis2", "InnerProduct", [rand(2, 3, 4)],
          lambda b, w, p: ref_ip(b, w, {"axis": 2, "transpose": True}),
@@ -571,6 +575,11 @@ CASES = [
     Case("absval", "AbsVal", [rand(2, 5)], ew(lambda x, w, p: np.abs(x))),
     Case("power", "Power", [rand(2, 5, low=0.5, high=2)], ew(lambda x, w, p: (0.5 + 2 * x) ** 1.5),
          {"power_param": {"power": 1.5, "scale": 2, "shift": 0.5}}),
+    Case("power_scale_0", "Power", [np.array([[1.0, -np.inf, np.inf, np.nan, 0.0]])],  # (Caffe reads no input)
+         ew(lambda x, w, p: np.full_like(x, 3.0 ** 2)), {"power_param": {"power": 2, "scale": 0, "shift": 3}},
+         grad=False),
+    Case("power_0", "Power", [np.array([[1.0, -np.inf, np.nan]])], ew(lambda x, w, p: np.ones_like(x)),
+         {"power_param": {"power": 0, "scale": 2, "shift": -1}}, grad=False),
     Case("exp", "Exp", [rand(2, 5)], ew(lambda x, w, p: 2.0 ** (1 + 0.5 * x)),
          {"exp_param": {"base": 2, "scale": 0.5, "shift": 1}}, inplace=True),
     Case("log", "Log", [rand(2, 5, low=0.5, high=2)], ew(lambda x, w, p: np.log10(0.1 + 3 * x)),
@@ -621,6 +630,11 @@ CASES = [
     Case("softmax_4d", "Softmax", [rand(2, 3, 2, 2)], lambda b, w, p: [ref_softmax(b[0])]),
     Case("argmax", "ArgMax", [rand(3, 6)], lambda b, w, p: ref_argmax(b, w, {"top_k": 2, "out_max_val": True}),
          {"argmax_param": {"top_k": 2, "out_max_val": True}}, grad=False),
+    Case("argmax_ties_4d", "ArgMax", [np.floor(rand(2, 3, 2, 2) * 1.5)],  # (values -2..1: ties everywhere)
+         lambda b, w, p: ref_argmax(b, w, {"top_k": 4, "out_max_val": True}),
+         {"argmax_param": {"top_k": 4, "out_max_val": True}}, grad=False),
+    Case("argmax_ties_indices", "ArgMax", [np.floor(rand(2, 3, 2, 2) * 1.5)],
+         lambda b, w, p: ref_argmax(b, w, {"top_k": 3}), {"argmax_param": {"top_k": 3}}, grad=False),
     *[Case(f"reduction_{op.lower()}", "Reduction", [rand(2, 3, 2)],
            lambda b, w, p, op=op: ref_reduction(b, w, {"operation": op, "axis": 1, "coeff": 0.5}),
            {"reduction_param": {"operation": op, "axis": 1, "coeff": 0.5}}) for op in ("SUM", "ASUM", "SUMSQ", "MEAN")],

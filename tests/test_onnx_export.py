@@ -317,6 +317,12 @@ def test_spp_tile_slice_and_argmax_export(tmp_path, opset):
     assert operators["TopK"] == 4 and operators["Tile"] == 2
 
 
+def test_argmax_exports_caffes_order_of_equal_values(tmp_path):  # (the larger index first; TopK's is the lower)
+    net = SHAPES_AND_SEARCH.split("  - {name: spp,")[0] + "\n".join(
+        line for line in SHAPES_AND_SEARCH.splitlines() if "type: ArgMax" in line) + "\n"
+    check_with_onnxruntime(tmp_path, net, indices={"data": 3})  # (values 0, 1, 2: ties in every row)
+
+
 @pytest.mark.parametrize("opset", [13, 21])
 def test_embed_batch_reindex_parameter_and_operands_given_as_bottoms_export(tmp_path, opset):
     check_with_onnxruntime(tmp_path, LOOKUPS, opset=opset, indices={"words": 7, "order": 4})

@@ -542,16 +542,22 @@ def _parameter(b: _Builder, node, layer, inputs: list[str], y: str) -> None:
 
 
 def _argmax(b: _Builder, node, layer, x: str, y: str) -> None:
-    """TopK (largest first; on ties the lower index first, as netspec's stable sort), the indices cast to floats.
+    """TopK (largest first) over the searched axis reversed, its indices mapped back, so that equal values come the
+    larger index first as in netspec and Caffe (TopK itself puts the lower first); the indices cast to floats.
     Along ``axis``: the indices, or the values with ``out_max_val``.  Without: over each instance flattened, shaped
-    (N, 1, k), or (N, 2, k) with the values after the indices."""
+    (N, 1, k), or (N, 2, k) with the values after the indices (then axes of 1, as the top's shape says)."""
     p = layer.block("argmax_param")
     along = p.axis is not None
+    shape = node.bottom_shapes[0]
+    axis = p.axis % len(shape) if along else 1
+    size = shape[axis] if along else math.prod(shape[1:])
     values = y if along and p.out_max_val else b.temporary(node.name)
-    indices = b.temporary(node.name)
     searched = x if along else b.intermediate("Flatten", [x], node.name, axis=1)
-    b.add("TopK", [searched, b.constant(f"{node.name}/k", [p.top_k])], [values, indices], node.name,
-          axis=p.axis % len(node.bottom_shapes[0]) if along else 1)
+    reversed_ = b.intermediate("Slice", [searched, *(b.constant(f"{node.name}/{part}", [value]) for part, value in (
+        ("starts", -1), ("ends", -2 ** 63), ("axes", axis), ("steps", -1)))], node.name)
+    from_end = b.temporary(node.name)
+    b.add("TopK", [reversed_, b.constant(f"{node.name}/k", [p.top_k])], [values, from_end], node.name, axis=axis)
+    indices = b.intermediate("Sub", [b.constant(f"{node.name}/last", size - 1), from_end], node.name)
     if along and p.out_max_val:
         return
     if along:
