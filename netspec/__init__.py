@@ -8,6 +8,7 @@ Importing netspec registers the built-in layer types and update rules
 (``netspec.layers``, ``netspec.solvers``); ARCHITECTURE.md maps the packages.
 """
 
+import importlib
 import warnings
 
 from netspec import threads
@@ -35,6 +36,17 @@ from netspec.version import __version__
 __all__ = ["ConfigError", "DataError", "L", "Net", "NetSpec", "NetspecError", "OutputFolder", "PythonLayer",
            "ShapeError", "Solver", "StateError", "TrainingError", "WeightsError", "load_net", "load_solver",
            "__version__"]
+
+SUBMODULES = ("cli", "dashboard", "data", "engine", "graph", "inspect", "interop", "layers", "model_zoo", "solvers",
+              "spec", "testing", "tools", "training")  # netspec.<name> after a bare `import netspec` (imported when used)
+
+
+def __getattr__(name: str):
+    """The submodule ``name`` (``netspec.model_zoo``...), imported when first asked for."""
+    if name in SUBMODULES:
+        return importlib.import_module(f"netspec.{name}")
+    raise AttributeError(f"module 'netspec' has no attribute {name!r}")
+
 
 for _failure in load_plugins():  # layer types installed packages add (entry-point group netspec.layers), last
     warnings.warn(_failure, stacklevel=1)

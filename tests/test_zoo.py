@@ -349,6 +349,17 @@ def test_predict_matches_the_original_net(zoo_a, weights, tmp_path):
     assert model.card.ref == "digits@1" and model.net.outputs == ["prob"]
 
 
+def test_the_readmes_python_one_liner_works_after_a_bare_import(zoo_a, tmp_path):
+    png = digit_png(tmp_path / "five.png")
+    line = f"import netspec; print(netspec.model_zoo.load('digits', zoo={str(zoo_a)!r}).predict({str(png)!r}))"
+    result = subprocess.run([sys.executable, "-c", line], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "'predictions': [{'label':" in result.stdout
+    for name in ("model_zoo", "tools", "interop", "inspect", "training", "testing"):  # every documented part
+        probe = subprocess.run([sys.executable, "-c", f"import netspec; netspec.{name}"], capture_output=True)
+        assert probe.returncode == 0, (name, probe.stderr)
+
+
 def test_python_predicts_in_one_line_and_inputs_of_another_size_or_colour_are_converted_with_a_note(
         zoo_a, weights, tmp_path):
     png = digit_png(tmp_path / "five.png")
