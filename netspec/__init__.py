@@ -37,8 +37,9 @@ __all__ = ["ConfigError", "DataError", "L", "Net", "NetSpec", "NetspecError", "O
            "ShapeError", "Solver", "StateError", "TrainingError", "WeightsError", "load_net", "load_solver",
            "__version__"]
 
+# netspec.<name> after a bare `import netspec` (imported when first used)
 SUBMODULES = ("cli", "dashboard", "data", "engine", "graph", "inspect", "interop", "layers", "model_zoo", "solvers",
-              "spec", "testing", "tools", "training")  # netspec.<name> after a bare `import netspec` (imported when used)
+              "spec", "testing", "tools", "training")
 
 
 def __getattr__(name: str):
