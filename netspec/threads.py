@@ -35,7 +35,10 @@ def onednn_wanted() -> bool:
 
 
 def size_pools() -> None:
-    """Give OpenBLAS one thread while oneDNN takes the cores (only before NumPy has loaded OpenBLAS)."""
+    """Give OpenBLAS one thread while oneDNN takes the cores (only before NumPy has loaded OpenBLAS), and let idle
+    OpenMP threads sleep (``OMP_WAIT_POLICY=PASSIVE``, unless the environment sets a policy): spinning, they would
+    take the cores from any other busy process, and a training beside one would stall."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if onednn_wanted() and "numpy" not in sys.modules:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 

@@ -51,3 +51,13 @@ def test_pools_count_as_sized_by_the_user_not_by_netspec_itself(environment, siz
     result = subprocess.run([sys.executable, "-c", "import netspec.threads as t; print(t.pools_sized())"],
                             capture_output=True, text=True, env={**clean, **environment})
     assert result.stdout.strip() == str(sized), result.stderr
+
+
+@pytest.mark.parametrize("given, expected", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_idle_openmp_threads_sleep_unless_the_user_chose(given, expected):
+    environment = {key: value for key, value in os.environ.items() if key != "OMP_WAIT_POLICY"}
+    if given:
+        environment["OMP_WAIT_POLICY"] = given
+    probe = subprocess.run([sys.executable, "-c", "import netspec, os; print(os.environ['OMP_WAIT_POLICY'])"],
+                           capture_output=True, text=True, env=environment, check=True)
+    assert probe.stdout.strip() == expected  # (set before oneDNN's OpenMP runtime loads and reads it)
