@@ -81,6 +81,9 @@ class ReLUParams:
 class ReLU(OneDnnElementwise):
     """ReLU: ``y = max(x, 0) + negative_slope * min(x, 0)``.
 
+    The gradient is ``dy`` where the input is positive, ``negative_slope * dy``
+    elsewhere (Caffe's rule, decided by the input: with a negative slope the
+    layer keeps a copy of it, the output's sign no longer telling).
     Bottom/top: any shape.  Runs in place.  On oneDNN (float32) unless the slope is negative.
 
     Example::
@@ -99,6 +102,8 @@ class ReLU(OneDnnElementwise):
     def numpy_forward(self, bottom, top):
         slope = self.block("relu_param").negative_slope
         x = bottom[0].data
+        if slope < 0:
+            self.input = x.copy()  # (in place the output overwrites it, and its sign is not the input's)
         if slope:
             self.xp.copyto(top[0].data, self.xp.where(x > 0, x, x * slope))
         else:
@@ -106,7 +111,7 @@ class ReLU(OneDnnElementwise):
 
     def numpy_backward(self, top, bottom):
         slope = self.block("relu_param").negative_slope
-        y = top[0].data
+        y = self.input if slope < 0 else top[0].data  # (for a slope >= 0, y > 0 exactly where x > 0)
         if slope:
             self.xp.copyto(bottom[0].diff, self.xp.where(y > 0, top[0].diff, top[0].diff * slope))
         else:
@@ -168,8 +173,8 @@ class PReLU(Elementwise):
                 self.blobs[0].diff += grad.sum()
             else:
                 self.blobs[0].diff += grad.sum(axis=axes)
-        if propagate_down[0]:
-            self.xp.copyto(bottom[0].diff, self.xp.where(negative, dy * self.slopes(x.ndim), dy))
+        if propagate_down[0]:  # (Caffe's (x > 0) + a (x <= 0): 0 where x is NaN)
+            self.xp.multiply(dy, (x > 0) + negative * self.slopes(x.ndim), out=bottom[0].diff)
 
 
 @dataclass
@@ -183,8 +188,10 @@ class ELUParams:
 class ELU(OneDnnElementwise):
     """ELU: ``y = x`` for x > 0, ``alpha * (exp(x) - 1)`` otherwise.
 
-    Bottom/top: any shape.  Runs in place (alpha > 0 keeps the sign).  On oneDNN (float32) unless alpha is
-    negative.
+    The gradient is ``dy`` where the input is positive, ``dy * (y + alpha)``
+    elsewhere (Caffe's rule, decided by the input: with a negative alpha the
+    layer keeps a copy of it).  Bottom/top: any shape.  Runs in place.  On
+    oneDNN (float32) unless alpha is negative.
 
     Example::
 
@@ -202,12 +209,15 @@ class ELU(OneDnnElementwise):
     def numpy_forward(self, bottom, top):
         alpha = self.block("elu_param").alpha
         x = bottom[0].data
+        if alpha < 0:
+            self.input = x.copy()  # (in place the output overwrites it, and its sign is not the input's)
         self.xp.copyto(top[0].data, self.xp.where(x > 0, x, alpha * self.xp.expm1(self.xp.minimum(x, 0))))
 
     def numpy_backward(self, top, bottom):
         alpha = self.block("elu_param").alpha
         y, dy = top[0].data, top[0].diff
-        self.xp.copyto(bottom[0].diff, self.xp.where(y > 0, dy, dy * (y + alpha)))
+        positive = (self.input if alpha < 0 else y) > 0  # (for alpha >= 0, y > 0 exactly where x > 0)
+        self.xp.copyto(bottom[0].diff, self.xp.where(positive, dy, dy * (y + alpha)))
 
 
 @register_layer
@@ -267,7 +277,8 @@ class TanH(OneDnnElementwise):
 
 @register_layer
 class BNLL(OneDnnElementwise):
-    """BNLL (binomial normal log-likelihood): ``y = log(1 + exp(x))``, computed stably.
+    """BNLL (binomial normal log-likelihood): ``y = log(1 + exp(x))``, computed as Caffe does:
+    ``max(x, 0) + log(1 + exp(-|x|))`` (0 where exp(-|x|) is below the dtype's precision).
 
     Bottom/top: any shape.  Not in place.  On oneDNN (float32, its soft_relu).
 
@@ -282,7 +293,8 @@ class BNLL(OneDnnElementwise):
         return onednn.ELTWISE_SOFT_RELU, 1.0, 0.0  # (alpha: the slope inside, log(1 + exp(alpha x)) / alpha)
 
     def numpy_forward(self, bottom, top):
-        self.xp.logaddexp(0, bottom[0].data, out=top[0].data)
+        x = bottom[0].data
+        self.xp.add(self.xp.maximum(x, 0), self.xp.log(1 + self.xp.exp(-self.xp.abs(x))), out=top[0].data)
 
     def numpy_backward(self, top, bottom):
         sigmoid = 0.5 * self.xp.tanh(0.5 * bottom[0].data) + 0.5
@@ -330,7 +342,8 @@ class ClipParams:
 
 @register_layer
 class Clip(Elementwise):
-    """Clip: ``y = min(max(x, min), max)``; the gradient passes where ``min <= x <= max``.
+    """Clip: ``y = min(max(x, min), max)``; the gradient passes where ``min <= x <= max``.  A NaN input gives
+    ``min`` (Caffe's ``std::max(min, std::min(x, max))``) and no gradient.
 
     Bottom/top: any shape.  Not in place.
 
@@ -350,7 +363,8 @@ class Clip(Elementwise):
 
     def forward(self, bottom, top):
         p = self.block("clip_param")
-        self.xp.clip(bottom[0].data, p.min, p.max, out=top[0].data)
+        x = bottom[0].data
+        self.xp.copyto(top[0].data, self.xp.where(self.xp.isnan(x), p.min, self.xp.clip(x, p.min, p.max)))
 
     def backward(self, top, propagate_down, bottom):
         if propagate_down[0]:

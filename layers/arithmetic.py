@@ -16,7 +16,7 @@ from netspec.spec.schema import doc
 
 @register_layer
 class AbsVal(Elementwise):
-    """AbsVal: ``y = |x|``; the gradient is ``sign(x)``.
+    """AbsVal: ``y = |x|``; the gradient is ``sign(x)`` (0 where x is 0 or NaN, as Caffe's sign).
 
     Bottom/top: any shape.  Not in place.
 
@@ -32,7 +32,8 @@ class AbsVal(Elementwise):
 
     def backward(self, top, propagate_down, bottom):
         if propagate_down[0]:
-            self.xp.multiply(top[0].diff, self.xp.sign(bottom[0].data), out=bottom[0].diff)
+            x = bottom[0].data
+            self.xp.multiply(top[0].diff, (x > 0) * 1 - (x < 0), out=bottom[0].diff)
 
 
 @dataclass

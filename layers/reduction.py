@@ -63,7 +63,7 @@ class Reduction(Layer):
         x = bottom[0].data.reshape(rows, per_row)
         dy = top[0].diff.reshape(rows, 1) * p.coeff
         if p.operation == "ASUM":
-            dy = dy * self.xp.sign(x)
+            dy = dy * ((x > 0) * 1 - (x < 0))  # (Caffe's sign: 0 for NaN)
         elif p.operation == "SUMSQ":
             dy = dy * 2 * x
         elif p.operation == "MEAN":

@@ -564,12 +564,16 @@ CASES = [
          {"swish_param": {"beta": 2.5}}),
     Case("relu_leaky", "ReLU", [rand(2, 3, 4)], ew(lambda x, w, p: np.where(x > 0, x, 0.1 * x)),
          {"relu_param": {"negative_slope": 0.1}}, inplace=True),
+    Case("relu_negative_slope", "ReLU", [rand(2, 3, 4)], ew(lambda x, w, p: np.where(x > 0, x, -0.5 * x)),
+         {"relu_param": {"negative_slope": -0.5}}, inplace=True),
     Case("prelu", "PReLU", [rand(2, 3, 2, 2)], ew(lambda x, w, p: np.where(x > 0, x, x * channel_shape(x, w[0]))),
          inplace=True),
     Case("prelu_shared", "PReLU", [rand(2, 3, 2)], ew(lambda x, w, p: np.where(x > 0, x, x * w[0][0])),
          {"prelu_param": {"channel_shared": True}}),
     Case("elu", "ELU", [rand(2, 3, 4)], ew(lambda x, w, p: np.where(x > 0, x, 0.5 * (np.exp(x) - 1))),
          {"elu_param": {"alpha": 0.5}}, inplace=True),
+    Case("elu_negative_alpha", "ELU", [rand(2, 3, 4)], ew(lambda x, w, p: np.where(x > 0, x, -0.5 * (np.exp(x) - 1))),
+         {"elu_param": {"alpha": -0.5}}, inplace=True),
     Case("sigmoid", "Sigmoid", [rand(2, 5)], ew(lambda x, w, p: 1 / (1 + np.exp(-x))), inplace=True),
     Case("tanh", "TanH", [rand(2, 5)], ew(lambda x, w, p: np.tanh(x)), inplace=True),
     Case("absval", "AbsVal", [rand(2, 5)], ew(lambda x, w, p: np.abs(x))),
@@ -975,6 +979,25 @@ def test_silence_consumes_and_zeroes_gradient():
     net.bottom_blobs[-1][0].diff[...] = 5
     net.layers[-1].backward([], [True], net.bottom_blobs[-1])
     assert not net.bottom_blobs[-1][0].diff.any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_nan_and_underflow_follow_caffes_loops(device):
+    def passes(layer_type, x, params=None, dy=None):
+        x = np.asarray(x, dtype=np.float64)
+        net = one_layer_net(layer_type, [x.shape], bottoms=[x], params=params or {}, device=device)
+        y = run_forward(net)[0]
+        net.top_blobs[-1][0].diff[...] = net.backend.asarray(np.ones_like(y) if dy is None else dy)
+        net.layers[-1].backward(net.top_blobs[-1], [True], net.bottom_blobs[-1])
+        return y, net.backend.to_host(net.bottom_blobs[-1][0].diff)
+
+    y, dx = passes("Clip", [[np.nan, -5.0, 5.0, 0.5]], {"clip_param": {"min": -1, "max": 1}})
+    assert y.tolist() == [[-1.0, -1.0, 1.0, 0.5]] and dx.tolist() == [[0.0, 0.0, 0.0, 1.0]]
+    assert passes("AbsVal", [[np.nan, -2.0, 0.0, 3.0]])[1].tolist() == [[0.0, -1.0, 0.0, 1.0]]
+    prelu = passes("PReLU", [[[np.nan], [-2.0]]])  # (slopes drawn; Caffe's (x > 0) + a (x <= 0) is 0 at NaN)
+    assert prelu[1][0, 0, 0] == 0.0
+    assert passes("BNLL", [[-40.0, 40.0]])[0].tolist() == [[0.0, 40.0]]  # log(1 + e^-40) is 0 in float64
+    assert passes("Reduction", [[np.nan, -2.0]], {"reduction_param": {"operation": "ASUM"}})[1].tolist() == [[0, -1]]
 
 
 @pytest.mark.parametrize("device", DEVICES)
