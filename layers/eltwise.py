@@ -18,14 +18,19 @@ class EltwiseParams:
 
     operation: Literal["PROD", "SUM", "MAX"] = doc("SUM", "PROD, SUM or MAX")
     coeff: list[float] = doc([], "SUM only: one coefficient per bottom (default all 1)")
+    stable_prod_grad: bool = doc(True, "PROD: each bottom's gradient as the product of the others (false: the "
+                                       "top over the bottom, NaN where a bottom is 0, as Caffe's option)")
 
 
 @register_layer
 class Eltwise(Layer):
     """Eltwise: ``y = sum_i c_i x_i`` (SUM), ``prod_i x_i`` (PROD) or ``max_i x_i`` (MAX).
 
-    Bottoms: two or more of one shape.  Top: that shape.  MAX sends the
-    gradient to the first bottom holding the maximum.  Not in place.
+    Bottoms: two or more of one shape.  Top: that shape.  MAX follows
+    Caffe's loop: the first two bottoms compare as ``x_0 > x_1 ? x_0 : x_1``
+    (a tie goes to the second, a NaN in the first is passed over), each later
+    bottom replaces the maximum only where strictly greater; the gradient
+    goes to the bottom chosen.  Not in place.
 
     Example::
 
@@ -77,11 +82,13 @@ class Eltwise(Layer):
             for blob in bottom[2:]:
                 out *= blob.data
         else:
-            self.argmax = xp.zeros(out.shape, dtype=xp.int32)
-            out[...] = bottom[0].data
-            for index, blob in enumerate(bottom[1:], start=1):
-                xp.copyto(self.argmax, index, where=blob.data > out)  # (no mask selection: no count read back)
-                xp.maximum(out, blob.data, out=out)
+            first = bottom[0].data > bottom[1].data
+            self.argmax = xp.where(first, 0, 1).astype(xp.int32)
+            xp.copyto(out, xp.where(first, bottom[0].data, bottom[1].data))
+            for index, blob in enumerate(bottom[2:], start=2):
+                better = blob.data > out
+                xp.copyto(self.argmax, index, where=better)  # (no mask selection: no count read back)
+                xp.copyto(out, blob.data, where=better)
 
     def backward(self, top, propagate_down, bottom):
         dy = top[0].diff
@@ -94,6 +101,8 @@ class Eltwise(Layer):
                 self.fast_gradients[index]([dy], blob.diff)
             elif operation == "SUM":
                 self.xp.multiply(dy, coeffs[index], out=blob.diff)
+            elif operation == "PROD" and not self.block("eltwise_param").stable_prod_grad:
+                self.xp.multiply(dy, top[0].data / blob.data, out=blob.diff)
             elif operation == "PROD":
                 others = dy.copy()
                 for other_index, other in enumerate(bottom):

@@ -627,6 +627,9 @@ CASES = [
          lambda b, w, p: ref_eltwise(b, w, {"operation": "PROD"}), {"eltwise_param": {"operation": "PROD"}}),
     Case("eltwise_max", "Eltwise", [rand(2, 3), rand(2, 3)], lambda b, w, p: ref_eltwise(b, w, {"operation": "MAX"}),
          {"eltwise_param": {"operation": "MAX"}}),
+    Case("eltwise_prod_unstable", "Eltwise", [rand(2, 3, low=0.5, high=2), rand(2, 3, low=0.5, high=2)],
+         lambda b, w, p: ref_eltwise(b, w, {"operation": "PROD"}),
+         {"eltwise_param": {"operation": "PROD", "stable_prod_grad": False}}),
     Case("flatten", "Flatten", [rand(2, 3, 2, 2)], lambda b, w, p: [b[0].reshape(b[0].shape[0], -1)]),
     Case("reshape", "Reshape", [rand(2, 3, 4)], lambda b, w, p: [b[0].reshape(b[0].shape[0], 2, 6)],
          {"reshape_param": {"shape": {"dim": [0, 2, -1]}}}),
@@ -998,6 +1001,18 @@ def test_nan_and_underflow_follow_caffes_loops(device):
     assert prelu[1][0, 0, 0] == 0.0
     assert passes("BNLL", [[-40.0, 40.0]])[0].tolist() == [[0.0, 40.0]]  # log(1 + e^-40) is 0 in float64
     assert passes("Reduction", [[np.nan, -2.0]], {"reduction_param": {"operation": "ASUM"}})[1].tolist() == [[0, -1]]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_eltwise_max_chooses_as_caffes_loop_does(device):
+    bottoms = [np.array([[1.0, 2.0, np.nan, 0.0]]), np.array([[1.0, 1.0, 1.0, 0.0]]), np.array([[1.0, 0.0, 1.0, 0.0]])]
+    net = one_layer_net("Eltwise", [b.shape for b in bottoms], bottoms=bottoms, device=device,
+                        params={"eltwise_param": {"operation": "MAX"}})
+    assert run_forward(net)[0].tolist() == [[1.0, 2.0, 1.0, 0.0]]  # (a NaN in the first bottom is passed over)
+    net.top_blobs[-1][0].diff[...] = 1
+    net.layers[-1].backward(net.top_blobs[-1], [True] * 3, net.bottom_blobs[-1])
+    grads = [net.backend.to_host(blob.diff).tolist() for blob in net.bottom_blobs[-1]]
+    assert grads == [[[0, 1, 0, 0]], [[1, 0, 1, 1]], [[0, 0, 0, 0]]]  # ties: the second of the first two, then kept
 
 
 @pytest.mark.parametrize("device", DEVICES)
