@@ -21,6 +21,8 @@ from netspec.errors import DataError, ParamError, ShapeError
 from netspec.layers.softmax import SoftmaxParams, softmax, softmax_view
 from netspec.spec.schema import FilePath, doc
 
+FLT_MIN = float(numpy.finfo(numpy.float32).tiny)  # SoftmaxWithLoss's floor under p before its log, any dtype (Caffe)
+
 
 @dataclass
 class LossParams:
@@ -124,12 +126,12 @@ class SoftmaxWithLoss(Loss):
         epsilon, ignore = self.block("label_smoothing_param").epsilon, self.block("loss_param").ignore_label
         if kernels.compiled(xp):
             losses, self.labels, self.valid, bad = kernels.softmax_loss(
-                xp.ascontiguousarray(scores), xp.ascontiguousarray(values), self.prob, epsilon, ignore)
+                xp.ascontiguousarray(scores), xp.ascontiguousarray(values), self.prob, epsilon, ignore, FLT_MIN)
             self.backend.check_later(bad, values, label_problem(self, classes))
         else:
             softmax(xp, scores, self.prob)
             self.labels, self.valid = class_labels(self, values, classes, ignore)
-            log_prob = xp.log(xp.maximum(self.prob, xp.finfo(self.dtype).tiny))
+            log_prob = xp.log(xp.maximum(self.prob, FLT_MIN))
             log_p = xp.take_along_axis(log_prob, self.labels, axis=1)
             if epsilon:
                 log_p = (1 - epsilon) * log_p + epsilon * log_prob.mean(axis=1, keepdims=True)
@@ -162,7 +164,8 @@ class SigmoidCrossEntropyLoss(Loss):
     Bottoms: scores and targets in [0, 1] of the same count.  Top: the loss.
     Default normalisation BATCH_SIZE (divide by N), as Caffe.  Computed
     stably as ``max(x, 0) - x t + log(1 + exp(-|x|))``; gradient
-    ``(s(x) - t) * loss_weight / normalizer``.
+    ``(s(x) - t) * loss_weight / normalizer``.  A target whose whole part
+    (truncated, as Caffe casts it) is ``ignore_label`` counts neither way.
 
     Example::
 
@@ -183,7 +186,8 @@ class SigmoidCrossEntropyLoss(Loss):
         x = bottom[0].data
         t = bottom[1].data.reshape(x.shape)
         ignore = self.block("loss_param").ignore_label
-        self.valid = t != ignore if ignore is not None else xp.ones(x.shape, dtype=bool)
+        # Caffe compares the target cast to int (truncated), so a soft target 0.5 is ignored with ignore_label 0
+        self.valid = xp.trunc(t) != ignore if ignore is not None else xp.ones(x.shape, dtype=bool)
         losses = xp.maximum(x, 0) - x * t + xp.log1p(xp.exp(-xp.abs(x)))
         self.norm = self.normalizer(x.shape[0], x.size // x.shape[0], self.valid)
         top[0].data[...] = (losses * self.valid).sum() / self.norm

@@ -1004,6 +1004,19 @@ def test_nan_and_underflow_follow_caffes_loops(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_losses_clamp_and_ignore_as_caffe_does(device):
+    scores, labels_ = np.array([[0.0, -1000.0]]), np.array([1.0])  # p(label) underflows to 0
+    net = one_layer_net("SoftmaxWithLoss", [scores.shape, labels_.shape], bottoms=[scores, labels_], device=device)
+    np.testing.assert_allclose(run_forward(net)[0], -np.log(np.finfo(np.float32).tiny))  # (FLT_MIN, float64 too)
+    x, t = np.array([[1.0, -2.0, 0.5]]), np.array([[0.5, 1.0, 0.0]])
+    net = one_layer_net("SigmoidCrossEntropyLoss", [x.shape, t.shape], bottoms=[x, t], device=device,
+                        params={"loss_param": {"ignore_label": 0}})
+    kept = x[0, 1:2], t[0, 1:2]  # (0.5 truncates to 0: ignored, as Caffe casts targets to int)
+    expected = (np.maximum(kept[0], 0) - kept[0] * kept[1] + np.log1p(np.exp(-np.abs(kept[0])))).sum()
+    np.testing.assert_allclose(run_forward(net)[0], expected)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_eltwise_max_chooses_as_caffes_loop_does(device):
     bottoms = [np.array([[1.0, 2.0, np.nan, 0.0]]), np.array([[1.0, 1.0, 1.0, 0.0]]), np.array([[1.0, 0.0, 1.0, 0.0]])]
     net = one_layer_net("Eltwise", [b.shape for b in bottoms], bottoms=bottoms, device=device,

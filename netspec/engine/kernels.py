@@ -257,13 +257,13 @@ def _pool_args(x, geo) -> tuple[int, ...]:
     return (*x.shape[2:], *geo.out, *geo.kernel, *geo.stride, *geo.pad)
 
 
-def softmax_loss(scores, values, prob, epsilon: float, ignore_label: int | None):
+def softmax_loss(scores, values, prob, epsilon: float, ignore_label: int | None, floor: float):
     """SoftmaxWithLoss's forward pass, one thread a position: ``prob`` (outer, classes, inner) written with the
     softmax of ``scores`` (contiguous, the same shape) over axis 1; returns, each (outer, 1, inner) like the label
     ``values``, the loss at each position (0 where not valid), the labels as int64 (0 standing in where not valid
     or bad), where they are valid (not ``ignore_label``) and where a valid one is bad (not a whole number in
     [0, classes)).  With ``epsilon`` the loss is label smoothing's ``-(1 - epsilon) log p[label] - epsilon
-    mean_k log p[k]``; every log is of ``max(p, tiny)``."""
+    mean_k log p[k]``; every log is of ``max(p, floor)``."""
     import cupy
     classes, inner = scores.shape[1:]
     body = """
@@ -295,7 +295,7 @@ def softmax_loss(scores, values, prob, epsilon: float, ignore_label: int | None)
                           "raw T p, T loss, int64 label, bool valid, bool bad", body, arrays=(scores,))
     outputs = [cupy.empty(values.shape, dtype=dtype) for dtype in (scores.dtype, cupy.int64, bool, bool)]
     kernel(values, _flat(scores), classes, inner, epsilon, ignore_label is not None,
-           0.0 if ignore_label is None else float(ignore_label), float(numpy.finfo(scores.dtype).tiny), _flat(prob),
+           0.0 if ignore_label is None else float(ignore_label), floor, _flat(prob),
            *outputs)
     return outputs
 
