@@ -114,7 +114,8 @@ class BaseScaleShift(Elementwise):
 
 @register_layer
 class Exp(BaseScaleShift):
-    """Exp: ``y = base ^ (shift + scale * x)`` (base -1 means e).
+    """Exp: ``y = base ^ (shift + scale * x)`` (base -1 means e), computed as Caffe does:
+    ``base^shift * exp(ln(base) * scale * x)`` (so an overflow of one factor is not undone by the other).
 
     Bottom/top: any shape.  Runs in place.
 
@@ -129,8 +130,10 @@ class Exp(BaseScaleShift):
     inplace_ok = True
 
     def forward(self, bottom, top):
-        p = self.params
-        self.xp.exp(self.ln_base() * (p.shift + p.scale * bottom[0].data), out=top[0].data)
+        p, xp = self.params, self.xp
+        xp.exp(self.ln_base() * p.scale * bottom[0].data, out=top[0].data)
+        if p.shift:
+            top[0].data[...] *= xp.exp(xp.asarray(self.ln_base() * p.shift, dtype=self.dtype))
 
     def backward(self, top, propagate_down, bottom):
         if propagate_down[0]:
@@ -152,6 +155,11 @@ class Log(BaseScaleShift):
     type = "Log"
     param_blocks = {"log_param": BaseScaleShiftParams}
     block_name = "log_param"
+
+    def top_shapes(self, bottom_shapes):
+        if self.ln_base() == 0:
+            raise ParamError("log_param.base", "base 1 has no logarithms (every power of 1 is 1)")
+        return [bottom_shapes[0]]
 
     def forward(self, bottom, top):
         p = self.params

@@ -14,6 +14,7 @@ from test_attention import ref_attention
 from netspec.engine.backend import Backend, DeviceGenerator
 from netspec.engine.net import load_net
 from netspec.engine.registry import layer_types
+from netspec.errors import ConfigError
 from netspec.layers import convolution
 from netspec.testing import (
     check_accumulation,
@@ -1001,6 +1002,16 @@ def test_nan_and_underflow_follow_caffes_loops(device):
     assert prelu[1][0, 0, 0] == 0.0
     assert passes("BNLL", [[-40.0, 40.0]])[0].tolist() == [[0.0, 40.0]]  # log(1 + e^-40) is 0 in float64
     assert passes("Reduction", [[np.nan, -2.0]], {"reduction_param": {"operation": "ASUM"}})[1].tolist() == [[0, -1]]
+
+
+def test_exp_multiplies_as_caffe_and_log_refuses_base_one():
+    x = np.array([[1000.0, 1.0]])
+    net = one_layer_net("Exp", [x.shape], bottoms=[x], params={"exp_param": {"shift": -1000}})
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = run_forward(net)[0]  # Caffe's base^shift * exp(ln(base) scale x): inf * 0 is NaN, as there
+    assert np.isnan(y[0, 0]) and y[0, 1] == np.exp(1.0) * np.exp(-1000.0)
+    with pytest.raises(ConfigError, match="log_param.base: base 1 has no logarithms"):
+        one_layer_net("Log", [(1, 2)], params={"log_param": {"base": 1}})
 
 
 @pytest.mark.parametrize("device", DEVICES)
