@@ -16,11 +16,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from netspec.data.files import one_line
 from netspec.training.run_folder import event_outputs
 
 CACHED_FILES = 64  # events of this many metrics files are kept between requests
@@ -47,10 +49,9 @@ class Position:
     @classmethod
     def parse(cls, token: str) -> Position:
         """A position from its token; the start of no file when the token is not one."""
-        parts = token.split(":")
-        if len(parts) != 3 or not all(part.isdigit() for part in parts):
+        if not re.fullmatch(r"[0-9]{1,20}:[0-9]{1,20}:[0-9]{1,20}", token):  # (ASCII digits: "²" is a digit too)
             return cls()
-        return cls(*map(int, parts))
+        return cls(*map(int, token.split(":")))
 
 
 @dataclass
@@ -75,8 +76,10 @@ def parse_event(line: bytes) -> dict | str:
         return f"a line of over {MAX_LINE:,} bytes, longer than any event"
     try:
         event = json.loads(line)
-    except ValueError as exc:
-        return f"not a JSON line ({getattr(exc, 'msg', 'not UTF-8 text')})"
+    except ValueError as exc:  # (not UTF-8, not JSON, a number past Python's digit limit)
+        return f"not a JSON line ({getattr(exc, 'msg', None) or one_line(exc)})"
+    except RecursionError:
+        return "not a JSON line (nested too deeply)"
     if not isinstance(event, dict) or not isinstance(event.get("iter"), int) or event.get("phase") not in (
             "TRAIN", "TEST") or not isinstance(event.get("test_net", 0), int):
         return "not a training event (needs 'iter' and 'phase')"

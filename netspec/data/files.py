@@ -38,6 +38,19 @@ def regular_file(path: str, limit: int | None = None, what: str = "") -> int:
     return info.st_size
 
 
+def read_small(path: str, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, opened without waiting (a FIFO is refused, not waited on); OSError
+    when it cannot be opened, DataError naming it when it is no regular file of at most ``limit`` bytes."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(descriptor, "rb") as handle:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            raise DataError(f"{path}: not a regular file")
+        if info.st_size > limit:
+            raise DataError(f"{path}: {info.st_size} bytes, more than the {limit} it may hold")
+        return handle.read(limit + 1)[:limit]
+
+
 def write_error(path: str, exc: Exception) -> DataError:
     """The DataError for a write to ``path`` that failed with ``exc``."""
     folder = os.path.abspath(path)

@@ -46,7 +46,8 @@ import stat
 from typing import BinaryIO
 
 from netspec.atomic import TEMPORARY_NAME, atomic_open, make_folder, open_for_writing, write_bytes
-from netspec.errors import NetspecError
+from netspec.data.files import one_line, read_small
+from netspec.errors import DataError, NetspecError
 
 METRICS = "metrics.jsonl"
 SNAPSHOT_ENDINGS = (".weights.h5", ".solverstate.h5")
@@ -57,6 +58,7 @@ TENSORBOARD = "tensorboard"
 SOURCES = "sources.json"
 LOCK = ".lock"
 OUTCOME = "outcome.json"
+MAX_OUTCOME_BYTES = 64 * 1024  # an outcome is a line; the runs list reads every run's on each poll
 TRAIN_LOG = "train.log"
 OUTCOMES = ("finished", "stopped", "diverged", "failed")
 PROC_LOCKS = "/proc/locks"  # Linux's table of the locks held, with their holders
@@ -147,6 +149,9 @@ def locked(folder: str):
     except OSError as exc:
         raise NetspecError(f"{folder}: cannot use it as the run folder: {exc.strerror}") from None
     try:
+        if os.fstat(handle.fileno()).st_nlink != 1:  # (another folder's lock too: a stop there would stop this run)
+            raise NetspecError(f"{lock} has other names (a hard link to another file): remove it, or train into "
+                               "another folder with --out DIR")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -171,15 +176,16 @@ def lock_holder(folder: str) -> int | None:
 
     Linux's table of locks names the process holding it.  Without that table
     (other systems) the pid the lock file records counts while such a process exists.  Only the folder's own
-    lock counts: a symbolic link or anything but a regular file there names no holder (the process holding
-    what a link points to is no training of this folder).  Before signalling it, ask :func:`is_training`.
+    lock counts: a symbolic link, a file of other names too (a hard link) or anything but a regular file there
+    names no holder (the process holding what a link points to is no training of this folder).  Before
+    signalling it, ask :func:`is_training`.
     """
     lock = os.path.join(folder, LOCK)
     try:
         info = os.lstat(lock)
     except OSError:
         return None
-    if not stat.S_ISREG(info.st_mode):
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
         return None
     try:
         with open(PROC_LOCKS, encoding="ascii") as handle:
@@ -274,11 +280,10 @@ def run_state(folder: str) -> tuple[str, str]:
     if holder is not None:
         return "running", f"pid {holder}"
     try:
-        with open(os.path.join(folder, OUTCOME), encoding="utf-8") as handle:
-            outcome = json.load(handle)
+        outcome = json.loads(read_small(os.path.join(folder, OUTCOME), MAX_OUTCOME_BYTES))
     except FileNotFoundError:
         return "stopped", "the training ended without recording how (killed?)"
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError, DataError):  # (a FIFO, a huge file, bad or too deeply nested JSON)
         return "stopped", f"{OUTCOME} cannot be read"
     if not isinstance(outcome, dict) or outcome.get("state") not in OUTCOMES:
         return "stopped", f"{OUTCOME} holds no outcome"
@@ -323,14 +328,16 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
     path = os.fspath(path)
     latest: dict[tuple, dict] = {}
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, "rb") as handle:
             for number, line in enumerate(handle, 1):
                 if not line.strip():
                     continue
                 try:
                     event = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise NetspecError(f"{path}:{number}: not a JSON line ({exc.msg})") from None
+                except (ValueError, RecursionError) as exc:  # (not UTF-8, not JSON, nested or numbers too long)
+                    reason = getattr(exc, "msg", None) or ("nested too deeply" if isinstance(exc, RecursionError)
+                                                            else one_line(exc))
+                    raise NetspecError(f"{path}:{number}: not a JSON line ({reason})") from None
                 if not isinstance(event, dict) or not isinstance(event.get("iter"), int) or "phase" not in event:
                     raise NetspecError(f"{path}:{number}: not a training event (needs 'iter' and 'phase')")
                 latest[(event["phase"], event.get("test_net", 0), event["iter"])] = event
@@ -350,20 +357,20 @@ def truncate_metrics(folder: str, iteration: int, retest: bool) -> list[dict]:
     path = metrics_path(folder)
     if not os.path.isfile(path):
         return []
-    with open(path, encoding="utf-8") as handle:
+    with open(path, "rb") as handle:
         lines = handle.readlines()
     kept = [line for line in lines if not line.strip() or _kept(_event(line), iteration, retest)]
     if len(kept) != len(lines):
-        with atomic_open(path, "w") as handle:
+        with atomic_open(path, "wb") as handle:
             handle.writelines(kept)
     return [event for event in map(_event, kept) if event is not None and event["iter"] >= iteration]
 
 
-def _event(line: str) -> dict | None:
+def _event(line: bytes) -> dict | None:
     """The event of a metrics.jsonl line, or None when it is none."""
     try:
         event = json.loads(line)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # (not UTF-8, not JSON, nested or numbers too long)
         return None
     return event if isinstance(event, dict) and isinstance(event.get("iter"), int) else None
 

@@ -15,6 +15,7 @@ import pytest
 from hostile import refuses, run
 
 from netspec.atomic import atomic_path, open_for_writing, write_bytes
+from netspec.dashboard.metrics import Position
 from netspec.process import netspec_command
 
 ROOT = Path(__file__).parent.parent.parent
@@ -193,3 +194,51 @@ def test_an_array_file_never_writes_through_a_link_at_its_temporary_name(tmp_pat
     os.symlink(target, temporary_path(out))
     write_arrays(str(out), {"data": np.zeros((3, 2), dtype=np.float32), "label": np.arange(3.0)})
     assert target.read_text() == PRECIOUS and not out.is_symlink() and out.stat().st_size > 0
+
+
+def test_stop_never_signals_the_holder_of_a_lock_hard_linked_into_the_run(tmp_path):
+    workspace = tmp_path / "workspace"
+    looks_like_a_run(workspace / "run")
+    elsewhere = tmp_path / "other.lock"
+    with open(elsewhere, "w") as held:  # this very process holds it: a signal would end the test
+        fcntl.flock(held, fcntl.LOCK_EX)
+        os.link(elsewhere, workspace / "run" / ".lock")
+        os.utime(workspace / "run" / "metrics.jsonl")
+        answer = dashboard_client(workspace).post("/api/runs/stop?run=run", headers={"origin": "http://127.0.0.1:8000"})
+    assert (answer.status_code, answer.text) == (409, "run is not running")
+
+
+def test_training_refuses_a_lock_with_another_name(digits, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (tmp_path / "other.lock").write_text("")
+    os.link(tmp_path / "other.lock", out / ".lock")
+    line = refuses("train", digits / "solver.yaml", "--out", out, "--max-iter", 2)
+    assert line == f"error: {out / '.lock'} has other names (a hard link to another file): remove it, or train " \
+                   "into another folder with --out DIR"
+
+
+def test_the_runs_list_survives_any_outcome_file_and_metrics_line(tmp_path):
+    workspace = tmp_path / "workspace"
+    for name in ("fifo", "nested", "huge", "metrics"):
+        looks_like_a_run(workspace / name)
+    os.mkfifo(workspace / "fifo" / "outcome.json")  # (nothing ever writes it: opening it would wait forever)
+    (workspace / "nested" / "outcome.json").write_text("[" * 100_000 + "]" * 100_000)
+    with open(workspace / "huge" / "outcome.json", "wb") as handle:
+        handle.truncate(1 << 30)  # (sparse: 1 GiB of zeros read on every poll)
+    with open(workspace / "metrics" / "metrics.jsonl", "ab") as handle:
+        handle.write(b"[" * 200_000 + b"]" * 200_000 + b"\n\xff\n" + b'{"iter": ' + b"9" * 5000 + b'}\n')
+    client = dashboard_client(workspace)
+    rows = {row["run"]: row for row in client.get("/api/runs").json()}
+    assert {rows[name]["message"] for name in ("fifo", "nested", "huge")} == {"outcome.json cannot be read"}
+    damaged = client.get("/api/runs/metrics", params={"run": "metrics"}).json()["damaged"]
+    assert [line["reason"] for line in damaged] == [
+        "not a JSON line (nested too deeply)", "not a JSON line ('utf-8' codec can't decode byte 0xff in position "
+        "0: invalid start byte)", "not a JSON line (Exceeds the limit (4300 digits) for integer string conversion: "
+        "value has 5000 digits; use sys.set_int_max_str_digits() to increase the limit)"]
+    for token in ("²:0:1", "1:" + "9" * 5000 + ":1", "1:2"):  # (no position a file has: read from the start)
+        assert Position.parse(token) == Position()
+    assert Position.parse("7:120:4") == Position(7, 120, 4)
+    line = refuses("plot", workspace / "metrics" / "metrics.jsonl", "-o", tmp_path / "plot.png")
+    assert line.startswith(f"error: {workspace / 'metrics' / 'metrics.jsonl'}:2: not a JSON line (nested too "
+                           "deeply)"), line
