@@ -35,7 +35,8 @@ def test_numbers_read_as_protobuf_reads_them():
     zeros = "0" * 5000
     message = parse_prototxt(f"n: 010 n: -0x{zeros}1F n: 0 n: -0 n: 0.5 n: 00.25 n: 1e3 n: {zeros}7 n: 0x{zeros}")
     assert message["n"] == [8, -31, 0, 0, 0.5, 0.25, 1000.0, 7, 0]  # (a leading zero makes a whole number octal)
-    for text in ("n: 08", "n: 0x1" + "0" * 16, "n: 1" + "0" * 40, "n: 01" + "0" * 22):
+    for text in ("n: 08", "n: 0x1" + "0" * 16, "n: 1" + "0" * 40, "n: 01" + "0" * 22, "n: ١٢",  # (ASCII digits only)
+                 "n: " + "1" * 1_000_000 + "a"):  # (refused in linear time: this took hours)
         with pytest.raises(DataError):
             parse_prototxt(text, "net.prototxt")
 

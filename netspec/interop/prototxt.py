@@ -18,7 +18,7 @@ from netspec.errors import DataError, shown
 TOKEN = re.compile(r"""
     (?P<space>[ \t\r\n]+|\#[^\n]*)
   | (?P<string>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')
-  | (?P<number>[-+]?(?:inf(?:inity)?|nan|0[xX][0-9a-fA-F]+|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)[fF]?(?![\w.]))
+  | (?P<number>[-+]?(?:inf(?:inity)?|nan|0x[0-9a-f]++|(?>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?>e[-+]?[0-9]+)?)f?(?![\w.]))
   | (?P<name>[A-Za-z_][A-Za-z0-9_.]*)
   | (?P<punct>[{}\[\]:;,<>])
 """, re.VERBOSE | re.IGNORECASE)
