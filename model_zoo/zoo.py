@@ -56,13 +56,24 @@ def split_ref(ref: str) -> tuple[str, str | None]:
     return name, check_version(version) if version else None
 
 
+PRE_RELEASES = {"dev": 0, "a": 1, "alpha": 1, "b": 2, "beta": 2, "c": 3, "rc": 3, "pre": 3, "preview": 3}
+
+
 def version_key(version: str) -> tuple:
-    """Sort key of versions as version numbers: 2 < 10, 1.2 < 1.10, v9 < v12 (runs of digits compare as numbers,
-    by their length without leading zeros, then their digits: no int() of a 5000-digit run).  Versions that are
-    the same number written apart (1.0, 1.00) then compare as text, so "the latest" is always one of them."""
-    numbers = tuple((0, len(part.lstrip("0")), part.lstrip("0")) if part.isdigit() else (1, 0, part)
-                    for part in re.findall(r"[0-9]+|[^0-9.+_-]+", version))
-    return numbers, version
+    """Sort key of versions as version numbers (PEP 440's order where it applies): 2 < 10, 1.2 < 1.10, v9 < V12
+    (case and a leading v aside); a pre-release before its release (1.0.dev1 < 1.0a1 < 1.0-beta < 1.0rc1 < 1.0),
+    any other word after it (1.0 < 1.0.post1); a local label (2.0+cuda) only after the same release, never past
+    the next (2.0+cuda < 2.0.1).  Runs of digits compare by their length without leading zeros, then their
+    digits (no int() of a 5000-digit run); versions equal by all that (1.0, 1.00) compare as text."""
+    release, _, local = version.lower().partition("+")
+    parts = []
+    for part in re.findall(r"[0-9]+|[a-z]+", release.removeprefix("v")):
+        if part.isdigit():
+            parts.append((2, len(part.lstrip("0")), part.lstrip("0")))
+        else:
+            parts.append((0, PRE_RELEASES[part], "") if part in PRE_RELEASES else (3, 0, part))
+    parts.append((1, 0, ""))  # the release's end: a pre-release word before it is older, anything more newer
+    return tuple(parts), local, version
 
 
 def parse_index(text: str | bytes, where: str) -> dict:

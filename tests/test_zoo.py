@@ -450,7 +450,9 @@ layers:
 
 
 def test_versions_compare_as_version_numbers():
-    versions = ["v12", "1.10", "v9", "10", "1.2", "2", "9" * 5000, "1.0"]
-    assert sorted(versions, key=version_key) == ["1.0", "1.2", "1.10", "2", "10", "9" * 5000, "v9", "v12"]
+    versions = ["V12", "1.10", "v9", "10", "1.2", "2", "9" * 5000, "1.0", "1.0-rc1", "1.0.dev2", "1.0a1", "1.0beta",
+                "1.0.post1", "2+cuda", "2.0.1"]
+    assert sorted(versions, key=version_key) == ["1.0.dev2", "1.0a1", "1.0beta", "1.0-rc1", "1.0", "1.0.post1",
+                                                 "1.2", "1.10", "2", "2+cuda", "2.0.1", "v9", "10", "V12", "9" * 5000]
     for tied in (["1.00", "1.0"], ["1.0", "1.00"], ["01", "1"], ["1", "01"]):  # one number written two ways
         assert max(tied, key=version_key) == max(tied)
