@@ -225,6 +225,30 @@ def test_caffemodel_weights_go_into_the_yaml_net_import_caffe_wrote_as_into_its_
             np.testing.assert_array_equal(from_yaml.data, from_prototxt.data)
 
 
+@pytest.mark.parametrize("v1", [True, False])
+def test_a_caffemodel_with_shared_blobs_imports_as_caffe_saved_it(tmp_path, v1):
+    param = ('param: "w" param: "{}"' if v1 else 'param {{ name: "w" }} param {{ name: "{}" }}').format
+    kind = "INNER_PRODUCT" if v1 else '"InnerProduct"'
+    entry = "layers" if v1 else "layer"
+    (tmp_path / "net.prototxt").write_text(
+        'input: "x"\ninput_dim: 1\ninput_dim: 4\ninput_dim: 1\ninput_dim: 1\n' + "".join(
+            f'{entry} {{ name: "{name}" type: {kind} bottom: "x" top: "{name}" {param(name + "_b")}\n'
+            f'  inner_product_param {{ num_output: 3 }} }}\n' for name in ("a", "b")))
+    rng = np.random.default_rng(3)
+    w = rng.normal(size=(3, 4))
+    arrays = {"a": [w, rng.normal(size=3)], "b": [w, rng.normal(size=3)]}  # (Caffe saves the shared w twice)
+    (tmp_path / "w.caffemodel").write_bytes(caffemodel(arrays, v1))
+    result = run("import", "caffemodel", tmp_path / "net.prototxt", tmp_path / "w.caffemodel", "-o", tmp_path / "w.h5")
+    assert result.returncode == 0, result.stderr
+    assert "not the net" not in result.stdout and "fillers" not in result.stdout, result.stdout
+    run("import", "caffe", tmp_path / "net.prototxt", "-o", tmp_path / "net.yaml")
+    net = netspec.load_net(str(tmp_path / "net.yaml"))
+    net.load_weights(tmp_path / "w.h5")
+    for name in ("a", "b"):
+        np.testing.assert_allclose(net.params[name][0].data, w.astype(np.float32))
+        np.testing.assert_allclose(net.params[name][1].data, arrays[name][1].astype(np.float32))
+
+
 def test_caffemodel_blobs_that_do_not_fit_are_named(tmp_path):
     arrays = {"conv1": [np.zeros((20, 1, 3, 3)), np.zeros(20)], "ip2": [np.zeros((10, 500))]}
     (tmp_path / "w.caffemodel").write_bytes(caffemodel(arrays, v1=False))

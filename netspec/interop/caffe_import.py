@@ -264,17 +264,20 @@ def copy_caffemodel(net, stored: dict, path: str) -> tuple[list[str], list[str]]
     """Copy ``stored`` blobs (from :func:`netspec.interop.caffemodel.read_caffemodel`) into ``net`` by layer name.
 
     Legacy 4-axis blob shapes are reshaped when the counts agree, as Caffe
-    did.  Returns ``(layers left with their fillers, file layers the net
-    lacks)``; blobs that do not fit, or a file that matches no layer, are a
-    DataError naming them.
+    did.  A layer's blobs in the file include those it shares with another
+    layer (Caffe saves every layer's): each is copied in layer order, so the
+    last layer's copy of a shared blob stays, as in Caffe.  Returns ``(layers
+    left with their fillers, file layers the net lacks)``; blobs that do not
+    fit, or a file that matches no layer, are a DataError naming them.
     """
     from netspec.errors import DataError
 
     owned = net.owned_params()
+    every = {layer.name: list(enumerate(layer.blobs)) for layer in net.layers if layer.blobs}
     missing = [name for name in owned if name not in stored]
-    unused = [name for name in stored if name not in owned]
+    unused = [name for name in stored if name not in every]
     problems = []
-    for name, blobs in owned.items():
+    for name, blobs in every.items():
         if name not in stored:
             continue
         if len(stored[name]) != len(blobs):
@@ -289,7 +292,7 @@ def copy_caffemodel(net, stored: dict, path: str) -> tuple[list[str], list[str]]
     if owned and len(missing) == len(owned):
         raise DataError(f"{path}: no layer of the file has the name of a layer of net '{net.graph.name}' "
                         f"(file: {', '.join(stored)}; net: {', '.join(owned)})")
-    for name, blobs in owned.items():
+    for name, blobs in every.items():
         for (_, blob), array in zip(blobs, stored.get(name, [])):
             blob.data[...] = net.backend.asarray(array.reshape(blob.shape), dtype=blob.dtype)
     return missing, unused
