@@ -377,6 +377,7 @@ class Dataset:
             raise DataError(f"{self.where(index)}: cannot read: {one_line(exc)}") from None
 
     def _raw(self, index: int) -> bytes:
+        self.check_intact()  # (every read: a page past a cut file's end would kill the process with SIGBUS)
         txn = getattr(self._local, "txn", None)
         with self._reading(index):
             if txn is None:
@@ -440,8 +441,8 @@ class Dataset:
 
     def check_intact(self) -> None:
         """DataError when the LMDB file has become shorter than its pages since it was opened (a copy cut short
-        while it is read): reading a page past its end would kill the process with SIGBUS, so a data layer asks
-        before each batch."""
+        while it is read): reading a page past its end would kill the process with SIGBUS, so every read of a
+        record asks first (a cut between the two can still end the process: LMDB maps the file)."""
         if self.env is None:
             return
         size = os.fstat(self.lmdb_file).st_size

@@ -505,3 +505,14 @@ def test_a_split_conversion_into_a_linked_folder_stages_beside_the_real_one(tmp_
     (tmp_path / "file").write_text("not a folder")
     assert refuses("convert", "imageset", images, tmp_path / "file", "--val-fraction", "0.5") == (
         f"error: {tmp_path / 'file'}: exists and is no folder, so it cannot hold train/ and val/")
+
+
+def test_every_read_of_an_lmdb_cut_short_is_one_line_not_sigbus(lmdb_set):
+    probe = ("from netspec.data.dataset import Dataset\nfrom netspec.errors import DataError\nimport os\n"
+             f"first, second = Dataset({str(lmdb_set)!r}), Dataset({str(lmdb_set)!r})\n"
+             f"os.truncate({str(lmdb_set / 'data.mdb')!r}, 8192)\n"
+             "for reader in (first, second):\n    try:\n        reader.record(reader.count - 1)\n"
+             "    except DataError as exc:\n        print(str(exc).split(' (')[0])\n")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, (result.returncode, result.stderr[-2000:])  # (SIGBUS: -7)
+    assert result.stdout.splitlines() == [f"{lmdb_set}: data.mdb was cut to 8192 bytes while it was read"] * 2
