@@ -41,6 +41,7 @@ MAX_UNLISTED_BYTES = (1 << 31) - 1  # a file whose size no card lists: protobuf'
 CHUNK = 1 << 16
 ANSWER_TIMEOUTS = 3  # a server's answer (its headers) must come whole within this many timeouts
 MIN_RATE = 4096  # bytes a second a transfer keeps up, once its first timeout has passed
+FILE_DEADLINE = 3600.0  # seconds one request of a file may take in all (zoo download --deadline)
 SOURCES_CONFIG = "zoo.yaml"
 SPARE_FRACTION, SPARE_BYTES = 0.05, 64 << 20  # room left on the disk beyond the files of a download
 
@@ -177,15 +178,16 @@ _OPENER = urllib.request.build_opener(_HttpRedirects, _WatchedHttp, _WatchedHttp
 
 class HttpSource:
     """An HTTP(S) server; every request gives up after ``timeout`` seconds without data, its answer's headers
-    after ``ANSWER_TIMEOUTS`` times that in all, and a transfer that stays under MIN_RATE bytes a second once
-    ``timeout`` seconds have passed.
+    after ``ANSWER_TIMEOUTS`` times that in all, a transfer that stays under MIN_RATE bytes a second once
+    ``timeout`` seconds have passed, and one not done after ``deadline`` seconds (what it got is kept: the next
+    download continues from there where the server can resume).
 
     ``resumes`` says whether the server can continue a partial file: true
     until it sends a file without ``Accept-Ranges: bytes``.
     """
 
-    def __init__(self, url: str, timeout: float):
-        self.url, self.timeout = url, timeout
+    def __init__(self, url: str, timeout: float, deadline: float = FILE_DEADLINE):
+        self.url, self.timeout, self.deadline = url, timeout, deadline
         self.label = url.rstrip("/")
         self.resumes = True
 
@@ -256,7 +258,7 @@ class HttpSource:
             advance = begin(expected)
             advance(kept)
             with open_for_writing(partial, "ab" if resumed else "wb") as out:
-                _copy(response, out, size, url, advance, self.timeout)
+                _copy(response, out, size, url, advance, self.timeout, deadline=self.deadline)
             if response.length:
                 raise TransferError(f"{url}: the connection closed after {os.path.getsize(partial)} of {expected} "
                                     "bytes")
@@ -284,11 +286,11 @@ class _Links(html.parser.HTMLParser):
 
 
 def _copy(source, out, size: int | None, where: str, advance, grace: float | None = None,
-          keep: int | None = None) -> None:
+          keep: int | None = None, deadline: float | None = None) -> None:
     """Copy until end of data, refusing more than ``size`` bytes in all (:data:`MAX_UNLISTED_BYTES` when None); a
-    read that fails or stalls, or (with ``grace`` seconds) a transfer slower than MIN_RATE bytes a second once
-    they have passed, is a TransferError.  With ``keep``, stop quietly once that many bytes are copied (the
-    caller refuses a file that long)."""
+    read that fails or stalls, (with ``grace`` seconds) a transfer slower than MIN_RATE bytes a second once
+    they have passed, or (with ``deadline``) one not done after that many seconds, is a TransferError.  With
+    ``keep``, stop quietly once that many bytes are copied (the caller refuses a file that long)."""
     limit = MAX_UNLISTED_BYTES if size is None else size
     start, copied = time.monotonic(), 0
     while True:
@@ -304,6 +306,9 @@ def _copy(source, out, size: int | None, where: str, advance, grace: float | Non
         if grace is not None and elapsed > grace and copied < MIN_RATE * elapsed:
             raise TransferError(f"{where}: {copied} bytes in {elapsed:.0f} s, slower than the {MIN_RATE:,} bytes a "
                                 "second a transfer must keep; stopped (run the command again to continue)")
+        if deadline is not None and elapsed > deadline:
+            raise TransferError(f"{where}: not done after {deadline:g} s (--deadline); stopped after {copied} bytes "
+                                "(run the command again to continue)")
         if out.tell() + len(chunk) > limit:
             most = (f"the {size} bytes the card lists" if size is not None else
                     f"{limit:,} bytes, the most netspec takes of a file no card lists")
@@ -328,8 +333,8 @@ def http_url_problem(url: str) -> str | None:
     return None if host else "no host"
 
 
-def open_source(source: str, timeout: float):
-    """A FolderSource or HttpSource for a folder path or URL."""
+def open_source(source: str, timeout: float, deadline: float = FILE_DEADLINE):
+    """A FolderSource or HttpSource (``timeout`` and ``deadline`` in seconds, see it) for a folder path or URL."""
     try:
         scheme = urllib.parse.urlparse(source).scheme
     except ValueError as exc:
@@ -338,7 +343,7 @@ def open_source(source: str, timeout: float):
         problem = http_url_problem(source)
         if problem:
             raise ZooError(f"{source}: not a URL netspec can fetch: {problem}")
-        return HttpSource(source, timeout)
+        return HttpSource(source, timeout, deadline)
     if scheme == "file":
         return FolderSource(urllib.request.url2pathname(urllib.parse.urlparse(source).path))
     if scheme and len(scheme) > 1:

@@ -31,7 +31,7 @@ from netspec.model_zoo.finetune import prepare_finetune
 from netspec.model_zoo.predict import load, model_folder, read_inputs
 from netspec.model_zoo.publish import PublishRequest, publish
 from netspec.model_zoo.serve import IDLE_TIMEOUT, make_server
-from netspec.model_zoo.sources import configured_sources, open_source
+from netspec.model_zoo.sources import FILE_DEADLINE, configured_sources, open_source
 from netspec.model_zoo.zoo import Zoo, ZooError
 
 zoo_option = click.option("--zoo", "zoo_dir", type=click.Path(file_okay=False), default=None,
@@ -182,12 +182,14 @@ def zoo_serve(zoo_dir, host, port, verbose, idle_timeout):
                    "sources of ~/.config/netspec/zoo.yaml]")
 @zoo_option
 @timeout_option
+@click.option("--deadline", type=Real(min=1), default=FILE_DEADLINE, show_default=True,
+              help="seconds the transfer of one file may take (what came is kept: run again to continue)")
 @force_option
 @user_errors
-def zoo_download(ref, sources, zoo_dir, timeout, force):
+def zoo_download(ref, sources, zoo_dir, timeout, deadline, force):
     """Download a model, check the size and sha256 of every file, then install it (from a Caffe models tree:
     import it, as import-caffe does)."""
-    opened = [open_source(s, timeout) for s in (sources or configured_sources())]
+    opened = [open_source(s, timeout, deadline) for s in (sources or configured_sources())]
     local = Zoo(zoo_dir)
     card = download(ref, opened, local, force=force, progress_factory=download_progress, timeout=timeout)
     echo_installed(card, local)

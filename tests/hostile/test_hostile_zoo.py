@@ -311,6 +311,15 @@ class Dripping(http.server.BaseHTTPRequestHandler):
             head, data = head + data, b""
         if self.server.drip == "index":  # (the headers at once, the index a byte at a time)
             self.server.drip = "body"
+        if self.server.drip == "steady":  # (the weights at 5 KiB/s, above MIN_RATE; the rest at once)
+            with contextlib.suppress(OSError):
+                self.wfile.write(head)
+                step = 512 if path.suffix == ".h5" else len(data) or 1
+                for start in range(0, len(data), step):
+                    self.wfile.write(data[start:start + step])
+                    self.wfile.flush()
+                    time.sleep(0.1 if path.suffix == ".h5" else 0)
+            return
         slow, fast = (head, data) if self.server.drip == "headers" else (data, head)
         with contextlib.suppress(OSError):
             if self.server.drip == "body":
@@ -326,12 +335,13 @@ class Dripping(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.parametrize("drip, expected", [
-    ("headers", "the server sent no whole answer in 6 s; refused"),
-    ("body", "slower than the 4,096 bytes a second a transfer must keep"),
-    ("index", "slower than the 4,096 bytes a second a transfer must keep"),
+@pytest.mark.parametrize("drip, expected, options", [
+    ("headers", "the server sent no whole answer in 6 s; refused", ()),
+    ("body", "slower than the 4,096 bytes a second a transfer must keep", ()),
+    ("index", "slower than the 4,096 bytes a second a transfer must keep", ()),
+    ("steady", "not done after 1 s (--deadline); stopped after", ("--deadline", 1)),  # (fast enough, too long)
 ])
-def test_a_server_that_answers_a_byte_at_a_time_is_given_up_on(tmp_path, drip, expected):
+def test_a_server_that_answers_a_byte_at_a_time_is_given_up_on(tmp_path, drip, expected, options):
     zoo = make_zoo(tmp_path / "zoo")
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Dripping)
     server.daemon_threads, server.zoo_root, server.drip = True, zoo, drip
@@ -339,7 +349,7 @@ def test_a_server_that_answers_a_byte_at_a_time_is_given_up_on(tmp_path, drip, e
     try:
         started = time.monotonic()
         line = refuses("zoo", "download", "tiny", "--from", f"http://127.0.0.1:{server.server_address[1]}", "--zoo",
-                       tmp_path / "local", "--timeout", 2, timeout=60)
+                       tmp_path / "local", "--timeout", 2, *options, timeout=60)
         assert expected in line, line
         assert time.monotonic() - started < 30
     finally:
