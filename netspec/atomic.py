@@ -84,8 +84,10 @@ def open_for_writing(path: str | os.PathLike, mode: str = "a", encoding: str | N
         raise OSError(errno.EINVAL, f"{path} is not a regular file, which netspec never writes to")
     os.set_blocking(descriptor, True)
     handle = os.fdopen(descriptor, mode, buffering, encoding=None if "b" in mode else encoding or "utf-8")
-    if buffering == 0:
-        handle.name = path  # (as open() names it; a file over a descriptor is named by its number)
+    raw = handle
+    for layer in ("buffer", "raw"):  # (down to the file itself, under the text and buffer layers there are)
+        raw = getattr(raw, layer, raw)
+    raw.name = path  # (as open() names it: a file over a descriptor is named by its number, in every error)
     return handle
 
 

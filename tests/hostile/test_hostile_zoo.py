@@ -366,3 +366,10 @@ def test_publishing_onto_a_full_disk_is_one_line_and_leaves_the_zoo_as_it_was(tm
                        tmp_path / "zoo")
     assert line == f"error: {tmp_path / 'zoo'}: cannot publish m@1: File too large; the zoo is as it was", line
     assert files_under(tmp_path / "zoo") <= {".staging"}
+
+
+def test_a_download_onto_a_full_disk_names_the_file_it_could_not_write(tmp_path):
+    zoo = make_zoo(tmp_path / "zoo")
+    with file_size_limit(len(WEIGHTS) // 2):  # the weights do not fit
+        line = refuses("zoo", "download", "tiny", "--from", zoo, "--zoo", tmp_path / "local")
+    assert re.search(r"error: \S+/weights\.h5\S*: cannot write: File too large", line), line  # (a path, no number)
