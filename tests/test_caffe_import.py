@@ -362,3 +362,14 @@ def test_every_v1_layer_type_but_window_data_imports(tmp_path):
     assert result.returncode == 1
     assert result.stderr == ("error: layer 'w': type 'WINDOW_DATA' has no netspec equivalent "
                              "(netspec layers lists the types)\n")
+
+
+def test_a_value_netspec_refuses_is_named_in_the_prototxt_by_layer_and_key(tmp_path):
+    source = tmp_path / "bad.prototxt"
+    source.write_text('input: "x"\ninput_dim: 1\ninput_dim: 3\ninput_dim: 4\ninput_dim: 4\n'
+                      'layer { name: "c" type: "Convolution" bottom: "x" top: "c"\n'
+                      '  convolution_param { num_output: 2 kernel_size: 3 pad: 1.5 } }\n')
+    result = run("import", "caffe", source)
+    assert (result.returncode, result.stderr.strip()) == (
+        1, f"error: {source}: layer 'c': convolution_param.pad: expected int, got float 1.5")  # (not <string>:9)
+    assert not (tmp_path / "bad.yaml").exists()

@@ -6,6 +6,7 @@ checks the result and writes it; the report lists what had no netspec equivalent
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import yaml
@@ -14,6 +15,7 @@ from netspec.atomic import write_bytes
 from netspec.engine.net import Net, load_net
 from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_class, layer_schemas
+from netspec.errors import ConfigError
 from netspec.interop.caffe_import import (
     CaffePaths,
     ImportReport,
@@ -42,7 +44,11 @@ def _write(prototxt: str, out: str, data: dict, command: str, check=None) -> str
     """Write ``data`` as YAML to ``out``; ``check(text)`` may refuse it first.  Returns the text."""
     text = imported_yaml(data, os.path.basename(prototxt), f"import {command}")
     if check is not None:
-        check(text)
+        try:
+            check(text)
+        except ConfigError as exc:  # (its lines are of YAML never written: name the prototxt, by layer and key)
+            raise ConfigError([dataclasses.replace(problem, file=prototxt, line=None)
+                               for problem in exc.problems]) from None
     write_bytes(out, text.encode("utf-8"))
     return text
 
