@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from netspec.engine import onednn
 from netspec.engine.layer import Layer, canonical_axis
 from netspec.engine.registry import register_layer
-from netspec.errors import ShapeError
+from netspec.errors import ParamError, ShapeError
 from netspec.spec.schema import doc
 
 
@@ -15,11 +15,26 @@ def _index(axis: int, start: int, stop: int):
     return (slice(None),) * axis + (slice(start, stop),)
 
 
+def given_axis(block, prefix: str, legacy: str, ndim: int) -> int:
+    """The axis a Concat or Slice block names: ``axis``, or Caffe's older ``concat_dim``/``slice_dim`` (a
+    non-negative axis; giving both is refused, as Caffe refuses it)."""
+    older = getattr(block, legacy)
+    if older is None:
+        return canonical_axis(block.axis, ndim, f"{prefix}.axis")
+    if block.axis != 1:
+        raise ParamError(f"{prefix}.{legacy}", f"give axis or {legacy}, not both")
+    if not 0 <= older < ndim:
+        raise ParamError(f"{prefix}.{legacy}", f"must be an axis 0 to {ndim - 1} of the {ndim}-axis bottom, "
+                                               f"got {older}")
+    return older
+
+
 @dataclass
 class ConcatParams:
     """Parameters of Concat."""
 
     axis: int = doc(1, "axis to join along (negative counts from the end)")
+    concat_dim: int | None = doc(None, "Caffe's older name of the axis (not negative), instead of axis")
 
 
 @register_layer
@@ -40,7 +55,7 @@ class Concat(Layer):
 
     def top_shapes(self, bottom_shapes):
         first = bottom_shapes[0]
-        axis = canonical_axis(self.block("concat_param").axis, len(first), "concat_param.axis")
+        axis = self.join_axis(bottom_shapes)
         for name, shape in zip(self.spec.bottoms[1:], bottom_shapes[1:]):
             if len(shape) != len(first) or any(a != b for i, (a, b) in enumerate(zip(shape, first)) if i != axis):
                 raise ShapeError(f"cannot concatenate along axis {axis}: bottom '{self.spec.bottoms[0]}' is "
@@ -48,9 +63,13 @@ class Concat(Layer):
         total = sum(shape[axis] for shape in bottom_shapes)
         return [first[:axis] + (total,) + first[axis + 1:]]
 
+    def join_axis(self, bottom_shapes) -> int:
+        """The axis the bottoms join along (not negative)."""
+        return given_axis(self.block("concat_param"), "concat_param", "concat_dim", len(bottom_shapes[0]))
+
     def boundaries(self, bottom):
         """(axis, [(start, stop)] per bottom)."""
-        axis = canonical_axis(self.block("concat_param").axis, len(bottom[0].shape), "concat_param.axis")
+        axis = self.join_axis([blob.shape for blob in bottom])
         spans, start = [], 0
         for blob in bottom:
             spans.append((start, start + blob.shape[axis]))
@@ -74,6 +93,7 @@ class SliceParams:
     """Parameters of Slice."""
 
     axis: int = doc(1, "axis to cut along (negative counts from the end)")
+    slice_dim: int | None = doc(None, "Caffe's older name of the axis (not negative), instead of axis")
     slice_point: list[int] = doc([], "increasing cut positions, one fewer than the tops; none: equal parts")
 
 
@@ -99,7 +119,7 @@ class Slice(Layer):
     def pieces(self, shape):
         """(axis, [(start, stop)] per top)."""
         p = self.block("slice_param")
-        axis = canonical_axis(p.axis, len(shape), "slice_param.axis")
+        axis = given_axis(p, "slice_param", "slice_dim", len(shape))
         count, size = len(self.spec.tops), shape[axis]
         if p.slice_point:
             points = list(p.slice_point)

@@ -14,7 +14,7 @@ from test_modules import canonical
 
 import netspec
 from netspec.engine.registry import layer_schemas, solver_types
-from netspec.errors import DataError
+from netspec.errors import ConfigError, DataError
 from netspec.interop.prototxt import parse_prototxt
 from netspec.spec.solver_spec import parse_solver
 
@@ -373,3 +373,20 @@ def test_a_value_netspec_refuses_is_named_in_the_prototxt_by_layer_and_key(tmp_p
     assert (result.returncode, result.stderr.strip()) == (
         1, f"error: {source}: layer 'c': convolution_param.pad: expected int, got float 1.5")  # (not <string>:9)
     assert not (tmp_path / "bad.yaml").exists()
+
+
+def test_concat_dim_and_slice_dim_name_the_axis_as_in_caffe(tmp_path):
+    source = tmp_path / "old.prototxt"
+    source.write_text('input: "x"\ninput_dim: 2\ninput_dim: 3\ninput_dim: 4\ninput_dim: 1\n'
+                      'layer { name: "join" type: "Concat" bottom: "x" bottom: "x" top: "y"\n'
+                      '  concat_param { concat_dim: 0 } }\n'
+                      'layer { name: "cut" type: "Slice" bottom: "y" top: "a" top: "b" slice_param { slice_dim: 2 } }\n')
+    result = run("import", "caffe", source, "-o", tmp_path / "old.yaml")
+    assert result.returncode == 0 and "dropped" not in result.stdout, result.stdout + result.stderr
+    net = netspec.load_net(str(tmp_path / "old.yaml"))
+    assert net.blobs["y"].shape == (4, 3, 4, 1) and net.blobs["a"].shape == (4, 3, 2, 1)
+    both = tmp_path / "both.yaml"
+    both.write_text("layers:\n  - {name: x, type: Input, top: x, input_param: {shape: {dim: [2, 3]}}}\n"
+                    "  - {name: j, type: Concat, bottom: [x, x], top: y, concat_param: {axis: 0, concat_dim: 1}}\n")
+    with pytest.raises(ConfigError, match="concat_param.concat_dim: give axis or concat_dim, not both"):
+        netspec.load_net(str(both))

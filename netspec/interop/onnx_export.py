@@ -278,7 +278,7 @@ def _eltwise(b: _Builder, node, layer, inputs: list[str], y: str) -> None:
 
 
 def _concat(b: _Builder, node, layer, inputs: list[str], y: str) -> None:
-    b.add("Concat", inputs, [y], node.name, axis=layer.block("concat_param").axis % len(node.top_shapes[0]))
+    b.add("Concat", inputs, [y], node.name, axis=layer.join_axis(node.bottom_shapes))
 
 
 def _lrn(b: _Builder, node, layer, x: str, y: str) -> None:
