@@ -32,7 +32,8 @@ class SPP(Layer):
     side: window ``k = ceil(H / b)``, stride ``k``, padding
     ``(k*b - H + 1) // 2`` (and likewise along W), by Caffe's Pooling rules.
     Bottom: (N, C, H, W).  Top: (N, C * sum_l 4^l), level 0 first, each level
-    in (C, b, b) order.  Not in place.
+    in (C, b, b) order; with one level, (N, C, 1, 1), as Caffe leaves its one
+    pooling's top.  Not in place.
 
     Example::
 
@@ -70,7 +71,10 @@ class SPP(Layer):
 
     def top_shapes(self, bottom_shapes):
         n, c = bottom_shapes[0][:2]
-        return [(n, c * sum(4 ** level for level in range(len(self.levels(bottom_shapes[0])))))]
+        height = len(self.levels(bottom_shapes[0]))
+        if height == 1:  # (Caffe's one pooling writes the top itself, unflattened)
+            return [(n, c, 1, 1)]
+        return [(n, c * sum(4 ** level for level in range(height)))]
 
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
@@ -87,22 +91,22 @@ class SPP(Layer):
         self.gradient = Blob(shape, self.xp, self.dtype, f"{self.name}/gradient")  # one level's, for the sum
 
     def forward(self, bottom, top):
-        start = 0
+        start, out = 0, top[0].data.reshape(top[0].shape[0], -1)
         for pool, pooled in self.pools:
             pool.forward(bottom, [pooled])
             width = pooled.count // pooled.shape[0]
-            top[0].data[:, start:start + width] = pooled.data.reshape(pooled.shape[0], width)
+            out[:, start:start + width] = pooled.data.reshape(pooled.shape[0], width)
             start += width
 
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
         self.gradient.share_data(bottom[0])
-        start = 0
+        start, dy = 0, top[0].diff.reshape(top[0].shape[0], -1)
         bottom[0].diff[...] = 0
         for pool, pooled in self.pools:
             width = pooled.count // pooled.shape[0]
-            pooled.diff[...] = top[0].diff[:, start:start + width].reshape(pooled.shape)
+            pooled.diff[...] = dy[:, start:start + width].reshape(pooled.shape)
             pool.backward([pooled], [True], [self.gradient])
             bottom[0].diff += self.gradient.diff
             start += width

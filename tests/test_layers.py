@@ -453,6 +453,8 @@ def ref_spp(bottoms, levels, pool):
         k = math.ceil(x.shape[2] / bins)
         pooled = ref_pool([x], [], {"pool": pool, "kernel_size": k, "stride": k, "pad": (k * bins - x.shape[2] + 1) // 2})
         parts.append(pooled[0].reshape(x.shape[0], -1))
+    if levels == 1:  # (Caffe's one pooling writes the top, unflattened)
+        return [parts[0].reshape(*x.shape[:2], 1, 1)]
     return [np.concatenate(parts, axis=1)]
 
 
@@ -540,6 +542,8 @@ CASES = [
          {"spp_param": {"pyramid_height": 3}}),
     Case("spp_ave", "SPP", [rand(1, 2, 6, 6)], lambda b, w, p: ref_spp(b, 2, "AVE"),
          {"spp_param": {"pyramid_height": 2, "pool": "AVE"}}),
+    Case("spp_one_level", "SPP", [rand(2, 3, 5, 5)], lambda b, w, p: ref_spp(b, 1, "MAX"),
+         {"spp_param": {"pyramid_height": 1}}),
     Case("im2col", "Im2col", [rand(2, 3, 5, 4)], lambda b, w, p: ref_im2col(b, 3, 1, 1),
          {"convolution_param": {"kernel_size": 3, "pad": 1}}),
     Case("im2col_stride_wide", "Im2col", [rand(1, 2, 4, 40)], lambda b, w, p: ref_im2col(b, 2, 2, 0),

@@ -139,6 +139,7 @@ layers:
   - {name: data, type: Input, top: data, input_param: {shape: {dim: [2, 3, 10, 11]}}}
   - {name: spp, type: SPP, bottom: data, top: spp, spp_param: {pyramid_height: 3}}
   - {name: spp_ave, type: SPP, bottom: data, top: spp_ave, spp_param: {pyramid_height: 3, pool: AVE}}
+  - {name: spp_one, type: SPP, bottom: data, top: spp_one, spp_param: {pyramid_height: 1}}
   - {name: tile, type: Tile, bottom: data, top: tile, tile_param: {tiles: 3}}
   - {name: tile_w, type: Tile, bottom: data, top: tile_w, tile_param: {axis: -1, tiles: 2}}
   - {name: halves, type: Slice, bottom: tile, top: [first, rest], slice_param: {slice_point: [2]}}
@@ -313,7 +314,7 @@ def test_caffes_element_wise_layers_and_mvn_export(tmp_path, opset):
 def test_spp_tile_slice_and_argmax_export(tmp_path, opset):
     check_with_onnxruntime(tmp_path, SHAPES_AND_SEARCH, opset=opset)
     operators = Counter(node.op_type for node in onnx.load(tmp_path / "m.onnx").graph.node)
-    assert operators["MaxPool"] + operators["GlobalMaxPool"] == 3 and operators["Split"] == 3
+    assert operators["MaxPool"] + operators["GlobalMaxPool"] == 4 and operators["Split"] == 3
     assert operators["TopK"] == 4 and operators["Tile"] == 2
 
 

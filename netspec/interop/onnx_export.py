@@ -204,7 +204,11 @@ def _pool(b: _Builder, node, p, x: str, y: str) -> None:
 
 
 def _spp(b: _Builder, node, layer, x: str, y: str) -> None:
-    """Each level's pooling (by SPP's own geometry) flattened per instance, the levels joined along axis 1."""
+    """Each level's pooling (by SPP's own geometry) flattened per instance, the levels joined along axis 1 (one
+    level: its pooling, unflattened, as the layer's top)."""
+    if len(layer.levels(node.bottom_shapes[0])) == 1:
+        _pool(b, node, layer.levels(node.bottom_shapes[0])[0], x, y)
+        return
     levels = []
     for params in layer.levels(node.bottom_shapes[0]):
         pooled = b.temporary(node.name)
