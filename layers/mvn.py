@@ -28,7 +28,8 @@ class MVN(Layer):
     only the mean is subtracted.  The gradient is exact (Caffe's drops the
     eps terms; the difference is of order eps).
 
-    Bottom/top: (N, C, ...).  Not in place.
+    Bottom: (N, C, ...) of at most 4 axes.  Top: (N, C, H, W), missing axes
+    as 1 ((N, C) gives (N, C, 1, 1)), as Caffe shapes it.  Not in place.
 
     Example::
 
@@ -39,9 +40,10 @@ class MVN(Layer):
     param_blocks = {"mvn_param": MVNParams}
 
     def top_shapes(self, bottom_shapes):
-        if len(bottom_shapes[0]) < 2:
-            raise ShapeError(f"MVN needs at least 2 axes (N, C, ...), got shape {bottom_shapes[0]}")
-        return [bottom_shapes[0]]
+        shape = bottom_shapes[0]
+        if not 2 <= len(shape) <= 4:
+            raise ShapeError(f"MVN needs 2 to 4 axes (N, C, H, W, as Caffe's), got shape {shape}")
+        return [tuple(shape) + (1,) * (4 - len(shape))]
 
     def rows(self, shape) -> tuple[int, int]:
         """x viewed as (rows, values per row)."""

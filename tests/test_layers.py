@@ -153,7 +153,7 @@ def ref_scale(bottoms, params, p):
 
 
 def ref_mvn(bottoms, params, p):
-    x = bottoms[0]
+    x = bottoms[0].reshape(*bottoms[0].shape, *[1] * (4 - bottoms[0].ndim))  # (Caffe's top: N, C, H, W)
     axes = (1, 2, 3) if p.get("across_channels") else (2, 3)
     centred = x - x.mean(axis=axes, keepdims=True)
     if p.get("normalize_variance", True) is False:
@@ -613,6 +613,7 @@ CASES = [
     Case("bias", "Bias", [rand(2, 3, 2)], lambda b, w, p: [b[0] + channel_shape(b[0], w[0])], inplace=True),
     Case("bias_bottom", "Bias", [rand(2, 3, 2), rand(3)], lambda b, w, p: [b[0] + channel_shape(b[0], b[1])]),
     Case("mvn", "MVN", [rand(2, 3, 3, 3)], ref_mvn),
+    Case("mvn_3_axes", "MVN", [rand(2, 3, 5)], ref_mvn),
     Case("mvn_across", "MVN", [rand(2, 3, 2, 2)], lambda b, w, p: ref_mvn(b, w, {"across_channels": True}),
          {"mvn_param": {"across_channels": True}}),
     Case("mvn_mean_only", "MVN", [rand(2, 3, 2, 2)], lambda b, w, p: ref_mvn(b, w, {"normalize_variance": False}),

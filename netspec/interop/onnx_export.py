@@ -490,9 +490,20 @@ def _reduction(b: _Builder, node, layer, x: str, y: str) -> None:
 
 def _mvn(b: _Builder, node, layer, x: str, y: str) -> None:
     """``(x - mean) / (sqrt(mean((x - mean)^2)) + eps)`` over the axes from 2 (from 1 across channels) on, eps
-    added to the standard deviation as Caffe does; over no axes (an (N, C) bottom) the mean is x itself."""
+    added to the standard deviation as Caffe does; over no axes (an (N, C) bottom) the mean is x itself.  A bottom
+    of fewer than 4 axes is reshaped to the top's (N, C, H, W) after."""
     p = layer.block("mvn_param")
     axes = list(range(1 if p.across_channels else 2, len(node.bottom_shapes[0])))
+    if tuple(node.bottom_shapes[0]) != tuple(node.top_shapes[0]):
+        normalised = b.temporary(node.name)
+        _mvn_values(b, node, p, axes, x, normalised)
+        _reshape(b, node, layer, normalised, y)
+    else:
+        _mvn_values(b, node, p, axes, x, y)
+
+
+def _mvn_values(b: _Builder, node, p, axes: list[int], x: str, y: str) -> None:
+    """MVN's values (see :func:`_mvn`) in the bottom's shape."""
 
     def mean(value: str) -> str:
         if not axes:
