@@ -10,7 +10,7 @@ from netspec.engine.layer import Layer, canonical_axis
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError, ShapeError
 from netspec.layers.data import BlobShape
-from netspec.spec.schema import doc
+from netspec.spec.schema import doc, required
 
 
 class Reshaping(Layer):
@@ -159,7 +159,7 @@ class TileParams:
     """Parameters of Tile."""
 
     axis: int = doc(1, "the axis repeated")
-    tiles: int = doc(1, "how many copies of the bottom follow one another along ``axis``")
+    tiles: int = required(doc="how many copies of the bottom follow one another along ``axis`` (Caffe: required)")
 
 
 @register_layer

@@ -1009,6 +1009,11 @@ def test_nan_and_underflow_follow_caffes_loops(device):
     assert passes("Reduction", [[np.nan, -2.0]], {"reduction_param": {"operation": "ASUM"}})[1].tolist() == [[0, -1]]
 
 
+def test_tile_needs_its_tiles_as_in_caffe():
+    with pytest.raises(ConfigError, match="tile_param.tiles: missing required parameter"):
+        one_layer_net("Tile", [(2, 3)])
+
+
 def test_exp_multiplies_as_caffe_and_log_refuses_base_one():
     x = np.array([[1000.0, 1.0]])
     net = one_layer_net("Exp", [x.shape], bottoms=[x], params={"exp_param": {"shift": -1000}})
