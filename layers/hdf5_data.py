@@ -95,6 +95,21 @@ class HDF5Data(Layer):
                 self.backend.host_rng.shuffle(self.file_order)
         self.load_current()
 
+    def label_classes(self, top):
+        """The largest value of dataset ``top`` in every listed file plus one, where all are whole numbers from 0
+        (class labels, one a row); None otherwise."""
+        largest = -1
+        for path in hdf5.read_file_list(self.block("hdf5_data_param").source):
+            handle = hdf5.open_file(path)
+            try:
+                values = hdf5.stored_dataset(handle, path, top)[()]
+            finally:
+                handle.close()
+            if values.size != len(values) or values.size == 0 or values.min() < 0 or (values % 1).any():
+                return None
+            largest = max(largest, int(values.max()))
+        return largest + 1
+
     def close(self):
         if getattr(self, "reader", None) is not None:
             self.reader.close()

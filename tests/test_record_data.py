@@ -315,3 +315,23 @@ def test_an_image_of_another_shape_stops_with_its_name(tmp_path):
                                         r"is \[3, 5, 4\]; records must share a shape"):
         net.forward()
     net.close()
+
+
+def test_a_classifier_is_checked_against_the_classes_of_its_data_layers_dataset(dataset, tmp_path):
+    from netspec.engine.classes import class_problems
+    from netspec.engine.net import compile_net
+    from netspec.engine.registry import layer_schemas
+    from netspec.spec.net_spec import parse_net
+
+    source = dataset[0]  # (labels 0, 1, 2: the manifest counts three classes)
+    for outputs, errors, warnings in ((2, 1, 0), (3, 0, 0), (5, 0, 1)):
+        layers = [{"name": "data", "type": "Data", "top": ["data", "label"],
+                   "data_param": {"source": str(source), "batch_size": 2}},
+                  {"name": "score", "type": "InnerProduct", "bottom": "data", "top": "score",
+                   "inner_product_param": {"num_output": outputs}},
+                  {"name": "loss", "type": "SoftmaxWithLoss", "bottom": ["score", "label"], "top": "loss"}]
+        graph = compile_net(parse_net(yaml.safe_dump({"name": "n", "layers": layers}), layer_schemas()))
+        found = class_problems(graph)
+        assert (len(found[0]), len(found[1])) == (errors, warnings), found
+    assert str(found[1][0]) == ("warning: layer 'score': its top 'score' scores 5 classes, but the labels of layer "
+                                "'data' have 3; 2 output(s) stand for no class")

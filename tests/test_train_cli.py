@@ -335,3 +335,22 @@ def test_a_gpu_solver_on_a_machine_without_cupy_says_to_train_on_the_cpu(digits,
     assert stderr == (f"error: {solver}:16: solver_mode: device 'gpu:0' needs CuPy, which cannot be imported (No "
                       "module named 'cupy'): pip install -e '.[gpu]'; pass --device cpu to train on the CPU\n")
     assert run("train", solver, "--max-iter", "1", "--out", tmp_path / "run", "--device", "cpu").returncode == 0
+
+
+def test_a_classifier_of_fewer_classes_than_the_dataset_is_refused_and_of_more_warned(digits, tmp_path):
+    net = (digits / "digits_net.yaml").read_text()
+    line = next(n for n, text in enumerate(net.splitlines(), 1) if "num_output: 10" in text) - 5  # (the layer)
+    for outputs in (7, 12):
+        (digits / f"net{outputs}.yaml").write_text(net.replace("num_output: 10", f"num_output: {outputs}"))
+        (digits / f"solver{outputs}.yaml").write_text((digits / "solver.yaml").read_text().replace(
+            "net: digits_net.yaml", f"net: net{outputs}.yaml"))
+    where = "its top 'ip2' scores {} classes, but the labels of layer 'digits' have 10"
+    for command in (("check", digits / "net7.yaml"), ("train", digits / "solver7.yaml", "--out", tmp_path / "r7")):
+        result = run(*command)
+        assert result.returncode == 1 and not (tmp_path / "r7").exists(), result.stderr
+        assert result.stderr.strip() == (f"error: {digits / 'net7.yaml'}:{line}: layer 'ip2': {where.format(7)}: "
+                                         "give it num_output: 10"), result.stderr
+    warning = f"warning: layer 'ip2': {where.format(12)}; 2 output(s) stand for no class"
+    assert warning in run("check", digits / "net12.yaml").stdout.splitlines()
+    trained = run("train", digits / "solver12.yaml", "--out", tmp_path / "r12", "--max-iter", 2)
+    assert trained.returncode == 0 and trained.stdout.splitlines().count(warning) == 1, trained.stdout

@@ -23,11 +23,12 @@ from netspec.cli.options import (
 from netspec.cli.output import echo
 from netspec.engine import onednn
 from netspec.engine.backend import gpu_report
+from netspec.engine.classes import class_problems
 from netspec.engine.deploy import deploy_net_yaml, derive_deploy_net
 from netspec.engine.net import Net, compile_net, load_net
 from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_class, layer_schemas, layer_types, solver_class, solver_types
-from netspec.errors import NetspecError
+from netspec.errors import ConfigError, NetspecError
 from netspec.inspect.drawing import draw as draw_graph
 from netspec.inspect.report import first_line, format_table, layer_doc, net_summary, solver_doc
 from netspec.inspect.timing import time_net
@@ -51,7 +52,12 @@ def check(net_file, phase, stages, level, weights, allow_python_layers):
     spec = parse_net(net_file, layer_schemas())
     graph = compile_net(spec, phase=phase.upper() if phase else None, stages=stages or None, level=level,
                         python_layers=allow_python_layers)
+    errors, warnings = class_problems(graph)
+    if errors:
+        raise ConfigError(errors)
     echo(net_summary(graph))
+    for line in warnings:
+        echo(line)
     if weights:
         net = Net(graph, output_folder=OutputFolder(anywhere=True))  # checked, never run
         click.echo(net.load_weights(weights).summary(weights))

@@ -171,6 +171,8 @@ def _train(spec: SolverSpec, folder: str, options: TrainOptions, comm, say: Call
             f"{solver.params.max_iter} iterations" + (f" ({epochs:.2f} epochs)" if epochs else "")
             + f"; run folder {folder}")
         say(f"paths: {solver.net.paths()}; threads: {thread_counts()}")
+        for line in solver.warnings:
+            say(line)
         # a loss gone NaN or infinite is reported by the solver, naming the layer; NumPy's warnings would only add noise
         with signal_effects(solver, options.sigint_effect, options.sighup_effect), \
                 numpy.errstate(over="ignore", invalid="ignore"):

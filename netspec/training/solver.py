@@ -28,6 +28,7 @@ import time
 import numpy
 
 from netspec.engine.backend import Backend
+from netspec.engine.classes import class_problems
 from netspec.engine.comm import SingleProcess
 from netspec.engine.net import Net, compile_net
 from netspec.engine.outputs import OutputFolder
@@ -88,8 +89,12 @@ class Solver:
         rule_cls = solver_class(p.type)
         problems = [spec.problem(message, key) for key, message in rule_cls.check(p)]
         problems += [spec.problem(message, key) for key, message in unwatchable_outputs(p, self.test_nets)]
+        checked = [class_problems(net.graph) for net in (self.net, *self.test_nets)]
+        problems += list({(error.file, error.line, error.layer): error  # (one a classifier, of TRAIN's or TEST's)
+                          for errors, _ in checked for error in errors}.values())
         if problems:
             raise ConfigError(problems)
+        self.warnings = list(dict.fromkeys(line for _, lines in checked for line in lines))  # (said when it starts)
         self.learnable = self.net.learnable_params()
         self.optimizer = Optimizer(rule_cls, p, self.net.learnable_groups(), self.backend, self.net.dtype)
         self.exchange = GradientExchange(comm, self.net, self.learnable)
