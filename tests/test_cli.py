@@ -278,3 +278,13 @@ def test_solvers_lists_rules_and_prints_their_formulas():
     assert "+ d * w)" in adamw.stdout and "(decoupled)" in adamw.stdout and "cos(pi * iter / max_iter)" in adamw.stdout
     wrong = run("solvers", "Adma")
     assert wrong.returncode == 1 and wrong.stderr.strip() == "error: unknown solver type 'Adma'; did you mean 'Adam'?"
+
+
+def test_a_net_file_given_to_train_is_named_as_one_and_help_shows_no_empty_bounds(tmp_path):
+    net = ROOT / "configs" / "digits" / "digits_net.yaml"
+    result = run("train", net, "--out", tmp_path / "run")
+    line = next(n for n, text in enumerate(net.read_text().splitlines(), 1) if text.startswith("layers:"))
+    assert (result.returncode, result.stderr.strip()) == (1, f"error: {net}:{line}: this is a net file (it has "
+                                                              "'layers'), not a solver: give a solver file, which "
+                                                              "names it with net: (netspec check takes a net file)")
+    assert "None]" not in run("check", "--help").stdout

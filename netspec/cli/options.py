@@ -15,6 +15,9 @@ class Integer(click.IntRange):
 
     name = "integer"
 
+    def _describe_range(self) -> str:  # (click's name: --help shows no "[x<=None]" for a number without bounds)
+        return "" if self.min is None and self.max is None else super()._describe_range()
+
     def convert(self, value, param, ctx):
         if isinstance(value, str):
             try:

@@ -278,6 +278,11 @@ def parse_solver(source, layer_schemas: dict[str, dict[str, type]], solver_types
     if not isinstance(tree, YamlMap):
         raise ConfigError(Problem("a solver file must be a mapping (base_lr, max_iter, net, ...)",
                                   file=filename or "<string>", line=1))
+    if ("layers" in tree or "layer" in tree) and "net" not in tree and "train_net" not in tree:
+        key = "layers" if "layers" in tree else "layer"
+        raise ConfigError(Problem(f"this is a net file (it has '{key}'), not a solver: give a solver file, which "
+                                  f"names it with net: (netspec check takes a net file)", file=filename or "<string>",
+                                  line=tree.line_of(key)))
     hyper = YamlMap({k: v for k, v in tree.items() if k not in NET_KEYS})
     hyper.line, hyper.key_lines = tree.line, dict(tree.key_lines)
     params = read_block(SolverParams, hyper, ctx, "", 1)
