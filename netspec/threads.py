@@ -24,6 +24,8 @@ ONEDNN_LIBRARY = "libdnnl.so.3"
 OPENBLAS_NAMES = (("scipy_openblas", "64_"), ("scipy_openblas", ""), ("openblas", ""), ("openblas", "64_"))  # builds
 
 
+SPIN_COUNT = "3000"  # busy-wait loops an idle OpenMP thread makes before it sleeps (libgomp's default: 300 000)
+
 def onednn_path() -> str:
     """Where ``onednn-cpu-gomp`` installs oneDNN's library."""
     return os.path.join(sys.prefix, "lib", ONEDNN_LIBRARY)
@@ -36,9 +38,11 @@ def onednn_wanted() -> bool:
 
 def size_pools() -> None:
     """Give OpenBLAS one thread while oneDNN takes the cores (only before NumPy has loaded OpenBLAS), and let idle
-    OpenMP threads sleep (``OMP_WAIT_POLICY=PASSIVE``, unless the environment sets a policy): spinning, they would
-    take the cores from any other busy process, and a training beside one would stall."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    OpenMP threads spin only briefly before they sleep (``GOMP_SPINCOUNT``, unless the environment sets it or a
+    wait policy): spinning long, they take the cores from any other busy process, and a training beside one
+    stalls; sleeping at once (``OMP_WAIT_POLICY=PASSIVE``) slows a training alone by half."""
+    if "OMP_WAIT_POLICY" not in os.environ:
+        os.environ.setdefault("GOMP_SPINCOUNT", SPIN_COUNT)
     if onednn_wanted() and "numpy" not in sys.modules:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 

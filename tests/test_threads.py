@@ -53,11 +53,11 @@ def test_pools_count_as_sized_by_the_user_not_by_netspec_itself(environment, siz
     assert result.stdout.strip() == str(sized), result.stderr
 
 
-@pytest.mark.parametrize("given, expected", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
-def test_idle_openmp_threads_sleep_unless_the_user_chose(given, expected):
-    environment = {key: value for key, value in os.environ.items() if key != "OMP_WAIT_POLICY"}
-    if given:
-        environment["OMP_WAIT_POLICY"] = given
-    probe = subprocess.run([sys.executable, "-c", "import netspec, os; print(os.environ['OMP_WAIT_POLICY'])"],
-                           capture_output=True, text=True, env=environment, check=True)
+@pytest.mark.parametrize("given, expected", [({}, "3000 -"), ({"OMP_WAIT_POLICY": "PASSIVE"}, "- PASSIVE"),
+                                             ({"GOMP_SPINCOUNT": "50"}, "50 -")])
+def test_idle_openmp_threads_spin_briefly_unless_the_user_chose(given, expected):
+    environment = {key: value for key, value in os.environ.items() if key not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    probe = subprocess.run([sys.executable, "-c", "import netspec, os; print(os.environ.get('GOMP_SPINCOUNT', '-'), "
+                            "os.environ.get('OMP_WAIT_POLICY', '-'))"],
+                           capture_output=True, text=True, env=environment | given, check=True)
     assert probe.stdout.strip() == expected  # (set before oneDNN's OpenMP runtime loads and reads it)
