@@ -115,3 +115,10 @@ def test_config_hash_ignores_formatting():
     b = parse("# comment\nlayers:\n- name: d\n  input_param:\n    shape: {dim: [1]}\n  type: Input\n  top: d\n")
     assert a.config_hash == b.config_hash
 
+
+
+def test_a_net_without_a_name_is_known_by_its_files(tmp_path):
+    net_file = tmp_path / "tiny_classifier.yaml"
+    net_file.write_text("layers:\n  - {name: x, type: Input, top: x, input_param: {shape: {dim: [1, 2]}}}\n")
+    assert parse_net(str(net_file), layer_schemas()).name == "tiny_classifier"  # (not '': "net ''" in every line)
+    assert parse_net(net_file.read_text(), layer_schemas()).name == ""  # (text has no file to be named after)

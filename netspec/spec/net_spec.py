@@ -217,6 +217,8 @@ def parse_net(source, layer_schemas: dict[str, dict[str, type]]) -> NetSpec:
     spec = read_net(tree, ctx, layer_schemas, 1)
     if ctx.problems:
         raise ConfigError(ctx.problems)
+    if not spec.name and filename:  # (a net file without a name is known by the file's: never as net '')
+        spec.name = os.path.splitext(os.path.basename(filename))[0]
     return spec
 
 
