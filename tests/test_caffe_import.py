@@ -390,3 +390,38 @@ def test_concat_dim_and_slice_dim_name_the_axis_as_in_caffe(tmp_path):
                     "  - {name: j, type: Concat, bottom: [x, x], top: y, concat_param: {axis: 0, concat_dim: 1}}\n")
     with pytest.raises(ConfigError, match="concat_param.concat_dim: give axis or concat_dim, not both"):
         netspec.load_net(str(both))
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_caffe_mean_files_convert_alone_and_on_import(tmp_path, legacy):
+    mean = np.random.default_rng(4).uniform(0, 255, (1, 3, 4, 5))
+    (tmp_path / "mean.binaryproto").write_bytes(blob(mean, legacy))
+    result = run("convert", "caffe-mean", tmp_path / "mean.binaryproto", "-o", tmp_path / "alone.npy")
+    assert result.returncode == 0 and result.stdout.startswith(f"wrote {tmp_path / 'alone.npy'}: a 3x4x5 mean")
+    np.testing.assert_allclose(np.load(tmp_path / "alone.npy"), mean[0].astype(np.float32))
+    (tmp_path / "net.prototxt").write_text(
+        'layer { name: "data" type: "Data" top: "data" top: "label" data_param { source: "db" batch_size: 1 }\n'
+        '  transform_param { mean_file: "mean.binaryproto" } }\n')
+    result = run("import", "caffe", tmp_path / "net.prototxt", "-o", tmp_path / "net.yaml")
+    assert "layer 'data': converted the Caffe mean mean.binaryproto into mean.npy (netspec's mean format)" \
+        in result.stdout, result.stdout + result.stderr
+    assert "mean_file: mean.npy" in (tmp_path / "net.yaml").read_text()
+    np.testing.assert_array_equal(np.load(tmp_path / "mean.npy"), np.load(tmp_path / "alone.npy"))
+
+
+def test_a_caffe_mean_file_that_is_none_is_named_in_one_line(tmp_path):
+    cases = {"garbage.binaryproto": b"\xff" * 40, "cut.binaryproto": blob(np.ones((1, 3, 4, 4)))[:-7],
+             "flat.binaryproto": blob(np.ones(12))}
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        result = run("convert", "caffe-mean", tmp_path / name, "-o", tmp_path / "m.npy")
+        assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert result.stderr.startswith(f"error: {tmp_path / name}: "), result.stderr
+    assert not (tmp_path / "m.npy").exists()
+    (tmp_path / "net.prototxt").write_text('layer { name: "data" type: "Data" top: "data" top: "label"\n'
+                                           '  data_param { source: "db" batch_size: 1 }\n'
+                                           '  transform_param { mean_file: "missing.binaryproto" } }\n')
+    result = run("import", "caffe", tmp_path / "net.prototxt", "-o", tmp_path / "net.yaml")
+    assert ("layer 'data': transform_param.mean_file missing.binaryproto is a Caffe .binaryproto, not there: once it "
+            "is, netspec convert caffe-mean missing.binaryproto -o missing.npy, and point mean_file at the .npy") \
+        in result.stdout, result.stdout + result.stderr

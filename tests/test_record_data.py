@@ -335,3 +335,11 @@ def test_a_classifier_is_checked_against_the_classes_of_its_data_layers_dataset(
         assert (len(found[0]), len(found[1])) == (errors, warnings), found
     assert str(found[1][0]) == ("warning: layer 'score': its top 'score' scores 5 classes, but the labels of layer "
                                 "'data' have 3; 2 output(s) stand for no class")
+
+
+def test_a_mean_file_that_is_no_npy_says_what_it_is(tmp_path):
+    (tmp_path / "mean.binaryproto").write_bytes(b"\x0a\x02\x08\x01")  # (any Caffe BlobProto)
+    with pytest.raises(ParamError) as error:
+        Transformer(TransformParams(mean_file=str(tmp_path / "mean.binaryproto")), "TRAIN", (3, 8, 8))
+    assert str(error.value).endswith(f"{tmp_path / 'mean.binaryproto'}: not a .npy file but a Caffe mean: netspec "
+                                     f"convert caffe-mean {tmp_path / 'mean.binaryproto'} -o mean.npy makes one")

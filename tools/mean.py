@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import io
-
 import numpy
 
-from netspec.atomic import atomic_open
 from netspec.data.dataset import Dataset
-from netspec.data.files import writing
 from netspec.errors import DataError
 
 
@@ -27,14 +23,3 @@ def compute_mean(path: str, advance=lambda: None) -> numpy.ndarray:
         dataset.close()
     return (total / dataset.count).astype(numpy.float32)
 
-
-def save_mean(mean: numpy.ndarray, out: str) -> None:
-    """Write ``mean`` to the .npy file ``out`` atomically (transform_param.mean_file reads it).
-
-    The bytes are made in memory and written by Python: numpy.save into a file writes through C stdio,
-    which loses a failed write (a full disk) without a word.
-    """
-    buffer = io.BytesIO()
-    numpy.save(buffer, mean)
-    with writing(out), atomic_open(out, "wb") as handle:
-        handle.write(buffer.getvalue())

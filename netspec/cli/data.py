@@ -12,12 +12,14 @@ from netspec.cli.options import Integer, Real
 from netspec.cli.output import echo
 from netspec.cli.progress import progress_bar
 from netspec.data.dataset import Dataset, read_manifest
+from netspec.data.transform import save_mean
+from netspec.interop.caffemodel import read_mean
 from netspec.tools.arrays import convert_arrays
 from netspec.tools.dataset_info import augmented_grid, describe, sample_grid, train_transform, verify_in_child
 from netspec.tools.digit_pairs import convert_digit_pairs
 from netspec.tools.digits import convert_digits
 from netspec.tools.imageset import ImagesetOptions, convert_imageset, parse_size
-from netspec.tools.mean import compute_mean, save_mean
+from netspec.tools.mean import compute_mean
 from netspec.tools.shapes import convert_shapes
 from netspec.tools.text import convert_text
 
@@ -127,6 +129,18 @@ def convert_imageset_command(paths, backend, resize, gray, shuffle, seed, encode
         click.echo(f"wrote {count} records to {path}")
     if report.skipped:
         click.echo(f"skipped {len(report.skipped)} image(s) that could not be read (--strict stops instead)")
+
+
+@convert.command("caffe-mean")
+@click.argument("source", type=click.Path(dir_okay=False))
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False), help="the .npy file to write")
+@user_errors
+def convert_caffe_mean_command(source, out):
+    """Convert a Caffe mean file (.binaryproto) into netspec's: a C x H x W .npy for transform_param.mean_file."""
+    mean = read_mean(source)
+    save_mean(mean, out)
+    click.echo(f"wrote {out}: a {'x'.join(map(str, mean.shape))} mean (C x H x W, in the channel order Caffe "
+               "trained with: BGR for its models)")
 
 
 @convert.command("arrays")

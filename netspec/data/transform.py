@@ -14,14 +14,16 @@ only) are in :mod:`netspec.data.augment`.
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy
 
+from netspec.atomic import atomic_open
 from netspec.data import augment
 from netspec.data.augment import ColorJitterParams, RandomErasingParams, RandomResizedCropParams
-from netspec.data.files import regular_file
+from netspec.data.files import regular_file, writing
 from netspec.errors import DataError, ParamError
 from netspec.spec.schema import FilePath, doc
 
@@ -88,6 +90,11 @@ class Transformer:
         if p.mean_file:
             try:
                 regular_file(p.mean_file)
+                with open(p.mean_file, "rb") as handle:
+                    if handle.read(6) != b"\x93NUMPY":  # (NumPy would speak of pickles, and of allowing them)
+                        raise DataError(f"{p.mean_file}: not a .npy file" + (
+                            f" but a Caffe mean: netspec convert caffe-mean {p.mean_file} -o mean.npy makes one"
+                            if p.mean_file.endswith(".binaryproto") else ""))
                 mean = numpy.load(p.mean_file, mmap_mode="r", allow_pickle=False)  # its shape first, then its values
             except DataError as exc:
                 raise ParamError("transform_param.mean_file", str(exc)) from None
@@ -192,3 +199,15 @@ class Transformer:
         flipped = choices[:, augment.C["mirror"]].astype(bool)
         if flipped.any():
             out[flipped] = out[flipped][..., ::-1]
+
+
+def save_mean(mean: numpy.ndarray, out: str) -> None:
+    """Write ``mean`` to the .npy file ``out`` atomically (transform_param.mean_file reads it).
+
+    The bytes are made in memory and written by Python: numpy.save into a file writes through C stdio,
+    which loses a failed write (a full disk) without a word.
+    """
+    buffer = io.BytesIO()
+    numpy.save(buffer, mean)
+    with writing(out), atomic_open(out, "wb") as handle:
+        handle.write(buffer.getvalue())

@@ -12,6 +12,7 @@ import os
 import yaml
 
 from netspec.atomic import write_bytes
+from netspec.data.transform import save_mean
 from netspec.engine.net import Net, load_net
 from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_class, layer_schemas
@@ -24,7 +25,7 @@ from netspec.interop.caffe_import import (
     import_net,
     import_solver,
 )
-from netspec.interop.caffemodel import read_caffemodel
+from netspec.interop.caffemodel import read_caffemodel, read_mean
 from netspec.interop.prototxt import read_prototxt
 from netspec.spec.net_spec import parse_net
 
@@ -77,6 +78,7 @@ def import_net_file(prototxt: str, out: str | None = None,
     checkout around the file).  Returns the path written, the net as plain data, and the import report.
     """
     out, net, report = _imported(prototxt, out, caffe_root, import_net)
+    _convert_means(net, out, report)
     _write(prototxt, out, net, "caffe", check=lambda text: parse_net(text, layer_schemas()))
     writers = [f"'{layer['name']}' ({layer['type']})" for layer in net.get("layers", [])
                if layer_class(layer["type"]).writes_files]
@@ -84,6 +86,27 @@ def import_net_file(prototxt: str, out: str | None = None,
         report.notes.append(f"{out}: layer {', '.join(writers)} writes files: inside the run folder when training, "
                             "the current directory otherwise (--allow-absolute-outputs lets it write elsewhere)")
     return out, net, report
+
+
+def _convert_means(net: dict, out: str, report: ImportReport) -> None:
+    """Caffe's .binaryproto mean files written as netspec's .npy beside the net ``out``, the layers pointed at them;
+    one not there is named, with the command that converts it."""
+    folder = os.path.dirname(os.path.abspath(out))
+    for layer in net.get("layers", []):
+        mean = layer.get("transform_param", {}).get("mean_file")
+        if not isinstance(mean, str) or not mean.endswith(".binaryproto"):
+            continue
+        converted = os.path.splitext(os.path.basename(mean))[0] + ".npy"
+        source = os.path.join(folder, os.path.expanduser(mean))
+        if not os.path.isfile(source):
+            report.notes.append(f"layer '{layer['name']}': transform_param.mean_file {mean} is a Caffe .binaryproto, "
+                                f"not there: once it is, netspec convert caffe-mean {mean} -o {converted}, and point "
+                                "mean_file at the .npy")
+            continue
+        save_mean(read_mean(source), os.path.join(folder, converted))
+        layer["transform_param"]["mean_file"] = converted
+        report.notes.append(f"layer '{layer['name']}': converted the Caffe mean {mean} into {converted} "
+                            "(netspec's mean format)")
 
 
 def import_solver_file(prototxt: str, out: str | None = None,

@@ -103,6 +103,27 @@ def read_blob(data: bytes, where: str) -> numpy.ndarray:
     return values.reshape(shape)
 
 
+MAX_MEAN_BYTES = 256 << 20  # of a mean file: ImageNet's 3 x 256 x 256 mean is 768 KB
+
+
+def read_mean(path: str) -> numpy.ndarray:
+    """A Caffe mean file (a .binaryproto: one BlobProto, 1 x C x H x W) as a C x H x W float32 array; DataError
+    naming it when it is not one."""
+    regular_file(path, MAX_MEAN_BYTES)  # (a FIFO would be waited on forever)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read: {exc.strerror}") from None
+    mean = read_blob(data, path)
+    if mean.ndim == 4 and mean.shape[0] == 1:
+        mean = mean[0]
+    if mean.ndim != 3 or not mean.size:
+        raise DataError(f"{path}: not a Caffe mean image (a BlobProto of 1 x C x H x W values), but of shape "
+                        f"{list(mean.shape)}")
+    return mean.astype(numpy.float32)
+
+
 def read_caffemodel(path: str) -> dict[str, list[numpy.ndarray]]:
     """``{layer name: [blob arrays]}`` for every layer of a .caffemodel that has blobs."""
     regular_file(path)  # (a FIFO would be waited on forever)
