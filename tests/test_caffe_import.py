@@ -425,3 +425,13 @@ def test_a_caffe_mean_file_that_is_none_is_named_in_one_line(tmp_path):
     assert ("layer 'data': transform_param.mean_file missing.binaryproto is a Caffe .binaryproto, not there: once it "
             "is, netspec convert caffe-mean missing.binaryproto -o missing.npy, and point mean_file at the .npy") \
         in result.stdout, result.stdout + result.stderr
+
+
+def test_a_train_val_nets_notes_come_once_for_its_two_data_layers_of_one_name(tmp_path):
+    (tmp_path / "train_val.prototxt").write_text("".join(
+        f'layer {{ name: "data" type: "Data" top: "data" top: "label" include {{ phase: {phase} }}\n'
+        f'  data_param {{ source: "db" batch_size: 1 }} transform_param {{ mirror: true }} mystery: 1 }}\n'
+        for phase in ("TRAIN", "TEST")))
+    result = run("import", "caffe", tmp_path / "train_val.prototxt", "-o", tmp_path / "train_val.yaml")
+    lines = result.stdout.splitlines()
+    assert len(lines) == len(set(lines)) and any(line.startswith("note: layer 'data': ") for line in lines), lines

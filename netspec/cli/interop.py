@@ -52,10 +52,11 @@ caffe_root_option = click.option("--caffe-root", type=click.Path(file_okay=False
 
 
 def echo_report(report) -> None:
-    """The fields an import dropped, and its notes."""
-    for item in report.dropped:
+    """The fields an import dropped, and its notes, each once (a train_val net's TRAIN and TEST data layers are
+    often one name, with the same notes)."""
+    for item in dict.fromkeys(report.dropped):
         echo(f"dropped (no netspec equivalent): {item}")
-    for note in report.notes:
+    for note in dict.fromkeys(report.notes):
         echo(f"note: {note}")
 
 
