@@ -342,3 +342,9 @@ def test_recurrent_layers_are_refused_with_the_reason(tmp_path, kind):
     assert result.stderr.strip() == (f"error: layer 'seq' ({kind}): its cont input can reset the state at any step, "
                                      f"which ONNX's {kind} cannot express")
     assert not (tmp_path / "m.onnx").exists()
+
+
+def test_a_net_exports_without_weights_and_says_so(tmp_path):
+    result = run("export", "onnx", ROOT / "configs" / "digits" / "digits_deploy.yaml", "-o", tmp_path / "m.onnx")
+    assert result.returncode == 0 and (tmp_path / "m.onnx").is_file(), result.stderr
+    assert result.stderr.strip() == "note: no --weights: the model holds the fillers' values, not trained weights"

@@ -20,7 +20,8 @@ def export():
 
 @export.command("onnx")
 @click.argument("net_file", type=click.Path(dir_okay=False))
-@click.option("--weights", required=True, type=click.Path(dir_okay=False), help="trained weights (.weights.h5)")
+@click.option("--weights", type=click.Path(dir_okay=False),
+              help="trained weights (.weights.h5) [default: none: the fillers' values, to check a net's export]")
 @click.option("-o", "--out", required=True, type=click.Path(dir_okay=False), help="the .onnx file to write")
 @click.option("--opset", type=Integer(13, 21), default=17, show_default=True, help="ONNX opset version")
 @click.option("--unfolded", is_flag=True, help="keep each BatchNorm and Scale after a convolution as its own "
@@ -33,7 +34,10 @@ def export_onnx_command(net_file, weights, out, opset, unfolded, stages, level, 
     """Export NET_FILE's inference (TEST) graph with its weights as an ONNX model."""
     net = load_net(net_file, phase="TEST", stages=stages or None, level=level, inference=not unfolded,
                    output_folder=OutputFolder(anywhere=True), python_layers=allow_python_layers)  # never run here
-    net.load_weights(weights)
+    if weights:
+        net.load_weights(weights)
+    else:
+        echo("note: no --weights: the model holds the fillers' values, not trained weights", err=True)
     export_onnx(net, out, opset)
     click.echo(f"wrote {out} (opset {opset}, {len(net.nodes)} layers, inputs "
                f"{', '.join(f'{n} {list(net.blobs[n].shape)}' for n in net.data_layer().spec.tops)})")
