@@ -354,3 +354,20 @@ def test_a_classifier_of_fewer_classes_than_the_dataset_is_refused_and_of_more_w
     assert warning in run("check", digits / "net12.yaml").stdout.splitlines()
     trained = run("train", digits / "solver12.yaml", "--out", tmp_path / "r12", "--max-iter", 2)
     assert trained.returncode == 0 and trained.stdout.splitlines().count(warning) == 1, trained.stdout
+
+
+def test_scoring_says_how_much_of_the_test_data_it_read(digits, tmp_path):
+    trained = run("train", digits / "solver.yaml", "--out", tmp_path / "run", "--max-iter", 2)
+    assert trained.returncode == 0 and "note: test net" not in trained.stdout  # (3 batches of 120: the 360, once)
+    weights = tmp_path / "run" / "digits_iter_2.weights.h5"
+    once = run("test", digits / "digits_net.yaml", "--weights", weights)
+    assert once.returncode == 0 and once.stdout.startswith(
+        f"net 'DigitsNet' (TEST), weights {weights}, 3 batches of 120, 360 of the dataset's 360 records\n")
+    again = run("test", digits / "digits_net.yaml", "--weights", weights, "-n", 4)
+    assert "note: 4 batch(es) of 120 score 480 records of a 360-record dataset: 120 of them count again (the data " \
+           "wraps around)" in again.stdout
+    (digits / "short.yaml").write_text((digits / "solver.yaml").read_text().replace("test_iter: [3]",
+                                                                                    "test_iter: [2]"))
+    short = run("train", digits / "short.yaml", "--out", tmp_path / "short", "--max-iter", 2)
+    assert short.stdout.count("note: test net 0: 2 batch(es) of 120 score 240 of the 360 records: 120 never "
+                              "(test_iter 2)") == 1, short.stdout

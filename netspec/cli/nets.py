@@ -193,11 +193,15 @@ def device_query():
         click.echo(line)
 
 
+DEFAULT_TEST_BATCHES = 50  # netspec test on a net whose data layer cannot tell its size
+
+
 @click.command("test")
 @click.argument("net_file", type=click.Path(dir_okay=False))
 @click.option("--weights", type=click.Path(dir_okay=False), required=True, help="trained weights (.weights.h5)")
-@click.option("--iterations", "-n", type=Integer(min=1), default=50, show_default=True,
-              help="batches to average over")
+@click.option("--iterations", "-n", type=Integer(min=1), default=None,
+              help="batches to average over [default: a pass over the dataset (the last batch wrapping around) "
+                   "where the data layer knows its size, else 50]")
 @threads_option
 @phase_option("TEST")
 @stage_option
@@ -212,11 +216,18 @@ def test_command(net_file, weights, iterations, phase, stages, level, device, as
                    output_folder=OutputFolder(anywhere=outputs_anywhere), inference=True, python_layers=True,
                    reuse_memory=True)
     net.load_weights(weights)
+    records = net.record_count()
+    if iterations is None:
+        iterations = -(-records // net.batch_size) if records else DEFAULT_TEST_BATCHES
     try:
         scores = net.score(iterations)
     finally:
         net.close()
-    echo(f"net '{net.name}' ({net.phase}), weights {weights}, {iterations} batches of {net.batch_size}")
+    echo(f"net '{net.name}' ({net.phase}), weights {weights}, {iterations} batches of {net.batch_size}"
+         + (f", {min(iterations * net.batch_size, records):,} of the dataset's {records:,} records" if records else ""))
+    coverage = net.coverage(iterations)
+    if coverage:
+        echo(f"note: {coverage}")
     click.echo(f"paths: {net.paths()}")
     click.echo(format_outputs(scores, net.output_loss_weights)
                or "the net has no one-element outputs to average")

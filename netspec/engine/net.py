@@ -288,6 +288,23 @@ class Net:
         self.backend.raise_checks()
         return {name: total / iterations for name, total in zip(names, scores)}
 
+    def record_count(self) -> int | None:
+        """Records in one pass over the data layer's dataset; None when it cannot tell (or there is none)."""
+        source = self.data_layer()
+        return source.record_count() if source is not None else None
+
+    def coverage(self, iterations: int) -> str | None:
+        """What scoring ``iterations`` batches reads of the dataset, in a sentence, where it is not every record
+        once (some twice, some never); None where it is, or where the data layer cannot tell its size."""
+        records, scored = self.record_count(), iterations * self.batch_size
+        if not records or scored == records:
+            return None
+        if scored < records:
+            return (f"{iterations} batch(es) of {self.batch_size} score {scored:,} of the {records:,} records: "
+                    f"{records - scored:,} never")
+        return (f"{iterations} batch(es) of {self.batch_size} score {scored:,} records of a {records:,}-record "
+                f"dataset: {scored - records:,} of them count again (the data wraps around)")
+
     def memory_bytes(self, *others: Net) -> int:
         """Bytes the blobs hold on the device: data and (where made) diff of every blob and parameter, of this net
         and ``others`` (a solver's test nets), each array counted once however many blobs share it (layers' own

@@ -95,6 +95,9 @@ class Solver:
         if problems:
             raise ConfigError(problems)
         self.warnings = list(dict.fromkeys(line for _, lines in checked for line in lines))  # (said when it starts)
+        self.warnings += [f"note: test net {index}: {coverage} (test_iter {iterations})"
+                          for index, (net, iterations) in enumerate(zip(self.test_nets, p.test_iter))
+                          if (coverage := net.coverage(iterations))]
         self.learnable = self.net.learnable_params()
         self.optimizer = Optimizer(rule_cls, p, self.net.learnable_groups(), self.backend, self.net.dtype)
         self.exchange = GradientExchange(comm, self.net, self.learnable)
