@@ -104,13 +104,16 @@ def prepare_finetune(model: str, dataset: str, out: str, zoo: str | None = None)
     net_file, solver_file = os.path.join(out, FOLDER, NET), os.path.join(out, FOLDER, SOLVER)
     made = f"fine-tuned on {os.path.abspath(dataset)} (netspec zoo finetune)"
     solver = finetune_solver(card, folder, net_file, out)
-    test_batches = [spec.layers[index].blocks[DATA_BLOCKS[spec.layers[index].type]].batch_size
+    test_batches = [net["layers"][index]["data_param"]["batch_size"]
                     for index in data_indices if not in_train_phase(spec.layers[index])]
     if test_batches and solver.get("test_iter"):
-        batches = math.ceil(manifests[val]["count"] / test_batches[0])
+        count = manifests[val]["count"]
+        batches = math.ceil(count / test_batches[0])
         solver["test_iter"] = [batches] * len(solver["test_iter"]) if isinstance(solver["test_iter"], list) \
             else batches
-        notes.append(f"test_iter {batches}: a test pass reads the {manifests[val]['count']} records of {val} once")
+        twice = batches * test_batches[0] - count
+        notes.append(f"test_iter {batches} of batch {test_batches[0]}: a test pass reads the {count} records of "
+                     f"{val} once" + (f", {twice} of them twice (the last batch wraps around)" if twice else ""))
     _write(net_file, f"# {card.ref}'s train net, {made}\n" + net_yaml(net))
     solver_text = yaml.safe_dump(solver, sort_keys=False, default_flow_style=None, width=120)
     _write(solver_file, f"# {card.ref}'s solver, {made}\n" + solver_text)
@@ -181,12 +184,22 @@ def data_layer(plain: dict, layer: LayerSpec, source: str, manifest: dict, prepr
     augmentation = {key: value for key, value in plain.get("transform_param", {}).items() if key not in PREPROCESSING}
     transform = {**augmentation, **preprocessing}
     params = dict(plain.get("data_param", {})) if layer.type == "Data" else {}
-    params.update(source=source, batch_size=layer.blocks[DATA_BLOCKS[layer.type]].batch_size,
+    batch = layer.blocks[DATA_BLOCKS[layer.type]].batch_size
+    params.update(source=source, batch_size=batch if in_train_phase(layer) else test_batch(batch, manifest["count"]),
                   backend=manifest["backend"].upper())
     if in_train_phase(layer):
         params["shuffle_buffer"] = params.get("shuffle_buffer") or manifest["count"]
     kept = {key: plain[key] for key in ("top", "include", "exclude") if key in plain}
     return {"name": plain["name"], "type": "Data", **kept, "transform_param": transform, "data_param": params}
+
+
+def test_batch(batch: int, count: int) -> int:
+    """A test phase's batch for ``count`` records: the largest of at most ``batch`` that divides ``count`` (a test
+    pass then reads every record once), unless that is under a quarter of it (a pass would take many more
+    batches), then ``batch``; never more than ``count``."""
+    most = min(batch, count)
+    best = max(size for size in range(1, most + 1) if count % size == 0)
+    return best if best * 4 >= most else most
 
 
 def check_input(layer: LayerSpec, source: str, shape: tuple[int, ...], preprocessing: dict, card: ModelCard) -> None:
