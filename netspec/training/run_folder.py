@@ -59,6 +59,7 @@ SOURCES = "sources.json"
 LOCK = ".lock"
 OUTCOME = "outcome.json"
 MAX_OUTCOME_BYTES = 64 * 1024  # an outcome is a line; the runs list reads every run's on each poll
+MPI_RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")  # set by mpirun in every process it starts
 TRAIN_LOG = "train.log"
 OUTCOMES = ("finished", "stopped", "diverged", "failed")
 PROC_LOCKS = "/proc/locks"  # Linux's table of the locks held, with their holders
@@ -157,8 +158,10 @@ def locked(folder: str):
         except BlockingIOError:
             handle.seek(0)
             holder = handle.read().strip() or "unknown"
-            raise NetspecError(f"{folder} is in use by another training (pid {holder}); wait for it to end, or "
-                               "train into another folder with --out DIR") from None
+            launched = any(name in os.environ for name in MPI_RANK_VARIABLES)
+            raise NetspecError(f"{folder} is in use by another training (pid {holder}); " + (
+                "started by mpirun? Its ranks train one run together with netspec train --distributed" if launched
+                else "wait for it to end, or train into another folder with --out DIR")) from None
         handle.seek(0)
         handle.truncate()
         handle.write(str(os.getpid()))

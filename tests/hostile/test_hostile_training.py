@@ -54,6 +54,10 @@ def test_a_second_training_into_a_busy_run_folder_is_refused(digits, tmp_path):
         assert refuses("train", solver, "--out", out, "--max-iter", 4) == (
             f"error: {out} is in use by another training (pid {first.pid}); wait for it to end, or train into "
             "another folder with --out DIR")
+        rank = subprocess.run([sys.executable, "-m", "netspec", "train", solver, "--out", out, "--max-iter", "4"],
+                              capture_output=True, text=True, env=environment() | {"OMPI_COMM_WORLD_RANK": "1"})
+        assert rank.stderr.strip() == (f"error: {out} is in use by another training (pid {first.pid}); started by "
+                                       "mpirun? Its ranks train one run together with netspec train --distributed")
     finally:
         first.send_signal(signal.SIGTERM)
         assert first.wait(timeout=60) == 128 + signal.SIGTERM, first.stderr.read()
