@@ -97,7 +97,7 @@ class HDF5Data(Layer):
 
     def label_classes(self, top):
         """The largest value of dataset ``top`` in every listed file plus one, where all are whole numbers from 0
-        (class labels, one a row); None otherwise."""
+        below 2**31 (class labels, one a row); None otherwise (training's label check names a bad one)."""
         largest = -1
         for path in hdf5.read_file_list(self.block("hdf5_data_param").source):
             handle = hdf5.open_file(path)
@@ -105,7 +105,8 @@ class HDF5Data(Layer):
                 values = hdf5.stored_dataset(handle, path, top)[()]
             finally:
                 handle.close()
-            if values.size != len(values) or values.size == 0 or values.min() < 0 or (values % 1).any():
+            if values.size != len(values) or values.size == 0 or values.min() < 0 or (values % 1).any() or \
+                    values.max() >= 2 ** 31:
                 return None
             largest = max(largest, int(values.max()))
         return largest + 1
