@@ -196,14 +196,18 @@ class Data(RecordBatches):
     def shuffle_mode(self):
         return self.block("data_param").shuffle_buffer or "none"
 
+    def label_names(self, top):
+        """For the label top: the manifest's label names."""
+        return list(self.manifest().get("label_names") or []) or None if top in self.spec.tops[1:2] else None
+
     def label_classes(self, top):
         """For the label top: the manifest's label names (the classes), else its largest label plus one."""
         if top not in self.spec.tops[1:2]:
             return None
-        manifest = self.manifest()
-        if manifest.get("label_names"):
-            return len(manifest["label_names"])
-        labels = [int(label) for label in manifest.get("label_counts") or {}]
+        names = self.label_names(top)
+        if names:
+            return len(names)
+        labels = [int(label) for label in self.manifest().get("label_counts") or {}]
         return max(labels) + 1 if labels else None
 
     def open_source(self):

@@ -371,3 +371,23 @@ def test_scoring_says_how_much_of_the_test_data_it_read(digits, tmp_path):
     short = run("train", digits / "short.yaml", "--out", tmp_path / "short", "--max-iter", 2)
     assert short.stdout.count("note: test net 0: 2 batch(es) of 120 score 240 of the 360 records: 120 never "
                               "(test_iter 2)") == 1, short.stdout
+
+
+def test_the_report_counts_every_record_scored_and_agrees_with_the_accuracy(digits, tmp_path):
+    assert run("train", digits / "solver.yaml", "--out", tmp_path / "run", "--max-iter", 20).returncode == 0
+    weights = tmp_path / "run" / "digits_iter_20.weights.h5"
+    result = run("test", digits / "digits_net.yaml", "--weights", weights, "--report", "--json")
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout.splitlines()[-1])
+    matrix, report = np.array(figures["report"]["confusion"]), figures["report"]
+    assert matrix.shape == (10, 10) and matrix.sum() == 360 and report["classes"] == [str(k) for k in range(10)]
+    assert abs(np.trace(matrix) / 360 - figures["outputs"]["accuracy"]) < 1e-6  # (no ties in float scores)
+    for k in range(10):
+        assert report["records"][k] == matrix[k].sum()
+        assert report["recall"][k] == pytest.approx(matrix[k, k] / matrix[k].sum())
+        assert report["precision"][k] == (pytest.approx(matrix[k, k] / matrix[:, k].sum()) if matrix[:, k].sum()
+                                          else None)
+    assert "confusion (rows: labels, columns: predictions):" in result.stdout
+    deploy = run("test", ROOT / "configs" / "digits" / "digits_deploy.yaml", "--weights", weights, "--report")
+    assert (deploy.returncode, deploy.stderr.strip()) == (1, "error: net 'DigitsNet' has no Accuracy or "
+                                                             "SoftmaxWithLoss layer to report on")

@@ -29,6 +29,7 @@ from netspec.engine.net import Net, compile_net, load_net
 from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_class, layer_schemas, layer_types, solver_class, solver_types
 from netspec.errors import ConfigError, NetspecError
+from netspec.inspect.confusion import Confusion
 from netspec.inspect.drawing import draw as draw_graph
 from netspec.inspect.report import first_line, format_table, layer_doc, net_summary, solver_doc
 from netspec.inspect.timing import time_net
@@ -208,19 +209,21 @@ DEFAULT_TEST_BATCHES = 50  # netspec test on a net whose data layer cannot tell 
 @level_option
 @click.option("--device", default="cpu", show_default=True, help="cpu, gpu or gpu:N")
 @click.option("--json", "as_json", is_flag=True, help="end with one JSON line holding every figure")
+@click.option("--report", is_flag=True, help="also each class's precision and recall, and the confusion matrix")
 @outputs_anywhere_option
 @user_errors
-def test_command(net_file, weights, iterations, phase, stages, level, device, as_json, outputs_anywhere):
+def test_command(net_file, weights, iterations, phase, stages, level, device, as_json, report, outputs_anywhere):
     """Score trained WEIGHTS on NET_FILE: each output averaged over N batches."""
     net = load_net(net_file, phase=phase.upper(), device=device, stages=stages or None, level=level,
                    output_folder=OutputFolder(anywhere=outputs_anywhere), inference=True, python_layers=True,
-                   reuse_memory=True)
+                   reuse_memory=not report)  # (a report reads the scores after each pass: no blob may reuse them)
     net.load_weights(weights)
     records = net.record_count()
     if iterations is None:
         iterations = -(-records // net.batch_size) if records else DEFAULT_TEST_BATCHES
+    confusion = Confusion(net) if report else None
     try:
-        scores = net.score(iterations)
+        scores = net.score(iterations, after_each=confusion.add if confusion else None)
     finally:
         net.close()
     echo(f"net '{net.name}' ({net.phase}), weights {weights}, {iterations} batches of {net.batch_size}"
@@ -231,6 +234,9 @@ def test_command(net_file, weights, iterations, phase, stages, level, device, as
     click.echo(f"paths: {net.paths()}")
     click.echo(format_outputs(scores, net.output_loss_weights)
                or "the net has no one-element outputs to average")
+    if confusion is not None:
+        click.echo(confusion.text())
     if as_json:
         click.echo(json.dumps({"net": net.name, "weights": weights, "iterations": iterations,
-                               "batch_size": net.batch_size, "outputs": scores}))
+                               "batch_size": net.batch_size, "outputs": scores}
+                              | ({"report": confusion.figures()} if confusion is not None else {})))

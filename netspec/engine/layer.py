@@ -156,6 +156,11 @@ class Layer:
         """Records in one full pass over a data layer's dataset; None when the layer cannot tell (the default)."""
         return None
 
+    def label_names(self, top: str) -> list[str] | None:
+        """The names of the classes of the labels a data layer gives in its top ``top``, as its dataset says; None
+        when it does not (the default)."""
+        return None
+
     def label_classes(self, top: str) -> int | None:
         """How many classes the labels a data layer gives in its top ``top`` belong to, as its dataset says; None
         when it cannot tell (the default).  Asked before setup."""

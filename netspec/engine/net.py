@@ -273,15 +273,17 @@ class Net:
                                                 for name in names]))
         return dict(zip(names, values.tolist()))
 
-    def score(self, iterations: int) -> dict[str, float]:
+    def score(self, iterations: int, after_each=None) -> dict[str, float]:
         """Run ``iterations`` forward passes; return each one-element output averaged over them (summed on the
-        device, read once)."""
+        device, read once).  ``after_each()``, when given, is called after each pass (a report reading more)."""
         if not iterations:
             return {}
         names = [name for name in self.outputs if self.blobs[name].count == 1]
         totals = self.backend.xp.zeros(len(names), dtype=numpy.float64)
         for _ in range(iterations):
             self.device_forward()
+            if after_each is not None:
+                after_each()
             for index, name in enumerate(names):
                 totals[index] += self.blobs[name].data.reshape(-1)[0].astype(numpy.float64)
         scores = self.backend.to_host(totals).tolist()
