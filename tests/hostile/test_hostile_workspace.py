@@ -114,13 +114,14 @@ def looks_like_a_run(folder: Path) -> None:
                                                       "smoothed_loss": 1.0}) + "\n")
 
 
-def test_stop_never_signals_the_holder_of_what_a_run_folders_lock_links_to(tmp_path):
+@pytest.mark.parametrize("link", [os.symlink, os.link])  # (a hard link: a file of another folder's name too)
+def test_stop_never_signals_the_holder_of_what_a_run_folders_lock_links_to(tmp_path, link):
     workspace = tmp_path / "workspace"
     looks_like_a_run(workspace / "run")
     elsewhere = tmp_path / "other.lock"
     with open(elsewhere, "w") as held:  # this very process holds it: a signal would end the test
         fcntl.flock(held, fcntl.LOCK_EX)
-        os.symlink(elsewhere, workspace / "run" / ".lock")
+        link(elsewhere, workspace / "run" / ".lock")
         os.utime(workspace / "run" / "metrics.jsonl")
         answer = dashboard_client(workspace).post("/api/runs/stop?run=run", headers={"origin": "http://127.0.0.1:8000"})
     assert (answer.status_code, answer.text) == (409, "run is not running")
@@ -194,18 +195,6 @@ def test_an_array_file_never_writes_through_a_link_at_its_temporary_name(tmp_pat
     os.symlink(target, temporary_path(out))
     write_arrays(str(out), {"data": np.zeros((3, 2), dtype=np.float32), "label": np.arange(3.0)})
     assert target.read_text() == PRECIOUS and not out.is_symlink() and out.stat().st_size > 0
-
-
-def test_stop_never_signals_the_holder_of_a_lock_hard_linked_into_the_run(tmp_path):
-    workspace = tmp_path / "workspace"
-    looks_like_a_run(workspace / "run")
-    elsewhere = tmp_path / "other.lock"
-    with open(elsewhere, "w") as held:  # this very process holds it: a signal would end the test
-        fcntl.flock(held, fcntl.LOCK_EX)
-        os.link(elsewhere, workspace / "run" / ".lock")
-        os.utime(workspace / "run" / "metrics.jsonl")
-        answer = dashboard_client(workspace).post("/api/runs/stop?run=run", headers={"origin": "http://127.0.0.1:8000"})
-    assert (answer.status_code, answer.text) == (409, "run is not running")
 
 
 def test_training_refuses_a_lock_with_another_name(digits, tmp_path):
