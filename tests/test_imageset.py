@@ -192,3 +192,16 @@ def test_digits_from_png_files_train_with_a_data_layer(tmp_path):
     assert tests[-1]["iter"] == 500 and tests[-1]["accuracy"] >= 0.95, tests
     assert json.loads((tmp_path / "train_db" / "manifest.json").read_text())["count"] == 1437
     assert os.path.exists(tmp_path / "runs" / "digits_iter_500.weights.h5")
+
+
+def test_keep_aspect_scales_the_short_side_and_crops_about_the_centre(tmp_path):
+    pixels = np.random.default_rng(3).integers(0, 256, (10, 20, 3), dtype=np.uint8)  # 10 high, 20 wide
+    save_png(tmp_path / "images" / "only" / "wide.png", pixels)
+    assert run("convert", "imageset", tmp_path / "images", tmp_path / "out", "--resize", "4x4", "--keep-aspect",
+               "--workers", 1).returncode == 0
+    record = Dataset(str(tmp_path / "out")).record(0)[0]
+    scaled = np.asarray(Image.fromarray(pixels).resize((8, 4), Image.BILINEAR))  # short side 10 -> 4: 20 -> 8
+    np.testing.assert_array_equal(record, scaled[:, 2:6].transpose(2, 0, 1))  # the centre 4 of the 8 columns
+    assert read_manifest(str(tmp_path / "out"))["options"]["keep_aspect"] is True
+    refused = run("convert", "imageset", tmp_path / "images", tmp_path / "other", "--keep-aspect")
+    assert refused.returncode == 2 and "--keep-aspect says how --resize resizes: give --resize HxW too" in refused.stderr

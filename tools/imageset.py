@@ -43,6 +43,7 @@ class ImagesetOptions:
     """How images become records."""
     backend: str = "lmdb"
     resize: tuple[int, int] | None = None
+    keep_aspect: bool = False  # with resize: scale as one, then crop about the centre
     gray: bool = False
     shuffle: bool = False
     seed: int = 0
@@ -133,7 +134,7 @@ def prepare(path: str, label: int, options: ImagesetOptions) -> tuple[numpy.ndar
     except DataError as exc:
         return None, None, str(exc)
     if options.resize:
-        image = resized(image, options.resize)
+        image = resized(image, options.resize, options.keep_aspect)
     if options.backend != "lmdb":
         return image, None, ""
     if options.encoding != "raw" and not options.resize and keeps_bytes(data, options):
@@ -199,8 +200,8 @@ def write_dataset(items, out: str, options: ImagesetOptions, label_names: list[s
         if not written:
             raise DataError(f"{name}: no image could be read, so nothing was written")
         settings = {"root": os.path.abspath(root), "resize": list(options.resize) if options.resize else None,
-                    "gray": options.gray, "shuffle": options.shuffle, "seed": options.seed,
-                    "skipped": len(items) - len(written)}
+                    "keep_aspect": options.keep_aspect, "gray": options.gray, "shuffle": options.shuffle,
+                    "seed": options.seed, "skipped": len(items) - len(written)}
         writer.finish(label_names, source_hash(written, root), settings)
     except BaseException:
         writer.abandon()

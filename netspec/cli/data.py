@@ -89,6 +89,9 @@ def resize_option(value: str | None) -> tuple[int, int] | None:
 @click.argument("paths", nargs=-1, required=True, metavar="ROOT [LISTFILE] OUT")
 @click.option("--backend", type=click.Choice(["lmdb", "hdf5"]), default="lmdb", show_default=True)
 @click.option("--resize", metavar="HxW", default=None, help="resize every image to H x W (bilinear)")
+@click.option("--keep-aspect", is_flag=True,
+              help="with --resize: scale each image as one (its short side to fit) and crop it about its centre, "
+                   "instead of squashing it")
 @click.option("--gray", is_flag=True, help="one grey channel instead of RGB")
 @click.option("--shuffle", is_flag=True, help="write the records in a random order (see --seed)")
 @click.option("--seed", type=Integer(), default=0, show_default=True, help="seed of --shuffle and --val-fraction")
@@ -105,8 +108,8 @@ def resize_option(value: str | None) -> tuple[int, int] | None:
 @click.option("--allow-mixed-sizes", is_flag=True,
               help="without --resize, keep images of different sizes (LMDB; a net then needs a crop_size)")
 @user_errors
-def convert_imageset_command(paths, backend, resize, gray, shuffle, seed, encoded, workers, val_fraction,
-                             labels_file, strict, overwrite, allow_mixed_sizes):
+def convert_imageset_command(paths, backend, resize, keep_aspect, gray, shuffle, seed, encoded, workers,
+                             val_fraction, labels_file, strict, overwrite, allow_mixed_sizes):
     """Convert the images under ROOT into a dataset folder OUT that the Data layer reads.
 
     With LISTFILE, its lines are Caffe's 'relative/path label'; without it,
@@ -115,9 +118,12 @@ def convert_imageset_command(paths, backend, resize, gray, shuffle, seed, encode
     if len(paths) not in (2, 3):
         raise click.UsageError(f"expected ROOT [LISTFILE] OUT, got {len(paths)} path(s)")
     root, list_file, out = (paths[0], None, paths[1]) if len(paths) == 2 else paths
+    if keep_aspect and not resize:
+        raise click.UsageError("--keep-aspect says how --resize resizes: give --resize HxW too")
     if encoded != "none" and backend == "hdf5":
         raise click.UsageError("--encoded stores image files in LMDB records; HDF5 datasets hold raw pixels")
-    options = ImagesetOptions(backend=backend, resize=resize_option(resize), gray=gray, shuffle=shuffle, seed=seed,
+    options = ImagesetOptions(backend=backend, resize=resize_option(resize), keep_aspect=keep_aspect, gray=gray,
+                              shuffle=shuffle, seed=seed,
                               encoding="raw" if encoded == "none" else encoded, workers=workers,
                               val_fraction=val_fraction, strict=strict, overwrite=overwrite,
                               allow_mixed_sizes=allow_mixed_sizes)

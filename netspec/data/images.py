@@ -76,9 +76,16 @@ def decode_image(data: bytes, where: str, channels: int | None = None, encoding:
     return pixels[None] if channels == 1 else pixels.transpose(2, 0, 1)
 
 
-def resized(image: numpy.ndarray, size: tuple[int, int]) -> numpy.ndarray:
-    """``image`` (C x H x W) resized to ``size`` (H, W) with bilinear filtering."""
+def resized(image: numpy.ndarray, size: tuple[int, int], keep_aspect: bool = False) -> numpy.ndarray:
+    """``image`` (C x H x W) resized to ``size`` (H, W) with bilinear filtering; with ``keep_aspect`` scaled as
+    one (its short side to the size's, rounded) and then cropped about its centre to ``size``."""
     height, width = size
+    if keep_aspect:
+        scale = max(height / image.shape[1], width / image.shape[2])
+        cover = (max(height, round(image.shape[1] * scale)), max(width, round(image.shape[2] * scale)))
+        scaled = resized(image, cover)
+        top, left = (cover[0] - height) // 2, (cover[1] - width) // 2
+        return scaled[:, top:top + height, left:left + width]
     channels = [numpy.asarray(Image.fromarray(plane).resize((width, height), Image.BILINEAR)) for plane in image]
     return numpy.stack(channels)
 
