@@ -36,7 +36,9 @@ class FlattenParams:
 class Flatten(Reshaping):
     """Flatten: merges axes ``axis`` through ``end_axis`` into one.
 
-    Bottom: any shape.  Top: e.g. (N, C, H, W) becomes (N, C*H*W).  Not in place.
+    Bottom: any shape.  Top: e.g. (N, C, H, W) becomes (N, C*H*W); with
+    ``end_axis`` just before ``axis`` nothing merges and an axis of 1 comes
+    in at ``axis``, as in Caffe.  Not in place.
 
     Example::
 
@@ -51,8 +53,8 @@ class Flatten(Reshaping):
         p = self.block("flatten_param")
         start = canonical_axis(p.axis, len(shape), "flatten_param.axis")
         end = canonical_axis(p.end_axis, len(shape), "flatten_param.end_axis")
-        if end < start:
-            raise ShapeError(f"end_axis {p.end_axis} comes before axis {p.axis}", "flatten_param.end_axis")
+        if end < start - 1:  # (Caffe's: end_axis just before axis flattens nothing, inserting an axis of 1)
+            raise ShapeError(f"end_axis {p.end_axis} comes before axis {p.axis} - 1", "flatten_param.end_axis")
         return [shape[:start] + (math.prod(shape[start:end + 1]),) + shape[end + 1:]]
 
 

@@ -637,6 +637,8 @@ CASES = [
          lambda b, w, p: ref_eltwise(b, w, {"operation": "PROD"}),
          {"eltwise_param": {"operation": "PROD", "stable_prod_grad": False}}),
     Case("flatten", "Flatten", [rand(2, 3, 2, 2)], lambda b, w, p: [b[0].reshape(b[0].shape[0], -1)]),
+    Case("flatten_nothing", "Flatten", [rand(3, 2, 2)], lambda b, w, p: [b[0][:, None]],  # (Caffe's: an axis of 1)
+         {"flatten_param": {"axis": 1, "end_axis": 0}}),
     Case("reshape", "Reshape", [rand(2, 3, 4)], lambda b, w, p: [b[0].reshape(b[0].shape[0], 2, 6)],
          {"reshape_param": {"shape": {"dim": [0, 2, -1]}}}),
     Case("softmax", "Softmax", [rand(3, 4)], lambda b, w, p: [ref_softmax(b[0])]),
