@@ -28,9 +28,6 @@ class ImageFiles:
         image = decode_image(read_image_file(path), path, self.channels)
         return (resized(image, self.size) if self.size else image), label
 
-    def check_intact(self) -> None:
-        """Nothing is mapped: each image file is read whole when asked for."""
-
     def close(self) -> None:
         """Nothing stays open between records."""
 

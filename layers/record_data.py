@@ -23,7 +23,7 @@ class RecordBatches(Layer, abc.ABC):
     A subclass names its parameter block (``data_block``, which holds
     ``batch_size`` and ``prefetch``), says where records come from
     (:meth:`open_source`, returning an object with ``count``, ``record(i)``,
-    ``where(i)``, ``check_intact()`` and ``close()``), their shape (:meth:`record_shape`) and the
+    ``where(i)`` and ``close()``), their shape (:meth:`record_shape`) and the
     order's shuffle mode.
     Batches are made ahead by a :class:`Prefetcher` thread; batch ``k`` is a
     pure function of the layer's seed and ``k``, which is the whole of the
@@ -51,8 +51,8 @@ class RecordBatches(Layer, abc.ABC):
 
     @abc.abstractmethod
     def open_source(self):
-        """The records: an object with ``count``, ``record(i)``, ``where(i)``, ``check_intact()`` (before each
-        batch: DataError when the files changed under it) and ``close()``."""
+        """The records: an object with ``count``, ``record(i)`` (DataError when the files changed under it),
+        ``where(i)`` and ``close()``."""
 
     def check_params(self) -> None:
         """Refuse parameter values the block's types cannot (called at shape inference)."""
@@ -88,7 +88,6 @@ class RecordBatches(Layer, abc.ABC):
     def make_batch(self, k: int) -> tuple[numpy.ndarray, numpy.ndarray]:
         """Batch ``k``: its records transformed, and their labels."""
         batch, transform = self.batch_size(), self.transform
-        self.source.check_intact()  # (an LMDB cut short under its map would end the process with SIGBUS)
         indices = self.order.indices(k * batch, batch)
         images = numpy.empty((batch, *transform.in_shape), dtype=self.dtype)
         labels = numpy.empty(batch, dtype=self.dtype)

@@ -292,8 +292,7 @@ def _checked_environment(path: str) -> tuple[lmdb.Environment, int]:
         same = os.path.samestat(os.fstat(descriptor), os.stat(data))
     except OSError:
         same = False
-    size = os.fstat(descriptor).st_size
-    needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    size, needed = os.fstat(descriptor).st_size, _mapped_bytes(env)
     if not same or size < needed:
         env.close()
         os.close(descriptor)
@@ -301,6 +300,11 @@ def _checked_environment(path: str) -> tuple[lmdb.Environment, int]:
                         f"{path}: damaged: {LMDB_FILE} holds {size} bytes, its LMDB pages need {needed} (a truncated "
                         "copy?); copy or convert it again")
     return env, descriptor
+
+
+def _mapped_bytes(env: lmdb.Environment) -> int:
+    """The bytes of data.mdb an LMDB's pages take (its meta pages say): reading past a shorter file is SIGBUS."""
+    return (env.info()["last_pgno"] + 1) * env.stat()["psize"]
 
 
 def _release_environment(path: str) -> None:
@@ -342,7 +346,7 @@ class Dataset:
 
     def _open_lmdb(self) -> None:
         self.env, self.lmdb_file = _open_environment(self.path)  # (the descriptor of the file LMDB maps)
-        self.lmdb_bytes = (self.env.info()["last_pgno"] + 1) * self.env.stat()["psize"]
+        self.lmdb_bytes = _mapped_bytes(self.env)
         entries = self.env.stat()["entries"]
         if entries != self.count:
             raise DataError(f"{self.path}: the manifest counts {self.count} records, {LMDB_FILE} holds {entries}; "
