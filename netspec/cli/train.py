@@ -39,6 +39,9 @@ from netspec.training.signals import exit_status
 @click.option("--sighup-effect", type=click.Choice(["snapshot", "stop", "none"]), default="snapshot",
               show_default=True, help="what SIGHUP does")
 @outputs_anywhere_option
+@click.option("--no-python-layers", is_flag=True,
+              help="refuse a net with Python layers instead of importing the modules they name (the dashboard "
+                   "starts its runs so)")
 @click.option("--debug-info", is_flag=True,
               help="at every display, log each blob's mean |data| and |diff| and each parameter's update ratio")
 @click.option("--tensorboard", is_flag=True,
@@ -55,8 +58,8 @@ from netspec.training.signals import exit_status
 @threads_option
 @user_errors
 def train(solver_file, device, weights, resume, force, max_iter, base_lr, batch_size, seed, stages, level, run_dir,
-          sigint_effect, sighup_effect, outputs_anywhere, debug_info, tensorboard, distributed, collective_timeout,
-          bucket_mb, processes):
+          sigint_effect, sighup_effect, outputs_anywhere, no_python_layers, debug_info, tensorboard, distributed,
+          collective_timeout, bucket_mb, processes):
     """Train the net of SOLVER_FILE, testing, logging and snapshotting as it says.
 
     With --distributed, run it as `mpiexec -n N netspec train SOLVER_FILE --distributed`:
@@ -76,7 +79,8 @@ def train(solver_file, device, weights, resume, force, max_iter, base_lr, batch_
     options = TrainOptions(device=device, weights=weights, resume=resume, force=force, max_iter=max_iter,
                            base_lr=base_lr, batch_size=batch_size, seed=seed, stages=stages, level=level,
                            run_dir=run_dir, sigint_effect=sigint_effect, sighup_effect=sighup_effect,
-                           outputs_anywhere=outputs_anywhere, debug_info=debug_info, tensorboard=tensorboard)
+                           outputs_anywhere=outputs_anywhere, debug_info=debug_info, tensorboard=tensorboard,
+                           python_layers=not no_python_layers)
     with rank_errors(comm):
         solver = train_run(solver_file, options, comm, say=click.echo)
         if solver.interrupted:

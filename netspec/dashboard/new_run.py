@@ -4,8 +4,9 @@ or on a zoo model's configs pointed at a dataset of the workspace (a fine-tuning
 A start is checked here first, as ``netspec train`` would check it (the
 solver parsed, its nets compiled; Python layers refused, since a page never
 runs user code), and the run folder must be free; then ``python -m netspec
-train`` runs detached, writing its output to the run folder's log, so the run
-folder is the one the command makes.
+train --no-python-layers`` runs detached (refusing Python layers itself, for
+the files may change after the check), writing its output to the run folder's
+log, so the run folder is the one the command makes.
 """
 
 from __future__ import annotations
@@ -157,9 +158,10 @@ def check_nets(spec: SolverSpec) -> None:
 
 
 def spawn(solver: str, arguments: list[str], folder: str, cwd: str) -> None:
-    """Run ``netspec train solver arguments`` detached (its own session, so it outlives the dashboard), its
-    output appended to the run folder's log; return once it trains, or raise NetspecError with its output when
-    it ends with an error first."""
+    """Run ``netspec train solver arguments --no-python-layers`` detached (its own session, so it outlives the
+    dashboard), its output appended to the run folder's log; return once it trains, or raise NetspecError with
+    its output when it ends with an error first.  (The training refuses Python layers itself: its files may
+    change after the page's check.)"""
     log_path = run_folder.train_log_path(folder)
     try:
         os.makedirs(folder, exist_ok=True)
@@ -168,7 +170,7 @@ def spawn(solver: str, arguments: list[str], folder: str, cwd: str) -> None:
         raise NetspecError(f"{folder}: cannot write the run's log: {exc.strerror}") from None
     with log:
         offset = log.tell()
-        process = subprocess.Popen(netspec_command("train", solver, *arguments), cwd=cwd,
+        process = subprocess.Popen(netspec_command("train", solver, *arguments, "--no-python-layers"), cwd=cwd,
                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
     deadline = time.monotonic() + START_SECONDS

@@ -482,17 +482,18 @@ class Net:
 
 
 def compile_net(spec: NetSpec, phase: str | None = None, stages=None, level: int | None = None,
-                python_layers: bool = False) -> Graph:
+                python_layers: bool = False, refusal: str = "pass --allow-python-layers if you trust this file"
+                ) -> Graph:
     """Compile ``spec`` with the registered layer types; phase/stages/level default to the file's ``state``.
 
     Without ``python_layers`` a net with Python layers is refused before any
-    of their modules is imported (importing runs the module's code): only
-    nets the user runs as their own (training, ``netspec time`` and ``test``)
-    or allows pass it.
+    of their modules is imported (importing runs the module's code), the
+    error ending with ``refusal``: only nets the user runs as their own
+    (training, ``netspec time`` and ``test``) or allows pass it.
     """
     if not python_layers:
         named = [layer.problem(f"a Python layer imports module '{layer.blocks['python_param'].module}', which runs "
-                               "its code: pass --allow-python-layers if you trust this file", "type")
+                               f"its code: {refusal}", "type")
                  for layer in spec.layers if layer.type == "Python"]
         if named:
             raise ConfigError(named)

@@ -46,6 +46,7 @@ class TrainOptions:
     debug_info: bool = False
     tensorboard: bool = False  # also write TensorBoard event files (as the solver's tensorboard: true does)
     outputs_anywhere: bool = False  # layers that write files may write outside the run folder
+    python_layers: bool = True  # Python layers import their modules (False: a net holding one is refused)
 
 
 def read_solver(solver_file: str, max_iter: int | None = None, base_lr: float | None = None,
@@ -153,7 +154,8 @@ def _train(spec: SolverSpec, folder: str, options: TrainOptions, comm, say: Call
     log = TrainingLog(run_dir=folder, tensorboard=tensorboard) if root else TrainingLog(quiet=True)
     solver = Solver(spec, device=options.device, seed=options.seed, stages=options.stages or None,
                     level=options.level, log=log, debug_info=options.debug_info, comm=comm,
-                    outputs_anywhere=options.outputs_anywhere, reuse_memory=True)
+                    outputs_anywhere=options.outputs_anywhere, reuse_memory=True,
+                    python_layers=options.python_layers)
     try:
         if options.resume:
             solver.restore(options.resume, force=options.force)

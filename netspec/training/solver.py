@@ -53,7 +53,9 @@ class Solver:
     ``comm`` is the distributed run this process is a rank of (default: none).
     Layers that write files write inside the run folder, or anywhere with
     ``outputs_anywhere``.  The test nets run forward passes only (their
-    layers fused as in :func:`netspec.load_net` with ``inference``).  With
+    layers fused as in :func:`netspec.load_net` with ``inference``).  Python
+    layers import their modules, unless ``python_layers`` is False (then a
+    net holding one is refused: the dashboard starts its runs so).  With
     ``reuse_memory`` (as ``netspec train`` runs) the train net's diffs and the
     test nets' data share buffers where their lifetimes allow (see
     :class:`netspec.Net`); ``debug_info``, which prints every blob's diff,
@@ -62,7 +64,8 @@ class Solver:
 
     def __init__(self, spec: SolverSpec, device: str | None = None, seed: int | None = None, stages=None,
                  level: int | None = None, dtype=numpy.float32, log: TrainingLog | None = None,
-                 debug_info: bool = False, comm=None, outputs_anywhere: bool = False, reuse_memory: bool = False):
+                 debug_info: bool = False, comm=None, outputs_anywhere: bool = False, reuse_memory: bool = False,
+                 python_layers: bool = True):
         p = spec.params
         self.spec = spec
         if seed is None and p.random_seed >= 0:
@@ -71,6 +74,7 @@ class Solver:
         self.backend = self._backend(device, seed)
         self.output_folder = OutputFolder(run_folder.folder_of(spec.snapshot_prefix), outputs_anywhere)
         self.reuse_memory = reuse_memory and not debug_info
+        self.python_layers = python_layers
         self.net = self._build(spec.train_net, "TRAIN", p.train_state, stages, level, dtype, self.backend)
         self.loss_weights = self.net.output_loss_weights
         if not self.net.has_loss():
@@ -157,7 +161,8 @@ class Solver:
             stages = state.stage
         if level is None and state is not None:
             level = state.level
-        graph = compile_net(net_spec, phase=phase, stages=stages, level=level, python_layers=True)  # the user's
+        graph = compile_net(net_spec, phase=phase, stages=stages, level=level, python_layers=self.python_layers,
+                            refusal="this training was started with --no-python-layers")
         return Net(graph, dtype=dtype, backend=backend, output_folder=self.output_folder, inference=inference,
                    reuse_memory=self.reuse_memory)
 

@@ -16,6 +16,7 @@ from hostile import refuses, run
 
 from netspec.atomic import atomic_path, open_for_writing, write_bytes
 from netspec.dashboard.metrics import Position
+from netspec.errors import NetspecError
 from netspec.process import netspec_command
 
 ROOT = Path(__file__).parent.parent.parent
@@ -94,6 +95,24 @@ def test_no_module_of_the_working_folder_runs_in_a_process_netspec_starts(tmp_pa
     assert result.returncode == 0, result.stderr
     assert not marker.exists(), f"the workspace's modules ran: {marker.read_text()}"
     assert "Convolution" in result.stdout
+
+
+def test_a_net_swapped_for_python_layers_after_the_dashboards_check_is_still_refused(tmp_path):
+    """The New run page checks a start, then spawns the training; a file changed in between (a Python layer
+    added) is refused by the training itself, before it imports the module."""
+    pytest.importorskip("starlette", reason="the dashboard extra is not installed")
+    from netspec.dashboard.new_run import spawn
+
+    marker = tmp_path / "ran"
+    (tmp_path / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('imported')\n")
+    (tmp_path / "solver.yaml").write_text(
+        "base_lr: 0.1\nmax_iter: 1\nnet:\n  layers:\n"
+        "  - {name: x, type: Python, top: x, python_param: {module: evil, layer: Evil}}\n")
+    with pytest.raises(NetspecError) as refused:  # spawn as the page does once its check has passed
+        spawn(str(tmp_path / "solver.yaml"), ["--out", str(tmp_path / "run")], str(tmp_path / "run"), str(tmp_path))
+    assert "a Python layer imports module 'evil', which runs its code: this training was started with " \
+           "--no-python-layers" in str(refused.value)
+    assert not marker.exists()
 
 
 def dashboard_client(workspace: Path):
