@@ -17,14 +17,13 @@ import hashlib
 import io
 import os
 import re
-import shutil
 from dataclasses import dataclass, field
 
 import numpy
 from PIL import Image
 
 from netspec.atomic import atomic_open
-from netspec.data.dataset import DatasetWriter, move_into_place, partial_folder
+from netspec.data.dataset import DatasetWriter
 from netspec.data.files import writing
 from netspec.data.images import (
     IMAGE_EXTENSIONS,
@@ -35,6 +34,7 @@ from netspec.data.images import (
     resized,
 )
 from netspec.data.records import encode_record, pack_record
+from netspec.data.staging import staged
 from netspec.errors import DataError
 
 
@@ -264,26 +264,15 @@ def convert_imageset(root: str, out: str, list_file: str | None = None, labels_f
     report = ConversionReport(label_names=names)
     # with a validation set, OUT's parts and labels are made in OUT.partial and moved into OUT once all are complete:
     # a conversion killed halfway leaves no part that looks finished, only OUT.partial, which a rerun replaces
-    staged, real = out, os.path.realpath(out)  # (OUT.partial beside where OUT really is: one file system)
-    if options.val_fraction:
-        if os.path.exists(out) and not os.path.isdir(out):
-            raise DataError(f"{out}: exists and is no folder, so it cannot hold train/ and val/")
-        with writing(out):
-            staged = partial_folder(real)
-    try:
+    if options.val_fraction and os.path.exists(out) and not os.path.isdir(out):
+        raise DataError(f"{out}: exists and is no folder, so it cannot hold train/ and val/")
+    with staged(out) if options.val_fraction else contextlib.nullcontext(out) as folder:
         with (progress_factory or _no_progress)(len(items)) as advance:
             for part, chosen in parts.items():
-                write_dataset(chosen, os.path.join(staged, part) if part else staged, options, names, root, report,
+                write_dataset(chosen, os.path.join(folder, part) if part else folder, options, names, root, report,
                               advance, os.path.join(out, part) if part else out)
         if names:
-            labels = os.path.join(staged, "labels.txt")
+            labels = os.path.join(folder, "labels.txt")
             with writing(labels), atomic_open(labels, "w") as handle:
                 handle.write("".join(f"{name}\n" for name in names))
-        if options.val_fraction:
-            with writing(out):
-                move_into_place(real)
-    except BaseException:
-        if options.val_fraction:
-            shutil.rmtree(staged, ignore_errors=True)
-        raise
     return report

@@ -14,12 +14,10 @@ The default text ships with Python: the help topics ``help()`` shows
 from __future__ import annotations
 
 import json
-import os
 
 import numpy
 
-from netspec.atomic import write_bytes
-from netspec.data.files import regular_file, writing
+from netspec.data.files import regular_file
 from netspec.data.hdf5 import write_splits
 from netspec.errors import DataError
 
@@ -73,8 +71,6 @@ def convert_text(out_dir: str, source: str | None = None, length: int = 64,
     for split_name, split in (("training", train), ("test", test)):
         if not len(split["data"]):
             raise DataError(f"{name}: {len(text)} characters leave no {split_name} window of {length}")
-    counts = write_splits(out_dir, {"train": train, "test": test})
-    vocab_path = os.path.join(out_dir, "vocab.json")
-    with writing(vocab_path):
-        write_bytes(vocab_path, json.dumps(vocabulary, ensure_ascii=False).encode("utf-8"))
+    counts = write_splits(out_dir, {"train": train, "test": test},
+                          files={"vocab.json": json.dumps(vocabulary, ensure_ascii=False).encode("utf-8")})
     return {**counts, "vocab": len(vocabulary)}

@@ -18,8 +18,9 @@ import numpy
 
 from netspec.dashboard.forms import checked, choice, fraction, whole_number
 from netspec.dashboard.workspace import RefusedPathError, Workspace
-from netspec.data.dataset import BACKENDS, MANIFEST, PARTIAL, Dataset, read_manifest
+from netspec.data.dataset import BACKENDS, MANIFEST, Dataset, read_manifest
 from netspec.data.images import IMAGE_EXTENSIONS, encode_image
+from netspec.data.staging import PARTIAL
 from netspec.errors import DataError, NetspecError
 from netspec.tools.dataset_info import spread
 from netspec.tools.imageset import ImagesetOptions, convert_imageset, parse_size, scan_class_folders

@@ -41,6 +41,7 @@ from netspec.data import hdf5
 from netspec.data.files import one_line, regular_file, writing
 from netspec.data.images import checked_label
 from netspec.data.records import decode_record, read_header, record_key, valid_shape
+from netspec.data.staging import IN_PROGRESS, PARTIAL, partial_folder
 from netspec.errors import DataError
 
 FORMAT = "netspec-dataset-1"
@@ -48,43 +49,11 @@ BACKENDS = ("lmdb", "hdf5")
 MANIFEST = "manifest.json"
 MAX_MANIFEST_BYTES = 1 << 24
 LMDB_FILE = "data.mdb"
-PARTIAL = ".partial"  # the suffix of a dataset folder being written
-IN_PROGRESS = "conversion-in-progress"  # the file marking a .partial folder as a conversion's own
 HDF5_FILE = "data.h5"
 INITIAL_MAP_SIZE = 1 << 26
 HDF5_CHUNK_ROWS = 64
 FLUSH_EVERY = 256
 _WRITE_ERRORS = (*hdf5.WRITE_ERRORS, lmdb.Error)
-
-
-def partial_folder(path: str) -> str:
-    """``<path>.partial``, made afresh for a conversion into ``path`` and marked as a conversion's own (it holds
-    IN_PROGRESS): one an interrupted conversion left is replaced, any other refused (DataError), never removed."""
-    partial = path + PARTIAL
-    if os.path.lexists(partial):
-        if not os.path.isfile(os.path.join(partial, IN_PROGRESS)):
-            raise DataError(f"{partial}: exists and is no conversion's leftover (it has no {IN_PROGRESS}), so it is "
-                            "left alone: move it away, or choose another output")
-        shutil.rmtree(partial)
-    os.makedirs(partial)
-    open(os.path.join(partial, IN_PROGRESS), "w").close()
-    return partial
-
-
-def move_into_place(path: str) -> None:
-    """Move the complete conversion in ``<path>.partial`` to ``path``: the whole folder in one rename when
-    ``path`` is not there, else each of its entries (replacing those of the same name)."""
-    partial = path + PARTIAL
-    os.remove(os.path.join(partial, IN_PROGRESS))
-    if not os.path.lexists(path):
-        os.replace(partial, path)
-        return
-    for name in os.listdir(partial):
-        target = os.path.join(path, name)
-        if os.path.isdir(target) and not os.path.islink(target):
-            shutil.rmtree(target)
-        os.replace(os.path.join(partial, name), target)
-    os.rmdir(partial)
 
 
 class DatasetWriter:

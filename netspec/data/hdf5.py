@@ -15,9 +15,10 @@ import os
 import h5py
 import numpy
 
-from netspec.atomic import atomic_open, temporary_path
+from netspec.atomic import atomic_open, temporary_path, write_bytes
 from netspec.data import hdf5_policy
 from netspec.data.files import one_line, regular_file, writing
+from netspec.data.staging import staged
 from netspec.errors import DataError, did_you_mean
 
 WRITE_ERRORS = (OSError, RuntimeError)  # h5py raises RuntimeError when a flush or close cannot write
@@ -151,10 +152,11 @@ class ArrayWriter:
     (:meth:`finish` does it itself).
     """
 
-    def __init__(self, path: str, chunk_rows: int = 1024):
+    def __init__(self, path: str, chunk_rows: int = 1024, name: str | None = None):
         self.path, self.chunk_rows = path, chunk_rows
+        self.name = name or path  # what messages call it (a file staged elsewhere: its place)
         self.datasets: dict[str, h5py.Dataset] = {}  # kept open until the file closes (see close_discarding)
-        with writing(path):
+        with writing(self.name):
             self.temporary = temporary_path(path)
             with contextlib.suppress(FileNotFoundError):
                 os.remove(self.temporary)  # (a leftover, or a link someone put there: never written through)
@@ -167,7 +169,7 @@ class ArrayWriter:
 
     def append(self, arrays: dict[str, numpy.ndarray]) -> None:
         """Add the rows of each array to its dataset (created, resizable, at the first call)."""
-        with writing(self.path, WRITE_ERRORS):
+        with writing(self.name, WRITE_ERRORS):
             for name, array in arrays.items():
                 array = numpy.asarray(array)
                 if name not in self.datasets:
@@ -182,7 +184,7 @@ class ArrayWriter:
     def finish(self) -> None:
         """Close the file and move it into place; when that fails (a DataError), the file is thrown away."""
         try:
-            with writing(self.path, WRITE_ERRORS):
+            with writing(self.name, WRITE_ERRORS):
                 self.handle.flush()  # a full disk fails here; a close that fails cannot be taken back
                 self.handle.close()
                 os.replace(self.temporary, self.path)
@@ -216,9 +218,10 @@ def close_discarding(handle: h5py.File) -> None:
     handle.close()
 
 
-def write_arrays(path: str, arrays: dict[str, numpy.ndarray]) -> None:
-    """Write one dataset per name (rows along the first axis) to an HDF5 file, atomically."""
-    writer = ArrayWriter(path)
+def write_arrays(path: str, arrays: dict[str, numpy.ndarray], name: str | None = None) -> None:
+    """Write one dataset per name (rows along the first axis) to an HDF5 file, atomically; errors name the file
+    as ``name`` (default: ``path``)."""
+    writer = ArrayWriter(path, name=name)
     try:
         writer.append(arrays)
         writer.finish()
@@ -227,22 +230,30 @@ def write_arrays(path: str, arrays: dict[str, numpy.ndarray]) -> None:
         raise
 
 
-def write_splits(out_dir: str, splits: dict[str, dict[str, numpy.ndarray]]) -> dict[str, int]:
-    """Write each split as ``<name>.h5`` (one dataset per array) with its list file ``<name>.txt`` in ``out_dir``.
+def write_splits(out_dir: str, splits: dict[str, dict[str, numpy.ndarray]],
+                 files: dict[str, bytes] | None = None) -> dict[str, int]:
+    """Write each split as ``<name>.h5`` (one dataset per array) with its list file ``<name>.txt`` in ``out_dir``,
+    and ``files`` (name: contents) beside them, staged (:mod:`netspec.data.staging`): all of them or, when a
+    write fails, none.
 
     Returns the number of rows written per split.
     """
     counts = {}
-    for name, arrays in splits.items():
-        h5 = os.path.join(out_dir, f"{name}.h5")
-        write_arrays(h5, arrays)
-        write_file_list(os.path.join(out_dir, f"{name}.txt"), [h5])
-        counts[name] = len(next(iter(arrays.values())))
+    with staged(out_dir) as folder:
+        for name, arrays in splits.items():
+            h5 = os.path.join(folder, f"{name}.h5")
+            write_arrays(h5, arrays, name=os.path.join(out_dir, f"{name}.h5"))
+            write_file_list(os.path.join(folder, f"{name}.txt"), [h5], name=os.path.join(out_dir, f"{name}.txt"))
+            counts[name] = len(next(iter(arrays.values())))
+        for name, contents in (files or {}).items():
+            with writing(os.path.join(out_dir, name)):
+                write_bytes(os.path.join(folder, name), contents)
     return counts
 
 
-def write_file_list(path: str, files: list[str]) -> None:
-    """Write a list file naming ``files`` relative to the list's folder, atomically."""
+def write_file_list(path: str, files: list[str], name: str | None = None) -> None:
+    """Write a list file naming ``files`` relative to the list's folder, atomically; errors name it as ``name``
+    (default: ``path``)."""
     folder = os.path.dirname(os.path.abspath(path))
-    with writing(path), atomic_open(path, "w") as handle:
+    with writing(name or path), atomic_open(path, "w") as handle:
         handle.writelines(os.path.relpath(os.path.abspath(f), folder) + "\n" for f in files)

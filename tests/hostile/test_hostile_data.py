@@ -404,6 +404,21 @@ def test_a_conversion_that_fills_the_disk_leaves_nothing_behind(tmp_path, backen
     assert files_under(tmp_path) == before  # split/, made for train and val, removed again
 
 
+@pytest.mark.parametrize("earlier", [False, True])
+def test_a_split_conversion_on_a_full_disk_leaves_nothing_new_behind(tmp_path, earlier):
+    """convert digits writes train.h5, test.h5 and their lists together or not at all: no empty folder, no
+    train set without its test set, and an earlier conversion in the folder stays as it was."""
+    if earlier:
+        assert run("convert", "digits", tmp_path / "dg").returncode == 0
+        (tmp_path / "dg" / "notes.txt").write_text("the user's own file\n")
+    before = {path: (tmp_path / path).read_bytes() if (tmp_path / path).is_file() else None
+              for path in files_under(tmp_path)}
+    with file_size_limit(10_000):
+        assert refuses("convert", "digits", tmp_path / "dg") == f"error: {tmp_path}/dg/train.h5: cannot write: File too large"
+    assert {path: (tmp_path / path).read_bytes() if (tmp_path / path).is_file() else None
+            for path in files_under(tmp_path)} == before
+
+
 def test_compute_mean_and_convert_arrays_on_a_full_disk_leave_nothing_behind(lmdb_set, tmp_path):
     np.savez(tmp_path / "rows.npz", data=np.zeros((2000, 10)), label=np.arange(2000))
     before = files_under(tmp_path)
