@@ -46,7 +46,12 @@ COLUMN_BYTES = 256 * 2 ** 20  # the most memory one part of the batch's columns 
 
 @dataclass(frozen=True)
 class ConvGeometry:
-    """Everything about a convolution's shapes, computed once from params and the bottom shape."""
+    """Everything about a convolution's shapes, computed once from params and the bottom shape.
+
+    ``far_pad`` is the zero padding past the input's far edge: ``pad``, or
+    more where the last window overhangs the padded input (Caffe's truncated
+    output size; see :func:`conv_geometry`).
+    """
 
     kernel: tuple[int, int]
     pad: tuple[int, int]
@@ -54,6 +59,7 @@ class ConvGeometry:
     dilation: tuple[int, int]
     out: tuple[int, int]
     order: tuple[int, int, int, int]
+    far_pad: tuple[int, int]
 
     @property
     def inverse(self) -> tuple[int, int, int, int]:
@@ -91,22 +97,36 @@ def check_channels(params: ConvolutionParams, channels: int) -> None:
                          f"num_output ({params.num_output})", "convolution_param.group")
 
 
+def truncated_division(a: int, b: int) -> int:
+    """``a / b`` as C++ divides ints (b positive): the quotient rounded toward zero, not down."""
+    return a // b if a >= 0 else -(-a // b)
+
+
 def conv_geometry(params: ConvolutionParams, shape: tuple, prefix: str = "convolution_param") -> ConvGeometry:
-    """Validate the spatial params against a (N, C, H, W) bottom and compute the output size."""
+    """Validate the spatial params against a (N, C, H, W) bottom and compute the output size.
+
+    The size is Caffe's ``(H + 2*pad - extent) / stride + 1`` with C++'s
+    division, which rounds toward zero: a dilated kernel ``extent`` wide that
+    overhangs the padded input by less than a stride still gives one output,
+    its taps past the input reading 0 (``far_pad``), as Caffe's im2col does.
+    A size below 1 is a ShapeError.
+    """
     kernel, pad, stride, dilation = spatial_params(params, prefix)
-    out = []
+    out, far_pad = [], []
     for size, k, p, s, d in zip(shape[2:], kernel, pad, stride, dilation):
         extent = d * (k - 1) + 1
-        if size + 2 * p < extent:
-            raise ShapeError(f"the {extent}-wide dilated kernel does not fit the padded input "
-                             f"({size} + 2*{p}); bottom shape {shape}", f"{prefix}.kernel_size")
-        out.append((size + 2 * p - extent) // s + 1)
+        out.append(truncated_division(size + 2 * p - extent, s) + 1)
+        far_pad.append(max(p, (out[-1] - 1) * s + extent - size - p))
+    if min(out) < 1:
+        raise ShapeError(f"the output would be {out[0]}x{out[1]}: (input + 2*pad - dilated kernel) / stride + 1, "
+                         f"rounded toward zero as Caffe does, for bottom shape {tuple(shape)} with kernel {kernel}, "
+                         f"pad {pad}, stride {stride}, dilation {dilation}", f"{prefix}.kernel_size")
     # Column layout: im2col copies runs as long as the innermost axis of the columns.  With the
     # batch outermost (C, N, H, W) those runs are output rows; with the batch innermost (C, H, W, N)
     # they are rows times the batch, but moving the batch to the inside costs a slow transpose of
     # the input and output.  Narrow outputs gain from the batch inside, wide ones do not.
     order = (1, 2, 3, 0) if out[1] <= BATCH_INNER_MAX_WIDTH else BATCH_OUTER
-    return ConvGeometry(kernel, pad, stride, dilation, tuple(out), order)
+    return ConvGeometry(kernel, pad, stride, dilation, tuple(out), order, tuple(far_pad))
 
 
 def for_device(geo: ConvGeometry, xp) -> ConvGeometry:
@@ -123,7 +143,7 @@ def _window(padded, i: int, j: int, geo: ConvGeometry):
 
 def _padded_shape(shape, geo: ConvGeometry) -> tuple[int, ...]:
     n, c, h, w = shape
-    return geo.arranged(n, c, h + 2 * geo.pad[0], w + 2 * geo.pad[1])
+    return geo.arranged(n, c, h + geo.pad[0] + geo.far_pad[0], w + geo.pad[1] + geo.far_pad[1])
 
 
 def _interior(padded, shape, geo: ConvGeometry):
@@ -160,7 +180,7 @@ def im2col(xp, x, geo: ConvGeometry, out=None):
     if geo.is_pointwise():
         cols.reshape(_padded_shape(x.shape, geo))[...] = x.transpose(geo.order)
         return cols
-    allocate = xp.zeros if any(geo.pad) else xp.empty
+    allocate = xp.zeros if any(geo.far_pad) else xp.empty
     padded = allocate(_padded_shape(x.shape, geo), dtype=x.dtype)
     _interior(padded, x.shape, geo)[...] = x.transpose(geo.order)
     for i in range(geo.kernel[0]):
@@ -200,8 +220,8 @@ def _taps(geo: ConvGeometry):
 
 def _sample(xp, x, k: int, geo: ConvGeometry):
     """Sample ``k`` of an (N, C, H, W) array as (C, 1, H, W), zero padded."""
-    (ph, pw), (c, h, w) = geo.pad, x.shape[1:]
-    return pad_hw(xp, x[k].reshape(c, 1, h, w), ph, ph, pw, pw)
+    (ph, pw), (fh, fw), (c, h, w) = geo.pad, geo.far_pad, x.shape[1:]
+    return pad_hw(xp, x[k].reshape(c, 1, h, w), ph, fh, pw, fw)
 
 
 def depthwise(xp, x, weights, bias, geo: ConvGeometry, out) -> None:
@@ -246,7 +266,9 @@ class Convolution(Layer):
     ``y[n, o] = b[o] + sum_{c, i, j} W[o, c, i, j] * x_pad[n, g(o)*C/G + c, s*h + d*i, s*w + d*j]``
 
     Bottom: (N, C, H, W).  Top: (N, num_output, H', W') with
-    ``H' = floor((H + 2*pad - (dilation*(kernel-1) + 1)) / stride) + 1``.
+    ``H' = (H + 2*pad - (dilation*(kernel-1) + 1)) / stride + 1``, the
+    division rounded toward zero as in Caffe (a kernel overhanging the padded
+    input by less than a stride gives one output, reading 0 past the input).
     Learnable: weights (num_output, C/group, kh, kw), bias (num_output,) if
     ``bias_term``.  Fillers default to constant 0, as in Caffe: set
     ``weight_filler``.  Not in place.  On the CPU in float32 the passes run

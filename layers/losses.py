@@ -54,6 +54,14 @@ class Loss(Layer):
         return {"FULL": outer * inner, "VALID": outer * inner, "BATCH_SIZE": outer, "NONE": 1}[mode]
 
 
+def check_first_axes(layer: Layer, bottom_shapes) -> None:
+    """Caffe's LossLayer::Reshape check: the data and label bottoms (the first two) have the same first axis."""
+    data, label = bottom_shapes[:2]
+    if not data or not label or data[0] != label[0]:
+        raise ShapeError(f"bottoms '{layer.spec.bottoms[0]}' {data} and '{layer.spec.bottoms[1]}' {label} must have "
+                         "the same first axis (Caffe: the data and label should have the same first dimension)")
+
+
 def class_labels(layer: Layer, values, classes: int, ignore_label: int | None = None):
     """``(labels as int64, valid)`` from the values of a label blob (class indices stored as floats).
 
@@ -88,7 +96,8 @@ class SoftmaxWithLoss(Loss):
     """SoftmaxWithLoss: multinomial logistic loss of the softmax, ``-sum log p[label] / normalizer``.
 
     Bottoms: scores (N, K, ...) with classes on ``softmax_param.axis``, and
-    labels with one integer (stored as float) per position, i.e. N x ... values.
+    labels with one integer (stored as float) per position, i.e. N x ... values
+    with the first axis N (Caffe's LossLayer check, as in every loss here).
     Tops: the loss (a scalar) and optionally the probabilities.  Positions
     labelled ``ignore_label`` are skipped; the default normalisation is VALID
     (their number).  Gradient: ``(p - t) * loss_weight / normalizer`` with the
@@ -107,6 +116,7 @@ class SoftmaxWithLoss(Loss):
     num_tops = (1, 2)
 
     def top_shapes(self, bottom_shapes):
+        check_first_axes(self, bottom_shapes)
         outer, classes, inner = softmax_view(bottom_shapes[0], self.block("softmax_param").axis)
         if math.prod(bottom_shapes[1]) != outer * inner:
             raise ShapeError(f"label bottom '{self.spec.bottoms[1]}' has shape {bottom_shapes[1]}: expected "
@@ -177,6 +187,7 @@ class SigmoidCrossEntropyLoss(Loss):
     default_normalization = "BATCH_SIZE"
 
     def top_shapes(self, bottom_shapes):
+        check_first_axes(self, bottom_shapes)
         if math.prod(bottom_shapes[0]) != math.prod(bottom_shapes[1]):
             raise ShapeError(f"scores {bottom_shapes[0]} and targets {bottom_shapes[1]} must have as many values")
         return [()]
@@ -218,6 +229,7 @@ class EuclideanLoss(Layer):
     num_bottoms = (2, 2)
 
     def top_shapes(self, bottom_shapes):
+        check_first_axes(self, bottom_shapes)
         if math.prod(bottom_shapes[0]) != math.prod(bottom_shapes[1]):
             raise ShapeError(f"bottoms {bottom_shapes[0]} and {bottom_shapes[1]} must have as many values")
         return [()]
@@ -260,6 +272,7 @@ class HingeLoss(Layer):
     label_bottoms = (1,)
 
     def top_shapes(self, bottom_shapes):
+        check_first_axes(self, bottom_shapes)
         if math.prod(bottom_shapes[1]) != bottom_shapes[0][0]:
             raise ShapeError(f"label bottom '{self.spec.bottoms[1]}' has shape {bottom_shapes[1]}: expected "
                              f"one label per instance ({bottom_shapes[0][0]})")
@@ -300,9 +313,11 @@ class ContrastiveLossParams:
 class ContrastiveLoss(Loss):
     """ContrastiveLoss: ``sum_n [y_n d_n^2 + (1 - y_n) max(margin - d_n, 0)^2] / (2N)``, ``d_n = ||a_n - b_n||``.
 
-    Bottoms: a and b, (N, C, ...) each with as many values per pair, and the
-    similarity labels y (N values): a label whose integer part is non-zero
-    marks a similar pair, 0 a dissimilar one (Caffe's ``static_cast<int>``).
+    Bottoms: a and b, (N, C) or (N, C, 1, 1) each (Caffe's legacy accessors
+    read missing axes as 1; a height or width other than 1 is refused, as
+    Caffe refuses it), and the similarity labels y, (N,) to (N, 1, 1, 1): a
+    label whose integer part is non-zero marks a similar pair, 0 a
+    dissimilar one (Caffe's ``static_cast<int>``).
     Top: the loss.  With ``legacy_version`` the dissimilar term is
     ``max(margin - d_n^2, 0)``.  a and b receive the gradient (``+-(a_n - b_n)
     / N`` for similar pairs, ``-+(margin - d_n)(a_n - b_n) / (d_n N)`` for
@@ -322,12 +337,16 @@ class ContrastiveLoss(Loss):
 
     def top_shapes(self, bottom_shapes):
         a, b, y = bottom_shapes
-        if not a or not b or a[0] != b[0] or math.prod(a) != math.prod(b):
+        for name, shape in zip(self.spec.bottoms, (a, b)):
+            if not shape or len(shape) > 4 or math.prod(shape[2:]) != 1:
+                raise ShapeError(f"bottom '{name}' has shape {shape}: the features of a pair must be (N, C) or "
+                                 "(N, C, 1, 1) (Caffe checks that height and width are 1)")
+        if a[0] != b[0] or math.prod(a) != math.prod(b):
             raise ShapeError(f"bottoms '{self.spec.bottoms[0]}' {a} and '{self.spec.bottoms[1]}' {b} must hold "
                              "the same number of pairs (first axis) with as many values each")
-        if math.prod(y) != a[0]:
+        if not y or len(y) > 4 or y[0] != a[0] or math.prod(y) != a[0]:
             raise ShapeError(f"similarity bottom '{self.spec.bottoms[2]}' has shape {y}: expected one label "
-                             f"per pair ({a[0]})")
+                             f"per pair ({a[0]}), shaped (N,) to (N, 1, 1, 1)")
         return [()]
 
     def forward(self, bottom, top):
@@ -383,7 +402,8 @@ class InfogainLoss(Loss):
     the layer: the scores are not probabilities.  Tops: the loss and
     optionally the probabilities.  ``loss_param``'s ``ignore_label`` and
     ``normalization`` (default VALID) act as in SoftmaxWithLoss; with H the
-    identity the two layers agree.  Gradient, to the scores only:
+    identity the two layers agree.  The deprecated ``normalize`` is refused,
+    as in Caffe.  Gradient, to the scores only:
     ``(p_nk sum_j H[label_n, j] - H[label_n, k]) * loss_weight / normalizer``.
 
     Example::
@@ -431,6 +451,10 @@ class InfogainLoss(Loss):
         return self.source_h.reshape(classes, classes)
 
     def top_shapes(self, bottom_shapes):
+        if self.block("loss_param").normalize is not None:
+            raise ParamError("loss_param.normalize", "InfogainLoss takes normalization, not the deprecated "
+                                                     "normalize (Caffe refuses it too)")
+        check_first_axes(self, bottom_shapes)
         outer, classes, inner = self.view(bottom_shapes[0])
         if math.prod(bottom_shapes[1]) != outer * inner:
             raise ShapeError(f"label bottom '{self.spec.bottoms[1]}' has shape {bottom_shapes[1]}: expected "
@@ -495,7 +519,8 @@ class MultinomialLogisticLoss(Loss):
     type = "MultinomialLogisticLoss"
 
     def top_shapes(self, bottom_shapes):
-        if not bottom_shapes[0] or math.prod(bottom_shapes[1]) != bottom_shapes[0][0]:
+        check_first_axes(self, bottom_shapes)
+        if math.prod(bottom_shapes[1]) != bottom_shapes[0][0]:
             raise ShapeError(f"label bottom '{self.spec.bottoms[1]}' has shape {bottom_shapes[1]}: expected "
                              f"one label per instance of '{self.spec.bottoms[0]}' {bottom_shapes[0]}")
         return [()]

@@ -36,6 +36,12 @@ layers:
   - {name: ave0, type: Pooling, bottom: data, top: ave0, pooling_param: {pool: AVE, kernel_size: 3, stride: 2}}
   - {name: sum, type: Eltwise, bottom: [ave, max], top: sum, eltwise_param: {coeff: [0.5, -2]}}
 """
+OVERHANG = """name: overhang
+layers:
+  - {name: data, type: Input, top: data, input_param: {shape: {dim: [2, 3, 2, 7]}}}
+  - {name: conv, type: Convolution, bottom: data, top: conv, convolution_param: {num_output: 4, kernel_size: 3,
+                                                                                  stride: 2}}
+"""  # (rows: Caffe's (2 - 3) / 2 + 1 = 1 output, its kernel reading a row of zeros past the input)
 FCN = """name: fcn
 layers:
   - {name: data, type: Input, top: data, input_param: {shape: {dim: [2, 3, 8, 8]}}}
@@ -194,6 +200,7 @@ def randomised(source, tmp_path):
     ("lenet", str(ROOT / "configs" / "lenet" / "lenet_deploy.yaml")),
     ("cifar10_quick", str(ROOT / "configs" / "cifar10" / "cifar10_quick_deploy.yaml")),
     ("resnet_block", RESNET_BLOCK), ("inception_block", INCEPTION_BLOCK), ("caffe_pooling", POOLS),
+    ("convolution_past_the_far_edge", OVERHANG),
     ("fcn_deconvolution_crop", FCN), ("activations", ACTIVATIONS), ("gelu_adaptive_matmul", GELU_ADAPTIVE_MATMUL)])
 def test_onnxruntime_computes_what_netspec_computes(tmp_path, name, source):
     check_with_onnxruntime(tmp_path, source)

@@ -126,7 +126,8 @@ def _convolution(op: str):
         if bias is not None:
             inputs.append(b.constant(f"{node.name}/bias", _host(layer, bias)))
         b.add(op, inputs, [y], node.name, kernel_shape=list(geo.kernel), strides=list(geo.stride),
-              pads=[*geo.pad, *geo.pad], dilations=list(geo.dilation), group=layer.params.group)
+              pads=[*geo.pad, *(geo.far_pad if op == "Conv" else geo.pad)],  # (a kernel past the far edge)
+              dilations=list(geo.dilation), group=layer.params.group)
     return export
 
 
