@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from netspec.cli import dashboard, data, interop, nets, train, zoo
+from netspec.cli import dashboard, data, features, interop, nets, train, zoo
 
 
 @click.group()
@@ -18,7 +18,7 @@ def main():
 
 for command in (
     nets.check, nets.layers, nets.solvers, nets.render, nets.deploy_net, nets.draw, nets.time_command,
-    nets.test_command, nets.device_query,
+    nets.test_command, nets.device_query, features.extract_features_command,
     train.train, train.plot, train.lr_plot,
     data.convert, data.compute_mean_command, data.data,
     zoo.zoo, zoo.predict,
