@@ -15,7 +15,6 @@ its fillers.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from dataclasses import dataclass
 
@@ -31,11 +30,10 @@ from netspec.model_zoo.card import ModelCard, read_card
 from netspec.model_zoo.predict import model_folder
 from netspec.model_zoo.zoo import ZooError, include_problems, verify_folder
 from netspec.spec.modules import net_yaml, render_net
-from netspec.spec.net_spec import LayerSpec, NetSpec, parse_net
-from netspec.spec.solver_spec import NET_KEYS, parse_solver
+from netspec.spec.net_spec import LayerSpec, NetSpec, in_phase, parse_net
+from netspec.spec.solver_spec import NET_KEYS, TEST_EPOCH, parse_solver
 from netspec.spec.yaml_lines import YamlMap, load_yaml, read_source, to_plain
 from netspec.training import run_folder
-from netspec.training.run import in_train_phase
 
 FOLDER = "finetune"  # inside the run folder
 NET, SOLVER = "train_net.yaml", "solver.yaml"
@@ -90,10 +88,10 @@ def prepare_finetune(model: str, dataset: str, out: str, zoo: str | None = None)
     data_indices = [index for index, layer in enumerate(spec.layers) if layer.type in DATA_BLOCKS]
     for index in data_indices:
         layer = spec.layers[index]
-        source = train if in_train_phase(layer) else val
+        source = train if in_phase(layer, "TRAIN") else val
         check_input(layer, source, shapes[source], preprocessing, card)
         net["layers"][index] = data_layer(net["layers"][index], layer, source, manifests[source], preprocessing)
-    if not any(in_train_phase(spec.layers[index]) for index in data_indices):
+    if not any(in_phase(spec.layers[index], "TRAIN") for index in data_indices):
         raise ZooError(f"{where}: no data layer ({', '.join(DATA_BLOCKS)}) in the TRAIN phase to read the dataset")
     phases = f"both phases read {train}" if train == val else f"the TRAIN phase reads {train}, the TEST phase {val}"
     notes = [f"{phases} ({classes} classes; Data layers, scale {card.input.scale:g} as the card says)"]
@@ -104,16 +102,11 @@ def prepare_finetune(model: str, dataset: str, out: str, zoo: str | None = None)
     net_file, solver_file = os.path.join(out, FOLDER, NET), os.path.join(out, FOLDER, SOLVER)
     made = f"fine-tuned on {os.path.abspath(dataset)} (netspec zoo finetune)"
     solver = finetune_solver(card, folder, net_file, out)
-    test_batches = [net["layers"][index]["data_param"]["batch_size"]
-                    for index in data_indices if not in_train_phase(spec.layers[index])]
-    if test_batches and solver.get("test_iter"):
-        count = manifests[val]["count"]
-        batches = math.ceil(count / test_batches[0])
-        solver["test_iter"] = [batches] * len(solver["test_iter"]) if isinstance(solver["test_iter"], list) \
-            else batches
-        twice = batches * test_batches[0] - count
-        notes.append(f"test_iter {batches} of batch {test_batches[0]}: a test pass reads the {count} records of "
-                     f"{val} once" + (f", {twice} of them twice (the last batch wraps around)" if twice else ""))
+    tested = any(not in_phase(spec.layers[index], "TRAIN") for index in data_indices)
+    if tested and solver.get("test_iter"):
+        solver["test_iter"] = [TEST_EPOCH] * (len(solver["test_iter"]) if isinstance(solver["test_iter"], list) else 1)
+        notes.append(f"test_iter {TEST_EPOCH}: a test pass scores each of the {manifests[val]['count']} records of "
+                     f"{val} once")
     _write(net_file, f"# {card.ref}'s train net, {made}\n" + net_yaml(net))
     solver_text = yaml.safe_dump(solver, sort_keys=False, default_flow_style=None, width=120)
     _write(solver_file, f"# {card.ref}'s solver, {made}\n" + solver_text)
@@ -185,21 +178,12 @@ def data_layer(plain: dict, layer: LayerSpec, source: str, manifest: dict, prepr
     transform = {**augmentation, **preprocessing}
     params = dict(plain.get("data_param", {})) if layer.type == "Data" else {}
     batch = layer.blocks[DATA_BLOCKS[layer.type]].batch_size
-    params.update(source=source, batch_size=batch if in_train_phase(layer) else test_batch(batch, manifest["count"]),
+    params.update(source=source, batch_size=batch if in_phase(layer, "TRAIN") else min(batch, manifest["count"]),
                   backend=manifest["backend"].upper())
-    if in_train_phase(layer):
+    if in_phase(layer, "TRAIN"):
         params["shuffle_buffer"] = params.get("shuffle_buffer") or manifest["count"]
     kept = {key: plain[key] for key in ("top", "include", "exclude") if key in plain}
     return {"name": plain["name"], "type": "Data", **kept, "transform_param": transform, "data_param": params}
-
-
-def test_batch(batch: int, count: int) -> int:
-    """A test phase's batch for ``count`` records: the largest of at most ``batch`` that divides ``count`` (a test
-    pass then reads every record once), unless that is under a quarter of it (a pass would take many more
-    batches), then ``batch``; never more than ``count``."""
-    most = min(batch, count)
-    best = max(size for size in range(1, most + 1) if count % size == 0)
-    return best if best * 4 >= most else most
 
 
 def check_input(layer: LayerSpec, source: str, shape: tuple[int, ...], preprocessing: dict, card: ModelCard) -> None:
@@ -208,7 +192,7 @@ def check_input(layer: LayerSpec, source: str, shape: tuple[int, ...], preproces
     defaults = {key: getattr(TransformParams(), key) for key in PREPROCESSING}
     params = dataclasses.replace(layer.blocks.get("transform_param") or TransformParams(),
                                  **{**defaults, **preprocessing})
-    phase = "TRAIN" if in_train_phase(layer) else "TEST"
+    phase = "TRAIN" if in_phase(layer, "TRAIN") else "TEST"
     try:
         given = list(Transformer(params, phase, shape).out_shape)
     except ParamError as exc:
@@ -235,7 +219,7 @@ def class_score_layers(spec: NetSpec, where: str) -> list[LayerSpec]:
     input to the first learnable layer with a ``num_output``; a ZooError
     naming ``where`` says where that fails.
     """
-    layers = [layer for layer in spec.layers if in_train_phase(layer)]
+    layers = [layer for layer in spec.layers if in_phase(layer, "TRAIN")]
     heads: list[LayerSpec] = []
     for index, loss in enumerate(layers):
         kind = layer_class(loss.type)

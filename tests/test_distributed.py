@@ -143,6 +143,27 @@ def test_two_ranks_of_batch_b_learn_what_one_process_of_batch_2b_does(digits, tm
         assert (b["accuracy"], b["loss"]) == pytest.approx((a["accuracy"], a["loss"]), 1e-4)
 
 
+def test_two_ranks_test_one_pass_as_one_process_does(digits, tmp_path):
+    """test_iter: epoch over 63 records: one process of batch 10 scores 6 batches and a tail of 3; of two ranks
+    of batch 5, one scores its 32 records as 6 batches and a tail of 2, the other its 31 as 6 and 1, and the
+    ranks' scores weigh as many records as each scored."""
+    with h5py.File(digits / "digits.h5") as full, h5py.File(tmp_path / "63.h5", "w") as cut:
+        for name in ("data", "label"):
+            cut[name] = full[name][:63]
+    data = ("HDF5Data", f"hdf5_data_param: {{{{source: {tmp_path / '63.h5'}, batch_size: {{batch}}}}}}")
+    one = setup_run(tmp_path / "one", digits, 10, data=data, test_iter="epoch")
+    two = setup_run(tmp_path / "two", digits, 5, data=data, test_iter="epoch")
+    single = run("train", one)
+    assert single.returncode == 0, single.stderr
+    pair = mpirun(2, "train", two, "--distributed")
+    assert pair.returncode == 0, pair.stderr
+    test_one, test_two = events(tmp_path / "one" / "run", "TEST"), events(tmp_path / "two" / "run", "TEST")
+    assert [e["iter"] for e in test_two] == [e["iter"] for e in test_one] == [0, 6]
+    for a, b in zip(test_one, test_two):
+        assert (b["accuracy"], b["loss"]) == pytest.approx((a["accuracy"], a["loss"]), 1e-4)
+    assert test_one[0]["accuracy"] * 63 == pytest.approx(round(test_one[0]["accuracy"] * 63))  # whole records
+
+
 def test_synchronised_batch_norm_matches_one_process_and_per_rank_statistics_do_not(digits, tmp_path):
     one = setup_run(tmp_path / "one", digits, 8, extra=BATCH_NORM.format(sync="true"))
     synced = setup_run(tmp_path / "synced", digits, 4, extra=BATCH_NORM.format(sync="true"))

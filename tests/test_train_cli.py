@@ -362,11 +362,11 @@ def test_scoring_says_how_much_of_the_test_data_it_read(digits, tmp_path):
     weights = tmp_path / "run" / "digits_iter_2.weights.h5"
     once = run("test", digits / "digits_net.yaml", "--weights", weights)
     assert once.returncode == 0 and once.stdout.startswith(
-        f"net 'DigitsNet' (TEST), weights {weights}, 3 batches of 120, 360 of the dataset's 360 records\n")
+        f"net 'DigitsNet' (TEST), weights {weights}: 360 records, each once: 3 batches of 120\n")
     again = run("test", digits / "digits_net.yaml", "--weights", weights, "-n", 4)
     assert "note: 4 batch(es) of 120 score 480 records of a 360-record dataset: 120 of them count again (the data " \
            "wraps around)" in again.stdout
-    (digits / "short.yaml").write_text((digits / "solver.yaml").read_text().replace("test_iter: [3]",
+    (digits / "short.yaml").write_text((digits / "solver.yaml").read_text().replace("test_iter: epoch",
                                                                                     "test_iter: [2]"))
     short = run("train", digits / "short.yaml", "--out", tmp_path / "short", "--max-iter", 2)
     assert short.stdout.count("note: test net 0: 2 batch(es) of 120 score 240 of the 360 records: 120 never "

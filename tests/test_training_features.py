@@ -124,7 +124,7 @@ def test_bad_training_options_are_refused_before_training(tmp_path):
     assert message.endswith("early_stop: test net 0 has no one-value output 'los'; did you mean 'loss'? "
                             "(it has: loss)")
     [message] = errors(snapshot_best={"output": "loss", "mode": "min"})
-    assert message.endswith("snapshot_best: follows test results, so it needs test_iter and test_interval "
+    assert message.endswith("snapshot_best: follows test results, so it needs a test net and test_interval "
                             "(or test_interval_epochs)")
     [message] = errors(snapshot_best={"output": "loss", "mode": "best"}, **TESTED)
     assert message.endswith("snapshot_best.mode: 'best' is not one of max, min")

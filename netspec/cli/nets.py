@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 
@@ -26,6 +27,7 @@ from netspec.engine.backend import gpu_report
 from netspec.engine.classes import class_problems
 from netspec.engine.deploy import deploy_net_yaml, derive_deploy_net
 from netspec.engine.net import Net, compile_net, load_net
+from netspec.engine.one_pass import OnePass
 from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_class, layer_schemas, layer_types, solver_class, solver_types
 from netspec.errors import ConfigError, NetspecError
@@ -201,8 +203,8 @@ DEFAULT_TEST_BATCHES = 50  # netspec test on a net whose data layer cannot tell 
 @click.argument("net_file", type=click.Path(dir_okay=False))
 @click.option("--weights", type=click.Path(dir_okay=False), required=True, help="trained weights (.weights.h5)")
 @click.option("--iterations", "-n", type=Integer(min=1), default=None,
-              help="batches to average over [default: a pass over the dataset (the last batch wrapping around) "
-                   "where the data layer knows its size, else 50]")
+              help="batches to average over [default: one pass over the dataset, every record once, where the "
+                   "data layer knows its size, else 50]")
 @threads_option
 @phase_option("TEST")
 @stage_option
@@ -213,24 +215,36 @@ DEFAULT_TEST_BATCHES = 50  # netspec test on a net whose data layer cannot tell 
 @outputs_anywhere_option
 @user_errors
 def test_command(net_file, weights, iterations, phase, stages, level, device, as_json, report, outputs_anywhere):
-    """Score trained WEIGHTS on NET_FILE: each output averaged over N batches."""
-    net = load_net(net_file, phase=phase.upper(), device=device, stages=stages or None, level=level,
-                   output_folder=OutputFolder(anywhere=outputs_anywhere), inference=True, python_layers=True,
-                   reuse_memory=not report)  # (a report reads the scores after each pass: no blob may reuse them)
-    net.load_weights(weights)
-    records = net.record_count()
-    if iterations is None:
-        iterations = -(-records // net.batch_size) if records else DEFAULT_TEST_BATCHES
-    confusion = Confusion(net) if report else None
+    """Score trained WEIGHTS on NET_FILE: each output averaged over one pass of its dataset (or N batches)."""
+    # (a report reads the scores after each pass, so no blob may reuse their memory)
+    load = functools.partial(load_net, net_file, phase=phase.upper(), device=device, stages=stages or None,
+                             level=level, output_folder=OutputFolder(anywhere=outputs_anywhere), inference=True,
+                             python_layers=True, reuse_memory=not report)
+    net = load()
+    one_pass = None
     try:
-        scores = net.score(iterations, after_each=confusion.add if confusion else None)
+        net.load_weights(weights)
+        records = net.record_count()
+        confusion = Confusion(net) if report else None
+        after_each = confusion.add if confusion else None
+        if iterations is None and records:
+            one_pass = OnePass(net, lambda batch: load(batch_size=batch))
+            scores = one_pass.score(after_each)
+            iterations, scored, note = one_pass.passes, one_pass.describe(), one_pass.note
+        else:
+            iterations = iterations or DEFAULT_TEST_BATCHES
+            scores = net.score(iterations, after_each)
+            scored = f"{iterations} batches of {net.batch_size}" + (
+                f", {min(iterations * net.batch_size, records):,} of the dataset's {records:,} records" if records
+                else "")
+            note = net.coverage(iterations)
     finally:
         net.close()
-    echo(f"net '{net.name}' ({net.phase}), weights {weights}, {iterations} batches of {net.batch_size}"
-         + (f", {min(iterations * net.batch_size, records):,} of the dataset's {records:,} records" if records else ""))
-    coverage = net.coverage(iterations)
-    if coverage:
-        echo(f"note: {coverage}")
+        if one_pass is not None:
+            one_pass.close()
+    echo(f"net '{net.name}' ({net.phase}), weights {weights}: {scored}")
+    if note:
+        echo(f"note: {note}")
     click.echo(f"paths: {net.paths()}")
     click.echo(format_outputs(scores, net.output_loss_weights)
                or "the net has no one-element outputs to average")
@@ -238,5 +252,6 @@ def test_command(net_file, weights, iterations, phase, stages, level, device, as
         click.echo(confusion.text())
     if as_json:
         click.echo(json.dumps({"net": net.name, "weights": weights, "iterations": iterations,
-                               "batch_size": net.batch_size, "outputs": scores}
+                               "batch_size": net.batch_size, "records": one_pass.rows if one_pass else None,
+                               "outputs": scores}
                               | ({"report": confusion.figures()} if confusion is not None else {})))

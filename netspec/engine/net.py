@@ -18,7 +18,7 @@ from netspec.errors import ConfigError, DataError, DeviceError, ParamError, Weig
 from netspec.graph.compiler import compile_graph
 from netspec.graph.graph import Graph
 from netspec.graph.memory import ParamGroups, Plan, data_plan, diff_plan, param_groups, split_aliases
-from netspec.spec.net_spec import NetSpec, parse_net
+from netspec.spec.net_spec import NetSpec, parse_net, with_batch_size
 
 
 class LearnableParam(NamedTuple):
@@ -275,7 +275,8 @@ class Net:
 
     def score(self, iterations: int, after_each=None) -> dict[str, float]:
         """Run ``iterations`` forward passes; return each one-element output averaged over them (summed on the
-        device, read once).  ``after_each()``, when given, is called after each pass (a report reading more)."""
+        device, read once).  ``after_each(net)``, when given, is called after each pass with this net (a report
+        reading more).  :class:`netspec.engine.one_pass.OnePass` scores every record exactly once instead."""
         if not iterations:
             return {}
         names = [name for name in self.outputs if self.blobs[name].count == 1]
@@ -283,7 +284,7 @@ class Net:
         for _ in range(iterations):
             self.device_forward()
             if after_each is not None:
-                after_each()
+                after_each(self)
             for index, name in enumerate(names):
                 totals[index] += self.blobs[name].data.reshape(-1)[0].astype(numpy.float64)
         scores = self.backend.to_host(totals).tolist()
@@ -503,7 +504,7 @@ def compile_net(spec: NetSpec, phase: str | None = None, stages=None, level: int
 def load_net(source, phase: str | None = None, device: str = "cpu", stages=None, level: int | None = None,
              dtype=numpy.float32, seed: int | None = None, output_folder: OutputFolder | None = None,
              inference: bool = False, python_layers: bool = False, reuse_memory: bool = False,
-             keep: tuple[str, ...] = ()) -> Net:
+             keep: tuple[str, ...] = (), batch_size: int | None = None) -> Net:
     """Read, compile and instantiate a net from a YAML path or YAML text.
 
     ``phase`` (TRAIN/TEST), ``stages`` and ``level`` select layers by their
@@ -512,8 +513,11 @@ def load_net(source, phase: str | None = None, device: str = "cpu", stages=None,
     runs forward passes only, and its fast paths fuse more (a convolution with the BatchNorm, Scale and ReLU
     after it).  ``python_layers`` lets Python layers import their modules (:func:`compile_net`).
     ``reuse_memory`` lets blobs share buffers where their lifetimes allow, but those in ``keep`` (:class:`Net`).
+    ``batch_size`` replaces that of the data layers the phase includes.
     """
     spec = parse_net(source, layer_schemas())
+    if batch_size is not None:
+        spec = with_batch_size(spec, batch_size, phase or spec.state.phase)
     graph = compile_net(spec, phase=phase, stages=stages, level=level, python_layers=python_layers)
     return Net(graph, device=device, dtype=dtype, seed=seed, output_folder=output_folder, inference=inference,
                reuse_memory=reuse_memory, keep=keep)

@@ -23,7 +23,7 @@ class Confusion:
         if node is None:
             raise ConfigError(f"net '{net.name}' has no Accuracy or SoftmaxWithLoss layer to report on")
         layer = net.layer_by_name[node.name]
-        self.net, self.scores, self.labels = net, node.bottoms[0], node.bottoms[1]
+        self.scores, self.labels = node.bottoms[0], node.bottoms[1]
         self.axis = layer.block(SCORED[node.layer.type]).axis % len(net.blobs[self.scores].shape)
         loss = layer.block("loss_param") if "loss_param" in layer.param_blocks else None
         self.ignore = loss.ignore_label if loss is not None else layer.block("accuracy_param").ignore_label
@@ -33,11 +33,12 @@ class Confusion:
         names = source.label_names(self.labels) if source is not None else None
         self.names = names if names and len(names) == self.classes else [str(k) for k in range(self.classes)]
 
-    def add(self) -> None:
-        """Count the pass just run (one read of the scores and labels)."""
-        backend = self.net.backend
-        predicted = numpy.argmax(backend.to_host(self.net.blobs[self.scores].data), axis=self.axis).reshape(-1)
-        labels = backend.to_host(self.net.blobs[self.labels].data).reshape(-1)
+    def add(self, net) -> None:
+        """Count the pass ``net`` just ran (this net, or the same net built for another batch size: one read of
+        the scores and labels)."""
+        backend = net.backend
+        predicted = numpy.argmax(backend.to_host(net.blobs[self.scores].data), axis=self.axis).reshape(-1)
+        labels = backend.to_host(net.blobs[self.labels].data).reshape(-1)
         kept = labels != self.ignore if self.ignore is not None else numpy.ones(labels.shape, dtype=bool)
         numpy.add.at(self.matrix, (labels[kept].astype(numpy.int64), predicted[kept]), 1)
 

@@ -7,13 +7,14 @@ ConfigError listing every problem with its file:line.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from netspec.errors import ConfigError, Problem, did_you_mean, shown, shown_name
+from netspec.errors import ConfigError, NetspecError, Problem, did_you_mean, shown, shown_name
 from netspec.spec.modules import expand_net, uses_modules
 from netspec.spec.schema import INVALID, Context, convert_value, doc, read_block
 from netspec.spec.yaml_lines import YamlMap, load_yaml, read_source, to_plain
@@ -256,3 +257,31 @@ def read_net(tree, ctx: Context, layer_schemas: dict[str, dict[str, type]], line
     return NetSpec(name=name, layers=layers, force_backward=force_backward,
                    state=state if state is not INVALID else NetState(),
                    file=ctx.file, config_hash=config_hash(tree))
+
+
+def in_phase(layer: LayerSpec, phase: str) -> bool:
+    """Whether ``phase`` (TRAIN or TEST) includes ``layer`` as far as its rules' phases say (stages and levels
+    aside)."""
+    if layer.include:
+        return any(rule.phase in (None, phase) for rule in layer.include)
+    return not any(rule.phase == phase for rule in layer.exclude)
+
+
+def with_batch_size(net: NetSpec, batch_size: int, phase: str) -> NetSpec:
+    """A copy of ``net`` whose data layers in ``phase`` read ``batch_size`` rows a batch (the other phase's
+    keep theirs).
+
+    Its data layers are those with a ``batch_size`` parameter that ``phase`` includes, by their phase rules; a
+    net with none is refused (NetspecError).
+    """
+    layers, changed = [], False
+    for layer in net.layers:
+        block = next((name for name, params in layer.blocks.items() if hasattr(params, "batch_size")), None)
+        if block is not None and in_phase(layer, phase):
+            blocks = {**layer.blocks, block: dataclasses.replace(layer.blocks[block], batch_size=batch_size)}
+            layer, changed = dataclasses.replace(layer, blocks=blocks), True
+        layers.append(layer)
+    if not changed:
+        raise NetspecError(f"{net.file or net.name}: no data layer with a batch_size in the {phase} phase, so a "
+                           "batch size cannot be set")
+    return dataclasses.replace(net, layers=layers)

@@ -95,7 +95,15 @@ def convert_value(tp, value, ctx: Context, key: str, line: int):
         if value is None:
             return None
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
-        return convert_value(inner[0], value, ctx, key, line)
+        if len(inner) == 1:
+            return convert_value(inner[0], value, ctx, key, line)
+        for option in inner:  # the first type that takes the value whole
+            trial = dataclasses.replace(ctx, problems=[])
+            converted = convert_value(option, value, trial, key, line)
+            if converted is not INVALID and not trial.problems:
+                return converted
+        ctx.add(f"expected {type_name(tp)}, got {type(value).__name__} {shown(value)}", line, key)
+        return INVALID
     if origin is Literal:
         choices = typing.get_args(tp)
         if isinstance(value, str) and value in choices:

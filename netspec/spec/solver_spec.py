@@ -34,6 +34,7 @@ LR_FORMULAS = {
 LR_POLICIES = tuple(LR_FORMULAS)
 WARMUP_FORMULA = ("with warmup_iter W > 0, for iter < W: "
                   "warmup_start_lr + (lr_policy(W) - warmup_start_lr) * iter / W")
+TEST_EPOCH = "epoch"  # a test_iter value: one pass over the test data, every record once
 EPOCH_KEYS = {"max_epoch": "max_iter", "test_interval_epochs": "test_interval", "snapshot_epochs": "snapshot"}
 NET_KEYS = ("net", "train_net", "test_net")
 
@@ -79,7 +80,9 @@ class SolverParams:
     clip_gradients: float = doc(-1.0, "scale gradients down to this global L2 norm (negative: off)")
     iter_size: int = doc(1, "batches whose gradients are accumulated per update")
     type: str = doc("SGD", "update rule (netspec solvers lists them)")
-    test_iter: list[int] = doc([], "batches per test pass, one value per test net")
+    test_iter: list[int | Literal["epoch"]] = doc(
+        [], "batches per test pass, one value per test net; epoch (the default where a net is tested): one pass "
+            "over the test data, every record once")
     test_interval: int = doc(0, "test every this many iterations (0: never)")
     test_interval_epochs: float | None = doc(None, "test every this many epochs (instead of test_interval)")
     test_initialization: bool = doc(True, "also test before the first iteration")
@@ -218,7 +221,7 @@ def _check_values(p: SolverParams, ctx: Context, tree: YamlMap, solver_types) ->
     for key in ("display", "snapshot", "test_interval", "momentum", "weight_decay"):
         if getattr(p, key) < 0:
             bad(key, f"must not be negative, got {getattr(p, key)}")
-    if any(n <= 0 for n in p.test_iter):
+    if any(n != TEST_EPOCH and n <= 0 for n in p.test_iter):
         bad("test_iter", f"every value must be positive, got {p.test_iter}")
     if p.type not in solver_types:
         bad("type", f"unknown solver type '{p.type}'{did_you_mean(p.type, solver_types)} "
@@ -239,7 +242,7 @@ def _check_watch(key: str, watch: WatchedOutput | None, p: SolverParams, bad) ->
     if watch is None:
         return
     if not p.test_iter or not (p.test_interval or p.test_interval_epochs):
-        bad(key, "follows test results, so it needs test_iter and test_interval (or test_interval_epochs)")
+        bad(key, "follows test results, so it needs a test net and test_interval (or test_interval_epochs)")
     elif not 0 <= watch.test_net < len(p.test_iter):
         bad(key, f"test_net {watch.test_net} does not exist (the solver has {len(p.test_iter)} test net(s), "
                  "numbered from 0)")
@@ -292,6 +295,7 @@ def parse_solver(source, layer_schemas: dict[str, dict[str, type]], solver_types
         return _read_net_value(value, ctx, key, line, layer_schemas, net_texts)
 
     train_net, test_nets = None, []
+    tested = params.test_interval or params.test_interval_epochs
     if ("net" in tree) == ("train_net" in tree):
         ctx.add("give the net to train as 'net' (train and test phases of one file) or 'train_net'",
                 tree.line_of("train_net" if "train_net" in tree else "net"), "net")
@@ -300,6 +304,8 @@ def parse_solver(source, layer_schemas: dict[str, dict[str, type]], solver_types
         if "test_net" in tree:
             ctx.add("with 'net', the test nets are its TEST phase; use train_net with test_net",
                     tree.line_of("test_net"), "test_net")
+        if tested and not params.test_iter:
+            params.test_iter = [TEST_EPOCH]  # its TEST phase, over one pass
         test_nets = [train_net] * len(params.test_iter)
     else:
         train_net = net_at("train_net", tree["train_net"], tree.line_of("train_net"))
@@ -308,13 +314,15 @@ def parse_solver(source, layer_schemas: dict[str, dict[str, type]], solver_types
         for index, value in enumerate(given):
             line = given.line_of(index) if isinstance(given, YamlList) else tree.line_of("test_net")
             test_nets.append(net_at(f"test_net[{index}]", value, line))
+        if tested and not params.test_iter:
+            params.test_iter = [TEST_EPOCH] * len(test_nets)
         if len(params.test_iter) != len(test_nets):
             ctx.add(f"test_iter needs one value per test net: {len(test_nets)} test net(s), "
                     f"{len(params.test_iter)} value(s)" + ("; add test_net" if not test_nets else ""),
                     tree.line_of("test_iter"), "test_iter")
     for key in ("test_interval", "test_interval_epochs"):
-        if getattr(params, key) and not params.test_iter:
-            ctx.add(f"{key} needs test_iter (batches per test pass)", tree.line_of(key), key)
+        if getattr(params, key) and not params.test_iter and train_net is not None:
+            ctx.add("needs a net to test: give test_net", tree.line_of(key), key)
     if params.test_state and len(params.test_state) != len(params.test_iter):
         ctx.add(f"give one test_state per test net ({len(params.test_iter)})", tree.line_of("test_state"),
                 "test_state")

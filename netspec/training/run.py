@@ -7,7 +7,6 @@ Every rank of a distributed run calls :func:`train`; rank 0 alone prints
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ import numpy
 from netspec.engine.comm import SingleProcess
 from netspec.engine.registry import layer_schemas, solver_types
 from netspec.errors import DivergedError, NetspecError, StateError
-from netspec.spec.net_spec import LayerSpec, NetSpec
+from netspec.spec.net_spec import with_batch_size
 from netspec.spec.solver_spec import SolverParams, SolverSpec, parse_solver
 from netspec.threads import pools_sized, thread_counts
 from netspec.training import run_folder
@@ -59,35 +58,8 @@ def read_solver(solver_file: str, max_iter: int | None = None, base_lr: float | 
     if base_lr is not None:
         spec.params.base_lr = base_lr
     if batch_size is not None:
-        spec.train_net = with_batch_size(spec.train_net, batch_size)
+        spec.train_net = with_batch_size(spec.train_net, batch_size, "TRAIN")
     return spec
-
-
-def with_batch_size(net: NetSpec, batch_size: int) -> NetSpec:
-    """A copy of the train net ``net`` whose data layers read ``batch_size`` rows a batch (test nets, which may
-    be ``net`` itself, keep theirs).
-
-    Its data layers are those with a ``batch_size`` parameter that the TRAIN phase includes, by their phase
-    rules; a net with none is refused.
-    """
-    layers, changed = [], False
-    for layer in net.layers:
-        block = next((name for name, params in layer.blocks.items() if hasattr(params, "batch_size")), None)
-        if block is not None and in_train_phase(layer):
-            blocks = {**layer.blocks, block: dataclasses.replace(layer.blocks[block], batch_size=batch_size)}
-            layer, changed = dataclasses.replace(layer, blocks=blocks), True
-        layers.append(layer)
-    if not changed:
-        raise NetspecError(f"{net.file or net.name}: no data layer with a batch_size in the TRAIN phase, so a "
-                           "batch size cannot be set")
-    return dataclasses.replace(net, layers=layers)
-
-
-def in_train_phase(layer: LayerSpec) -> bool:
-    """Whether the TRAIN phase includes ``layer`` as far as its rules' phases say (stages and levels aside)."""
-    if layer.include:
-        return any(rule.phase in (None, "TRAIN") for rule in layer.include)
-    return not any(rule.phase == "TRAIN" for rule in layer.exclude)
 
 
 def schedule_params(spec: SolverSpec) -> SolverParams:

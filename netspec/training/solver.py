@@ -20,6 +20,7 @@ ranks' shares, and only rank 0 writes files.
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import os
 import signal
@@ -31,11 +32,13 @@ from netspec.engine.backend import Backend
 from netspec.engine.classes import class_problems
 from netspec.engine.comm import SingleProcess
 from netspec.engine.net import Net, compile_net
+from netspec.engine.one_pass import OnePass
 from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_schemas, solver_class, solver_types
 from netspec.errors import ConfigError, DeviceError, DivergedError, EventsError, Problem
 from netspec.solvers.lr_policies import learning_rate
-from netspec.spec.solver_spec import SolverSpec, parse_solver
+from netspec.spec.net_spec import with_batch_size
+from netspec.spec.solver_spec import TEST_EPOCH, SolverSpec, parse_solver
 from netspec.training import checkpoint, run_folder
 from netspec.training.distributed import GradientExchange, agreed_seed, mean_over_ranks, share_weights
 from netspec.training.log import TrainingLog, format_value
@@ -43,6 +46,14 @@ from netspec.training.optimizer import Optimizer
 from netspec.training.watch import unwatchable_outputs, watches
 
 READ_EVERY = 100  # on a GPU, iterations between reads of the loss when nothing is displayed
+
+
+def data_source(net: Net) -> str:
+    """Where ``net``'s records come from, for a message saying their count is unknown."""
+    layer = net.data_layer()
+    if layer is None:
+        return "it has no data layer"
+    return f"its data layer '{layer.name}' ({layer.type}) does not know its size"
 
 
 class Solver:
@@ -82,14 +93,17 @@ class Solver:
                                       "to minimise (add e.g. a SoftmaxWithLoss layer, or a loss_weight)",
                                       file=spec.train_net.file or spec.file or "<string>"))
         self.test_backend = self.backend.fork()  # testing draws its own random numbers, never training's
-        self.test_nets = []
+        self.test_nets, self.test_passes = [], []  # a test net's OnePass where its test_iter is epoch, else None
         for index, net_spec in enumerate(spec.test_nets):
             state = p.test_state[index] if p.test_state else None
             net = self._build(net_spec, "TEST", state, stages, level, dtype, self.test_backend, inference=True)
             net.share_trained_layers(self.net)
             self.test_nets.append(net)
+            self.test_passes.append(self._one_pass(index, net, functools.partial(
+                self._build, phase="TEST", state=state, stages=stages, level=level, dtype=dtype,
+                backend=self.test_backend, inference=True), net_spec) if p.test_iter[index] == TEST_EPOCH else None)
         self.iterations_per_epoch = self._iterations_per_epoch()
-        self.params = p = spec.in_iterations(self.iterations_per_epoch, self._data_source())
+        self.params = p = spec.in_iterations(self.iterations_per_epoch, data_source(self.net))
         rule_cls = solver_class(p.type)
         problems = [spec.problem(message, key) for key, message in rule_cls.check(p)]
         problems += [spec.problem(message, key) for key, message in unwatchable_outputs(p, self.test_nets)]
@@ -101,7 +115,9 @@ class Solver:
         self.warnings = list(dict.fromkeys(line for _, lines in checked for line in lines))  # (said when it starts)
         self.warnings += [f"note: test net {index}: {coverage} (test_iter {iterations})"
                           for index, (net, iterations) in enumerate(zip(self.test_nets, p.test_iter))
-                          if (coverage := net.coverage(iterations))]
+                          if iterations != TEST_EPOCH and (coverage := net.coverage(iterations))]
+        self.warnings += [f"note: test net {index}: {one_pass.note}" for index, one_pass in enumerate(self.test_passes)
+                          if one_pass is not None and one_pass.note]
         self.learnable = self.net.learnable_params()
         self.optimizer = Optimizer(rule_cls, p, self.net.learnable_groups(), self.backend, self.net.dtype)
         self.exchange = GradientExchange(comm, self.net, self.learnable)
@@ -144,12 +160,16 @@ class Solver:
         records = layer.record_count() if layer is not None else None
         return records / self.effective_batch_size if records else None
 
-    def _data_source(self) -> str:
-        """Where the train net's records come from, for a message saying their count is unknown."""
-        layer = self.net.data_layer()
-        if layer is None:
-            return "it has no data layer"
-        return f"its data layer '{layer.name}' ({layer.type}) does not know its size"
+    def _one_pass(self, index: int, net: Net, build, net_spec) -> OnePass:
+        """The scorer of test net ``index`` over one pass of its data (``test_iter: epoch``), its last records
+        through a tail that ``build`` makes from ``net_spec``; ConfigError where the net's data layer cannot
+        tell its size."""
+        if not net.record_count():
+            raise ConfigError(self.spec.problem(f"test net {index} is tested over one pass of its data (epoch), "
+                                                f"but {data_source(net)}: give its batches per test pass",
+                                                "test_iter"))
+        return OnePass(net, lambda batch: build(with_batch_size(net_spec, batch, "TEST")), self.comm.rank,
+                       self.comm.size)
 
     @property
     def effective_batch_size(self) -> int:
@@ -292,6 +312,9 @@ class Solver:
         """Stop the data layers' threads and close their files, in the train and test nets."""
         for net in (self.net, *self.test_nets):
             net.close()
+        for one_pass in self.test_passes:
+            if one_pass is not None:
+                one_pass.close()
 
     @property
     def smoothed_loss(self) -> float:
@@ -360,9 +383,16 @@ class Solver:
         self.read_losses()
         self.last_test_iter = self.iter
         results = {}
-        for index, net in enumerate(self.test_nets):
-            scores = net.score(-(-self.params.test_iter[index] // self.comm.size))
-            scores = mean_over_ranks(self.comm, scores, f"averaging test scores at iteration {self.iter}")
+        for index, (net, one_pass) in enumerate(zip(self.test_nets, self.test_passes)):
+            if one_pass is None:
+                scores = net.score(-(-self.params.test_iter[index] // self.comm.size))
+                scores = mean_over_ranks(self.comm, scores, f"averaging test scores at iteration {self.iter}")
+            else:  # each rank's averages weigh as many records as it scored
+                what = f"averaging test scores at iteration {self.iter}"
+                rows = mean_over_ranks(self.comm, {"rows": float(one_pass.rows)}, what)["rows"]
+                scores = mean_over_ranks(self.comm, {name: value * one_pass.rows
+                                                     for name, value in one_pass.score().items()}, what)
+                scores = {name: value / rows for name, value in scores.items()}
             self.log.test(self.iter, index, self.learning_rate, scores, net.output_loss_weights)
             results[index] = scores
         if self.best is not None and self.best.update(self.iter, results):
