@@ -188,6 +188,10 @@ def test_the_run_page_shows_configs_snapshots_overlays_and_the_net(workspace):
     assert '<input type="checkbox" class="overlay" value="killed" checked> killed' in text
     assert "the run&#x27;s config/ holds no copy of its solver or net" in text
     assert text.count("disabled") == 2  # a run that is not running cannot be stopped or snapshotted
+    charts = re.findall(r'<div id="(chart-[a-z]+)" class="chart">', text)
+    assert charts == ["chart-loss", "chart-test", "chart-accuracy", "chart-other", "chart-lr"]
+    assert re.findall(r'class="log-scale" data-chart="([a-z-]+)"', text) == ["chart-loss", "chart-test"]
+    assert '<div class="chart-box" data-optional hidden><div id="chart-other"' in text  # shown once it has a curve
     assert client(workspace).get("/run", params={"run": "done", "with": "../x"}).status_code == 403
 
 

@@ -96,9 +96,7 @@ def run_page(run: str, row: dict, overlaid: list[str], others: list[str], damage
 <h2>Curves</h2>
 <ul id="damaged" class="damaged">{damaged_items(run, damaged)}</ul>
 <div id="charts" data-runs="{escape(shown)}" data-event-keys="{escape(json.dumps(sorted(EVENT_KEYS)))}">
-<div id="chart-loss" class="chart"></div>
-<div id="chart-test" class="chart"></div>
-<div id="chart-lr" class="chart"></div>
+{charts()}
 </div>
 <details{" open" if overlaid else ""}><summary>Overlay other runs</summary>
 <div class="overlays">{boxes or "no other runs"}</div>
@@ -116,6 +114,21 @@ def run_page(run: str, row: dict, overlaid: list[str], others: list[str], damage
 <h2>Snapshots</h2>
 {snapshots_table(snapshots)}
 </section>""")
+
+
+def charts() -> str:
+    """The run page's charts, which dashboard.js draws: train loss, test losses, test accuracies (and other
+    outputs in [0, 1]), other test outputs (shown once there are some), learning rate; the loss charts with a
+    log scale switch."""
+    boxes = []
+    for chart, log, optional in (("chart-loss", True, False), ("chart-test", True, False),
+                                 ("chart-accuracy", False, False), ("chart-other", False, True),
+                                 ("chart-lr", False, False)):
+        switch = (f'<label class="scale"><input type="checkbox" class="log-scale" data-chart="{chart}"> log scale'
+                  "</label>" if log else "")
+        boxes.append(f'<div class="chart-box"{" data-optional hidden" if optional else ""}>{switch}'
+                     f'<div id="{chart}" class="chart"></div></div>')
+    return "\n".join(boxes)
 
 
 def damaged_items(run: str, damaged: list[dict]) -> str:

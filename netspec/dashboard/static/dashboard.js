@@ -1,11 +1,17 @@
 // netspec dashboard: the runs list refreshes itself; a run page draws its curves with plotly.js and
 // adds each metrics line the server streams (server-sent events) without reloading; its state, buttons and
-// snapshots refresh themselves too.  The Datasets page follows its conversions' progress; a model's page
-// sends an image the person chooses to the model and shows its top classes.
+// snapshots refresh themselves too.  Test outputs are charted by kind (losses, accuracies, others), never
+// on one axis, and a loss chart can be switched to a log scale.  The Datasets page follows its conversions'
+// progress; a model's page sends an image the person chooses to the model and shows its top classes.
 "use strict";
 
 const COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
 const DASHES = ["solid", "dash", "dot", "dashdot"];
+// the run page's charts (pages.py places them) and their titles
+const CHARTS = [["chart-loss", "train loss (smoothed)"], ["chart-test", "test losses"],
+                ["chart-accuracy", "test accuracy (and outputs in [0, 1])"], ["chart-other", "other test outputs"],
+                ["chart-lr", "learning rate"]];
+const KIND_CHARTS = { loss: "chart-test", accuracy: "chart-accuracy", other: "chart-other" }; // see outputKind
 const shown = new Map(); // run -> {events, source}: the runs drawn on this page
 let eventKeys = new Set(); // keys of an event that are not net outputs
 let drawPending = false;
@@ -107,21 +113,83 @@ function scheduleDraw() {
   window.setTimeout(() => { drawPending = false; draw(); }, 250);
 }
 
+function formatNumber(value) {
+  // a value for a label: four significant digits, no trailing zeros
+  return String(Number(value.toPrecision(4)));
+}
+
+function outputKind(name, values) {
+  // the chart a test output goes on: "loss" when named so, "accuracy" when named so or when every value is in
+  // [0, 1] (error rates, precisions), else "other"; losses and fractions on one axis would flatten one another
+  const lower = name.toLowerCase();
+  if (lower.includes("loss")) return "loss";
+  if (lower.includes("accuracy")) return "accuracy";
+  const known = values.filter(Number.isFinite);
+  return known.length && known.every((value) => value >= 0 && value <= 1) ? "accuracy" : "other";
+}
+
+function yAxis(values, log) {
+  // the y axis of a chart of values (null: gaps), and a note for the chart (empty when none): a log scale when
+  // asked for and every value is above 0, else linear; a flat series on an axis of its value +- 10 % (+- 1 for
+  // 0) labelled with it, where Plotly would put it on an axis of its value +- 1
+  let low = Infinity, high = -Infinity;
+  for (const value of values) {
+    if (!Number.isFinite(value)) continue;
+    low = Math.min(low, value);
+    high = Math.max(high, value);
+  }
+  const refused = log && low <= 0;
+  const axis = { type: log && !refused ? "log" : "linear" };
+  const note = refused ? "log scale refused: values ≤ 0 (drawn linear)" : "";
+  if (low === high) {
+    const pad = low === 0 ? 1 : Math.abs(low) / 10;
+    axis.tickvals = [low - pad, low, low + pad];
+    axis.ticktext = axis.tickvals.map(formatNumber);
+    axis.range = axis.type === "log" ? [Math.log10(low - pad), Math.log10(low + pad)] : [low - pad, low + pad];
+  }
+  return { axis, note };
+}
+
 function line(name, events, key, colour, dash, markers) {
   const kept = events.filter((event) => key in event);
-  return { type: "scatter", mode: markers ? "lines+markers" : "lines", name,
-           x: kept.map((event) => event.iter), y: kept.map((event) => event[key]),
-           line: { color: colour, dash } };
+  const y = kept.map((event) => event[key]);
+  const trace = { type: "scatter", mode: markers ? "lines+markers" : "lines", name,
+                  x: kept.map((event) => event.iter), y, line: { color: colour, dash } };
+  if (y.filter(Number.isFinite).length === 1) { // a line through one point draws nothing: a dot, and its value
+    const text = y.map((value) => (Number.isFinite(value) ? formatNumber(value) : ""));
+    Object.assign(trace, { mode: "markers+text", text, textposition: "top center", cliponaxis: false,
+                           marker: { color: colour, size: 8 } });
+  }
+  return trace;
+}
+
+function logScale(chart) {
+  // whether chart's log scale switch (a loss chart's) is on
+  const toggle = document.querySelector(`input.log-scale[data-chart="${chart}"]`);
+  return toggle !== null && toggle.checked;
+}
+
+function drawChart(chart, title, traces) {
+  const element = document.getElementById(chart);
+  const box = element.parentElement;
+  if ("optional" in box.dataset) box.hidden = !traces.length; // shown once it has something to show
+  if (box.hidden) return;
+  const { axis, note } = yAxis(traces.flatMap((trace) => trace.y), logScale(chart));
+  const notes = note ? [{ text: note, xref: "paper", yref: "paper", x: 1, y: 1, xanchor: "right", yanchor: "bottom",
+                          showarrow: false, font: { color: "#c92a2a" } }] : [];
+  Plotly.react(element, traces, { title: { text: title, x: 0 }, margin: { t: 40, r: 20, b: 40, l: 60 },
+                                  xaxis: { title: { text: "iteration" } }, yaxis: axis, annotations: notes,
+                                  showlegend: true }, { responsive: true });
 }
 
 function draw() {
-  const loss = [], tests = [], rates = [];
+  const charts = new Map(CHARTS.map(([chart]) => [chart, []]));
   let index = 0;
   for (const [run, { events }] of shown) {
     const colour = COLOURS[index++ % COLOURS.length];
     const train = events.filter((event) => event.phase === "TRAIN");
-    loss.push(line(`${run}: loss`, train, "smoothed_loss", colour, "solid", false));
-    rates.push(line(run, train, "lr", colour, "solid", false));
+    charts.get("chart-loss").push(line(`${run}: loss`, train, "smoothed_loss", colour, "solid", false));
+    charts.get("chart-lr").push(line(run, train, "lr", colour, "solid", false));
     const tested = events.filter((event) => event.phase === "TEST");
     const series = new Set();
     for (const event of tested) {
@@ -132,14 +200,39 @@ function draw() {
       const [net, key] = name.split("\t");
       const label = `${run}: ${key}` + (net === "0" ? "" : ` (test net ${net})`);
       const ofNet = tested.filter((event) => String(event.test_net) === net);
-      tests.push(line(label, ofNet, key, colour, DASHES[dash++ % DASHES.length], true));
+      const trace = line(label, ofNet, key, colour, DASHES[dash++ % DASHES.length], true);
+      charts.get(KIND_CHARTS[outputKind(key, trace.y)]).push(trace);
     }
   }
-  const layout = (title) => ({ title: { text: title, x: 0 }, margin: { t: 40, r: 20, b: 40, l: 60 },
-                               xaxis: { title: { text: "iteration" } }, showlegend: true });
-  Plotly.react("chart-loss", loss, layout("train loss (smoothed)"), { responsive: true });
-  Plotly.react("chart-test", tests, layout("test outputs"), { responsive: true });
-  Plotly.react("chart-lr", rates, layout("learning rate"), { responsive: true });
+  for (const [chart, title] of CHARTS) drawChart(chart, title, charts.get(chart));
+}
+
+function remembered(key) {
+  try {
+    return window.localStorage.getItem(key);
+  } catch (error) {
+    return null; // (storage refused: a private window, say)
+  }
+}
+
+function remember(key, value) {
+  try {
+    window.localStorage.setItem(key, value);
+  } catch (error) {
+    // not kept: the switch holds for this page only
+  }
+}
+
+function followScaleSwitches() {
+  // each loss chart's log scale switch, as this browser last left it
+  for (const toggle of document.querySelectorAll("input.log-scale")) {
+    const key = `netspec-dashboard:log-scale:${toggle.dataset.chart}`;
+    toggle.checked = remembered(key) === "1";
+    toggle.addEventListener("change", () => {
+      remember(key, toggle.checked ? "1" : "0");
+      draw();
+    });
+  }
 }
 
 function rememberOverlays(page) {
@@ -163,6 +256,7 @@ async function act(button) {
 
 function startRunPage(charts) {
   eventKeys = new Set(JSON.parse(charts.dataset.eventKeys));
+  followScaleSwitches();
   const [page, ...overlaid] = JSON.parse(charts.dataset.runs);
   addRun(page, true);
   for (const run of overlaid) addRun(run, false);
@@ -260,7 +354,8 @@ async function predict(form) {
   try {
     const response = await fetch(`api/models/predict?ref=${encodeURIComponent(form.dataset.ref)}` +
                                  `&name=${encodeURIComponent(file.name)}`,
-                                 { method: "POST", body: file, headers: { "content-type": "application/octet-stream" } });
+                                 { method: "POST", body: file,
+                                   headers: { "content-type": "application/octet-stream" } });
     answer = response.headers.get("content-type").startsWith("application/json")
       ? await response.json() : { error: await response.text() };
   } catch (error) {
