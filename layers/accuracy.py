@@ -33,8 +33,10 @@ class Accuracy(Layer):
     right, as in Caffe (no score is ``>=`` NaN).  Bottoms: scores (N, K, ...)
     with classes on ``axis``, labels (one per position).  Tops: the accuracy
     (a scalar; 0 when every label is ignored) and optionally per-class
-    accuracies (K,; 0 for a class no label names).  No gradient; usually
-    TEST only.
+    accuracies (K,; 0 for a class no label names).  With that second top the
+    layer also keeps the batch's ``class_hits`` and ``class_counts`` (K,), so
+    that a test pass can give each class's accuracy over all its records
+    (training's metrics do).  No gradient; usually TEST only.
 
     Example::
 
@@ -77,9 +79,9 @@ class Accuracy(Layer):
         top[0].data[...] = correct.sum() / xp.maximum(valid.sum(), 1)  # (on the device: no wait for it)
         if len(top) > 1:
             labelled = (safe == xp.arange(classes).reshape(1, classes, 1)) & valid  # (one-hot: sizes never read)
-            counts = labelled.sum(axis=(0, 2))
-            hits = (labelled & correct).sum(axis=(0, 2))
-            top[1].data[...] = xp.where(counts > 0, hits / xp.maximum(counts, 1), 0)
+            self.class_counts = labelled.sum(axis=(0, 2))
+            self.class_hits = (labelled & correct).sum(axis=(0, 2))
+            top[1].data[...] = xp.where(self.class_counts > 0, self.class_hits / xp.maximum(self.class_counts, 1), 0)
 
     def backward(self, top, propagate_down, bottom):
         pass

@@ -147,13 +147,14 @@ class TrainingLog:
                      "images_per_s": images_per_s, **extra, **outputs})
 
     def test(self, iteration: int, net_index: int, lr: float, results: dict[str, float],
-             loss_weights: dict[str, float]) -> None:
-        """A test event: each output of test net ``net_index`` averaged over its batches."""
+             loss_weights: dict[str, float], per_class: dict[str, list[float | None]] | None = None) -> None:
+        """A test event: each output of test net ``net_index`` averaged over its batches, and ``per_class``
+        accuracies where the net has them (:mod:`netspec.training.per_class`)."""
         label = "test" if net_index == 0 else f"test net {net_index}"
         self.message(f"{self.where(iteration)}: {label}: "
                      f"{format_outputs(results, loss_weights) or 'no scalar outputs'}")
         self.record({**self._event(iteration, "TEST", lr), **({"test_net": net_index} if net_index else {}),
-                     **results})
+                     **results, **({"per_class": per_class} if per_class else {})})
 
     def blob_magnitudes(self, iteration: int, magnitudes: list[tuple[str, float, float]]) -> None:
         """``--debug-info``: mean |data| and |diff| of every blob after forward and backward."""

@@ -64,7 +64,8 @@ TRAIN_LOG = "train.log"
 OUTCOMES = ("finished", "stopped", "diverged", "failed")
 PROC_LOCKS = "/proc/locks"  # Linux's table of the locks held, with their holders
 # keys of an event that are not outputs of a net
-EVENT_KEYS = {"iter", "epoch", "phase", "lr", "test_net", "smoothed_loss", "images_per_s", "communication_ms"}
+EVENT_KEYS = {"iter", "epoch", "phase", "lr", "test_net", "smoothed_loss", "images_per_s", "communication_ms",
+              "per_class"}
 
 
 def folder_of(prefix: str) -> str:

@@ -43,6 +43,7 @@ from netspec.training import checkpoint, run_folder
 from netspec.training.distributed import GradientExchange, agreed_seed, mean_over_ranks, share_weights
 from netspec.training.log import TrainingLog, format_value
 from netspec.training.optimizer import Optimizer
+from netspec.training.per_class import PerClassAccuracy
 from netspec.training.watch import unwatchable_outputs, watches
 
 READ_EVERY = 100  # on a GPU, iterations between reads of the loss when nothing is displayed
@@ -383,17 +384,20 @@ class Solver:
         self.read_losses()
         self.last_test_iter = self.iter
         results = {}
+        what = f"averaging test scores at iteration {self.iter}"
         for index, (net, one_pass) in enumerate(zip(self.test_nets, self.test_passes)):
+            per_class = PerClassAccuracy(net)
+            counted = per_class.add if per_class else None
             if one_pass is None:
-                scores = net.score(-(-self.params.test_iter[index] // self.comm.size))
-                scores = mean_over_ranks(self.comm, scores, f"averaging test scores at iteration {self.iter}")
+                scores = net.score(-(-self.params.test_iter[index] // self.comm.size), counted)
+                scores = mean_over_ranks(self.comm, scores, what)
             else:  # each rank's averages weigh as many records as it scored
-                what = f"averaging test scores at iteration {self.iter}"
                 rows = mean_over_ranks(self.comm, {"rows": float(one_pass.rows)}, what)["rows"]
                 scores = mean_over_ranks(self.comm, {name: value * one_pass.rows
-                                                     for name, value in one_pass.score().items()}, what)
+                                                     for name, value in one_pass.score(counted).items()}, what)
                 scores = {name: value / rows for name, value in scores.items()}
-            self.log.test(self.iter, index, self.learning_rate, scores, net.output_loss_weights)
+            self.log.test(self.iter, index, self.learning_rate, scores, net.output_loss_weights,
+                          per_class.figures(net, self.comm, what) if per_class else None)
             results[index] = scores
         if self.best is not None and self.best.update(self.iter, results):
             if self.comm.rank == 0:
