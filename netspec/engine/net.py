@@ -345,15 +345,15 @@ class Net:
         on_onednn = {index for index in groups if getattr(self.layers[index], "fast", None) is not None}
         folded = [groups[index] for index in groups if index not in on_onednn and "+" in groups[index]]  # (NumPy/CuPy)
         library = "CuPy" if self.backend.is_gpu else "NumPy"
-        fused = f"; {library} runs {', '.join(folded)} as one" if folded else ""
+        fused = f"; {library} runs {_listed(folded)} as one" if folded else ""
         lib = None if self.backend.is_gpu else onednn.library()
         if lib is None:
             return (library if self.backend.is_gpu else f"NumPy (oneDNN off: {onednn.why_unavailable()})") + fused
         fast = [groups[index] for index in sorted(on_onednn)]
         refused = [f"{layer.name}: {layer.onednn_refused}" for layer in self.layers
                    if getattr(layer, "onednn_refused", None) and getattr(layer, "fast", None) is None]
-        return (f"oneDNN {lib.version} for {', '.join(fast) or 'no layer'}; NumPy for the rest"
-                + (f" (oneDNN refused {'; '.join(refused)})" if refused else "") + fused)
+        return (f"oneDNN {lib.version} for {_listed(fast, of='layers') or 'no layer'}; NumPy for the rest"
+                + (f" (oneDNN refused {_listed(refused, '; ')})" if refused else "") + fused)
 
     def first_non_finite_param(self) -> tuple[str, int] | None:
         """``(layer, blob index)`` of the first learnable blob holding a NaN or an infinity, if any."""
@@ -480,6 +480,18 @@ class Net:
         raising.
         """
         return weights.load_weights(self, path, strict)
+
+
+LISTED = 8  # names a line lists in full; of more, the first LISTED - 2 and how many others
+
+
+def _listed(names: list[str], separator: str = ", ", of: str = "") -> str:
+    """``names`` joined, or for many of them the first few and a count: ``a, b, ... and 42 more`` (preceded by
+    ``48 OF: `` when ``of`` names what they are)."""
+    if len(names) <= LISTED:
+        return separator.join(names)
+    shown = separator.join(names[:LISTED - 2]) + f" and {len(names) - LISTED + 2} more"
+    return f"{len(names)} {of}: {shown}" if of else shown
 
 
 def compile_net(spec: NetSpec, phase: str | None = None, stages=None, level: int | None = None,
