@@ -391,3 +391,44 @@ def test_the_report_counts_every_record_scored_and_agrees_with_the_accuracy(digi
     deploy = run("test", ROOT / "configs" / "digits" / "digits_deploy.yaml", "--weights", weights, "--report")
     assert (deploy.returncode, deploy.stderr.strip()) == (1, "error: net 'DigitsNet' has no Accuracy or "
                                                              "SoftmaxWithLoss layer to report on")
+
+
+def test_the_report_draws_its_confusion_matrix_into_a_png(digits, tmp_path):
+    from PIL import Image
+
+    from netspec.inspect.confusion import Confusion
+
+    assert run("train", digits / "solver.yaml", "--out", tmp_path / "run", "--max-iter", 20).returncode == 0
+    weights, out = tmp_path / "run" / "digits_iter_20.weights.h5", tmp_path / "plots" / "confusion.png"
+    result = run("test", digits / "digits_net.yaml", "--weights", weights, "--report", "-o", out, "--json")
+    assert result.returncode == 0, result.stderr
+    assert f"wrote {out} (the 10 x 10 confusion matrix)" in result.stdout.splitlines()
+    assert "class   records  precision  recall (accuracy)" in result.stdout.splitlines()
+    report = json.loads(result.stdout.splitlines()[-1])["report"]  # (the JSON line still ends the output)
+    drawn = Confusion.of(report["classes"], report["confusion"]).picture("DigitsNet").image
+    with Image.open(out) as image:  # the picture of the very matrix the report counted, title and all
+        assert image.format == "PNG" and np.array_equal(np.asarray(image), np.asarray(drawn))
+    target = tmp_path / "kept.txt"
+    target.write_text("kept")
+    (tmp_path / "link.png").symlink_to(target)
+    linked = run("test", digits / "digits_net.yaml", "--weights", weights, "--report", "-o", tmp_path / "link.png")
+    assert linked.returncode == 0 and target.read_text() == "kept" and not (tmp_path / "link.png").is_symlink()
+
+
+def test_a_confusion_png_without_report_or_of_another_kind_is_refused(digits, tmp_path):
+    weights = tmp_path / "none.weights.h5"  # (refused before any weights are read)
+    alone = run("test", digits / "digits_net.yaml", "--weights", weights, "-o", tmp_path / "c.png")
+    assert alone.returncode == 2 and alone.stderr.splitlines()[-1] == (
+        "Error: -o draws the confusion matrix of --report: add --report")
+    jpeg = run("test", digits / "digits_net.yaml", "--weights", weights, "--report", "--out", tmp_path / "c.jpg")
+    assert (jpeg.returncode, jpeg.stderr) == (1, f"error: {tmp_path / 'c.jpg'}: the confusion matrix is drawn as "
+                                                 "PNG: give a .png file\n")
+    assert run("train", digits / "solver.yaml", "--out", tmp_path / "run", "--max-iter", 2).returncode == 0
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "c.png"
+    unwritable = run("test", digits / "digits_net.yaml", "--weights", tmp_path / "run" / "digits_iter_2.weights.h5",
+                     "--report", "-o", out)
+    assert unwritable.returncode == 1 and "confusion (rows: labels, columns: predictions):" in unwritable.stdout
+    assert re.fullmatch(f"error: {re.escape(str(out))}: cannot write: [^\n]+\n", unwritable.stderr), \
+        unwritable.stderr
+    assert not list(tmp_path.glob("**/*.png"))

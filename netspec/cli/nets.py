@@ -31,7 +31,7 @@ from netspec.engine.one_pass import OnePass
 from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_class, layer_schemas, layer_types, solver_class, solver_types
 from netspec.errors import ConfigError, NetspecError
-from netspec.inspect.confusion import Confusion
+from netspec.inspect.confusion import Confusion, check_png
 from netspec.inspect.drawing import draw as draw_graph
 from netspec.inspect.report import first_line, format_table, layer_doc, net_summary, solver_doc
 from netspec.inspect.timing import time_net
@@ -211,11 +211,19 @@ DEFAULT_TEST_BATCHES = 50  # netspec test on a net whose data layer cannot tell 
 @level_option
 @click.option("--device", default="cpu", show_default=True, help="cpu, gpu or gpu:N")
 @click.option("--json", "as_json", is_flag=True, help="end with one JSON line holding every figure")
-@click.option("--report", is_flag=True, help="also each class's precision and recall, and the confusion matrix")
+@click.option("--report", is_flag=True,
+              help="also each class's precision and recall (its accuracy), and the confusion matrix")
+@click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
+              help="with --report: also draw the confusion matrix into this PNG")
 @outputs_anywhere_option
 @user_errors
-def test_command(net_file, weights, iterations, phase, stages, level, device, as_json, report, outputs_anywhere):
+def test_command(net_file, weights, iterations, phase, stages, level, device, as_json, report, out,
+                 outputs_anywhere):
     """Score trained WEIGHTS on NET_FILE: each output averaged over one pass of its dataset (or N batches)."""
+    if out is not None and not report:
+        raise click.UsageError("-o draws the confusion matrix of --report: add --report")
+    if out is not None:
+        check_png(out)
     # (a report reads the scores after each pass, so no blob may reuse their memory)
     load = functools.partial(load_net, net_file, phase=phase.upper(), device=device, stages=stages or None,
                              level=level, output_folder=OutputFolder(anywhere=outputs_anywhere), inference=True,
@@ -226,6 +234,8 @@ def test_command(net_file, weights, iterations, phase, stages, level, device, as
         net.load_weights(weights)
         records = net.record_count()
         confusion = Confusion(net) if report else None
+        if out is not None:
+            check_png(out, confusion.classes)
         after_each = confusion.add if confusion else None
         if iterations is None and records:
             one_pass = OnePass(net, lambda batch: load(batch_size=batch))
@@ -250,6 +260,9 @@ def test_command(net_file, weights, iterations, phase, stages, level, device, as
                or "the net has no one-element outputs to average")
     if confusion is not None:
         click.echo(confusion.text())
+    if out is not None:
+        confusion.write_png(out, net.name)
+        click.echo(f"wrote {out} (the {confusion.classes} x {confusion.classes} confusion matrix)")
     if as_json:
         click.echo(json.dumps({"net": net.name, "weights": weights, "iterations": iterations,
                                "batch_size": net.batch_size, "records": one_pass.rows if one_pass else None,
