@@ -42,11 +42,23 @@ def test_svg_goes_through_dot_or_says_what_to_install(tmp_path, monkeypatch):
     assert missing.returncode == 1 and missing.stderr.strip() == (
         f"error: {tmp_path}/net.svg: drawing svg needs Graphviz: install its dot program or python3 -m pip install "
         "'netspec[draw]', or write a .dot file")
-    fake = tmp_path / "dot"  # stands in for Graphviz: copies its input to the -o file
-    fake.write_text(f"#!{sys.executable}\nimport sys\nopen(sys.argv[3], 'w').write(sys.stdin.read())\n")
+    fake = tmp_path / "dot"  # stands in for Graphviz: copies its input to its output
+    fake.write_text(f"#!{sys.executable}\nimport sys\nsys.stdout.write(sys.stdin.read())\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     result = run("draw", GOOGLENET, "-o", tmp_path / "net.svg")
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "net.svg").read_text().startswith('digraph "GoogleNet"')
     assert "choose a .dot, .svg or .png file" in run("draw", GOOGLENET, "-o", tmp_path / "net.pdf").stderr
     assert os.path.exists(fake)
+
+
+def test_a_drawing_replaces_a_link_and_a_failed_write_is_one_line(tmp_path):
+    target = tmp_path / "precious.txt"
+    target.write_text("keep\n")
+    (tmp_path / "net.png").symlink_to(target)
+    result = run("draw", ROOT / "configs" / "lenet" / "lenet_deploy.yaml", "-o", tmp_path / "net.png")
+    assert result.returncode == 0, result.stderr
+    assert target.read_text() == "keep\n" and not (tmp_path / "net.png").is_symlink()
+    assert (tmp_path / "net.png").read_bytes().startswith(b"\x89PNG")
+    failed = run("draw", GOOGLENET, "-o", target / "net.dot")  # (a file where a folder would be)
+    assert (failed.returncode, failed.stderr) == (1, f"error: {target}/net.dot: cannot write: File exists\n")

@@ -57,7 +57,8 @@ def write_error(path: str, exc: Exception) -> DataError:
     while not os.path.exists(folder):
         folder = os.path.dirname(folder)
     code = getattr(exc, "errno", None) or _hdf5_errno(exc)
-    if code == errno.ENOSPC or os.statvfs(folder).f_bavail == 0:
+    space = os.statvfs(folder)
+    if code == errno.ENOSPC or (space.f_blocks and not space.f_bavail):  # (a pseudo file system has no blocks)
         reason = "the disk is full"
     else:
         reason = os.strerror(code) if code else one_line(exc)

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 
 from netspec.atomic import write_bytes
+from netspec.data.files import writing
 from netspec.errors import NetspecError
 from netspec.graph.graph import Graph
 from netspec.inspect.report import human_count
@@ -51,29 +52,31 @@ def to_dot(graph: Graph, rankdir: str = "TB") -> str:
 
 
 def draw(graph: Graph, out: str, rankdir: str = "TB") -> None:
-    """Write ``out`` as .dot, or as .svg/.png through Graphviz's ``dot``."""
+    """Write ``out`` as .dot, or as .svg/.png through Graphviz's ``dot``: rendered in memory, then written
+    atomically (never through a link; a failed write is one error naming the file)."""
     extension = os.path.splitext(out)[1].lower()
     if extension not in FORMATS:
         raise NetspecError(f"{out}: choose a .dot, .svg or .png file")
     text = to_dot(graph, rankdir)
     if extension == ".dot":
-        write_bytes(out, text.encode("utf-8"))
-        return
-    program = shutil.which("dot")
-    if program is None:
-        _draw_with_pygraphviz(text, out, extension[1:])
-        return
-    result = subprocess.run([program, f"-T{extension[1:]}", "-o", out], input=text, text=True,
-                            capture_output=True, check=False)
-    if result.returncode:
-        raise NetspecError(f"{out}: dot failed: {result.stderr.strip()}")
+        drawn = text.encode("utf-8")
+    elif (program := shutil.which("dot")) is None:
+        drawn = _draw_with_pygraphviz(text, out, extension[1:])
+    else:
+        result = subprocess.run([program, f"-T{extension[1:]}"], input=text.encode("utf-8"), capture_output=True,
+                                check=False)
+        if result.returncode:
+            raise NetspecError(f"{out}: dot failed: {result.stderr.decode('utf-8', 'replace').strip()}")
+        drawn = result.stdout
+    with writing(out):
+        write_bytes(out, drawn)
 
 
-def _draw_with_pygraphviz(text: str, out: str, fmt: str) -> None:
+def _draw_with_pygraphviz(text: str, out: str, fmt: str) -> bytes:
     """Lay out and render with pygraphviz (which carries Graphviz) when no ``dot`` program is installed."""
     try:
         import pygraphviz
     except ImportError:
         raise NetspecError(f"{out}: drawing {fmt} needs Graphviz: install its dot program or "
                            "python3 -m pip install 'netspec[draw]', or write a .dot file") from None
-    pygraphviz.AGraph(string=text).draw(out, format=fmt, prog="dot")
+    return pygraphviz.AGraph(string=text).draw(format=fmt, prog="dot")
