@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -45,6 +46,13 @@ class InputSpec:
     mean_value: list[float] = doc([], "per-channel mean to subtract")
     mean_file: str | None = doc(None, "file of the model holding a per-pixel mean (.npy, C x H x W)")
     label_names: list[str] = doc([], "the name of each output class, by index")
+    resize: list[int] | None = doc(None, "[H, W] of the images its TEST phase read (the dataset's records, as "
+                                         "netspec convert --resize made them): inputs are resized to it first; "
+                                         "none (older cards): inputs are resized straight to the shape's H x W")
+    keep_aspect: bool = doc(False, "with resize: scale the short side to fit and crop about the centre (netspec "
+                                   "convert --keep-aspect) instead of stretching")
+    crop_size: int = doc(0, "with resize: the TEST phase's transform_param.crop_size, the centre square taken from "
+                            "the resized image (0: none)")
 
 
 @dataclass
@@ -99,6 +107,9 @@ class ModelCard:
     train_net: str | None = doc(None, "the net it was trained with (a file of the model)")
     solver: str | None = doc(None, "the solver it was trained with (a file of the model)")
     metrics: dict[str, float] = doc({}, "results of the last test pass of training")
+    per_class: dict[str, list[float | None]] = doc(
+        {}, "each class's accuracy in that test pass (its hits over its records; null: the pass held none of it), "
+            "by class index (as input.label_names), under the name of the Accuracy top that gave it")
     provenance: Provenance = field(default_factory=Provenance)
     files: list[ModelFile] = doc([], "every file of the model except the card, with size and sha256")
 
@@ -111,6 +122,27 @@ class ModelCard:
         """The files the card points to (all must be in ``files``)."""
         names = [self.deploy_net, self.weights, self.train_net, self.solver, self.input.mean_file]
         return [n for n in names if n]
+
+
+def per_class_figures(value) -> dict[str, list[float | None]]:
+    """The per-class accuracies in ``value``, the ``per_class`` of a metrics.jsonl test event (written by another
+    program, perhaps): each top's list, a finite number kept, anything else in it None; a top of no list left out."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(top): [finite_number(number) for number in figures] for top, figures in value.items()
+            if isinstance(figures, list)}
+
+
+def finite_number(value) -> float | None:
+    """``value`` as a float when it is a finite number (of JSON written by another program, perhaps), else None
+    (text, NaN, an infinity, an integer past any float)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # (an integer past any float)
+        return None
+    return number if math.isfinite(number) else None
 
 
 def file_digest(path: str, digest) -> str:
@@ -151,6 +183,27 @@ def input_shape_problem(shape: list[int]) -> str | None:
     return None
 
 
+def resize_problem(spec: InputSpec) -> tuple[str, str] | None:
+    """``(key, what is wrong)`` when resize, keep_aspect and crop_size do not make an input of the shape, or None."""
+    size, crop = spec.resize, spec.crop_size
+    if size is None:
+        for key in ("crop_size", "keep_aspect"):
+            if getattr(spec, key):
+                return key, "needs resize (the size of the images it is cropped from)"
+        return None
+    if len(size) != 2 or any(d <= 0 for d in size) or size[0] * size[1] > MAX_INPUT_PIXELS:
+        return "resize", f"must be [H, W] of positive sizes, got {shown(size)}"
+    shape = "x".join(map(str, spec.shape[1:]))
+    if not crop:
+        return None if size == spec.shape[1:] else ("resize", f"{shown(size)} is not the input's {shape}: give the "
+                                                              "crop_size that made it")
+    if crop < 0 or crop > min(size):
+        return "crop_size", f"a centre crop of {crop} does not fit in images of {size[0]}x{size[1]}"
+    if spec.shape[1:] != [crop, crop]:
+        return "crop_size", f"a centre crop of {crop} makes {crop}x{crop} images, the input is {shape}"
+    return None
+
+
 def parse_card(text: str, where: str) -> ModelCard:
     """A card from YAML text (safe loading), validated; ConfigError with ``where``:line otherwise."""
     tree = load_yaml(text, where)
@@ -185,8 +238,9 @@ def parse_card(text: str, where: str) -> ModelCard:
         if name not in listed:
             bad("files", f"'{name}' is named by the card but not listed in files")
     shape_problem = input_shape_problem(card.input.shape)
-    if shape_problem:
-        bad("input.shape", shape_problem)
+    input_problem = ("shape", shape_problem) if shape_problem else resize_problem(card.input)
+    if input_problem:
+        bad(f"input.{input_problem[0]}", input_problem[1])
     if problems:
         raise ConfigError(problems)
     return card
@@ -217,7 +271,10 @@ def readme(card: ModelCard) -> str:
     shape = "x".join(map(str, card.input.shape))
     lines += [f"- input: {shape} ({card.input.channels}), scale {card.input.scale:g}"
               + (f", mean {card.input.mean_value}" if card.input.mean_value else "")
-              + (f", mean file {card.input.mean_file}" if card.input.mean_file else "")]
+              + (f", mean file {card.input.mean_file}" if card.input.mean_file else "")
+              + (f", from images resized to {'x'.join(map(str, card.input.resize))}" if card.input.resize else "")
+              + (" keeping their aspect" if card.input.keep_aspect else "")
+              + (f", centre crop {card.input.crop_size}" if card.input.crop_size else "")]
     if card.input.label_names:
         lines.append(f"- classes ({len(card.input.label_names)}): {', '.join(card.input.label_names)}")
     if card.metrics:

@@ -1,10 +1,15 @@
 """Using a published model: ``netspec.model_zoo.load`` and ``netspec predict``.
 
-Inputs are prepared as the card says, with the same code as training's
-transform_param: images are decoded (RGB or grey) and resized to its H x W,
-swapped to BGR for a BGR card, then ``(x - mean) * scale``.  A ``.npy`` input
-holds raw pixel values as decoding would give them (C x H x W, or
-N x C x H x W, RGB for colour) and gets the same treatment.
+Inputs are prepared as the TEST phase of training prepared its data: images
+are decoded (RGB or grey) and resized as ``netspec convert`` resized the
+training images (to the card's ``resize``, stretched or ``keep_aspect``), then
+go through the TEST phase of transform_param with the data layers' own code
+(:class:`~netspec.data.transform.Transformer`): the centre ``crop_size``
+square, swapped to BGR for a BGR card, ``(x - mean) * scale``.  A card without
+``resize`` (published before it was recorded) has images resized straight to
+its input's H x W, and the note on resized inputs says so.  A ``.npy`` input
+holds raw pixel values as decoding and resizing would give them (C x H x W, or
+N x C x H x W, RGB for colour) and gets the same transform.
 """
 
 from __future__ import annotations
@@ -143,13 +148,19 @@ class Model:
                 for i in numpy.argsort(-row, kind="stable")[:top_k]]
 
 
+def image_shape(card: ModelCard) -> tuple[int, int, int]:
+    """(C, H, W) of an image before the card's transform: the size its TEST phase read, else its input's."""
+    spec = card.input
+    return (spec.shape[0], *spec.resize) if spec.resize else tuple(spec.shape)
+
+
 def transformer(card: ModelCard, folder: str) -> Transformer:
-    """The card's preprocessing as a Transformer (the same code that prepared the training data)."""
+    """The card's TEST-phase transform_param as a Transformer (the code that prepared the validation data)."""
     spec = card.input
     mean_file = os.path.join(folder, spec.mean_file) if spec.mean_file else None
     order = "BGR" if spec.channels == "BGR" else "RGB"
     return Transformer(TransformParams(scale=spec.scale, mean_value=list(spec.mean_value), mean_file=mean_file,
-                                       channel_order=order), "TEST", tuple(spec.shape))
+                                       crop_size=spec.crop_size, channel_order=order), "TEST", image_shape(card))
 
 
 class Adjustments:
@@ -161,24 +172,32 @@ class Adjustments:
         self.converted: list[str] = []
 
     def __str__(self) -> str:
-        shape, channels = self.card.input.shape, self.card.input.channels
+        spec = self.card.input
+        height, width = image_shape(self.card)[1:]
         changes = []
         if self.resized:
             name, size = self.resized[0]
-            changes.append(f"resized {len(self.resized)} input(s) to {shape[1]}x{shape[2]} ({name} was "
-                           f"{size[0]}x{size[1]})")
+            was = f"{name} was {size[0]}x{size[1]}"
+            how = (f"{' keeping their aspect' if spec.keep_aspect else ''}, like its training images ({was})"
+                   if spec.resize else f" ({was}; the card does not say how its training images were resized or "
+                                       "cropped)")
+            changes.append(f"resized {len(self.resized)} input(s) {'' if spec.resize else 'straight '}to "
+                           f"{height}x{width}{how}")
         if self.converted:
-            kind = "colour to grey" if shape[0] == 1 else "grey to colour"
+            kind = "colour to grey" if spec.shape[0] == 1 else "grey to colour"
             changes.append(f"converted {len(self.converted)} from {kind} ({self.converted[0]})")
-        return f"note: {' and '.join(changes)}: the model takes {'x'.join(map(str, shape))} {channels} images"
+        crop = " (a centre crop)" if spec.crop_size else ""
+        return (f"note: {' and '.join(changes)}: the model takes {'x'.join(map(str, spec.shape))} {spec.channels} "
+                f"images{crop}")
 
     def __bool__(self) -> bool:
         return bool(self.resized or self.converted)
 
 
 def check_array(array: numpy.ndarray, name: str, card: ModelCard) -> list[tuple[str, numpy.ndarray]]:
-    """``(name, row)`` for a raw C x H x W array or each row of an N x C x H x W one, of the card's shape."""
-    shape = tuple(card.input.shape)
+    """``(name, row)`` for a raw C x H x W array or each row of an N x C x H x W one, of the card's
+    :func:`image_shape`."""
+    shape = image_shape(card)
     rows = [array] if array.ndim == 3 else list(array) if array.ndim == 4 else None
     if rows is None or any(row.shape != shape for row in rows):
         raise DataError(f"{name}: holds an array of shape {list(array.shape)}; the model takes "
@@ -193,7 +212,7 @@ def read_inputs(paths: list[str], card: ModelCard,
     """``(name, raw C x H x W array)`` for every image file or every row of every .npy, and what was adjusted.
 
     Images of another size are resized, and colour ones made grey (or grey
-    ones colour) to fit the card; ``str(adjustments)`` says so in one line.
+    ones colour), as the card says (:func:`image_input`); ``str(adjustments)`` says so in one line.
     """
     adjustments = Adjustments(card) if adjustments is None else adjustments
     inputs = []
@@ -211,16 +230,17 @@ def read_inputs(paths: list[str], card: ModelCard,
 
 
 def image_input(data: bytes, name: str, card: ModelCard, adjustments: Adjustments) -> tuple[str, numpy.ndarray]:
-    """``(name, raw C x H x W array)`` of the image file bytes ``data``, resized and made grey or colour to fit
-    the card (noted in ``adjustments``); DataError naming ``name`` when they are not an image."""
-    shape = tuple(card.input.shape)
+    """``(name, raw C x H x W array)`` of the image file bytes ``data``, made grey or colour and resized to the
+    card's :func:`image_shape` as ``netspec convert`` resized the training images (noted in ``adjustments``);
+    DataError naming ``name`` when they are not an image."""
+    shape = image_shape(card)
     image = decode_image(data, name)
     if image.shape[0] != shape[0]:
         adjustments.converted.append(name)
         image = decode_image(data, name, channels=shape[0])
     if image.shape[1:] != shape[1:]:
         adjustments.resized.append((name, image.shape[1:]))
-        image = resized(image, shape[1:])
+        image = resized(image, shape[1:], card.input.keep_aspect)
     return name, image
 
 

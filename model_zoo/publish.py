@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import shutil
@@ -13,7 +14,7 @@ from netspec.data.dataset import read_manifest
 from netspec.engine.deploy import deploy_net_yaml, derive_deploy_net
 from netspec.engine.net import Net, compile_net
 from netspec.engine.outputs import OutputFolder, check_sandbox
-from netspec.engine.registry import layer_schemas
+from netspec.engine.registry import layer_class, layer_schemas
 from netspec.errors import NetspecError
 from netspec.graph.compiler import included
 from netspec.model_zoo.card import (
@@ -28,6 +29,8 @@ from netspec.model_zoo.card import (
     check_version,
     file_sha256,
     input_shape_problem,
+    per_class_figures,
+    resize_problem,
 )
 from netspec.model_zoo.predict import scores_blob
 from netspec.model_zoo.zoo import Zoo, ZooError, write_readme
@@ -78,17 +81,21 @@ def deploy_input(net) -> tuple[str, tuple[int, ...]]:
     return name, shape
 
 
-def train_data_layer(sources: dict):
-    """The TRAIN data layer spec of the run's solver (re-read from where training found it), or None."""
+def data_layers(sources: dict) -> tuple:
+    """The data layer specs of the run's solver (re-read from where training found it): the train net's in
+    TRAIN, and the one its TEST phase read (test net 0's, whose scores the card keeps); None where there is none."""
     from netspec.engine.registry import layer_schemas, solver_types
     from netspec.spec.solver_spec import parse_solver
 
     solver_file = sources.get("solver")
     if not solver_file or not os.path.isfile(solver_file):
-        return None
+        return None, None
     spec = parse_solver(solver_file, layer_schemas(), list(solver_types()))
-    state = NetState(phase="TRAIN")
-    return next((layer for layer in spec.train_net.layers if not layer.bottoms and included(layer, state)), None)
+    found = []
+    for net, phase in ((spec.train_net, "TRAIN"), (spec.test_nets[0] if spec.test_nets else spec.train_net, "TEST")):
+        state = NetState(phase=phase)
+        found.append(next((layer for layer in net.layers if not layer.bottoms and included(layer, state)), None))
+    return tuple(found)
 
 
 def dataset_sha256(layer) -> str | None:
@@ -110,16 +117,39 @@ def dataset_label_names(layer) -> list[str]:
     return [str(name) for name in read_manifest(source).get("label_names") or []]
 
 
-def last_test_metrics(run_dir: str) -> dict[str, float]:
-    """The outputs of the run's last test pass of test net 0."""
+def image_size(layer, shape: tuple[int, ...]) -> dict:
+    """The card's resize, keep_aspect and crop_size for the images the data layer ``layer`` reads: a Data layer's
+    dataset's record size and whether ``netspec convert --keep-aspect`` made it, ImageData's new size, and the
+    deploy net's input ``shape`` (C, H, W) for a layer without transform_param (its rows reach the net as they
+    are); {} when the layer does not say (a dataset of several sizes or gone, ImageData keeping each size)."""
+    size, keep_aspect = None, False
+    if "transform_param" not in layer_class(layer.type).param_blocks:
+        size = shape[1:]
+    elif layer.type == "Data" and os.path.isfile(os.path.join(layer.blocks["data_param"].source, "manifest.json")):
+        manifest = read_manifest(layer.blocks["data_param"].source)
+        options = manifest.get("options") if isinstance(manifest.get("options"), dict) else {}
+        if len(manifest["shapes"]) == 1:
+            size, keep_aspect = manifest["shapes"][0][1:], bool(options.get("resize") and options.get("keep_aspect"))
+    elif layer.type == "ImageData" and layer.blocks["image_data_param"].new_height:
+        size = [layer.blocks["image_data_param"].new_height, layer.blocks["image_data_param"].new_width]
+    if size is None:
+        return {}
+    transform = layer.blocks.get("transform_param")
+    return {"resize": list(size), "keep_aspect": keep_aspect, "crop_size": transform.crop_size if transform else 0}
+
+
+def last_test_figures(run_dir: str) -> tuple[dict[str, float], dict[str, list[float | None]]]:
+    """The outputs of the run's last test pass of test net 0, and each class's accuracy in it by Accuracy top
+    (:mod:`netspec.training.per_class`; {} when the net has none)."""
     path = run_folder.metrics_path(run_dir)
     if not os.path.isfile(path):
         raise ZooError(f"{run_dir}: no {run_folder.METRICS} (is it a run folder of netspec train?)")
     tests = [e for e in run_folder.read_metrics(path) if e["phase"] == "TEST" and not e.get("test_net")]
     if not tests:
-        return {}
+        return {}, {}
     last = tests[-1]
-    return {k: float(last[k]) for k in run_folder.event_outputs(last) if isinstance(last[k], (int, float))}
+    return ({k: float(last[k]) for k in run_folder.event_outputs(last) if isinstance(last[k], (int, float))},
+            per_class_figures(last.get("per_class")))
 
 
 def publish(request: PublishRequest, zoo: Zoo) -> ModelCard:
@@ -211,18 +241,20 @@ def run_weights(run_dir: str) -> str:
 
 
 def _build_card(request: PublishRequest, net, shape, sources: dict, staged: str) -> ModelCard:
-    preprocessing, provenance, metrics, extra, labels = {}, Provenance(), {}, {}, []
-    channel_order = request.channel_order
+    preprocessing, provenance, metrics, extra, labels, size = {}, Provenance(), {}, {}, [], {}
+    channel_order, per_class = request.channel_order, {}
     if request.run_dir:
-        metrics = last_test_metrics(request.run_dir)
-        layer = train_data_layer(sources)
-        transform = layer.blocks.get("transform_param") if layer is not None else None
+        metrics, per_class = last_test_figures(request.run_dir)
+        layer, test_layer = data_layers(sources)
+        test_layer = test_layer or layer  # predict prepares images as validation did, with its transform_param
+        transform = test_layer.blocks.get("transform_param") if test_layer is not None else None
         if transform is not None:
             preprocessing = {"scale": transform.scale, "mean_value": list(transform.mean_value)}
             channel_order = transform.channel_order
             if transform.mean_file:
                 shutil.copyfile(transform.mean_file, os.path.join(staged, "mean.npy"))
                 preprocessing["mean_file"] = "mean.npy"
+        size = image_size(test_layer, shape) if test_layer is not None else {}
         provenance.dataset_sha256 = dataset_sha256(layer) if layer is not None else None
         labels = dataset_label_names(layer) if layer is not None else []
         extra = _copy_training_configs(request.run_dir, sources, staged)
@@ -245,10 +277,12 @@ def _build_card(request: PublishRequest, net, shape, sources: dict, staged: str)
     provenance.netspec_version = __version__
     provenance.date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     channels = request.channels or ("GRAY" if shape[0] == 1 else channel_order)
+    spec = InputSpec(shape=list(shape), channels=channels, label_names=labels, **preprocessing, **size)
+    if resize_problem(spec):  # a deploy net (--net) that does not take what the run's TEST phase made: not recorded
+        spec = dataclasses.replace(spec, resize=None, keep_aspect=False, crop_size=0)
     card = ModelCard(name=request.name, version=request.version, summary=request.summary, license=request.license,
-                     authors=list(request.authors), deploy_net=DEPLOY, weights=WEIGHTS,
-                     input=InputSpec(shape=list(shape), channels=channels, label_names=labels, **preprocessing),
-                     metrics=metrics, provenance=provenance, **extra)
+                     authors=list(request.authors), deploy_net=DEPLOY, weights=WEIGHTS, input=spec,
+                     metrics=metrics, per_class=per_class, provenance=provenance, **extra)
     card.files = [ModelFile(path=name, size=os.path.getsize(os.path.join(staged, name)),
                             sha256=file_sha256(os.path.join(staged, name))) for name in sorted(os.listdir(staged))]
     return card

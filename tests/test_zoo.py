@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import http.server
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,7 +24,7 @@ import netspec
 import netspec.model_zoo
 from netspec.errors import ConfigError
 from netspec.model_zoo.builtin import builtin_cards
-from netspec.model_zoo.card import parse_card
+from netspec.model_zoo.card import card_yaml, parse_card
 from netspec.model_zoo.predict import transformer
 from netspec.model_zoo.publish import PublishRequest, publish
 from netspec.model_zoo.zoo import Zoo, ZooError, version_key
@@ -376,8 +378,9 @@ def test_python_predicts_in_one_line_and_inputs_of_another_size_or_colour_are_co
 
     big = tmp_path / "big.png"
     Image.open(png).convert("RGB").resize((16, 16)).save(big)
-    note = (f"note: resized 1 input(s) to 8x8 ({big} was 16x16) and converted 1 from colour to grey ({big}): "
-            "the model takes 1x8x8 GRAY images")
+    note = (f"note: resized 1 input(s) straight to 8x8 ({big} was 16x16; the card does not say how its training "
+            f"images were resized or cropped) and converted 1 from colour to grey ({big}): the model takes 1x8x8 GRAY "
+            "images")  # (a card published with --net and --weights: no run, no dataset, so no resize recorded)
     result = run("predict", "digits", png, big, "--zoo", zoo_a)
     assert result.returncode == 0 and result.stderr == note + "\n" and len(result.stdout.splitlines()) == 2
     assert run("predict", "digits", png, "--zoo", zoo_a).stderr == ""
@@ -400,6 +403,7 @@ def test_train_publish_serve_download_predict(tmp_path):
     card = Zoo(str(tmp_path / "A")).card("digits")
     assert card.train_net == "train_net.yaml" and card.solver == "solver.yaml" and card.provenance.iterations == 200
     assert card.provenance.dataset_sha256 and card.metrics["accuracy"] > 0.5
+    assert (card.input.resize, card.input.crop_size) == ([8, 8], 0)  # HDF5Data: its rows reach the net as they are
     process = subprocess.Popen([sys.executable, "-m", "netspec", "zoo", "serve", "--zoo", str(tmp_path / "A"),
                                 "--port", "0"], stdout=subprocess.PIPE, text=True)
     try:
@@ -447,6 +451,35 @@ layers:
     assert (card.input.channels, card.input.label_names, card.input.scale) == ("BGR", ["ant", "bee", "cow"], 0.004)
     assert card.provenance.iterations == 2
     assert "type: Softmax" in (zoo / "models" / "bgr" / "1" / "deploy.yaml").read_text()
+
+
+def test_publish_from_a_run_records_its_last_per_class_accuracies_and_cards_without_them_still_load(tmp_path,
+                                                                                                     weights):
+    """The card keeps test net 0's last per-class accuracies (null: no record of the class), beside the label
+    names; a card written before cards had them reads and verifies as before."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    last = [0.25, None, *[1.0] * 8]
+    lines = [{"iter": 5, "phase": "TEST", "accuracy": 0.5, "per_class": {"per_class": [0.5] * 10}},
+             {"iter": 7, "phase": "TEST", "accuracy": 0.6, "per_class": {"per_class": last}},
+             {"iter": 7, "phase": "TEST", "test_net": 1, "accuracy": 0.1, "per_class": {"per_class": [0.0] * 10}}]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (tmp_path / "labels.txt").write_text("".join(f"digit {d}\n" for d in range(10)))
+    zoo = tmp_path / "zoo"
+    ok("zoo", "publish", "--name", "digits", "--net", DEPLOY, "--weights", weights, "--run", run_dir,
+       "--labels", tmp_path / "labels.txt", "--zoo", zoo)
+    card = Zoo(str(zoo)).card("digits")
+    assert (card.metrics, card.per_class) == ({"accuracy": 0.6}, {"per_class": last})
+    assert card.input.label_names == [f"digit {d}" for d in range(10)]
+    path = zoo / "models" / "digits" / "1" / "model.yaml"
+    text = path.read_text()
+    assert "per_class:\n  per_class:\n  - 0.25\n  - null\n  - 1.0\n" in text
+    assert parse_card(card_yaml(card), "again") == card
+    older = re.sub(r"^per_class:\n([ -].*\n)*", "", text, flags=re.MULTILINE)
+    assert "per_class" not in older
+    path.write_text(older)
+    assert Zoo(str(zoo)).card("digits") == dataclasses.replace(card, per_class={})
+    assert ok("zoo", "verify", "digits", "--zoo", zoo).startswith("digits in ")
 
 
 def test_versions_compare_as_version_numbers():
