@@ -10,6 +10,7 @@ of every page there.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -342,3 +343,34 @@ def test_a_loss_chart_switches_to_a_log_scale_unless_a_value_is_at_most_0(charte
         assert page.locator("input.log-scale:checked").count() == 2
         page.uncheck("input.log-scale[data-chart=chart-test]")
         until(lambda: page.locator("#chart-test .annotation-text").count() == 0, what="the note to go")
+
+
+@pytest.mark.browser
+def test_the_per_class_table_follows_each_test_pass_as_it_is_written(tmp_path):
+    """A run whose test passes start to carry per-class accuracies: the table appears, then shows the change, as
+    the stream brings each pass (the page's refresh every 5 seconds stopped)."""
+    hostile = "<img src=x onerror=alert(1)>"  # (a top named so would be a script error or a CSP violation)
+    metrics = make_run(tmp_path / "classes", [event(0, smoothed_loss=1.0), event(0, "TEST", accuracy=0.5)]) / \
+        run_folder.METRICS
+
+    def write_pass(iteration: int, figures: list) -> None:
+        with open(metrics, "a") as handle:
+            handle.write(json.dumps(event(iteration, "TEST", accuracy=0.5, per_class={hostile: figures})) + "\n")
+
+    with serving(tmp_path) as dashboard, run_page(dashboard, "run?run=classes") as page:
+        from playwright.sync_api import expect
+
+        section, rows = page.locator("#per-class"), page.locator("#per-class tbody tr")
+        assert section.is_hidden()
+        page.evaluate("() => { for (let id = 1; id < 1000; id++) window.clearInterval(id); }")
+        write_pass(10, [0.5, 0.25, None])
+        expect(section.locator("caption")).to_have_text(f"{hostile} at iteration 10")
+        expect(rows.nth(1)).to_have_class("lowest")
+        assert [row.locator("td").all_text_contents() for row in rows.all()] == [
+            ["0", "0", "0.5", "–"], ["1", "1", "0.25", "–"], ["2", "2", "–", "–"]]
+        write_pass(20, [0.25, 0.75, 1.0])
+        expect(section.locator("caption")).to_have_text(f"{hostile} at iteration 20")
+        assert [row.locator("td").all_text_contents() for row in rows.all()] == [
+            ["0", "0", "0.25", "-0.25"], ["1", "1", "0.75", "+0.5"], ["2", "2", "1", "–"]]
+        expect(rows.nth(0)).to_have_class("lowest")
+        assert section.is_visible() and page.locator("#per-class tr.lowest").count() == 1

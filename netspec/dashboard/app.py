@@ -55,7 +55,7 @@ from netspec.dashboard.datasets import (
 from netspec.dashboard.forms import parse_form
 from netspec.dashboard.metrics import MetricsCache, Position, current, read_from
 from netspec.dashboard.models import Predictors, PublishForm, finetunable, models, publish_run, publishable
-from netspec.dashboard.runs import NetDrawings, config_files, row, snapshots
+from netspec.dashboard.runs import NetDrawings, config_files, per_class, row, snapshots
 from netspec.dashboard.security import MAX_UPLOAD, Guard
 from netspec.dashboard.workspace import RefusedPathError, Workspace
 from netspec.data.dataset import Dataset
@@ -116,7 +116,8 @@ def create_app(root: str, token: str, token_required: bool, zoo: str | None = No
         _, damaged, _ = cache.events_json(run_folder.metrics_path(folder))
         others = [other for other in workspace.runs() if other != run]
         return HTMLResponse(pages.run_page(run, row(run, folder, cache), overlaid, others, damaged,
-                                           drawings.drawing(folder), config_files(folder), snapshots(folder)))
+                                           drawings.drawing(folder), config_files(folder), snapshots(folder),
+                                           per_class(folder, cache)))
 
     def metrics(request: Request) -> Response:
         run, folder = run_of(request)

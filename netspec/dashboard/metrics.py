@@ -14,7 +14,6 @@ passes over the other lines as bytes.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import stat
@@ -23,6 +22,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from netspec.data.files import one_line
+from netspec.model_zoo.card import finite_number, per_class_figures
 from netspec.training.run_folder import event_outputs
 
 CACHED_FILES = 64  # events of this many metrics files are kept between requests
@@ -63,15 +63,9 @@ class Chunk:
     position: Position
 
 
-def number(value):
-    """A metric value for JSON: a number, or None for what write_event wrote as text ("nan", "inf")."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return value if math.isfinite(value) else None
-
-
 def parse_event(line: bytes) -> dict | str:
-    """The event of one metrics.jsonl line (outputs as numbers or None), or why the line is none."""
+    """The event of one metrics.jsonl line (outputs as numbers or None, ``per_class`` as
+    :func:`~netspec.model_zoo.card.per_class_figures` keeps it), or why the line is none."""
     if len(line) > MAX_LINE:
         return f"a line of over {MAX_LINE:,} bytes, longer than any event"
     try:
@@ -84,7 +78,8 @@ def parse_event(line: bytes) -> dict | str:
             "TRAIN", "TEST") or not isinstance(event.get("test_net", 0), int):
         return "not a training event (needs 'iter' and 'phase')"
     clean = {"iter": event["iter"], "phase": event["phase"], "test_net": event.get("test_net", 0)}
-    clean.update((key, number(value)) for key, value in event.items() if key not in ("iter", "phase", "test_net"))
+    clean.update((key, per_class_figures(value) if key == "per_class" else finite_number(value))
+                 for key, value in event.items() if key not in ("iter", "phase", "test_net"))
     return clean
 
 
@@ -161,12 +156,14 @@ def _events(lines: list[bytes], after: Position, first_line: int) -> Chunk:
 
 @dataclass
 class Summary:
-    """What the runs list shows of a metrics file: the last train and test events and the best test values."""
+    """What the runs list (and a run page's per-class tables) show of a metrics file: the last train event, the
+    last test event of each test net and the one of the pass before, and the best test values."""
 
     position: Position = field(default_factory=Position)
     last_iter: int | None = None
     last_train: dict | None = None
     last_tests: dict[int, dict] = field(default_factory=dict)  # test net -> its last event
+    previous_tests: dict[int, dict] = field(default_factory=dict)  # test net -> its event of the pass before
     best: dict[tuple[int, str], tuple[float, int]] = field(default_factory=dict)  # (net, output) -> (value, iter)
 
     def add(self, lines: list[bytes]) -> None:
@@ -191,6 +188,8 @@ class Summary:
             self.last_train = event
             return
         net = event["test_net"]
+        if net in self.last_tests:
+            self.previous_tests[net] = self.last_tests[net]
         self.last_tests[net] = event
         for output in event_outputs(event):
             value = event[output]

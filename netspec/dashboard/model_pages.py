@@ -8,7 +8,7 @@ import urllib.parse
 from html import escape
 
 from netspec.dashboard.models import LICENSES
-from netspec.dashboard.pages import page, publish_link, refused_message, run_link, value
+from netspec.dashboard.pages import PerClass, page, per_class_section, publish_link, refused_message, run_link, value
 from netspec.model_zoo.card import ModelCard
 from netspec.model_zoo.zoo import default_zoo
 
@@ -50,7 +50,8 @@ def models_page(zoo: str, found: list[dict]) -> str:
 
 
 def model_page(zoo: str, card: ModelCard) -> str:
-    """One model: its card, the commands to use and share it, and predictions on an image the person uploads."""
+    """One model: its card (with its per-class accuracies), the commands to use and share it, and predictions on
+    an image the person uploads."""
     provenance = card.provenance
     facts = [("summary", escape(card.summary) or "–"), ("task", escape(card.task)), ("licence", escape(card.license)),
              ("authors", escape(", ".join(card.authors)) or "–"),
@@ -71,6 +72,8 @@ def model_page(zoo: str, card: ModelCard) -> str:
     zoo_option = "" if zoo == default_zoo() else f" --zoo {escape(quoted(zoo))}"
     return page(card.ref, f"""<h1>{escape(card.ref)}</h1>
 <table class="facts">{rows}</table>
+{per_class_section([PerClass(top, figures, card.input.label_names) for top, figures in card.per_class.items()],
+                   "in the last test pass of its training")}
 <section id="predict">
 <h2>Try it on an image</h2>
 <form id="predict-form" class="form" data-ref="{escape(card.ref)}">

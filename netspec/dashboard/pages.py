@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import time
 import urllib.parse
+from dataclasses import dataclass
 from html import escape
 
 from netspec.training.run_folder import EVENT_KEYS
+
+LOWEST_SHARE = 5  # a per-class table marks the lowest fifth of its classes' accuracies (at least one class)
 
 
 def page(title: str, body: str) -> str:
@@ -80,8 +83,9 @@ def runs_page(workspace: str, rows: list[dict]) -> str:
 
 
 def run_page(run: str, row: dict, overlaid: list[str], others: list[str], damaged: list[dict],
-             drawing, configs: list[tuple[str, str]], snapshots: list[dict]) -> str:
-    """One run: state and actions, live curves (with ``overlaid`` runs), the net, config files, snapshots."""
+             drawing, configs: list[tuple[str, str]], snapshots: list[dict], per_class: list[PerClass]) -> str:
+    """One run: state and actions, live curves (with ``overlaid`` runs), its latest per-class accuracies, the net,
+    config files, snapshots."""
     running = row["state"] == "running"
     actions = "".join(f'<button data-action="{action}" data-run="{escape(run)}"{"" if running else " disabled"}>'
                       f"{label}</button>" for action, label in (("snapshot", "Snapshot now"), ("stop", "Stop")))
@@ -102,6 +106,7 @@ def run_page(run: str, row: dict, overlaid: list[str], others: list[str], damage
 <div class="overlays">{boxes or "no other runs"}</div>
 </details>
 </section>
+{per_class_section(per_class, "over its latest test pass; change: since the pass before")}
 <section>
 <h2>Net</h2>
 {net_section(run, drawing)}
@@ -129,6 +134,60 @@ def charts() -> str:
         boxes.append(f'<div class="chart-box"{" data-optional hidden" if optional else ""}>{switch}'
                      f'<div id="{chart}" class="chart"></div></div>')
     return "\n".join(boxes)
+
+
+@dataclass
+class PerClass:
+    """One table of each class's accuracy in a test pass (None: the pass held no record of the class), by class
+    index; ``names`` name the classes (their numbers are shown unless there are as many names as figures);
+    ``previous`` holds the figures of the pass before for a change column ([]: there was none; None: no column)."""
+
+    caption: str
+    figures: list[float | None]
+    names: list[str]
+    previous: list[float | None] | None = None
+
+
+def per_class_section(tables: list[PerClass], note: str) -> str:
+    """The Per class section: ``tables``, under a line saying what they hold, ``note`` ending it; an empty hidden
+    section when there are none (a run page fills it in when its next test pass has figures)."""
+    if not tables:
+        return '<section id="per-class" hidden></section>'
+    return ('<section id="per-class">\n<h2>Per class</h2>\n<p class="where">Each class\'s accuracy (its hits over '
+            f"its records; – where the pass held none of it) {escape(note)}; the lowest marked.</p>\n"
+            + "\n".join(map(per_class_table, tables)) + "\n</section>")
+
+
+def per_class_table(table: PerClass) -> str:
+    """``table`` as HTML: class name, label, accuracy (and change), the lowest accuracies' rows marked."""
+    figures, previous = table.figures, table.previous
+    names = table.names if len(table.names) == len(figures) else [str(label) for label in range(len(figures))]
+    marked = lowest(figures)
+    rows = []
+    for label, (name, figure) in enumerate(zip(names, figures)):
+        cells = f"<td>{escape(name)}</td><td>{label}</td><td>{value(figure)}</td>"
+        if previous is not None:
+            before = previous[label] if label < len(previous) else None
+            cells += f"<td>{change(figure, before)}</td>"
+        rows.append(f'<tr class="lowest">{cells}</tr>' if label in marked else f"<tr>{cells}</tr>")
+    head = "<th>class</th><th>label</th><th>accuracy</th>" + ("<th>change</th>" if previous is not None else "")
+    return (f'<table class="per-class"><caption>{escape(table.caption)}</caption><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def change(figure: float | None, before: float | None) -> str:
+    """How far ``figure`` moved from ``before``, signed (four significant digits); a dash when either is missing."""
+    return "–" if figure is None or before is None else f"{figure - before:+.4g}"
+
+
+def lowest(figures: list[float | None]) -> set[int]:
+    """The classes whose accuracy is among the lowest LOWEST_SHARE-th of the known ones (at least one class; ties
+    with the last of them too); none when every known accuracy is the same."""
+    known = sorted(figure for figure in figures if figure is not None)
+    if not known or known[0] == known[-1]:
+        return set()
+    bar = known[max(len(known) // LOWEST_SHARE, 1) - 1]
+    return {label for label, figure in enumerate(figures) if figure is not None and figure <= bar}
 
 
 def damaged_items(run: str, damaged: list[dict]) -> str:

@@ -1,4 +1,5 @@
-"""What the dashboard shows of one run folder: its row in the runs list, its config files, snapshots and net."""
+"""What the dashboard shows of one run folder: its row in the runs list, its per-class accuracies, its config
+files, snapshots and net."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ import threading
 from dataclasses import dataclass
 
 from netspec.dashboard.metrics import MetricsCache
+from netspec.dashboard.pages import PerClass
 from netspec.engine.net import compile_net
 from netspec.engine.registry import layer_schemas
 from netspec.errors import NetspecError
+from netspec.graph.compiler import included
 from netspec.inspect.drawing import draw, to_dot
-from netspec.spec.net_spec import parse_net
+from netspec.model_zoo.publish import dataset_label_names
+from netspec.spec.net_spec import NetState, parse_net
 from netspec.training import run_folder
 from netspec.training.run import read_solver
 
@@ -34,6 +38,42 @@ def row(run: str, folder: str, cache: MetricsCache) -> dict:
     return {"run": run, "state": state, "message": message, "iter": summary.last_iter,
             "loss": train.get("smoothed_loss"), "lr": train.get("lr"), "tests": tests,
             "snapshots": len(snapshots(folder))}
+
+
+def per_class(folder: str, cache: MetricsCache) -> list[PerClass]:
+    """A table for each per-class top (an Accuracy's second top) of each test net whose last test pass recorded
+    its classes' accuracies, with those of the pass before and the classes' names (:func:`class_names`)."""
+    summary = cache.summary(run_folder.metrics_path(folder))
+    tables, names = [], None
+    for net, event in sorted(summary.last_tests.items()):
+        before = summary.previous_tests.get(net, {}).get("per_class") or {}
+        for top, figures in (event.get("per_class") or {}).items():
+            names = class_names(folder) if names is None else names
+            caption = f"{top} at iteration {event['iter']}" + ("" if net == 0 else f" (test net {net})")
+            tables.append(PerClass(caption, figures, names.get((net, top), []), before.get(top, [])))
+    return tables
+
+
+def class_names(folder: str) -> dict[tuple[int, str], list[str]]:
+    """``{(test net, per-class top): class names}`` as the manifest of the dataset each such Accuracy's labels
+    come from (a Data layer's) names them, read from the run's solver (:func:`config_source`) without building
+    a net; {} when the solver cannot be read."""
+    solver = config_source(folder, sources_of(folder), "solver")
+    try:
+        spec = read_solver(solver) if solver else None
+        names = {}
+        for index, net in enumerate(spec.test_nets if spec else []):
+            given = spec.params.test_state[index] if spec.params.test_state else net.state
+            state = NetState(phase="TEST", level=given.level, stage=list(given.stage))
+            layers = [layer for layer in net.layers if included(layer, state)]
+            for layer in layers:
+                if layer.type == "Accuracy" and len(layer.tops) > 1 and len(layer.bottoms) > 1:
+                    labels = layer.bottoms[1:2]  # (the Data layer giving them: its second top)
+                    data = next((each for each in layers if not each.bottoms and each.tops[1:2] == labels), None)
+                    names[index, layer.tops[1]] = dataset_label_names(data) if data is not None else []
+        return names
+    except (NetspecError, OSError):
+        return {}
 
 
 def regular_file(path: str) -> bool:
@@ -109,24 +149,34 @@ class NetDrawings:
 
 
 def train_net_source(folder: str) -> tuple[str, bool] | None:
-    """The file to draw the run's train net from, and whether it is a net file (else a solver file with the net
-    written inline).
+    """The file to draw the run's train net from (:func:`config_source`), and whether it is a net file (else a
+    solver file with the net written inline)."""
+    sources = sources_of(folder)
+    for key, is_net in (("train_net", True), ("solver", False)):
+        source = config_source(folder, sources, key)
+        if source is not None:
+            return source, is_net
+    return None
 
-    That is the file the run read (``config/sources.json``) while it still holds the text the run copied into
-    ``config/``, so the files its data layers read resolve as they did in training; else the copy.
-    """
+
+def sources_of(folder: str) -> dict:
+    """Where the run read its config files (``config/sources.json``); {} when that cannot be read."""
     try:
         sources = run_folder.read_sources(folder)
     except (OSError, ValueError):
         sources = {}
-    sources = sources if isinstance(sources, dict) else {}
-    for key, is_net in (("train_net", True), ("solver", False)):
-        original = sources.get(key) if isinstance(sources.get(key), str) else None
-        copy = run_folder.config_copy(folder, sources, original)
-        if copy is not None and regular_file(copy):
-            unchanged = regular_file(original) and read_text(original) == read_text(copy)
-            return (original if unchanged else copy), is_net
-    return None
+    return sources if isinstance(sources, dict) else {}
+
+
+def config_source(folder: str, sources: dict, key: str) -> str | None:
+    """The ``key`` config file of the run (``solver``, ``train_net``): the file the run read while it still holds
+    the text the run copied into ``config/``, so the files its data layers read resolve as they did in training;
+    else the copy; None without a copy."""
+    original = sources.get(key) if isinstance(sources.get(key), str) else None
+    copy = run_folder.config_copy(folder, sources, original)
+    if copy is None or not regular_file(copy):
+        return None
+    return original if regular_file(original) and read_text(original) == read_text(copy) else copy
 
 
 def draw_net(source: str, is_net: bool) -> Drawing:

@@ -236,10 +236,13 @@ def test_the_runs_list_survives_any_outcome_file_and_metrics_line(tmp_path):
         handle.truncate(1 << 30)  # (sparse: 1 GiB of zeros read on every poll)
     with open(workspace / "metrics" / "metrics.jsonl", "ab") as handle:
         handle.write(b"[" * 200_000 + b"]" * 200_000 + b"\n\xff\n" + b'{"iter": ' + b"9" * 5000 + b'}\n')
+        handle.write(b'{"phase": "TRAIN", "iter": 1, "lr": 0.1, "smoothed_loss": 1.0, "loss": ' + b"9" * 400 + b'}\n')
     client = dashboard_client(workspace)
     rows = {row["run"]: row for row in client.get("/api/runs").json()}
     assert {rows[name]["message"] for name in ("fifo", "nested", "huge")} == {"outcome.json cannot be read"}
-    damaged = client.get("/api/runs/metrics", params={"run": "metrics"}).json()["damaged"]
+    answer = client.get("/api/runs/metrics", params={"run": "metrics"}).json()
+    assert [event["loss"] for event in answer["events"]] == [1.0, None]  # (400 digits: no float holds them)
+    damaged = answer["damaged"]
     assert [line["reason"] for line in damaged] == [
         "not a JSON line (nested too deeply)", "not a JSON line ('utf-8' codec can't decode byte 0xff in position "
         "0: invalid start byte)", "not a JSON line (Exceeds the limit (4300 digits) for integer string conversion: "

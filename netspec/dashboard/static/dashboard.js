@@ -1,8 +1,9 @@
 // netspec dashboard: the runs list refreshes itself; a run page draws its curves with plotly.js and
-// adds each metrics line the server streams (server-sent events) without reloading; its state, buttons and
-// snapshots refresh themselves too.  Test outputs are charted by kind (losses, accuracies, others), never
-// on one axis, and a loss chart can be switched to a log scale.  The Datasets page follows its conversions'
-// progress; a model's page sends an image the person chooses to the model and shows its top classes.
+// adds each metrics line the server streams (server-sent events) without reloading; its state, buttons,
+// snapshots and per-class table refresh themselves too (the table at once when a test pass brings figures).
+// Test outputs are charted by kind (losses, accuracies, others), never on one axis, and a loss chart can be
+// switched to a log scale.  The Datasets page follows its conversions' progress; a model's page sends an
+// image the person chooses to the model and shows its top classes.
 "use strict";
 
 const COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
@@ -13,6 +14,7 @@ const CHARTS = [["chart-loss", "train loss (smoothed)"], ["chart-test", "test lo
                 ["chart-lr", "learning rate"]];
 const KIND_CHARTS = { loss: "chart-test", accuracy: "chart-accuracy", other: "chart-other" }; // see outputKind
 const shown = new Map(); // run -> {events, source}: the runs drawn on this page
+let ownRun = null; // the run whose page this is
 let eventKeys = new Set(); // keys of an event that are not net outputs
 let drawPending = false;
 
@@ -43,10 +45,11 @@ async function refreshRuns() {
 }
 
 async function refreshRun() {
-  // a run page's state, message, buttons and snapshots as they are now (the run started, stopped, snapshotted)
+  // a run page's state, message, buttons, per-class table and snapshots as they are now (the run started,
+  // stopped, snapshotted, tested)
   const page = await fetchPage(window.location.href);
   if (!page) return;
-  for (const id of ["run-state", "run-message", "snapshots"]) {
+  for (const id of ["run-state", "run-message", "per-class", "snapshots"]) {
     const fresh = page.getElementById(id);
     if (fresh) document.getElementById(id).replaceWith(fresh);
   }
@@ -92,6 +95,7 @@ async function addRun(run, listed) {
     entry.events = entry.events.concat(chunk.events);
     noteDamaged(run, chunk.damaged);
     scheduleDraw();
+    if (run === ownRun && chunk.events.some((event) => event.per_class)) refreshRun(); // the page's table
   });
   entry.source.addEventListener("reset", () => {
     removeRun(run); // the file was rewritten (a resumed run): read it again
@@ -258,6 +262,7 @@ function startRunPage(charts) {
   eventKeys = new Set(JSON.parse(charts.dataset.eventKeys));
   followScaleSwitches();
   const [page, ...overlaid] = JSON.parse(charts.dataset.runs);
+  ownRun = page;
   addRun(page, true);
   for (const run of overlaid) addRun(run, false);
   for (const box of document.querySelectorAll("input.overlay")) {
