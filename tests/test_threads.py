@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,25 @@ def test_idle_openmp_threads_spin_briefly_unless_the_user_chose(given, expected)
                             "os.environ.get('OMP_WAIT_POLICY', '-'))"],
                            capture_output=True, text=True, env=environment | given, check=True)
     assert probe.stdout.strip() == expected  # (set before oneDNN's OpenMP runtime loads and reads it)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_without_threads_a_core_another_process_keeps_busy_is_left_to_it():
+    """On two cores beside a busy process, the pools take one thread and say why (OMP_NUM_THREADS unset)."""
+    first, second = sorted(os.sched_getaffinity(0))[:2]
+    busy = subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{first}}})\nwhile True: pass"])
+    clean = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
+    try:
+        time.sleep(0.5)  # (it runs)
+        result = subprocess.run([sys.executable, "-m", "netspec", "time", ROOT / "configs/lenet/lenet_timing.yaml",
+                                 "-n", "1", "--warmup", "0"], capture_output=True, text=True, env=clean,
+                                preexec_fn=lambda: os.sched_setaffinity(0, {first, second}))
+        assert result.returncode == 0, result.stderr
+        assert "(1 of 2 cores busy with other processes at the start)" in result.stdout, result.stdout
+        probe = subprocess.run([sys.executable, "-c", "from netspec import threads; print(threads.idle_cores())"],
+                               capture_output=True, text=True, env=clean, check=True,
+                               preexec_fn=lambda: os.sched_setaffinity(0, {first, second}))
+        assert probe.stdout.strip() == "1"
+    finally:
+        busy.kill()
+        busy.wait()

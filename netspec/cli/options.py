@@ -7,7 +7,7 @@ import math
 import click
 
 from netspec.spec.numbers import as_int, parse_number
-from netspec.threads import use_threads
+from netspec.threads import use_idle_cores, use_threads
 
 
 class Integer(click.IntRange):
@@ -94,11 +94,14 @@ python_layers_option = click.option(
 
 def _apply_threads(context: click.Context, parameter, value: int | None) -> None:
     context.meta["threads"] = value
-    if value is not None:  # left out: the libraries' own defaults (every core, or OMP_NUM_THREADS)
+    if value is None:  # left out: OMP_NUM_THREADS, else the cores other processes leave idle
+        use_idle_cores()
+    else:
         use_threads(value)
 
 
 threads_option = click.option(
     "--threads", type=Integer(min=1), default=None, expose_value=False, is_eager=True, callback=_apply_threads,
     help="threads for oneDNN's pool (OpenBLAS keeps one beside it), or for OpenBLAS without oneDNN (NumPy on "
-         "another BLAS keeps its own)  [default: every core]")
+         "another BLAS keeps its own)  [default: OMP_NUM_THREADS, else the cores no other process keeps busy at the "
+         "start]")

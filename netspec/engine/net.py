@@ -482,7 +482,7 @@ class Net:
         return weights.load_weights(self, path, strict)
 
 
-LISTED = 8  # names a line lists in full; of more, the first LISTED - 2 and how many others
+LISTED = 12  # names a line lists in full; of more, the first LISTED - 2 and how many others
 
 
 def _listed(names: list[str], separator: str = ", ", of: str = "") -> str:
