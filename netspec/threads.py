@@ -122,7 +122,7 @@ def _working_seconds(cores: set[int]) -> float:
 
 
 _sized = False
-_idle_note: str | None = None  # why the pools have fewer threads than cores, when idle_cores chose their size
+_note: str | None = None  # why the pools have the size they have, where it is not the obvious one
 
 
 def pools_sized() -> bool:
@@ -134,20 +134,31 @@ def pools_sized() -> bool:
 def use_idle_cores() -> None:
     """Size the pools to the cores no other process keeps busy (:func:`idle_cores`), unless the user gave a
     count (``OMP_NUM_THREADS``): what the commands do without ``--threads``."""
-    global _idle_note
+    global _note
     if "OMP_NUM_THREADS" in os.environ:
         return
     count, cores = idle_cores(), all_cores()
     _size_pools(count)
-    _idle_note = f"{cores - count} of {cores} cores busy with other processes at the start" if count < cores else None
+    _note = f"{cores - count} of {cores} cores busy with other processes at the start" if count < cores else None
 
 
-def use_threads(count: int | None) -> None:
+def use_threads(count: int | None, note: str | None = None) -> None:
     """Size the pools to ``count`` threads in all (None: every core): oneDNN's takes them and OpenBLAS keeps one;
-    without oneDNN OpenBLAS takes them."""
-    global _sized, _idle_note
-    _sized, _idle_note = True, None
+    without oneDNN OpenBLAS takes them.  ``note`` says why, on the threads line (:func:`thread_counts`)."""
+    global _sized, _note
+    _sized, _note = True, note
     _size_pools(count or all_cores())
+
+
+def pool_size() -> int:
+    """The threads the math runs on: oneDNN's OpenMP pool, else OpenBLAS's (0 where neither can be asked)."""
+    openmp, openblas = _openmp(), _openblas()
+    if openmp is not None:
+        return openmp.omp_get_max_threads()
+    if openblas is not None:
+        library, name = openblas
+        return getattr(library, name.format("get"))()
+    return 0
 
 
 def _size_pools(count: int) -> None:
@@ -167,4 +178,4 @@ def thread_counts() -> str:
     if openblas is not None:
         library, name = openblas
         words.append(f"OpenBLAS {getattr(library, name.format('get'))()}")
-    return (", ".join(words) or "NumPy's default") + (f" ({_idle_note})" if _idle_note else "")
+    return (", ".join(words) or "NumPy's default") + (f" ({_note})" if _note else "")

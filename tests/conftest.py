@@ -1,11 +1,20 @@
 """Tests marked ``gpu`` run on CuPy with a GPU, or on the GPU stand-in (``NETSPEC_GPU_STANDIN=1``); elsewhere they
-are skipped, with the reason."""
+are skipped, with the reason.  Every netspec a test starts runs on every core (``OMP_NUM_THREADS``)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from netspec import threads
 from netspec.engine import gpu_standin
+
+
+def pytest_configure(config):
+    """Results depend on the math pools' thread count, which netspec otherwise takes from the cores other
+    processes leave idle: every netspec the tests start runs on every core, whatever else the machine runs."""
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads.all_cores()))
 
 
 def gpu_missing() -> str | None:

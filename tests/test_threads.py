@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import h5py
+import numpy as np
 import pytest
 
 from netspec import threads
@@ -84,3 +86,31 @@ def test_without_threads_a_core_another_process_keeps_busy_is_left_to_it():
     finally:
         busy.kill()
         busy.wait()
+
+
+@pytest.mark.skipif(onednn.library() is None, reason=f"oneDNN is off: {onednn.why_unavailable()}")
+def test_a_resumed_run_takes_the_threads_of_the_run_it_continues(tmp_path):
+    """Results depend on the thread count: without --threads a resume keeps the state's, and ends bit for bit
+    where the uninterrupted run does."""
+    clean = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
+    (tmp_path / "data").mkdir()
+    solver = tmp_path / "solver.yaml"
+    solver.write_text((ROOT / "configs" / "digits" / "solver.yaml").read_text().replace("snapshot: 500", "snapshot: 4"))
+    (tmp_path / "digits_net.yaml").write_text((ROOT / "configs" / "digits" / "digits_net.yaml").read_text())
+
+    def netspec(*args) -> str:
+        result = subprocess.run([sys.executable, "-m", "netspec", *map(str, args)], capture_output=True, text=True,
+                                env=clean, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    netspec("convert", "digits", "data")
+    netspec("train", solver, "--max-iter", 8, "--threads", 1, "--out", tmp_path / "whole")
+    netspec("train", solver, "--max-iter", 4, "--threads", 1, "--out", tmp_path / "part")
+    resumed = netspec("train", solver, "--max-iter", 8, "--resume", tmp_path / "part" / "digits_iter_4.solverstate.h5")
+    assert ("threads: 1 (oneDNN), OpenBLAS 1 (as the run it continues had, for a bit-for-bit continuation: "
+            "--threads sets another)") in resumed or threads.all_cores() == 1, resumed
+    with h5py.File(tmp_path / "whole" / "digits_iter_8.weights.h5") as whole, \
+            h5py.File(tmp_path / "part" / "digits_iter_8.weights.h5") as part:
+        for layer in whole:
+            np.testing.assert_array_equal(whole[layer]["0"][()], part[layer]["0"][()], err_msg=layer)

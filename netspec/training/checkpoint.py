@@ -18,6 +18,7 @@ import os
 
 from netspec.errors import StateError, TrainingError, shown
 from netspec.solvers.lr_policies import READS_MAX_ITER, multistep_count
+from netspec.threads import pool_size, pools_sized, use_threads
 from netspec.training import run_folder, solver_state
 
 # Solver settings whose change cannot alter the weights a resumed run computes: they decide what is logged, tested
@@ -95,7 +96,7 @@ def _state_of(solver, weights: str, kept: list[int]) -> solver_state.SolverState
         lr_step=multistep_count(solver.params, solver.iter), history=solver.optimizer.state(), runtime=runtime,
         loss_window=list(solver.losses), progress=progress, world_size=solver.comm.size,
         test_rng_state=solver.test_backend.rng_state(), random_stream=list(solver.backend.stream),
-        test_random_stream=list(solver.test_backend.stream), params=_params_of(solver))
+        test_random_stream=list(solver.test_backend.stream), params=_params_of(solver), threads=pool_size())
 
 
 def _params_of(solver) -> dict:
@@ -138,6 +139,21 @@ def restore(solver, path: str | os.PathLike, force: bool = False) -> None:
                 watch.restore(state.progress[key])
     solver.last_snapshot, solver.last_snapshot_iter = path, state.iteration
     solver.log.message(f"resumed from {path} at iteration {solver.iter}")
+
+
+def take_threads(path: str | os.PathLike) -> None:
+    """Size the math pools as the run that wrote the state at ``path`` had them, unless the user chose a size:
+    results depend on the count, and oneDNN picks its kernels for it as the nets are built, so this comes
+    first.  (A state that cannot be read is left for :func:`restore` to refuse.)"""
+    if pools_sized():
+        return
+    try:
+        recorded = solver_state.read_state(path).threads
+    except StateError:
+        return
+    if recorded and recorded != pool_size():
+        use_threads(recorded, note="as the run it continues had, for a bit-for-bit continuation: --threads sets "
+                                   "another")
 
 
 @contextlib.contextmanager

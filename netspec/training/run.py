@@ -19,7 +19,7 @@ from netspec.errors import DivergedError, NetspecError, StateError
 from netspec.spec.net_spec import with_batch_size
 from netspec.spec.solver_spec import SolverParams, SolverSpec, parse_solver
 from netspec.threads import pools_sized, thread_counts
-from netspec.training import run_folder
+from netspec.training import checkpoint, run_folder
 from netspec.training.log import TrainingLog
 from netspec.training.signals import signal_effects
 from netspec.training.solver import Solver
@@ -124,6 +124,8 @@ def _train(spec: SolverSpec, folder: str, options: TrainOptions, comm, say: Call
     root = comm.rank == 0
     tensorboard = options.tensorboard or spec.params.tensorboard
     log = TrainingLog(run_dir=folder, tensorboard=tensorboard) if root else TrainingLog(quiet=True)
+    if options.resume:
+        checkpoint.take_threads(options.resume)
     solver = Solver(spec, device=options.device, seed=options.seed, stages=options.stages or None,
                     level=options.level, log=log, debug_info=options.debug_info, comm=comm,
                     outputs_anywhere=options.outputs_anywhere, reuse_memory=True,

@@ -12,7 +12,8 @@ Layout (HDF5, written atomically beside its weights file)::
                                               made}] of the device's random values, training's and
                                               testing's),
                                               params (JSON: the solver parameters the run used, with
-                                              command-line overrides and epochs in iterations)
+                                              command-line overrides and epochs in iterations), threads
+                                              (the math pool's threads: results depend on them)
     /history/<layer>/<blob>/<name>     the update rule's buffers, per learnable blob (layer names escaped as
                                        in weights files: % and / percent-escaped)
     /runtime/<net>/<layer>/<key>       layer run-time state (data positions); <net> is train, test0, ...
@@ -38,6 +39,7 @@ from netspec.errors import StateError, shown
 from netspec.version import __version__
 
 FORMAT = "netspec-solverstate-1"
+MAX_THREADS = 1 << 16  # more than any machine has cores
 MAX_UNCHECKED_BYTES = 1 << 28  # the datasets no net shape vouches for, together: data positions, the loss window
 
 
@@ -74,6 +76,7 @@ class SolverState:
     test_rng_state: str = ""  # empty in states written before test nets had their own generator
     random_stream: list = field(default_factory=list)  # empty in states written before the device streams
     test_random_stream: list = field(default_factory=list)
+    threads: int = 0  # the threads the math pool ran on (0 in states written before it was recorded)
 
 
 _ATTRS = ("iteration", "solver_type", "lr_step", "rng_state", "net_name", "net_config_hash", "solver_config_hash",
@@ -107,6 +110,7 @@ def write_state(path: str | os.PathLike, state: SolverState) -> None:
         handle.attrs["test_rng_state"] = state.test_rng_state
         handle.attrs["random_stream"] = json.dumps(state.random_stream)
         handle.attrs["test_random_stream"] = json.dumps(state.test_random_stream)
+        handle.attrs["threads"] = state.threads
         for layer, blobs in state.history.items():
             for index, buffers in blobs.items():
                 for name, array in buffers.items():
@@ -139,12 +143,13 @@ def read_state(path: str | os.PathLike) -> SolverState:
                             params=json.loads(handle.attrs.get("params", "{}")),
                             test_rng_state=str(handle.attrs.get("test_rng_state", "")),
                             random_stream=json.loads(handle.attrs.get("random_stream", "[]")),
-                            test_random_stream=json.loads(handle.attrs.get("test_random_stream", "[]")))
+                            test_random_stream=json.loads(handle.attrs.get("test_random_stream", "[]")),
+                            threads=int(handle.attrs.get("threads", 0)))
         if not (isinstance(state.progress, dict) and isinstance(state.params, dict) and state.iteration >= 0
-                and state.lr_step >= 0 and state.world_size >= 1
+                and state.lr_step >= 0 and state.world_size >= 1 and 0 <= state.threads <= MAX_THREADS
                 and all(map(stream_valid, (state.random_stream, state.test_random_stream)))):
             raise StateError(f"{os.fspath(path)}: malformed solver state (its iteration, progress, params, world "
-                             "size or random streams are not what netspec writes)")
+                             "size, threads or random streams are not what netspec writes)")
         if os.path.basename(state.weights_file) != state.weights_file or state.weights_file in ("", ".", ".."):
             raise StateError(f"{os.fspath(path)}: its weights_file {shown(state.weights_file)} is not a file name "
                              "beside the state")

@@ -200,8 +200,10 @@ def test_resume_continues_in_the_states_folder_and_never_into_another_run(digits
     ("deep progress", "cannot read solver state: incomplete or malformed file"),
     ("bad generator", "its random generator states are malformed"),
     ("weights elsewhere", "its weights_file '../../etc/passwd' is not a file name beside the state"),
-    ("list progress", "malformed solver state (its iteration, progress, params, world size or random streams"),
-    ("negative iteration", "malformed solver state (its iteration, progress, params, world size or random streams"),
+    ("list progress", "malformed solver state (its iteration, progress, params, world size, threads or random "),
+    ("negative iteration", "malformed solver state (its iteration, progress, params, world size, threads or random"),
+    ("a billion threads", "malformed solver state (its iteration, progress, params, world size, threads or random "),
+    ("threads as text", "cannot read solver state: incomplete or malformed file"),
     ("odd snapshots", "its progress (snapshots kept, watched outputs) are malformed"),
     ("generator overflow", "its random generator states are malformed"),
     ("file cursor", "the saved position is for 1 files, the list now names 1"),
@@ -226,6 +228,10 @@ def test_a_malformed_solver_state_is_refused_in_one_line(digits, tmp_path, how, 
             handle.attrs["progress"] = "[1, 2]"
         elif how == "negative iteration":
             handle.attrs["iteration"] = -5
+        elif how.endswith("threads"):
+            handle.attrs["threads"] = 10 ** 9
+        elif how == "threads as text":
+            handle.attrs["threads"] = "many"
         elif how == "odd snapshots":
             handle.attrs["progress"] = '{"snapshots": ["x"]}'
         elif how == "generator overflow":
