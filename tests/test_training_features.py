@@ -80,6 +80,26 @@ def test_keep_last_deletes_older_periodic_snapshots_across_a_resume(tmp_path):
         "run_iter_14.solverstate.h5", "run_iter_14.weights.h5"]
 
 
+def test_a_resumed_run_neither_counts_nor_declares_again_the_test_its_state_holds(tmp_path):
+    """A snapshot due where a test is (periodic, or the last) is written after that test, so its state holds it:
+    testing again on resuming there changes nothing (no second "best so far", no stale pass counted)."""
+    hyper = {"snapshot": 4, "snapshot_best": {"output": "loss", "mode": "min"},
+             "early_stop": {"output": "loss", "mode": "min", "patience": 5}, "test_iter": [2], "test_interval": 4}
+    first = data_solver(tmp_path, batch=4, max_iter=8, **hyper)
+    first.solve()
+    for iteration in (4, 8):
+        stream = io.StringIO()
+        resumed = data_solver(tmp_path, batch=4, max_iter=12, log=TrainingLog(stream=stream, progress=False), **hyper)
+        resumed.restore(tmp_path / "snap" / f"run_iter_{iteration}.solverstate.h5", force=True)  # max_iter grew
+        assert resumed.plateau.last_iter == resumed.best.last_iter == iteration
+        before = (resumed.best.best, resumed.best.best_iter, resumed.plateau.stale)
+        resumed.step(1)  # tests at the iteration again: the same values
+        assert (resumed.best.best, resumed.best.best_iter, resumed.plateau.stale) == before
+        assert "so far" not in stream.getvalue() and f"iter {iteration} (epoch" in stream.getvalue()
+        resumed.close()
+    assert first.best.last_iter == first.plateau.last_iter == 8
+
+
 def test_early_stop_ends_training_when_the_output_stops_improving(tmp_path):
     stream = io.StringIO()
     solver = data_solver(tmp_path, batch=4, base_lr=1e-9, test_iter=[6], test_interval=3,

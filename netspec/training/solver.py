@@ -138,6 +138,7 @@ class Solver:
         self.stop_reason: str | None = None
         self.interrupted: signal.Signals | None = None  # the signal that stopped training
         self.last_test_iter: int | None = None
+        self.snapshot_pending = False  # a periodic snapshot waits for its iteration's test (:meth:`step`)
         self.last_snapshot: str | None = None
         self.last_snapshot_iter: int | None = None
         self.snapshots: list[int] = []
@@ -208,8 +209,13 @@ class Solver:
         """True when training stopped before ``max_iter`` (a requested stop or early stopping)."""
         return self.stop_reason is not None
 
-    def step(self, iterations: int) -> None:
-        """Run ``iterations`` iterations (fewer if a stop is requested or early stopping triggers)."""
+    def step(self, iterations: int, finish_snapshots: bool = True) -> None:
+        """Run ``iterations`` iterations (fewer if a stop is requested or early stopping triggers).
+
+        A periodic snapshot due at an iteration that also tests is written once that test has run, so that its
+        state holds what the test found (a run resumed from it neither counts the test twice nor declares its
+        best again); at the last iteration that waits for the next call, unless ``finish_snapshots``.
+        """
         p = self.params
         if not self.weights_agreed:
             share_weights(self.comm, self.net)
@@ -217,11 +223,14 @@ class Solver:
         stop_at = self.iter + iterations
         window_start, window_iter, window_comm = time.perf_counter(), self.iter, self.comm.seconds
         while self.iter < stop_at:
+            plateaued = False
             if self.tests_at(self.iter) and self.last_test_iter != self.iter:
                 self.test_all()
-                if self.plateau is not None and self.plateau.stale >= p.early_stop.patience:
-                    self.stop_early()
-                    break
+                plateaued = self.plateau is not None and self.plateau.stale >= p.early_stop.patience
+            self.write_pending_snapshot()
+            if plateaued:
+                self.stop_early()
+                break
             loss = self.forward_backward()
             asked, self.requested = self.requested, None  # a signal from now on counts at the next iteration
             stopped_by = self.requested_by if asked == "stop" else None
@@ -248,13 +257,23 @@ class Solver:
             self.iter += 1
             self.log.advance(self.iter)
             if asked == "snapshot" or (p.snapshot and self.iter % p.snapshot == 0):
-                self.snapshot()
+                self.snapshot_pending = True
+                if asked == "snapshot" or not self.tests_at(self.iter):
+                    self.write_pending_snapshot()
             if asked == "stop":
                 self.interrupted = stopped_by or signal.SIGINT  # (another rank's signal is not named: SIGINT)
                 self.stop_reason = f"stop requested ({self.interrupted.name}): stopping at iteration {self.iter}"
                 self.log.message(self.stop_reason)
                 break
         self.read_losses()
+        if finish_snapshots:
+            self.write_pending_snapshot()
+
+    def write_pending_snapshot(self) -> None:
+        """Write the periodic snapshot that waited for its iteration's test, if one did."""
+        if self.snapshot_pending:
+            self.snapshot_pending = False
+            self.snapshot()
 
     def tests_at(self, iteration: int) -> bool:
         """Whether the schedule tests before training iteration ``iteration`` (``test_interval``)."""
@@ -284,16 +303,20 @@ class Solver:
                              "(learning rates are not scaled)")
         try:
             try:
-                self.step(p.max_iter - self.iter)
+                self.step(p.max_iter - self.iter, finish_snapshots=False)
             except EventsError:
                 if self.last_snapshot_iter != self.iter:
                     self.snapshot()  # (the weights are sound: only the events cannot be written)
                 raise
-            if (p.snapshot_after_train or self.interrupted) and self.last_snapshot_iter != self.iter:
-                self.snapshot()
-            if not self.stopped_early:
-                if p.test_interval and self.test_nets and self.last_test_iter != self.iter:
+            try:  # the final weights tested first, so that the last snapshot's state holds what the test found
+                if not self.stopped_early and p.test_interval and self.test_nets and self.last_test_iter != self.iter:
                     self.test_all()
+            finally:
+                if (self.snapshot_pending or p.snapshot_after_train or self.interrupted) and \
+                        self.last_snapshot_iter != self.iter:
+                    self.snapshot()
+                self.snapshot_pending = False
+            if not self.stopped_early:
                 self.log.message(f"optimization done at iteration {self.iter}")
             if self.best is not None and self.best.best is not None:
                 self.log.message(f"best test {self.best.output} = {format_value(self.best.best)} at iteration "

@@ -42,7 +42,9 @@ class OutputWatch:
     """The best value of test net ``test_net``'s ``output`` under ``mode`` (max or min).
 
     A value improves on the best when it is better by more than ``min_delta``;
-    ``stale`` counts the test passes since the last improvement.
+    ``stale`` counts the test passes since the last improvement.  A pass at
+    an iteration already counted (a resumed run testing again where its
+    state was written) changes nothing.
     """
 
     def __init__(self, output: str, mode: str, test_net: int = 0, min_delta: float = 0.0):
@@ -50,6 +52,7 @@ class OutputWatch:
         self.best: float | None = None
         self.best_iter: int | None = None
         self.stale = 0
+        self.last_iter: int | None = None  # the iteration of the last pass counted
 
     def improves(self, value: float) -> bool:
         """True when ``value`` beats the best so far by more than ``min_delta`` (the first finite value does)."""
@@ -62,6 +65,9 @@ class OutputWatch:
 
     def update(self, iteration: int, results: dict[int, dict[str, float]]) -> bool:
         """Take one test pass's results (``{test net: {output: value}}``); True when the value improved."""
+        if self.last_iter is not None and iteration <= self.last_iter:
+            return False
+        self.last_iter = iteration
         value = results[self.test_net][self.output]
         if self.improves(value):
             self.best, self.best_iter, self.stale = value, iteration, 0
@@ -77,8 +83,9 @@ class OutputWatch:
 
     def state(self) -> dict:
         """What a resumed run needs (JSON-ready)."""
-        return {"best": self.best, "best_iter": self.best_iter, "stale": self.stale}
+        return {"best": self.best, "best_iter": self.best_iter, "stale": self.stale, "last_iter": self.last_iter}
 
     def restore(self, state: dict) -> None:
-        """Take back what :meth:`state` returned."""
+        """Take back what :meth:`state` returned (``last_iter`` None from states written before it was kept)."""
         self.best, self.best_iter, self.stale = state["best"], state["best_iter"], int(state["stale"])
+        self.last_iter = None if state.get("last_iter") is None else int(state["last_iter"])
