@@ -76,7 +76,8 @@ class Accuracy(Layer):
         label_scores = xp.take_along_axis(scores, safe, axis=1)
         at_least = (scores >= label_scores).sum(axis=1, keepdims=True)  # (the label's own class among them)
         correct = (at_least <= p.top_k) & valid
-        top[0].data[...] = correct.sum() / xp.maximum(valid.sum(), 1)  # (on the device: no wait for it)
+        self.averaged_over = valid.sum()
+        top[0].data[...] = correct.sum() / xp.maximum(self.averaged_over, 1)  # (on the device: no wait for it)
         if len(top) > 1:
             labelled = (safe == xp.arange(classes).reshape(1, classes, 1)) & valid  # (one-hot: sizes never read)
             self.class_counts = labelled.sum(axis=(0, 2))

@@ -120,7 +120,7 @@ class HDF5Data(Layer):
         return sum(hdf5.row_count(path, self.spec.tops[0]) for path in self.files)
 
     def runtime_state(self):
-        state = {"file_order": self.file_order, "file_cursor": self.file_cursor, "row_cursor": self.row_cursor}
+        state = {"file_order": list(self.file_order), "file_cursor": self.file_cursor, "row_cursor": self.row_cursor}
         if self.row_order is not None:
             state["row_order"] = self.row_order
         return state

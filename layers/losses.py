@@ -44,14 +44,17 @@ class Loss(Layer):
     default_normalization = "VALID"
 
     def normalizer(self, outer: int, inner: int, valid):
-        """What the summed loss is divided by, as the loss_param block asks."""
+        """What the summed loss is divided by, as the loss_param block asks (and, as ``averaged_over``, the
+        items that makes its mean of: the valid labels themselves where none of them is)."""
         p = self.block("loss_param")
         mode = p.normalization
         if mode is None:
             mode = self.default_normalization if p.normalize is None else ("VALID" if p.normalize else "BATCH_SIZE")
         if mode == "VALID" and p.ignore_label is not None:
-            return self.xp.maximum(valid.sum(), 1).astype(self.dtype)
-        return {"FULL": outer * inner, "VALID": outer * inner, "BATCH_SIZE": outer, "NONE": 1}[mode]
+            self.averaged_over = valid.sum()
+            return self.xp.maximum(self.averaged_over, 1).astype(self.dtype)
+        self.averaged_over = {"FULL": outer * inner, "VALID": outer * inner, "BATCH_SIZE": outer, "NONE": 1}[mode]
+        return self.averaged_over
 
 
 def check_first_axes(layer: Layer, bottom_shapes) -> None:

@@ -99,13 +99,13 @@ def idle_cores(seconds: float = IDLE_SAMPLE_SECONDS) -> int:
     """
     cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
     try:
-        before, own = _working_seconds(cores), os.times()
+        before, own, started = _working_seconds(cores), os.times(), time.monotonic()
         time.sleep(seconds)
-        after, now = _working_seconds(cores), os.times()
+        after, now, elapsed = _working_seconds(cores), os.times(), time.monotonic() - started
     except (OSError, ValueError):
         return len(cores)
     others = (after - before) - ((now.user + now.system) - (own.user + own.system))
-    return max(1, len(cores) - int(others / seconds + 0.5))
+    return min(len(cores), max(1, len(cores) - int(others / elapsed + 0.5)))
 
 
 def _working_seconds(cores: set[int]) -> float:

@@ -7,6 +7,7 @@ import re
 import shutil
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 from test_cli import ok, run
@@ -141,7 +142,8 @@ def test_test_iter_takes_epoch_or_batches_per_test_net_and_names_a_typo(digits, 
                                         "max_iter: 10\n")
     typo = run("train", tmp_path / "typo.yaml")
     assert typo.returncode == 1
-    assert typo.stderr.strip() == f"error: {tmp_path}/typo.yaml:2: test_iter: expected int | epoch, got str 'eopch'"
+    assert typo.stderr.strip() == (f"error: {tmp_path}/typo.yaml:2: test_iter: 'eopch' is not one of epoch; did you "
+                                   "mean 'epoch'?")
     (tmp_path / "untested.yaml").write_text(f"train_net: {net}\ntest_interval: 10\nbase_lr: 0.01\nmax_iter: 10\n")
     untested = run("train", tmp_path / "untested.yaml")
     assert untested.returncode == 1
@@ -152,3 +154,56 @@ def test_test_iter_takes_epoch_or_batches_per_test_net_and_names_a_typo(digits, 
 def test_a_rank_scores_its_share():
     assert [rank_share(64, rank, 2) for rank in range(2)] == [32, 32]
     assert [rank_share(7, rank, 3) for rank in range(3)] == [3, 2, 2]
+
+
+IGNORING = """name: ignoring
+layers:
+  - {{name: data, type: HDF5Data, top: [data, label], hdf5_data_param: {{source: {source}, batch_size: {batch}}}}}
+  - {{name: ip, type: InnerProduct, bottom: data, top: ip,
+     inner_product_param: {{num_output: 3, weight_filler: {{type: gaussian, std: 1}}}}}}
+  - {{name: accuracy, type: Accuracy, bottom: [ip, label], top: accuracy, accuracy_param: {{ignore_label: 2}}}}
+  - {{name: loss, type: SoftmaxWithLoss, bottom: [ip, label], top: loss, loss_param: {{ignore_label: 2}}}}
+"""
+
+
+def test_outputs_averaged_over_their_valid_labels_weigh_by_them(tmp_path):
+    """Accuracy and a loss ignoring a label are means over the labels they count: a batch holding mostly ignored
+    labels weighs that little, so the pass gives the whole set's figures."""
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 3, 23).astype(np.float32)
+    labels[:6] = 2  # (the first batch of 5 ignores every label)
+    with h5py.File(tmp_path / "rows.h5", "w") as handle:
+        handle["data"] = rng.normal(size=(23, 4)).astype(np.float32)
+        handle["label"] = labels
+    (tmp_path / "list.txt").write_text(f"{tmp_path / 'rows.h5'}\n")
+    for batch in (23, 5):
+        (tmp_path / f"net{batch}.yaml").write_text(IGNORING.format(source=tmp_path / "list.txt", batch=batch))
+    whole = load_net(str(tmp_path / "net23.yaml"), phase="TEST", seed=7)
+    whole.save_weights(tmp_path / "w.h5")
+    expected = OnePass(whole, None).score()
+    valid = labels != 2
+    predicted = np.argmax(whole.blobs["ip"].data, axis=1)
+    assert expected["accuracy"] == pytest.approx((predicted == labels)[valid].mean())
+    scores, one_pass, _ = scored(tmp_path / "net5.yaml", tmp_path / "w.h5")
+    assert one_pass.tail_rows == 3 and scores == pytest.approx(expected, rel=1e-6)
+    assert one_pass.weights == {"accuracy": valid.sum(), "loss": valid.sum()}
+    whole.close()
+
+
+def test_a_net_that_writes_a_file_wraps_its_last_batch_instead_of_writing_it_twice(digits, tmp_path):
+    writes = "  - {name: out, type: HDF5Output, bottom: [ip2, label], hdf5_output_param: {file_name: out.h5}}\n"
+    result = run("test", net_file(digits, 100, writes), "--weights", digits / "run" / "digits_iter_30.weights.h5",
+                 cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert ("note: the last batch wraps around, so 40 records count twice: layer 'out' writes a file that a copy of "
+            "the net would write again") in result.stdout
+    with h5py.File(tmp_path / "out.h5") as written:
+        assert (written["data"].shape, written["label"].shape) == ((400, 10), (400,))  # (4 batches of 100)
+
+
+def test_test_states_without_test_iter_make_as_many_one_pass_test_nets(digits, tmp_path):
+    (tmp_path / "solver.yaml").write_text(f"net: {net_file(digits, 100)}\ntest_interval: 10\nbase_lr: 0.01\n"
+                                          "max_iter: 10\ntest_state: [{stage: [a]}, {stage: [b]}]\n")
+    result = run("train", tmp_path / "solver.yaml", "--out", tmp_path / "run")
+    assert result.returncode == 0, result.stderr
+    assert [event.get("test_net", 0) for event in events(tmp_path / "run", "TEST")] == [0, 1, 0, 1]

@@ -108,8 +108,7 @@ def test_a_resumed_run_takes_the_threads_of_the_run_it_continues(tmp_path):
     netspec("train", solver, "--max-iter", 8, "--threads", 1, "--out", tmp_path / "whole")
     netspec("train", solver, "--max-iter", 4, "--threads", 1, "--out", tmp_path / "part")
     resumed = netspec("train", solver, "--max-iter", 8, "--resume", tmp_path / "part" / "digits_iter_4.solverstate.h5")
-    assert ("threads: 1 (oneDNN), OpenBLAS 1 (as the run it continues had, for a bit-for-bit continuation: "
-            "--threads sets another)") in resumed or threads.all_cores() == 1, resumed
+    assert "threads: 1 (oneDNN), OpenBLAS 1" in resumed, resumed  # (so noted, unless the busy cores chose 1 too)
     with h5py.File(tmp_path / "whole" / "digits_iter_8.weights.h5") as whole, \
             h5py.File(tmp_path / "part" / "digits_iter_8.weights.h5") as part:
         for layer in whole:

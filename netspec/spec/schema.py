@@ -97,12 +97,18 @@ def convert_value(tp, value, ctx: Context, key: str, line: int):
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
         if len(inner) == 1:
             return convert_value(inner[0], value, ctx, key, line)
+        trials = []
         for option in inner:  # the first type that takes the value whole
             trial = dataclasses.replace(ctx, problems=[])
             converted = convert_value(option, value, trial, key, line)
             if converted is not INVALID and not trial.problems:
                 return converted
-        ctx.add(f"expected {type_name(tp)}, got {type(value).__name__} {shown(value)}", line, key)
+            trials.append((option, trial.problems))
+        # what the type meant for values like it says is wrong: a word's choices, a number's kind
+        textual = isinstance(value, str)
+        ctx.problems.extend(next((problems for option, problems in trials
+                                  if (typing.get_origin(option) is Literal or option is str) == textual),
+                                 trials[0][1]))
         return INVALID
     if origin is Literal:
         choices = typing.get_args(tp)

@@ -305,7 +305,7 @@ def parse_solver(source, layer_schemas: dict[str, dict[str, type]], solver_types
             ctx.add("with 'net', the test nets are its TEST phase; use train_net with test_net",
                     tree.line_of("test_net"), "test_net")
         if tested and not params.test_iter:
-            params.test_iter = [TEST_EPOCH]  # its TEST phase, over one pass
+            params.test_iter = [TEST_EPOCH] * max(1, len(params.test_state))  # its TEST phase, over one pass
         test_nets = [train_net] * len(params.test_iter)
     else:
         train_net = net_at("train_net", tree["train_net"], tree.line_of("train_net"))

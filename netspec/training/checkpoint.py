@@ -18,7 +18,7 @@ import os
 
 from netspec.errors import StateError, TrainingError, shown
 from netspec.solvers.lr_policies import READS_MAX_ITER, multistep_count
-from netspec.threads import pool_size, pools_sized, use_threads
+from netspec.threads import all_cores, pool_size, pools_sized, use_threads
 from netspec.training import run_folder, solver_state
 
 # Solver settings whose change cannot alter the weights a resumed run computes: they decide what is logged, tested
@@ -81,7 +81,8 @@ def _unwritten(solver, what: str, path: str, exc: OSError) -> None:
 def _state_of(solver, weights: str, kept: list[int]) -> solver_state.SolverState:
     """The solver state to write beside ``weights``."""
     runtime = {"train": solver.net.runtime_state()}
-    runtime.update({f"test{i}": net.runtime_state() for i, net in enumerate(solver.test_nets)})
+    runtime.update({f"test{i}": net.runtime_state() if one_pass is None else one_pass.start  # (where passes start)
+                    for i, (net, one_pass) in enumerate(zip(solver.test_nets, solver.test_passes))})
     progress = {"snapshots": kept}
     if solver.best is not None:
         progress["best"] = solver.best.state()
@@ -121,8 +122,10 @@ def restore(solver, path: str | os.PathLike, force: bool = False) -> None:
     solver.losses.extend(state.loss_window)
     with _malformed(path, "data positions"):
         solver.net.restore_runtime_state(state.runtime.get("train", {}))
-        for index, net in enumerate(solver.test_nets):
+        for index, (net, one_pass) in enumerate(zip(solver.test_nets, solver.test_passes)):
             net.restore_runtime_state(state.runtime.get(f"test{index}", {}))
+            if one_pass is not None:
+                one_pass.start = net.runtime_state()  # (the first batch of the run it continues: its order)
     with _malformed(path, "random generator states"):
         solver.backend.set_rng_state(state.rng_state)
         if state.test_rng_state:
@@ -151,6 +154,7 @@ def take_threads(path: str | os.PathLike) -> None:
         recorded = solver_state.read_state(path).threads
     except StateError:
         return
+    recorded = min(recorded, all_cores())  # (a state from a larger machine: no more threads than cores)
     if recorded and recorded != pool_size():
         use_threads(recorded, note="as the run it continues had, for a bit-for-bit continuation: --threads sets "
                                    "another")

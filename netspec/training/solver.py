@@ -414,11 +414,12 @@ class Solver:
             if one_pass is None:
                 scores = net.score(-(-self.params.test_iter[index] // self.comm.size), counted)
                 scores = mean_over_ranks(self.comm, scores, what)
-            else:  # each rank's averages weigh as many records as it scored
-                rows = mean_over_ranks(self.comm, {"rows": float(one_pass.rows)}, what)["rows"]
-                scores = mean_over_ranks(self.comm, {name: value * one_pass.rows
-                                                     for name, value in one_pass.score(counted).items()}, what)
-                scores = {name: value / rows for name, value in scores.items()}
+            else:  # each rank's averages weigh as much as they are means of (records, valid labels)
+                scores = one_pass.score(counted)
+                weights = mean_over_ranks(self.comm, one_pass.weights, what)
+                scores = mean_over_ranks(self.comm, {name: value * one_pass.weights[name]
+                                                     for name, value in scores.items()}, what)
+                scores = {name: value / weights[name] if weights[name] else 0.0 for name, value in scores.items()}
             self.log.test(self.iter, index, self.learning_rate, scores, net.output_loss_weights,
                           per_class.figures(net, self.comm, what) if per_class else None)
             results[index] = scores
