@@ -872,6 +872,26 @@ def test_ranks_draw_streams_of_their_own():
     assert not np.array_equal(*masks)
 
 
+def test_host_draws_are_each_index_hashed_whatever_the_chunks():
+    """The CPU makes its values a cache-sized chunk at a time; each is still the hash of its index in the draw,
+    as the GPU's (and the array code's) are, and float32 normals are float64's to float32 precision."""
+    from netspec.engine.backend import HOST_CHUNK, _mix_in_place
+
+    count = 5 * (HOST_CHUNK // 2 + 1)  # (chunks of two sizes)
+    for dtype, kept in ((np.float16, 11), (np.float32, 24), (np.float64, 53)):
+        offset = Backend("cpu", seed=9).next_offset("x")
+        bits = np.arange(count, dtype=np.uint64) + np.uint64(offset)
+        _mix_in_place(bits)
+        expected = ((bits >> np.uint64(64 - kept)).astype(dtype) * dtype(2.0 ** -kept)).reshape(5, -1)
+        assert np.array_equal(Backend("cpu", seed=9).random((5, count // 5), dtype, "x"), expected), dtype
+    wide, narrow = (Backend("cpu", seed=9).standard_normal(count, dtype, "g") for dtype in (np.float64, np.float32))
+    draws = Backend("cpu", seed=9)
+    u, v = draws.random(count, np.float64, "g"), draws.random(count, np.float64, "g")
+    assert np.array_equal(wide, np.sqrt(-2.0 * np.log1p(-u)) * np.cos(2.0 * math.pi * v))
+    assert narrow.dtype == np.float32 and np.allclose(narrow, wide, rtol=1e-5, atol=1e-6)
+    assert abs(narrow.mean()) < 0.02 and abs(narrow.std() - 1) < 0.02
+
+
 def test_batchnorm_test_phase_uses_stored_statistics():
     x = rand(4, 3, 2, 2)
     net = one_layer_net("BatchNorm", [x.shape], phase="TEST", bottoms=[x])

@@ -97,6 +97,13 @@ class Backend:
             values = xp.empty(shape, dtype=dtype)
             kernels.uniform(values, offset, kept)
             return values
+        if xp is numpy:
+            values = numpy.empty(shape, dtype=dtype)
+            # (exact: the bits fit the significand; read as int64, which converts faster than uint64)
+            for start, part in _chunks(values):
+                part[...] = _hashed(start, offset, len(part), kept).view(numpy.int64)
+                part *= dtype.type(2.0 ** -kept)
+            return values
         bits = xp.arange(math.prod(shape), dtype=numpy.uint64)
         bits += numpy.uint64(offset)  # (wrapping past 2**64)
         _mix_in_place(bits)
@@ -112,6 +119,18 @@ class Backend:
         if kernels.compiled(xp):
             values = xp.empty(shape, dtype=dtype)
             kernels.standard_normal(values, self.next_offset(name), self.next_offset(name))
+            return values
+        if xp is numpy:
+            values = numpy.empty(shape, dtype=dtype)
+            radii, angles = self.next_offset(name), self.next_offset(name)
+            for start, part in _chunks(values):
+                u = _hashed(start, radii, len(part), 53) * 2.0 ** -53
+                v = _hashed(start, angles, len(part), 53) * 2.0 ** -53
+                if values.dtype.itemsize <= 4:  # (float32 arithmetic runs many times faster, to float32's precision)
+                    part[...] = numpy.sqrt(-2 * numpy.log((1.0 - u).astype(numpy.float32))) * \
+                        numpy.cos((2.0 * math.pi * v).astype(numpy.float32))
+                else:
+                    part[...] = numpy.sqrt(-2.0 * numpy.log1p(-u)) * numpy.cos(2.0 * math.pi * v)
             return values
         radius = xp.sqrt(-2.0 * xp.log1p(-self.random(shape, numpy.float64, name)))
         return (radius * xp.cos(2.0 * math.pi * self.random(shape, numpy.float64, name))).astype(dtype)
@@ -286,6 +305,26 @@ def _mixed(value: int) -> int:
     value = (value ^ value >> 30) * MIX[1] & MASK64
     value = (value ^ value >> 27) * MIX[2] & MASK64
     return value ^ value >> 31
+
+
+HOST_CHUNK = 16384  # values a host draw makes at a time: its temporaries stay in the core's cache (3x faster)
+_POSITIONS = numpy.arange(HOST_CHUNK, dtype=numpy.uint64)
+
+
+def _chunks(values: numpy.ndarray):
+    """``(start, part)`` over the flat ``values``, HOST_CHUNK at a time."""
+    flat = values.reshape(-1)
+    for start in range(0, flat.size, HOST_CHUNK):
+        yield start, flat[start:start + HOST_CHUNK]
+
+
+def _hashed(start: int, offset: int, count: int, kept: int) -> numpy.ndarray:
+    """The top ``kept`` bits of the hashes of elements ``start .. start + count - 1`` of the draw at ``offset``
+    (:meth:`Backend.random`'s bits), on the host."""
+    bits = _POSITIONS[:count] + numpy.uint64((offset + start) & MASK64)  # (wrapping past 2**64)
+    _mix_in_place(bits)
+    bits >>= numpy.uint64(64 - kept)
+    return bits
 
 
 def _mix_in_place(values) -> None:
