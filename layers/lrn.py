@@ -80,7 +80,8 @@ class LRN(Layer):
         p = self.block("lrn_param")
         across = p.norm_region == "ACROSS_CHANNELS"
         self.fast = onednn.attempt(self, lambda lib: onednn.LocalResponseNormalization(
-            lib, bottom[0].shape, across, p.local_size, p.alpha, p.beta, p.k if across else 1.0))
+            lib, bottom[0].shape, across, p.local_size, p.alpha, p.beta, p.k if across else 1.0,
+            training=not self.inference))
         self.kernel = across and kernels.compiled(self.xp)  # (on a GPU one CUDA kernel a pass)
         if self.kernel:
             self.scale = self.xp.empty(bottom[0].shape, dtype=self.dtype)

@@ -312,9 +312,27 @@ LRNS = {
 
 
 @pytest.mark.parametrize("name", LRNS)
-def test_lrn_matches_the_numpy_path(name):
+def test_lrn_matches_the_numpy_path_or_leaves_it_numpys(name):
+    """oneDNN runs an LRN where a jit implementation of its passes exists for this CPU, else refuses it, saying
+    why: its reference implementation is slower than NumPy (LRN's backward on AVX2 CPUs)."""
     shape, params = LRNS[name]
+    net = one_layer_net("LRN", [shape], params={"lrn_param": params}, phase="TRAIN", dtype=np.float32)
+    layer = net.layers[-1]
+    if layer.fast is None:
+        assert layer.onednn_refused.startswith("only oneDNN's reference implementation ("), layer.onednn_refused
+        return
     both_paths("LRN", [shape], {"lrn_param": params})
+
+
+def test_alexnets_lrn_runs_on_onednn_in_inference_on_every_cpu():
+    """Its forward pass has a jit implementation on AVX2 as on AVX-512 CPUs (channels in whole blocks of 8, as
+    AlexNet's 96 and 256); only training may need NumPy."""
+    params = LRNS["across channels (AlexNet)"][1]
+    net = netspec.load_net(yaml.safe_dump({"layers": [
+        {"name": "data", "type": "Input", "top": "x", "input_param": {"shape": {"dim": [2, 16, 5, 6]}}},
+        {"name": "norm", "type": "LRN", "bottom": "x", "top": "y", "lrn_param": params}]}),
+        phase="TEST", inference=True)
+    assert net.layer_by_name["norm"].fast is not None, net.layer_by_name["norm"].onednn_refused
 
 
 def deploy_unit(bn=True, scale=True, relu=True, bias=False, group=1, slope=0.0, tail="", outputs=6):
@@ -613,3 +631,19 @@ def test_the_paths_line_of_a_large_net_names_a_few_layers_and_counts_the_others(
     assert listed is not None, line
     assert int(listed[1]) == int(listed[3]) + shown > 50
     assert listed[2].startswith("conv1+bn_conv1+scale_conv1+conv1_relu")
+
+
+@pytest.mark.parametrize("isa", ["", "AVX2"])  # (the CPU's best, and AVX2's: an empty value leaves oneDNN's own)
+@pytest.mark.skipif(onednn.library() is None, reason=f"oneDNN is off: {onednn.why_unavailable()}")
+def test_the_reference_nets_train_without_reference_kernels(isa):
+    """Every primitive on the training path of the reference nets runs a jit implementation (oneDNN's names for
+    its slow, portable ones begin ref or simple_): pooling in channel blocks where the plain layout has none,
+    LRN on NumPy where only a reference one would run it."""
+    for net in ("lenet/lenet_timing", "cifar10/cifar10_quick_timing", "cifar10/cifar10_full_timing"):
+        result = subprocess.run([sys.executable, "-m", "netspec", "time", ROOT / "configs" / f"{net}.yaml", "-n", "1",
+                                 "--warmup", "0"], capture_output=True, text=True,
+                                env={**os.environ, "ONEDNN_VERBOSE": "1", "ONEDNN_MAX_CPU_ISA": isa})
+        assert result.returncode == 0, result.stderr
+        runs = [line.split(",") for line in result.stdout.splitlines() if line.startswith("onednn_verbose,")]
+        kernels = {(fields[3], fields[4]) for fields in runs if len(fields) > 5 and fields[1] == "exec"}
+        assert kernels and not [kernel for kernel in kernels if kernel[1].startswith(("ref", "simple_"))], (net, kernels)

@@ -57,6 +57,8 @@ NORMALIZE_GLOBAL_STATS, NORMALIZE_SCALE, NORMALIZE_SHIFT = 0x1, 0x2, 0x4
 ARG_DIFF_SRC, ARG_DIFF_DST, ARG_DIFF_WEIGHTS, ARG_DIFF_BIAS = 129, 145, 161, 169
 QUERY_SRC, QUERY_DIFF_SRC, QUERY_WEIGHTS, QUERY_DIFF_WEIGHTS, QUERY_DST, QUERY_DIFF_DST = 129, 130, 131, 132, 133, 134
 QUERY_WORKSPACE = 135
+QUERY_IMPLEMENTATION = 8  # dnnl_query_impl_info_str
+REFERENCE_IMPLEMENTATIONS = ("ref", "simple")  # how the names of oneDNN's slow, portable implementations begin
 MAX_DIMS = 12
 
 T = TypeVar("T")
@@ -101,6 +103,20 @@ class Library:
         self.call("dnnl_memory_desc_create_with_tag", ctypes.byref(desc), len(shape), Dims(*shape), F32,
                   tag or FORMAT_TAGS[len(shape)])
         return desc
+
+    def channels_last(self, shape: tuple[int, ...]) -> Handle:
+        """A float32 memory descriptor of an (N, C, H, W) ``shape`` stored channels last (N, H, W, C)."""
+        n, c, h, w = shape
+        desc = Handle()
+        self.call("dnnl_memory_desc_create_with_strides", ctypes.byref(desc), 4, Dims(*shape), F32,
+                  Dims(h * w * c, 1, w * c, c))
+        return desc
+
+    def implementation(self, descriptor: Handle) -> str:
+        """The name of the implementation a primitive descriptor chose (``jit:avx2``, ``simple_nchw:any``)."""
+        name = ctypes.c_char_p()
+        self.call("dnnl_primitive_desc_query", descriptor, QUERY_IMPLEMENTATION, 0, ctypes.byref(name))
+        return (name.value or b"").decode()
 
     def chosen(self, descriptor: Handle, query: int) -> Handle:
         """The memory descriptor a primitive descriptor chose for ``query``."""
@@ -383,46 +399,6 @@ class InnerProduct(Weighted):
                   bias=outputs if bias else None)
 
 
-class Pooling:
-    """2-D MAX or average pooling primitives (forward for training, backward) on plain (N, C, H, W) arrays.
-
-    ``pad`` pads before, ``far_pad`` after (Caffe's ceil rounding needs more
-    there).  MAX keeps the position of each window's maximum in a workspace
-    for backward.  Averages divide by the whole window, padding and overhang
-    included (oneDNN's ``include_padding``); the layer rescales to its own
-    divisor.
-    """
-
-    def __init__(self, lib: Library, input_shape, output_shape, kernel, stride, pad, far_pad, maximum: bool):
-        self.lib = lib
-        x, y = lib.memory_desc(tuple(input_shape)), lib.memory_desc(tuple(output_shape))
-        algorithm = POOLING_MAX if maximum else POOLING_AVG_INCLUDE_PADDING
-        geometry = [Dims(*stride), Dims(*kernel), Dims(0, 0), Dims(*pad), Dims(*far_pad)]
-        forward, backward = Handle(), Handle()
-        lib.call("dnnl_pooling_forward_primitive_desc_create", ctypes.byref(forward), lib.engine, FORWARD_TRAINING,
-                 algorithm, x, y, *geometry, None)
-        lib.call("dnnl_pooling_backward_primitive_desc_create", ctypes.byref(backward), lib.engine, algorithm,
-                 x, y, *geometry, forward, None)
-        self.forward_primitive, self.backward_primitive = lib.primitive(forward), lib.primitive(backward)
-        self.x, self.y = Operand(lib, tuple(input_shape)), Operand(lib, tuple(output_shape))
-        workspace = lib.chosen(forward, QUERY_WORKSPACE)
-        self.workspace = lib.owned_memory(workspace) if workspace.value else None  # (memory, its buffer)
-
-    def forward(self, x: numpy.ndarray, y: numpy.ndarray) -> None:
-        """The pooled ``x``, written into ``y``."""
-        self._run(self.forward_primitive, {ARG_SRC: self.x.read(x), ARG_DST: self.y.write(y)})
-
-    def backward(self, dy: numpy.ndarray, dx: numpy.ndarray) -> None:
-        """The input's gradient from the last :meth:`forward`, written into ``dx``."""
-        self._run(self.backward_primitive, {ARG_DIFF_DST: self.y.read(dy), ARG_DIFF_SRC: self.x.write(dx)})
-
-    def _run(self, primitive: Handle, args: dict[int, Handle]) -> None:
-        if self.workspace is not None:
-            args[ARG_WORKSPACE] = self.workspace[0]
-        self.lib.run(primitive, args)
-        self.lib.wait()
-
-
 class Passes:
     """Base of the layers' forward and backward primitives over arguments held in ``self.operands``
     (``{oneDNN argument: Operand}``), with the workspace, if any, the forward pass leaves for backward."""
@@ -441,6 +417,49 @@ class Passes:
         for arg in writes:
             self.operands[arg].written()
         self.lib.wait()
+
+
+class Pooling(Passes):
+    """2-D MAX or average pooling primitives (forward for training, backward) on plain (N, C, H, W) arrays.
+
+    ``pad`` pads before, ``far_pad`` after (Caffe's ceil rounding needs more
+    there).  MAX keeps the position of each window's maximum in a workspace
+    for backward.  Averages divide by the whole window, padding and overhang
+    included (oneDNN's ``include_padding``); the layer rescales to its own
+    divisor.  Where only a reference implementation pools the plain layout
+    (on AVX2 CPUs), the arrays are reordered into channel blocks of 8, which
+    a jit one pools.
+    """
+
+    def __init__(self, lib: Library, input_shape, output_shape, kernel, stride, pad, far_pad, maximum: bool):
+        self.lib = lib
+        shapes = tuple(input_shape), tuple(output_shape)
+        algorithm = POOLING_MAX if maximum else POOLING_AVG_INCLUDE_PADDING
+        geometry = [Dims(*stride), Dims(*kernel), Dims(0, 0), Dims(*pad), Dims(*far_pad)]
+        for tag in (None, CHANNEL_BLOCKS_OF_8):  # (plain, unless only a reference implementation pools it)
+            x, y = (lib.memory_desc(shape, tag) for shape in shapes)
+            forward, backward = Handle(), Handle()
+            lib.call("dnnl_pooling_forward_primitive_desc_create", ctypes.byref(forward), lib.engine,
+                     FORWARD_TRAINING, algorithm, x, y, *geometry, None)
+            if not lib.implementation(forward).startswith(REFERENCE_IMPLEMENTATIONS):
+                break
+        lib.call("dnnl_pooling_backward_primitive_desc_create", ctypes.byref(backward), lib.engine, algorithm,
+                 x, y, *geometry, forward, None)
+        self.forward_primitive, self.backward_primitive = lib.primitive(forward), lib.primitive(backward)
+        layouts = {ARG_SRC: (shapes[0], x), ARG_DIFF_SRC: (shapes[0], x), ARG_DST: (shapes[1], y),
+                   ARG_DIFF_DST: (shapes[1], y)}
+        self.operands = {arg: Operand(lib, shape, desc if tag else None, slot=arg)
+                         for arg, (shape, desc) in layouts.items()}
+        workspace = lib.chosen(forward, QUERY_WORKSPACE)
+        self.workspace = lib.owned_memory(workspace) if workspace.value else None  # (memory, its buffer)
+
+    def forward(self, x: numpy.ndarray, y: numpy.ndarray) -> None:
+        """The pooled ``x``, written into ``y``."""
+        self._run(self.forward_primitive, {ARG_SRC: x}, {ARG_DST: y})
+
+    def backward(self, dy: numpy.ndarray, dx: numpy.ndarray) -> None:
+        """The input's gradient from the last :meth:`forward`, written into ``dx``."""
+        self._run(self.backward_primitive, {ARG_DIFF_DST: dy}, {ARG_DIFF_SRC: dx})
 
 
 class ScaledNormalization(Passes):
@@ -632,23 +651,38 @@ class Sum:
 class LocalResponseNormalization(Passes):
     """oneDNN's LRN on plain float32 (N, C, H, W) arrays of one shape, forward and backward:
     ``y = x * (k + alpha / n^d * sum of x^2 over the window)^-beta`` with ``n`` the window's size, over ``n``
-    channels (``across``, d = 1) or an ``n x n`` window in the channel (d = 2), zeros beyond the edges."""
+    channels (``across``, d = 1) or an ``n x n`` window in the channel (d = 2), zeros beyond the edges.
 
-    def __init__(self, lib: Library, shape, across: bool, size: int, alpha: float, beta: float, k: float):
+    The arrays are reordered into channel blocks of 8, else channels last: the first layout a jit
+    implementation runs in (forward, and backward when ``training``).  Where only oneDNN's reference one
+    would (LRN's backward on AVX2 CPUs, windows other than 5), OneDnnError: NumPy's is several times faster.
+    """
+
+    def __init__(self, lib: Library, shape, across: bool, size: int, alpha: float, beta: float, k: float,
+                 training: bool = True):
         self.lib = lib
-        data = lib.memory_desc(tuple(shape), CHANNEL_BLOCKS_OF_8)
+        shape = tuple(shape)
         algorithm = LRN_ACROSS_CHANNELS if across else LRN_WITHIN_CHANNEL
         constants = ctypes.c_int64(size), ctypes.c_float(alpha), ctypes.c_float(beta), ctypes.c_float(k)
-        forward, backward = Handle(), Handle()
-        lib.call("dnnl_lrn_forward_primitive_desc_create", ctypes.byref(forward), lib.engine, FORWARD_TRAINING,
-                 algorithm, data, data, *constants, None)
-        lib.call("dnnl_lrn_backward_primitive_desc_create", ctypes.byref(backward), lib.engine, algorithm, data,
-                 data, data, *constants, forward, None)
+        for data in (lib.memory_desc(shape, CHANNEL_BLOCKS_OF_8), lib.channels_last(shape)):
+            forward, backward = Handle(), Handle()
+            lib.call("dnnl_lrn_forward_primitive_desc_create", ctypes.byref(forward), lib.engine, FORWARD_TRAINING,
+                     algorithm, data, data, *constants, None)
+            lib.call("dnnl_lrn_backward_primitive_desc_create", ctypes.byref(backward), lib.engine, algorithm, data,
+                     data, data, *constants, forward, None)
+            slow = [name for name in [lib.implementation(forward)] + ([lib.implementation(backward)] if training
+                                                                       else [])
+                    if name.startswith(REFERENCE_IMPLEMENTATIONS)]
+            if not slow:
+                break
+        else:
+            raise OneDnnError(f"only oneDNN's reference implementation ({slow[0]}) runs it on this CPU, slower than "
+                              "NumPy")
         self.forward_primitive, self.backward_primitive = lib.primitive(forward), lib.primitive(backward)
         workspace = lib.chosen(forward, QUERY_WORKSPACE)
         self.workspace = lib.owned_memory(workspace) if workspace.value else None  # (memory, its buffer)
-        self.operands = {arg: Operand(lib, tuple(shape), data, slot=arg) for arg in (ARG_SRC, ARG_DST, ARG_DIFF_SRC,
-                                                                                      ARG_DIFF_DST)}
+        self.operands = {arg: Operand(lib, shape, data, slot=arg) for arg in (ARG_SRC, ARG_DST, ARG_DIFF_SRC,
+                                                                               ARG_DIFF_DST)}
 
     def forward(self, x: numpy.ndarray, y: numpy.ndarray) -> None:
         """The normalised ``x``, written into ``y``."""
