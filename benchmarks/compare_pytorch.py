@@ -119,6 +119,8 @@ def torch_forward(net, torch, batch: int | None = None):
                 y = functional.linear(x[0].flatten(1), w[0], w[1] if len(w) > 1 else None)
             elif kind == "ReLU":
                 y = functional.relu(x[0])
+            elif kind == "ReLU6":
+                y = functional.relu6(x[0])
             elif kind == "LRN":
                 p = layer.block("lrn_param")
                 y = functional.local_response_norm(x[0], p.local_size, p.alpha, p.beta, p.k)

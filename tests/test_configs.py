@@ -32,7 +32,7 @@ TRAIN_VALS = [p for p in ALL_CONFIGS if p.stem.endswith("_train_val")]
 CONFIGS = [p for p in ALL_CONFIGS if p.parent.name != "digits" and p.stem.endswith(("_timing", "_deploy"))]
 # the examples of the newer layers, a net and a solver each (test_example_configs.py trains them)
 EXAMPLES = ["char_lstm", "fcn_shapes", "mobilenetv2_digits", "siamese_digits", "vit_digits"]
-MODELS = ["lenet", "cifar10_quick", "cifar10_full", "alexnet", "googlenet", "resnet50", "vgg16"]
+MODELS = ["lenet", "cifar10_quick", "cifar10_full", "alexnet", "googlenet", "resnet50", "vgg16", "mobilenetv2"]
 
 PUBLISHED = {
     "lenet": 431_080,
@@ -44,6 +44,7 @@ PUBLISHED = {
     "resnet50": 25_557_032,
     "resnet101": 44_549_160,
     "resnet152": 60_192_808,
+    "mobilenetv2": 3_504_872,  # (torchvision's mobilenet_v2 too)
 }
 # GoogLeNet's two auxiliary classifiers, after inception_4a (512 channels) and 4d (528): 1x1 conv to 128,
 # fc 2048 -> 1024, classifier 1024 -> 1000; they exist in the train and test phases only
@@ -78,7 +79,7 @@ def test_every_model_ships_train_val_solver_deploy_and_timing_nets():
     assert {p.relative_to(CONFIGS_DIR).as_posix() for p in ALL_CONFIGS
             if p not in CONFIGS + SOLVERS + TRAIN_VALS} == {
         "digits/digits_net.yaml", "digits/digits_deploy.yaml", "resnet50/resnet_blocks.yaml",
-        "googlenet/inception_blocks.yaml", "augmentation/augmented_net.yaml",
+        "googlenet/inception_blocks.yaml", "mobilenetv2/mobilenetv2_blocks.yaml", "augmentation/augmented_net.yaml",
         *(f"{example}/{example}_net.yaml" for example in EXAMPLES)}
 
 
