@@ -303,6 +303,9 @@ class HingeLoss(Layer):
 LOG_THRESHOLD = 1e-20  # Caffe's kLOG_THRESHOLD: probabilities are clipped to it before their log
 
 
+ROW_DOTS = getattr(numpy, "vecdot", None)  # NumPy 2: the dot product of each row of two arrays (BLAS's on the CPU)
+
+
 @dataclass
 class ContrastiveLossParams:
     """Parameters of ContrastiveLoss (Caffe's ContrastiveLossParameter)."""
@@ -352,12 +355,26 @@ class ContrastiveLoss(Loss):
                              f"per pair ({a[0]}), shaped (N,) to (N, 1, 1, 1)")
         return [()]
 
+    def reshape(self, bottom, top):
+        super().reshape(bottom, top)
+        # a - b (kept for backward) and its rows' squared lengths in arrays kept from pass to pass
+        shape = (bottom[0].shape[0], math.prod(bottom[0].shape[1:]))
+        dtype = numpy.result_type(bottom[0].data.dtype, bottom[1].data.dtype)
+        difference = getattr(self, "difference", None)
+        if difference is None or difference.shape != shape or difference.dtype != dtype:
+            self.difference = self.xp.empty(shape, dtype=dtype)
+            self.dist_sq = self.xp.empty(shape[0], dtype=dtype)
+
     def forward(self, bottom, top):
         xp = self.xp
         p = self.block("contrastive_loss_param")
         n = bottom[0].shape[0]
-        self.difference = (bottom[0].data - bottom[1].data.reshape(bottom[0].shape)).reshape(n, -1)
-        self.dist_sq = (self.difference * self.difference).sum(axis=1)
+        xp.subtract(bottom[0].data.reshape(self.difference.shape), bottom[1].data.reshape(self.difference.shape),
+                    out=self.difference)
+        if ROW_DOTS is not None and not self.backend.is_gpu:
+            ROW_DOTS(self.difference, self.difference, out=self.dist_sq)  # a dot product a row: no squares array
+        else:
+            self.dist_sq = (self.difference * self.difference).sum(axis=1)
         self.similar = xp.trunc(bottom[2].data.reshape(n)) != 0
         if p.legacy_version:
             apart = xp.maximum(p.margin - self.dist_sq, 0)
@@ -379,8 +396,8 @@ class ContrastiveLoss(Loss):
             apart = xp.where(within, -(p.margin - dist) / xp.where(within, dist, 1), 0.0)
         coefficient = xp.where(self.similar, 1.0, apart).astype(self.dtype)[:, None] * (top[0].diff / n)
         for sign, blob, wanted in zip((1, -1), bottom, propagate_down):
-            if wanted:
-                blob.diff[...] = (sign * coefficient * self.difference).reshape(blob.shape)
+            if wanted:  # (a blob's diff is C-contiguous: the reshape is a view of it)
+                xp.multiply(sign * coefficient, self.difference, out=blob.diff.reshape(self.difference.shape))
 
 
 @dataclass

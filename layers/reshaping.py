@@ -194,14 +194,18 @@ class Tile(Layer):
         axis = canonical_axis(p.axis, len(shape), "tile_param.axis")
         return math.prod(shape[:axis]), p.tiles, math.prod(shape[axis:])
 
+    def reshape(self, bottom, top):
+        super().reshape(bottom, top)
+        self.copies = self.split(bottom[0].shape)
+
     def forward(self, bottom, top):
-        outer, tiles, inner = self.split(bottom[0].shape)
-        top[0].data.reshape(outer, tiles, inner)[...] = bottom[0].data.reshape(outer, 1, inner)
+        outer, tiles, inner = self.copies
+        self.xp.copyto(top[0].data.reshape(outer, tiles, inner), bottom[0].data.reshape(outer, 1, inner))
 
     def backward(self, top, propagate_down, bottom):
-        if propagate_down[0]:
-            outer, tiles, inner = self.split(bottom[0].shape)
-            bottom[0].diff[...] = top[0].diff.reshape(outer, tiles, inner).sum(axis=1).reshape(bottom[0].shape)
+        if propagate_down[0]:  # (the sum written into the diff, a view of it: no temporary)
+            outer, tiles, inner = self.copies
+            top[0].diff.reshape(outer, tiles, inner).sum(axis=1, out=bottom[0].diff.reshape(outer, inner))
 
 
 @register_layer

@@ -1031,6 +1031,29 @@ def test_nan_and_underflow_follow_caffes_loops(device):
     assert passes("Reduction", [[np.nan, -2.0]], {"reduction_param": {"operation": "ASUM"}})[1].tolist() == [[0, -1]]
 
 
+@pytest.mark.parametrize(("shape", "reference", "axis", "offset"), [
+    ((2, 3, 6, 7), (2, 3, 4, 3), 2, [1, 2]),  # the last two axes cut
+    ((2, 5, 6, 4), (2, 3, 4, 4), 1, [2, 1, 0]),  # the last axis whole
+    ((3, 4, 5), (2, 4, 5), 0, [1, 0, 0]),  # only the first axis cut
+    ((2, 3, 4), (2, 3, 4), 1, [0]),  # nothing cut (one offset for every axis)
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_crop_copies_its_window_and_its_gradient_back_exactly(shape, reference, axis, offset, dtype):
+    x = np.arange(math.prod(shape), dtype=float).reshape(shape) - 7
+    net = one_layer_net("Crop", [shape, reference], bottoms=[x, np.zeros(reference)], dtype=dtype,
+                        params={"crop_param": {"axis": axis, "offset": offset}})
+    offsets = offset * (len(shape) - axis) if len(offset) == 1 else offset
+    window = (slice(None),) * axis + tuple(slice(o, o + r) for o, r in zip(offsets, reference[axis:]))
+    np.testing.assert_array_equal(run_forward(net)[0], x[window])
+    top, bottom = net.top_blobs[-1], net.bottom_blobs[-1]
+    top[0].diff[...] = np.arange(top[0].diff.size).reshape(top[0].diff.shape) + 1
+    bottom[0].diff[...] = 5  # overwritten, not added to
+    net.layers[-1].backward(top, [True, False], bottom)
+    expected = np.zeros(shape)
+    expected[window] = top[0].diff
+    np.testing.assert_array_equal(bottom[0].diff, expected)
+
+
 def test_tile_needs_its_tiles_as_in_caffe():
     with pytest.raises(ConfigError, match="tile_param.tiles: missing required parameter"):
         one_layer_net("Tile", [(2, 3)])
