@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from netspec.engine import onednn
 from netspec.engine.fillers import FillerParams
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
@@ -175,6 +176,10 @@ class Recurrent(Layer):
         """W_h transposed, (H, gates * H), C-contiguous: the product at every step runs faster than on a view."""
         return self.xp.ascontiguousarray(self.input_weights()[3].T)
 
+    def previous_outputs(self):
+        """What W_h multiplies at every step, ``cont_t * h_{t-1}`` (T, N, H), from the last forward pass."""
+        return self.xp.concatenate([self.initial_h[None], self.h[:-1]]) * self.cont
+
     def backward(self, top, propagate_down, bottom):
         steps, batch = bottom[0].shape[:2]
         final_diffs = ([t.diff.reshape(batch, -1) for t in top[1:]] if self.exposed()
@@ -190,8 +195,7 @@ class Recurrent(Layer):
         if self.static and self.param_propagate_down[2]:
             self.blobs[2].diff += d_pre.sum(axis=0).T @ self.x_static
         if self.param_propagate_down[recurrent]:
-            previous = self.xp.concatenate([self.initial_h[None], self.h[:-1]]) * self.cont
-            self.blobs[recurrent].diff += flat.T @ previous.reshape(steps * batch, -1)
+            self.blobs[recurrent].diff += flat.T @ self.previous_outputs().reshape(steps * batch, -1)
         if propagate_down[0]:
             self.xp.matmul(flat, self.blobs[0].data, out=bottom[0].diff.reshape(steps * batch, -1))
         if propagate_down[1]:
@@ -322,7 +326,11 @@ class LSTM(Recurrent):
     W_xc (4H, I), b_c (4H,), W_xc_static (4H, I_static) with x_static, W_hc
     (4H, H).  The weights start from ``weight_filler``, the bias from
     ``bias_filler`` (constant 0 by default).  cont takes no gradient;
-    everything else is backpropagated through time.  Not in place.
+    everything else is backpropagated through time.  Not in place.  On the
+    CPU in float32, where no sequence restarts after the first step (cont is
+    1 from t = 1 on), oneDNN's LSTM primitive runs the forward pass
+    (``NETSPEC_ONEDNN=0``: NumPy), and backward recomputes the gates from
+    its outputs; elsewhere NumPy (or CuPy) runs the steps one by one.
 
     Example::
 
@@ -337,39 +345,112 @@ class LSTM(Recurrent):
     states = ("h", "c")
     gates = 4
 
+    def reshape(self, bottom, top):
+        super().reshape(bottom, top)
+        steps, batch, inputs, static = self.check_shapes([b.shape for b in bottom])
+        inputs += static or 0
+        size = self.hidden()
+        # oneDNN's LSTM, and the product of the gates' inputs (stacked) and weights that backward recomputes after it
+        primitives = onednn.attempt(self, lambda lib: (
+            onednn.LongShortTermMemory(lib, steps, batch, inputs, size),
+            onednn.InnerProduct(lib, steps * batch, inputs + size, 4 * size, bias=True)))
+        self.fast, self.replayer = primitives or (None, None)
+
+    def onednn_order(self):
+        """The rows of Caffe's gate-major blobs (i, f, o, g) in oneDNN's gate order (i, f, g, o)."""
+        size = self.hidden()
+        return self.xp.r_[:2 * size, 3 * size:4 * size, 2 * size:3 * size]
+
     def run_forward(self, initial, out):
+        self.initial_h, self.initial_c = initial
+        if self.fast is not None and bool((self.cont[1:] == 1).all()):
+            return self.forward_onednn(out)
         xp = self.xp
         size = self.hidden()
         self.acts = self.input_transform()  # each step's gates, turned in place into i, f, o (sigmoid), g (tanh)
         steps, batch, _ = self.acts.shape
         w_h = self.recurrent_weights()
-        self.initial_h, self.initial_c = initial
         self.c = xp.empty(out.shape, dtype=self.dtype)
         self.tanh_c = xp.empty(out.shape, dtype=self.dtype)
         masked = xp.empty((batch, size), dtype=self.dtype)  # cont_t * h_{t-1}
         product = xp.empty((batch, 4 * size), dtype=self.dtype)
         h, c = initial
         for t in range(steps):
-            cont, acts = self.cont[t], self.acts[t]
-            xp.multiply(cont, h, out=masked)
+            acts = self.acts[t]
+            xp.multiply(self.cont[t], h, out=masked)
             xp.matmul(masked, w_h, out=product)
             acts += product
             self.activate(acts)
-            i, f, o, g = (acts[:, k * size:(k + 1) * size] for k in range(4))
-            xp.multiply(cont, f, out=self.c[t])
-            self.c[t] *= c
-            c = self.c[t]
-            c += i * g
-            xp.tanh(c, out=self.tanh_c[t])
+            c = self.cell(t, c)
             h = out[t]
-            xp.multiply(o, self.tanh_c[t], out=h)
+            xp.multiply(acts[:, 2 * size:3 * size], self.tanh_c[t], out=h)
         self.h = out.copy()
         return [self.h[-1], c]
 
+    def forward_onednn(self, out):
+        """The forward pass through oneDNN's LSTM, where no sequence restarts after the first step (``cont`` is 1
+        there; at the first step cont scales the initial states): only the outputs are kept, and backward
+        recomputes the gates from them (:meth:`replay`)."""
+        xp = self.xp
+        x, w_x = self.stacked(recurrent=False)
+        _, b, _, w_h, _ = self.input_weights()
+        order = self.onednn_order()
+        first = self.cont[0]
+        final = [xp.empty_like(state) for state in (self.initial_h, self.initial_c)]
+        self.fast.forward(x, w_x[order], w_h[order], b[order], first * self.initial_h, first * self.initial_c, out,
+                          *final)
+        self.h = out.copy()
+        self.acts = None  # (the gates: replay computes them when backward needs them)
+        return final
+
+    def stacked(self, recurrent: bool):
+        """What multiplies the weights at every step, side by side: ``[x_t, x_static, cont_t h_{t-1}]`` (T, N, K),
+        with x_static where there is one and ``cont_t h_{t-1}`` when ``recurrent``; and those weights, side by
+        side as well (4H, K)."""
+        w_x, _, w_static, w_h, _ = self.input_weights()
+        parts, weights = [self.x], [w_x]
+        if w_static is not None:
+            parts.append(self.xp.broadcast_to(self.x_static, (*self.x.shape[:2], self.x_static.shape[1])))
+            weights.append(w_static)
+        if recurrent:
+            parts.append(self.previous_outputs())
+            weights.append(w_h)
+        if len(parts) == 1:
+            return self.x, w_x
+        return self.xp.concatenate(parts, axis=2), self.xp.concatenate(weights, axis=1)
+
+    def replay(self) -> None:
+        """Every step's activated gates, c_t and tanh(c_t) after a forward pass through oneDNN, which kept only the
+        outputs: with each h_{t-1} known, the gates' pre-activations of all the steps are one matrix product
+        (on oneDNN's threads), and only the cells' elementwise recurrence runs step by step."""
+        xp = self.xp
+        steps, batch, size = self.h.shape
+        rows, weights = self.stacked(recurrent=True)
+        self.acts = xp.empty((steps, batch, 4 * size), dtype=self.dtype)
+        self.replayer.forward(rows.reshape(steps * batch, -1), weights, self.input_weights()[1],
+                              self.acts.reshape(steps * batch, -1))
+        self.activate(self.acts)
+        self.c = xp.empty(self.h.shape, dtype=self.dtype)
+        self.tanh_c = xp.empty(self.h.shape, dtype=self.dtype)
+        c = self.initial_c
+        for t in range(steps):
+            c = self.cell(t, c)
+
+    def cell(self, t: int, c):
+        """Step ``t``'s cell from the one before, ``c``, and the step's activated gates: ``c_t = cont_t f_t c +
+        i_t g_t`` into ``self.c[t]`` (returned), and its tanh into ``self.tanh_c[t]``."""
+        size = self.hidden()
+        acts, c_t = self.acts[t], self.c[t]
+        self.xp.multiply(self.cont[t], acts[:, size:2 * size], out=c_t)
+        c_t *= c
+        c_t += acts[:, :size] * acts[:, 3 * size:]
+        self.xp.tanh(c_t, out=self.tanh_c[t])
+        return c_t
+
     def activate(self, gates) -> None:
-        """The gates' non-linearities in place on (N, 4H) pre-activations: the sigmoid on i, f and o, computed
+        """The gates' non-linearities in place on (..., 4H) pre-activations: the sigmoid on i, f and o, computed
         stably as ``(tanh(x / 2) + 1) / 2``, and tanh on g, through one tanh of every gate."""
-        sigmoids = gates[:, :3 * self.hidden()]
+        sigmoids = gates[..., :3 * self.hidden()]
         sigmoids *= 0.5
         self.xp.tanh(gates, out=gates)
         sigmoids *= 0.5
@@ -377,6 +458,8 @@ class LSTM(Recurrent):
 
     def run_backward(self, d_out, final_diffs):
         xp = self.xp
+        if self.acts is None:
+            self.replay()
         steps, batch, size = self.h.shape
         w_h = self.input_weights()[3]
         d_pre = xp.empty(self.acts.shape, dtype=self.dtype)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -10,8 +13,9 @@ from devices import DEVICES
 from test_layers import ref_lstm, ref_rnn
 
 from netspec import load_net
+from netspec.engine import onednn
 from netspec.errors import ConfigError, ParamError, ShapeError
-from netspec.testing import check_forward, one_layer_net, run_forward
+from netspec.testing import check_accumulation, check_float32, check_forward, one_layer_net, run_forward
 
 RNG = np.random.default_rng(20)
 STATES = {"RNN": 1, "LSTM": 2}
@@ -22,11 +26,11 @@ def rand(*shape):
     return RNG.uniform(-1, 1, shape)
 
 
-def net_of(layer_type, bottoms, expose=False, num_output=3, weights=None, device="cpu"):
+def net_of(layer_type, bottoms, expose=False, num_output=3, weights=None, device="cpu", dtype=np.float64):
     """A one-layer net of ``layer_type`` fed ``bottoms``; ``weights`` (arrays) replace its random ones."""
     block = {"recurrent_param": {"num_output": num_output, "expose_hidden": expose}}
     net = one_layer_net(layer_type, [b.shape for b in bottoms], tops=1 + (STATES[layer_type] if expose else 0),
-                        params=block, bottoms=bottoms, device=device)
+                        params=block, bottoms=bottoms, device=device, dtype=dtype)
     for blob, value in zip(net.layers[-1].blobs, weights or []):
         blob.data[...] = value
     return net
@@ -91,6 +95,69 @@ def test_static_input_and_exposed_states_match_the_reference(layer_type, expose,
     net = net_of(layer_type, bottoms, expose=expose, device=device)
     block = {"recurrent_param": {"expose_hidden": expose}}
     check_forward(net, lambda b, w: REFERENCES[layer_type](b, w, block))
+
+
+needs_onednn = pytest.mark.skipif(onednn.library() is None, reason=f"oneDNN is off: {onednn.why_unavailable()}")
+
+
+def took_onednn(net):
+    """Whether the LSTM's last forward pass ran on oneDNN (which keeps no gates: backward recomputes them)."""
+    layer = net.layers[-1]
+    return layer.fast is not None and layer.acts is None
+
+
+@needs_onednn
+@pytest.mark.parametrize("restart", [False, True], ids=["unbroken", "restarting"])
+@pytest.mark.parametrize("static", [False, True], ids=["", "static"])
+@pytest.mark.parametrize("expose", [False, True], ids=["", "exposed"])
+def test_a_float32_lstm_runs_on_onednn_unless_a_sequence_restarts_and_matches_float64(restart, static, expose):
+    """oneDNN's LSTM runs every step where cont is 1 after the first (at the first, 0 or 1 per sequence: the
+    initial states scaled by it); a restart later keeps NumPy's steps.  Either way float32 gives float64's tops
+    and gradients (backward after oneDNN recomputes the gates from the outputs) and accumulates as it should."""
+    cont = np.ones((6, 3))
+    cont[0] = [0, 1, 1]  # sequences 1 and 2 continue from the initial states (h0, c0, or the zeros carried)
+    if restart:
+        cont[3, 1] = 0
+    bottoms = [rand(6, 3, 2, 2), cont] + [rand(3, 5)] * static + [rand(1, 3, 4) for _ in range(2 * expose)]
+    block = {"recurrent_param": {"num_output": 4, "expose_hidden": expose}}
+
+    def build(dtype):
+        return one_layer_net("LSTM", [b.shape for b in bottoms], tops=1 + 2 * expose, params=block, bottoms=bottoms,
+                             dtype=dtype)
+
+    net = build(np.float32)
+    run_forward(net)
+    assert took_onednn(net) != restart
+    check_float32(build)
+    check_accumulation(build(np.float32))
+
+
+@needs_onednn
+def test_an_lstm_on_onednn_continues_from_the_states_its_last_pass_ended_in():
+    x, cont = rand(6, 2, 3), np.ones((6, 2))
+    cont[0] = 0
+    whole = net_of("LSTM", [x, cont], dtype=np.float32)
+    (y,) = run_forward(whole)
+    net = net_of("LSTM", [x[:3], cont[:3]], weights=weights_of(whole), dtype=np.float32)
+    (y1,) = run_forward(net)
+    net.blobs["b0"].data[...] = x[3:]
+    net.blobs["b1"].data[...] = cont[3:]
+    (y2,) = run_forward(net)
+    assert took_onednn(whole) and took_onednn(net)
+    np.testing.assert_allclose(np.concatenate([y1, y2]), y, rtol=1e-5, atol=1e-6)
+    numpy_net = net_of("LSTM", [x, cont], weights=weights_of(whole))
+    np.testing.assert_allclose(run_forward(numpy_net)[0], y, rtol=1e-4, atol=1e-6)
+
+
+@needs_onednn
+def test_an_lstm_leaves_onednn_where_only_its_reference_implementation_would_run():
+    """(It would be slower than NumPy's steps: CPUs without AVX2, here as oneDNN limited to SSE4.1.)"""
+    code = ("import numpy as np\nfrom netspec.testing import one_layer_net\n"
+            "net = one_layer_net('LSTM', [(4, 2, 3), (4, 2)], params={'recurrent_param': {'num_output': 3}}, "
+            "dtype=np.float32)\nprint(net.paths())")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            env={**os.environ, "ONEDNN_MAX_CPU_ISA": "SSE41"})
+    assert "oneDNN refused under_test: only oneDNN's reference LSTM" in result.stdout, result.stdout
 
 
 def test_learnable_blobs_have_caffes_order_and_shapes():

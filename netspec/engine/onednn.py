@@ -736,3 +736,58 @@ class FusedConvolution(Passes):
         """The fused output, written into ``y``; ``scale`` and ``shift`` (O,) when ``affine``."""
         reads = {ARG_SRC: x, ARG_WEIGHTS: w, ARG_BIAS: b, self.SCALE: scale, self.SHIFT: shift}
         self._run(self.primitive, {arg: array for arg, array in reads.items() if array is not None}, {ARG_DST: y})
+
+
+class LongShortTermMemory(Passes):
+    """Inference of a one-layer LSTM over a whole sequence, left to right (oneDNN's vanilla LSTM, forward):
+    input (T, N, I), initial states h_0 and c_0 and final ones (N, H) each, outputs h_t (T, N, H).  The gates
+    are stacked in oneDNN's order i, f, g (the candidate, tanh), o: the input weights (4H, I), the recurrent
+    ones (4H, H) and the bias (4H,), the weights reordered at each call into the layout the primitive computes
+    fastest in; all arrays C-contiguous float32.  Every step continues from the one before: a sequence that
+    restarts within T needs another path.  OneDnnError where only oneDNN's reference implementation would run
+    it (CPUs without AVX2)."""
+
+    LEFT_TO_RIGHT = 1  # dnnl_unidirectional_left2right
+    SRC_ITER, SRC_ITER_C, DST_ITER, DST_ITER_C, WEIGHTS_ITER = 2, 3, 18, 19, 34  # (DNNL_ARG_*)
+
+    def __init__(self, lib: Library, steps: int, batch: int, inputs: int, hidden: int):
+        self.lib = lib
+        shapes = {ARG_SRC: (steps, batch, inputs), ARG_DST: (steps, batch, hidden), ARG_BIAS: (1, 1, 4, hidden)}
+        shapes |= dict.fromkeys((self.SRC_ITER, self.SRC_ITER_C, self.DST_ITER, self.DST_ITER_C), (1, 1, batch, hidden))
+        plain = {arg: lib.memory_desc(shape) for arg, shape in shapes.items()}
+        rows = {ARG_WEIGHTS: inputs, self.WEIGHTS_ITER: hidden}
+        weights = {arg: lib.memory_desc((1, 1, count, 4, hidden), ANY) for arg, count in rows.items()}
+        forward = Handle()
+        lib.call("dnnl_lstm_forward_primitive_desc_create", ctypes.byref(forward), lib.engine, FORWARD_INFERENCE,
+                 self.LEFT_TO_RIGHT, plain[ARG_SRC], plain[self.SRC_ITER], plain[self.SRC_ITER_C],
+                 weights[ARG_WEIGHTS], weights[self.WEIGHTS_ITER], None, None, plain[ARG_BIAS], plain[ARG_DST],
+                 plain[self.DST_ITER], plain[self.DST_ITER_C], 0, None)
+        if lib.implementation(forward).startswith(REFERENCE_IMPLEMENTATIONS):  # (slower than NumPy's steps)
+            raise OneDnnError(f"only oneDNN's reference LSTM ({lib.implementation(forward)}) runs on this CPU")
+        self.primitive = lib.primitive(forward)
+        self.operands = {arg: Operand(lib, shape) for arg, shape in shapes.items()}
+        # each weight matrix, gate-major as given ((4, H, rows): dims (1, 1, rows, 4, H) with strides), and the
+        # primitive's layout, in a scratch buffer
+        self.weights = {}
+        for index, (arg, count) in enumerate(rows.items()):
+            given = Handle()
+            lib.call("dnnl_memory_desc_create_with_strides", ctypes.byref(given), 5, Dims(1, 1, count, 4, hidden),
+                     F32, Dims(4 * hidden * count, 4 * hidden * count, 1, hidden * count, count))
+            chosen = Handle(lib.dll.dnnl_primitive_desc_query_md(forward, QUERY_WEIGHTS, index))
+            self.weights[arg] = (lib.memory(given), lib.memory(chosen), lib.reorder(given, chosen),
+                                 lib.dll.dnnl_memory_desc_get_size(chosen))
+
+    def forward(self, x: numpy.ndarray, w_x: numpy.ndarray, w_h: numpy.ndarray, b: numpy.ndarray,
+                h_0: numpy.ndarray, c_0: numpy.ndarray, y: numpy.ndarray, h_t: numpy.ndarray,
+                c_t: numpy.ndarray) -> None:
+        """Every step from ``h_0`` and ``c_0``: the outputs written into ``y``, the final states into ``h_t``
+        and ``c_t``."""
+        ready = {}
+        for arg, matrix in ((ARG_WEIGHTS, w_x), (self.WEIGHTS_ITER, w_h)):
+            given, chosen, reorder, nbytes = self.weights[arg]
+            self.lib.point(given, matrix)
+            self.lib.point(chosen, scratch(arg, nbytes))
+            self.lib.run(reorder, {ARG_SRC: given, ARG_DST: chosen})
+            ready[arg] = chosen
+        reads = {ARG_SRC: x, ARG_BIAS: b, self.SRC_ITER: h_0, self.SRC_ITER_C: c_0}
+        self._run(self.primitive, reads, {ARG_DST: y, self.DST_ITER: h_t, self.DST_ITER_C: c_t}, ready)
