@@ -647,3 +647,20 @@ def test_the_reference_nets_train_without_reference_kernels(isa):
         runs = [line.split(",") for line in result.stdout.splitlines() if line.startswith("onednn_verbose,")]
         kernels = {(fields[3], fields[4]) for fields in runs if len(fields) > 5 and fields[1] == "exec"}
         assert kernels and not [kernel for kernel in kernels if kernel[1].startswith(("ref", "simple_"))], (net, kernels)
+
+
+@pytest.mark.skipif(onednn.library() is None, reason=f"oneDNN is off: {onednn.why_unavailable()}")
+def test_an_isa_cap_onednn_cannot_follow_is_said_once_on_the_paths_line():
+    """A name oneDNN does not know, or an ISA beyond this CPU's: one note naming what runs instead."""
+    effective = onednn.library().dll.dnnl_get_effective_cpu_isa()
+    beyond = next((name for name, bits in onednn.ISA_BITS.items() if effective & bits != bits), None)
+    runs = next(name for name, bits in onednn.ISA_BITS.items() if bits == effective)
+    cases = {"FOO": f"ONEDNN_MAX_CPU_ISA=FOO names no ISA oneDNN knows, so it runs {runs}; it knows SSE41, "}
+    if beyond is not None:  # (every CPU but the newest lacks one)
+        cases[beyond] = f"ONEDNN_MAX_CPU_ISA={beyond} is more than this CPU has: oneDNN runs "
+    for asked, note in cases.items():
+        result = subprocess.run([sys.executable, "-m", "netspec", "time", ROOT / "configs/lenet/lenet_timing.yaml",
+                                 "-n", "1", "--warmup", "0"], capture_output=True, text=True,
+                                env={**os.environ, "ONEDNN_MAX_CPU_ISA": asked})
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.count(note) == 1 and "paths: oneDNN " in result.stdout, result.stdout

@@ -352,7 +352,9 @@ class Net:
         fast = [groups[index] for index in sorted(on_onednn)]
         refused = [f"{layer.name}: {layer.onednn_refused}" for layer in self.layers
                    if getattr(layer, "onednn_refused", None) and getattr(layer, "fast", None) is None]
-        return (f"oneDNN {lib.version} for {_listed(fast, of='layers') or 'no layer'}; NumPy for the rest"
+        note = onednn.isa_note(lib)
+        return (f"oneDNN {lib.version}{f' ({note})' if note else ''} for {_listed(fast, of='layers') or 'no layer'}; "
+                "NumPy for the rest"
                 + (f" (oneDNN refused {_listed(refused, '; ')})" if refused else "") + fused)
 
     def first_non_finite_param(self) -> tuple[str, int] | None:

@@ -187,6 +187,29 @@ def why_unavailable() -> str:
     return _load()[1]
 
 
+# ONEDNN_MAX_CPU_ISA's names and the bits of oneDNN's dnnl_cpu_isa_t for each (each ISA's include those below it)
+ISA_BITS = {"SSE41": 0x1, "AVX": 0x3, "AVX2": 0x7, "AVX2_VNNI": 0xF, "AVX2_VNNI_2": 0x1F, "AVX512_CORE": 0x27,
+            "AVX512_CORE_VNNI": 0x67, "AVX512_CORE_BF16": 0xE7, "AVX512_CORE_FP16": 0x1EF,
+            "AVX512_CORE_AMX": 0xFE7, "AVX512_CORE_AMX_FP16": 0x1FEF}
+
+
+def isa_note(lib: Library) -> str | None:
+    """What is amiss with ``ONEDNN_MAX_CPU_ISA``, in a few words: a name oneDNN does not know, or an ISA this CPU
+    lacks (oneDNN then runs the best it has, named); None where it is unset, ``ALL``, or one the CPU has."""
+    asked = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
+    if asked in ("", "ALL", "DEFAULT"):
+        return None
+    effective = lib.dll.dnnl_get_effective_cpu_isa()
+    runs = next((name for name, bits in ISA_BITS.items() if bits == effective), hex(effective))
+    bits = ISA_BITS.get(asked)
+    if bits is None:
+        return f"ONEDNN_MAX_CPU_ISA={asked} names no ISA oneDNN knows, so it runs {runs}; it knows " \
+               f"{', '.join(ISA_BITS)} and ALL"
+    if effective & bits != bits:
+        return f"ONEDNN_MAX_CPU_ISA={asked} is more than this CPU has: oneDNN runs {runs}"
+    return None
+
+
 def library_for(layer) -> Library | None:
     """The library when ``layer`` runs on the CPU in float32 and oneDNN is loaded; None when NumPy must run it."""
     if layer.backend.is_gpu or layer.dtype != numpy.float32:
