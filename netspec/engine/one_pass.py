@@ -51,7 +51,7 @@ class OnePass:
         if not records:
             raise NetspecError(f"net '{net.name}' ({net.phase}): its data layer cannot tell how many records it "
                                "reads, so a pass over them cannot be scored")
-        self.net, self.records = net, records
+        self.net = net
         self.share = rank_share(records, rank, size)
         self.batches, rest = divmod(self.share, net.batch_size)
         self.start = net.runtime_state()  # the data layers' first batch
