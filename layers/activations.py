@@ -44,12 +44,15 @@ class OneDnnElementwise(Elementwise):
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
         algorithm = self.onednn_algorithm()
+        layout = onednn.layout_of(bottom[0].values)
         self.fast = None if algorithm is None else onednn.attempt(
-            self, lambda lib: onednn.Elementwise(lib, bottom[0].shape, *algorithm))
+            self, lambda lib: onednn.Elementwise(lib, bottom[0].shape, *algorithm, layout=layout))
+        if self.fast is not None:
+            onednn.hold_outputs(self.fast, top)
 
     def forward(self, bottom, top):
         if self.fast is not None:
-            self.fast.forward(bottom[0].data, top[0].data)
+            self.fast.forward(bottom[0].values, top[0].values)
         else:
             self.numpy_forward(bottom, top)
 
@@ -57,7 +60,7 @@ class OneDnnElementwise(Elementwise):
         if not propagate_down[0]:
             return
         if self.fast is not None:
-            self.fast.backward(bottom[0].data, top[0].data, top[0].diff, bottom[0].diff)
+            self.fast.backward(bottom[0].values, top[0].values, top[0].gradient, bottom[0].gradient)
         else:
             self.numpy_backward(top, bottom)
 

@@ -73,7 +73,10 @@ class BatchNorm(Layer):
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
         self.top_blob = top[0]
+        self.layout = onednn.layout_of(bottom[0].values)
         self.fast = self._onednn(bottom[0].shape)
+        if self.fast is not None:
+            onednn.hold_outputs(self.fast, top)
 
     def _onednn(self, shape) -> onednn.Normalization | None:
         """oneDNN's primitives for this shape and the layers absorbed, or None for the NumPy path."""
@@ -84,7 +87,8 @@ class BatchNorm(Layer):
         if self.scale_layer is not None:
             flags |= onednn.NORMALIZE_SCALE | (onednn.NORMALIZE_SHIFT if len(self.scale_layer.blobs) > 1 else 0)
         fast = onednn.attempt(self, lambda lib: onednn.Normalization(lib, shape, p.eps, flags,
-                                                                     keeps_input=not self.inference))
+                                                                     keeps_input=not self.inference,
+                                                                     layout=self.layout))
         if fast is None:
             return None
         self.shape = shape
@@ -110,27 +114,27 @@ class BatchNorm(Layer):
     def forward(self, bottom, top):
         xp = self.xp
         p = self.block("batch_norm_param")
-        x, y = bottom[0].data, top[0].data
-        channels = x.shape[1]
-        broadcast = (1, channels) + (1,) * (x.ndim - 2)
+        channels = bottom[0].shape[1]
         if self.global_stats:
             mean, var = self.stored_statistics()
-        elif self.fast is None:
-            axes = (0,) + tuple(range(2, x.ndim))
-            mean = self.across_ranks(x.mean(axis=axes), "mean")
-            var = self.across_ranks(((x - mean.reshape(broadcast)) ** 2).mean(axis=axes), "variance")
         if self.fast is not None:
             if self.global_stats:
                 self.mean[...], self.var[...] = mean, var
-            self.fast.forward(x, y, self.fused_arguments())
+            self.fast.forward(bottom[0].values, top[0].values, self.fused_arguments())
             mean, var = self.mean, self.var
         else:
+            x, y = bottom[0].data, top[0].data
+            broadcast = (1, channels) + (1,) * (x.ndim - 2)
+            if not self.global_stats:
+                axes = (0,) + tuple(range(2, x.ndim))
+                mean = self.across_ranks(x.mean(axis=axes), "mean")
+                var = self.across_ranks(((x - mean.reshape(broadcast)) ** 2).mean(axis=axes), "variance")
             self.inv_std = (1.0 / xp.sqrt(var + p.eps)).astype(self.dtype)
             xp.multiply(x - mean.reshape(broadcast), self.inv_std.reshape(broadcast), out=y)
             if not self.global_stats:
                 self.normalized = y.copy()
         if not self.global_stats:
-            self.update_sums(mean, var, x.size // channels * (self.backend.comm.size if p.sync else 1))
+            self.update_sums(mean, var, bottom[0].count // channels * (self.backend.comm.size if p.sync else 1))
 
     def stored_statistics(self):
         """The mean and variance the running sums hold (``sum / f``; zeros before any batch)."""
@@ -169,7 +173,7 @@ class BatchNorm(Layer):
     def backward(self, top, propagate_down, bottom):
         if self.fast is not None and (propagate_down[0] or self.scale_layer is not None):
             scale = self.scale_layer
-            self.fast.backward_into(top[0].diff, bottom[0].diff if propagate_down[0] else None,
+            self.fast.backward_into(top[0].gradient, bottom[0].gradient if propagate_down[0] else None,
                                     self.fused_arguments(shift=False), scale.blobs if scale else [],
                                     scale.param_propagate_down if scale else [])
             return

@@ -176,21 +176,24 @@ class Split(Layer):
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
         shape = bottom[0].shape  # copies forward, the sum of the tops' gradients backward, on every thread
+        layout = onednn.layout_of(bottom[0].values)
         self.fast, self.fast_copy = onednn.attempt(self, lambda lib: (
-            onednn.Sum(lib, shape, [1.0] * len(top)), onednn.Sum(lib, shape, [1.0]))) or (None, None)
+            onednn.Sum(lib, shape, [1.0] * len(top), layout), onednn.Sum(lib, shape, [1.0], layout))) or (None, None)
+        if self.fast is not None:
+            onednn.hold_outputs(self.fast, top)
 
     def forward(self, bottom, top):
         for blob in top:
-            if blob.data is bottom[0].data:  # the net shares the bottom's data with tops nothing changes in place
+            if blob.shares_data(bottom[0]):  # the net shares the bottom's data with tops nothing changes in place
                 continue
             if self.fast is not None:
-                self.fast_copy([bottom[0].data], blob.data)
+                self.fast_copy([bottom[0].values], blob.values)
             else:
                 blob.data[...] = bottom[0].data
 
     def backward(self, top, propagate_down, bottom):
         if propagate_down[0] and self.fast is not None:
-            self.fast([blob.diff for blob in top], bottom[0].diff)
+            self.fast([blob.gradient for blob in top], bottom[0].gradient)
         elif propagate_down[0]:
             grad = bottom[0].diff
             grad[...] = top[0].diff

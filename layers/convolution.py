@@ -330,6 +330,8 @@ class Convolution(Layer):
         self.shapes = bottom[0].shape, top[0].shape
         self.top_blob = top[0]
         self.fast = self._onednn(*self.shapes)
+        if self.fast is not None:
+            onednn.hold_outputs(self.fast, top)
         self.depthwise = 1 < self.params.group == bottom[0].shape[1]
         self.parts, count = batch_parts(bottom[0].shape, self.geo, self.xp.dtype(self.dtype).itemsize)
         if self.fast is None and not self.depthwise:
@@ -408,7 +410,7 @@ class Convolution(Layer):
         if self.fast is not None:
             bias = self.blobs[1].data if self.params.bias_term else None
             affine = self.absorbed and self.absorbed[0].type != "ReLU"
-            self.fast.forward(bottom[0].data, self.blobs[0].data, bias, top[0].data,
+            self.fast.forward(bottom[0].values, self.blobs[0].data, bias, top[0].values,
                               *(self.output_scale_and_shift() if affine else ()))
             return
         weights, bias = self.folded_weights_and_bias()
@@ -433,7 +435,7 @@ class Convolution(Layer):
     def backward(self, top, propagate_down, bottom):
         if self.fast is not None:
             bias = self.blobs[1] if self.params.bias_term else None
-            self.fast.backward(bottom[0].data, top[0].diff, bottom[0].diff if propagate_down[0] else None,
+            self.fast.backward(bottom[0].values, top[0].gradient, bottom[0].gradient if propagate_down[0] else None,
                                self.blobs[0], bias, self.param_propagate_down)
             return
         xp, g = self.xp, self.params.group

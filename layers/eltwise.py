@@ -62,17 +62,22 @@ class Eltwise(Layer):
         self.fast = self.fast_gradients = None
         if self.block("eltwise_param").operation == "SUM":
             shape, coeffs = bottom[0].shape, self.coefficients(len(bottom))
+            layout = onednn.common_layout([blob.values for blob in bottom])
             # the sum, and each bottom's gradient as a scaled copy of the top's
             self.fast, self.fast_gradients = onednn.attempt(self, lambda lib: (
-                onednn.Sum(lib, shape, coeffs), [onednn.Sum(lib, shape, [c]) for c in coeffs])) or (None, None)
+                onednn.Sum(lib, shape, coeffs, layout), [onednn.Sum(lib, shape, [c], layout) for c in coeffs])
+            ) or (None, None)
+            if self.fast is not None:
+                onednn.hold_outputs(self.fast, top)
 
     def forward(self, bottom, top):
+        if self.fast is not None:
+            self.fast([blob.values for blob in bottom], top[0].values)
+            return
         xp = self.xp
         out = top[0].data
         operation = self.block("eltwise_param").operation
-        if self.fast is not None:
-            self.fast([blob.data for blob in bottom], out)
-        elif operation == "SUM":
+        if operation == "SUM":
             coeffs = self.coefficients(len(bottom))
             xp.multiply(bottom[0].data, coeffs[0], out=out)
             for blob, c in zip(bottom[1:], coeffs[1:]):
@@ -91,15 +96,18 @@ class Eltwise(Layer):
                 xp.copyto(out, blob.data, where=better)
 
     def backward(self, top, propagate_down, bottom):
+        if self.fast is not None:
+            for index, (blob, wanted) in enumerate(zip(bottom, propagate_down)):
+                if wanted:
+                    self.fast_gradients[index]([top[0].gradient], blob.gradient)
+            return
         dy = top[0].diff
         operation = self.block("eltwise_param").operation
         coeffs = self.coefficients(len(bottom))
         for index, (blob, wanted) in enumerate(zip(bottom, propagate_down)):
             if not wanted:
                 continue
-            if self.fast is not None:
-                self.fast_gradients[index]([dy], blob.diff)
-            elif operation == "SUM":
+            if operation == "SUM":
                 self.xp.multiply(dy, coeffs[index], out=blob.diff)
             elif operation == "PROD" and not self.block("eltwise_param").stable_prod_grad:
                 self.xp.multiply(dy, top[0].data / blob.data, out=blob.diff)

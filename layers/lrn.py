@@ -79,9 +79,12 @@ class LRN(Layer):
         super().reshape(bottom, top)
         p = self.block("lrn_param")
         across = p.norm_region == "ACROSS_CHANNELS"
+        layout = onednn.layout_of(bottom[0].values)
         self.fast = onednn.attempt(self, lambda lib: onednn.LocalResponseNormalization(
             lib, bottom[0].shape, across, p.local_size, p.alpha, p.beta, p.k if across else 1.0,
-            training=not self.inference))
+            training=not self.inference, layout=layout))
+        if self.fast is not None:
+            onednn.hold_outputs(self.fast, top)
         self.kernel = across and kernels.compiled(self.xp)  # (on a GPU one CUDA kernel a pass)
         if self.kernel:
             self.scale = self.xp.empty(bottom[0].shape, dtype=self.dtype)
@@ -94,10 +97,10 @@ class LRN(Layer):
         return 1.0, p.alpha / (p.local_size * p.local_size)
 
     def forward(self, bottom, top):
-        x = bottom[0].data
         if self.fast is not None:
-            self.fast.forward(x, top[0].data)
+            self.fast.forward(bottom[0].values, top[0].values)
             return
+        x = bottom[0].data
         constant, multiplier = self.coefficients()
         if self.kernel:
             p = self.block("lrn_param")
@@ -111,7 +114,7 @@ class LRN(Layer):
         if not propagate_down[0]:
             return
         if self.fast is not None:
-            self.fast.backward(bottom[0].data, top[0].diff, bottom[0].diff)
+            self.fast.backward(bottom[0].values, top[0].gradient, bottom[0].gradient)
             return
         beta = self.block("lrn_param").beta
         _, multiplier = self.coefficients()

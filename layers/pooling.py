@@ -172,19 +172,24 @@ class Pooling(Layer):
             self.divisor = self.xp.asarray(self.window_sizes(bottom[0].shape), dtype=self.dtype)
         if maximum and kernels.compiled(self.xp):
             self.mask = self.xp.empty(top[0].shape, dtype=self.xp.int32)  # each window's choice, as Caffe keeps it
-        self.fast = self._onednn(bottom[0].shape, top[0].shape, maximum)
+        self.fast = self._onednn(bottom[0].shape, top[0].shape, maximum, onednn.layout_of(bottom[0].values))
+        if self.fast is not None:
+            onednn.hold_outputs(self.fast, top)
 
-    def _onednn(self, bottom_shape, top_shape, maximum: bool) -> onednn.Pooling | None:
-        """oneDNN's primitives for this geometry, or None when they cannot run it (NumPy does).
+    def _onednn(self, bottom_shape, top_shape, maximum: bool, layout) -> onednn.Pooling | None:
+        """oneDNN's primitives for this geometry (taking the bottom in ``layout``, where it is held in one), or
+        None when they cannot run it (NumPy does).
 
-        oneDNN's averages divide by the whole window; ``rescale`` turns them into Caffe's.
+        oneDNN's averages divide by the whole window; ``rescale`` turns them into Caffe's where some window's
+        divisor differs (None where none does).
         """
         geo = self.geo
         fast = onednn.attempt(self, lambda lib: onednn.Pooling(lib, bottom_shape, top_shape, geo.kernel, geo.stride,
-                                                               geo.pad, geo.far_pad, maximum))
+                                                               geo.pad, geo.far_pad, maximum, layout))
         if fast is None:
             return None
-        if not maximum:
+        self.rescale = None
+        if not maximum and bool((self.divisor != geo.kernel[0] * geo.kernel[1]).any()):
             self.rescale = (geo.kernel[0] * geo.kernel[1] / self.divisor).astype(self.dtype)
         return fast
 
@@ -203,8 +208,8 @@ class Pooling(Layer):
 
     def forward(self, bottom, top):
         if self.fast is not None:
-            self.fast.forward(bottom[0].data, top[0].data)
-            if self.block("pooling_param").pool == "AVE":
+            self.fast.forward(bottom[0].values, top[0].values)
+            if self.rescale is not None:
                 top[0].data[...] *= self.rescale
             return
         geo = self.geo
@@ -237,8 +242,8 @@ class Pooling(Layer):
         if not propagate_down[0]:
             return
         if self.fast is not None:
-            dy = top[0].diff if self.block("pooling_param").pool == "MAX" else top[0].diff * self.rescale
-            self.fast.backward(dy, bottom[0].diff)
+            dy = top[0].gradient if self.rescale is None else top[0].diff * self.rescale
+            self.fast.backward(dy, bottom[0].gradient)
             return
         geo = self.geo
         if geo.bins is not None:

@@ -107,16 +107,19 @@ class Scale(BroadcastOperand):
 
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
-        self.fast = self._onednn(bottom[0].shape)
+        self.fast = self._onednn(bottom[0].shape, onednn.layout_of(bottom[0].values))
+        if self.fast is not None:
+            onednn.hold_outputs(self.fast, top)
 
     def per_channel(self) -> bool:
         """Whether the layer learns one factor per channel: a (C,) scale over axis 1 of its bottom."""
         return (len(self.spec.bottoms) == 1 and self.view[:2] == tuple(self.bottom_shape[:2])
                 and self.blobs[0].shape == (self.bottom_shape[1],))
 
-    def _onednn(self, shape) -> onednn.Normalization | None:
+    def _onednn(self, shape, layout) -> onednn.Normalization | None:
         """A learned scale per channel (axis 1) on oneDNN: a batch normalisation with mean 0, variance 1, eps 0
-        and the given statistics is exactly ``y = s * x + b``, and its backward gives all three gradients."""
+        and the given statistics is exactly ``y = s * x + b``, and its backward gives all three gradients (in
+        ``layout``, the bottom's, where it is held in one)."""
         p = self.block("scale_param")
         if not 2 <= len(shape) <= 5 or not self.per_channel():
             return None
@@ -125,18 +128,18 @@ class Scale(BroadcastOperand):
         self.identity = {onednn.ARG_MEAN: numpy.zeros(shape[1], self.dtype),
                          onednn.ARG_VARIANCE: numpy.ones(shape[1], self.dtype)}
         return onednn.attempt(self, lambda lib: onednn.Normalization(lib, shape, 0.0, flags,
-                                                                     keeps_input=not self.inference))
+                                                                     keeps_input=not self.inference, layout=layout))
 
     def forward(self, bottom, top):
+        if self.fast is not None:  # (which keeps the input itself)
+            shift = {onednn.ARG_SHIFT: self.blobs[1].data} if self.block("scale_param").bias_term else {}
+            self.fast.forward(bottom[0].values, top[0].values, {onednn.ARG_SCALE: self.blobs[0].data, **shift,
+                                                                **self.identity})
+            return
         outer, dim, inner = self.view
         scale = self.scale_blob(bottom).data.reshape(1, dim, 1)
         x = bottom[0].data.reshape(outer, dim, inner)
         out = top[0].data.reshape(outer, dim, inner)
-        if self.fast is not None:  # (which keeps the input itself)
-            shift = {onednn.ARG_SHIFT: self.blobs[1].data} if self.block("scale_param").bias_term else {}
-            self.fast.forward(bottom[0].data, top[0].data, {onednn.ARG_SCALE: self.blobs[0].data, **shift,
-                                                            **self.identity})
-            return
         self.input = x.copy() if top[0] is bottom[0] else x
         self.xp.multiply(x, scale, out=out)
         if self.block("scale_param").bias_term:
@@ -144,7 +147,7 @@ class Scale(BroadcastOperand):
 
     def backward(self, top, propagate_down, bottom):
         if self.fast is not None:
-            self.fast.backward_into(top[0].diff, bottom[0].diff if propagate_down[0] else None,
+            self.fast.backward_into(top[0].gradient, bottom[0].gradient if propagate_down[0] else None,
                                     {onednn.ARG_SCALE: self.blobs[0].data, **self.identity}, self.blobs,
                                     self.param_propagate_down)
             return

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import netspec
+from netspec.engine import onednn
 from netspec.engine.net import Net, compile_net
 from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_schemas
@@ -264,7 +265,8 @@ def test_a_solvers_nets_count_the_weights_they_share_once(tmp_path):
                                                         ("resnet50/resnet50_timing.yaml", 1, "TRAIN"),
                                                         ("googlenet/googlenet_deploy.yaml", 1, "TEST")],
                          ids=["train", "test", "resnet50_train", "googlenet_deploy"])
-def test_netspec_check_says_what_the_net_will_hold(source, batch, phase):
+def test_netspec_check_says_what_the_net_will_hold(source, batch, phase, monkeypatch):
+    monkeypatch.setattr(onednn, "holdable", lambda graph, keep=(): set())  # (blocked copies pad channels: below)
     graph = graph_of(source, batch, phase)
     data, gradients, held, buffers = memory_estimate(graph)
     net = Net(graph, seed=0, inference=phase == "TEST", reuse_memory=True)
@@ -272,3 +274,13 @@ def test_netspec_check_says_what_the_net_will_hold(source, batch, phase):
                  for array in ((blob.data, blob.diff) if blob.has_diff else (blob.data,)))
     assert net.memory_bytes() - params == held
     assert held < data + gradients and buffers >= 2
+
+
+def test_blocked_copies_take_the_plans_room_not_more(monkeypatch):
+    if onednn.library() is None:
+        pytest.skip(f"oneDNN is off: {onednn.why_unavailable()}")
+    graph = graph_of("resnet50/resnet50_timing.yaml", 1)
+    net = Net(graph, seed=0, reuse_memory=True)
+    assert any(isinstance(blob.held_diff, onednn.HeldArray) for blob in net.blobs.values())
+    monkeypatch.setattr(onednn, "holdable", lambda graph, keep=(): set())
+    assert net.memory_bytes() <= Net(graph, seed=0, reuse_memory=True).memory_bytes()

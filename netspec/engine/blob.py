@@ -3,6 +3,20 @@
 from __future__ import annotations
 
 import math
+from typing import NamedTuple, Protocol
+
+
+class Held(Protocol):
+    """A copy of a blob's data or diff that a fast path keeps in a layout of its own (oneDNN's channel blocks),
+    and which may hold newer values than the plain array."""
+
+    def plain_access(self, array) -> None:
+        """Called before ``array`` (the plain one) is handed out: bring it up to date; from then on it is the
+        array that holds the latest values (its reader may write it)."""
+
+    def overwrite(self) -> None:
+        """The plain array is about to be written whole: it holds the latest values from then on (nothing is
+        copied into it)."""
 
 
 class Blob:
@@ -13,9 +27,15 @@ class Blob:
     diff is made (zeros) when it is first asked for: a net makes those its
     backward pass uses at setup, and blobs no backward pass reaches (an
     inference net's, the data's) never hold one.
+
+    ``data`` and ``diff`` are plain C-order arrays to every reader.  Between
+    layers whose fast paths compute in another layout, a net lets the blob
+    hold them in that layout instead (``held_data``, ``held_diff``: see
+    :class:`Held`); reading the plain array then copies the newer values back
+    first.
     """
 
-    __slots__ = ("name", "xp", "dtype", "data", "_diff")
+    __slots__ = ("name", "xp", "dtype", "_data", "_diff", "held_data", "held_diff")
 
     def __init__(self, shape, xp, dtype, name: str = "", data=None):
         """A blob of zeros, or whose data is ``data`` (an array of ``shape`` the caller owns: another blob's,
@@ -23,6 +43,8 @@ class Blob:
         self.name = name
         self.xp = xp
         self.dtype = dtype
+        self.held_data: Held | None = None
+        self.held_diff: Held | None = None
         if data is not None and tuple(data.shape) != tuple(shape):
             raise ValueError(f"blob '{name}' is {list(shape)} but the array given for its data {list(data.shape)}")
         self.data = self._zeros(tuple(shape), "data") if data is None else data
@@ -37,15 +59,39 @@ class Blob:
             raise MemoryError(f"blob '{self.name}' {list(shape)} needs {asked:,} bytes for its {what}") from None
 
     @property
+    def data(self):
+        """The values, a plain array (up to date with a held copy first)."""
+        if self.held_data is not None:
+            self.held_data.plain_access(self._data)
+        return self._data
+
+    @data.setter
+    def data(self, array) -> None:
+        self._data = array
+
+    @property
     def diff(self):
-        """The gradient array (made, zeros, the first time it is asked for)."""
+        """The gradient, a plain array (made, zeros, the first time it is asked for; up to date with a held copy
+        first)."""
         if self._diff is None:
-            self._diff = self._zeros(self.data.shape, "diff")
+            self._diff = self._zeros(self._data.shape, "diff")
+        if self.held_diff is not None:
+            self.held_diff.plain_access(self._diff)
         return self._diff
 
     @diff.setter
     def diff(self, array) -> None:
         self._diff = array
+
+    @property
+    def values(self) -> BlobArray:
+        """The data as a fast path takes it: held in its layout where the blob holds it so."""
+        return BlobArray(self, False)
+
+    @property
+    def gradient(self) -> BlobArray:
+        """The diff as a fast path takes it: held in its layout where the blob holds it so."""
+        return BlobArray(self, True)
 
     @property
     def has_diff(self) -> bool:
@@ -55,12 +101,12 @@ class Blob:
     @property
     def shape(self) -> tuple[int, ...]:
         """The blob's shape."""
-        return tuple(self.data.shape)
+        return tuple(self._data.shape)
 
     @property
     def count(self) -> int:
         """Number of elements."""
-        return math.prod(self.data.shape)
+        return math.prod(self._data.shape)
 
     def reshape(self, shape) -> None:
         """Give the blob a new shape, reallocating only when the element count grows or shrinks."""
@@ -70,10 +116,11 @@ class Blob:
         if math.prod(shape) == self.count:
             self.data = self.data.reshape(shape)
             if self._diff is not None:
-                self._diff = self._diff.reshape(shape)
+                self._diff = self.diff.reshape(shape)
         else:
             self.data = self._zeros(shape, "data")
             self._diff = None
+        self.held_data = self.held_diff = None  # (held in the old shape's layout)
 
     def share(self, owner: Blob) -> None:
         """Make this blob a view of ``owner`` (same memory for data and diff; shape kept if counts agree)."""
@@ -81,9 +128,44 @@ class Blob:
         self.data = owner.data.reshape(shape)
         self.diff = owner.diff.reshape(shape)
 
+    def shares_data(self, other: Blob) -> bool:
+        """Whether this blob's data is ``other``'s own array (a Split top the net lets read its bottom's)."""
+        return self._data is other._data
+
     def share_data(self, owner: Blob) -> None:
         """Make this blob's data the same array as ``owner``'s (the diff stays its own)."""
         self.data = owner.data
 
     def __repr__(self) -> str:
         return f"Blob({self.name!r}, shape={self.shape})"
+
+
+class BlobArray(NamedTuple):
+    """One of a blob's two arrays (``diff`` or not) as a fast path reads or writes it: the copy the blob holds in
+    the path's layout, when it holds one, else the plain array."""
+
+    blob: Blob
+    diff: bool
+
+    @property
+    def held(self) -> Held | None:
+        """The copy the blob holds in a layout of its own, or None."""
+        return self.blob.held_diff if self.diff else self.blob.held_data
+
+    def plain(self):
+        """The plain array, up to date."""
+        return self.blob.diff if self.diff else self.blob.data
+
+    def stored(self):
+        """The plain array as it stands (not brought up to date: for the held copy's own copies)."""
+        blob = self.blob
+        if self.diff and blob._diff is None:
+            return blob.diff  # (made, zeros)
+        return blob._diff if self.diff else blob._data
+
+    def overwritten(self):
+        """The plain array for a writer of every element: the held copy's values are dropped, not copied back."""
+        held = self.held
+        if held is not None:
+            held.overwrite()
+        return self.stored()

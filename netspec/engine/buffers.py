@@ -20,6 +20,10 @@ class SharedBuffers:
 
     def view(self, name: str):
         """Blob ``name``'s array: a view of its buffer (MemoryError naming the blob when the device has no room)."""
+        return flat_view(self.buffer(name), 0, self.shapes[name])
+
+    def buffer(self, name: str):
+        """The whole buffer blob ``name`` shares, flat (made, zeros, when first asked for)."""
         index = self.plan.buffer_of[name]
         if index not in self.buffers:
             size = self.plan.buffers[index]
@@ -28,7 +32,11 @@ class SharedBuffers:
             except MemoryError:
                 raise MemoryError(f"blob '{name}' {list(self.shapes[name])} needs {size * self.dtype.itemsize:,} "
                                   f"bytes for the {self.what} buffer it shares with other blobs") from None
-        return flat_view(self.buffers[index], 0, self.shapes[name])
+        return self.buffers[index]
+
+    def nbytes(self, name: str) -> int:
+        """The bytes of the buffer blob ``name`` shares."""
+        return self.plan.buffers[self.plan.buffer_of[name]] * self.dtype.itemsize
 
 
 def flat_view(buffer, offset: int, shape: tuple):

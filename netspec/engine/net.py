@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import math
 import os
 from collections.abc import Callable
 from typing import NamedTuple
@@ -68,10 +70,13 @@ class Net:
         self.dtype = numpy.dtype(dtype)
         self.nodes = graph.nodes
         self.split_aliases = split_aliases(graph)
+        # blobs oneDNN's layers may hold in their blocked layouts (the memory plan makes room for those)
+        self.holdable = set() if self.backend.is_gpu or self.dtype != numpy.float32 else onednn.holdable(graph, keep)
+        size = onednn.held_elements if self.holdable else math.prod
         no_plan = Plan([], {})
-        self.shared_data = SharedBuffers(data_plan(graph, keep) if reuse_memory and inference else no_plan,
+        self.shared_data = SharedBuffers(data_plan(graph, keep, size) if reuse_memory and inference else no_plan,
                                          graph.blob_shapes, self.backend.xp, self.dtype, "data")
-        self.shared_diffs = SharedBuffers(diff_plan(graph) if reuse_memory and not inference else no_plan,
+        self.shared_diffs = SharedBuffers(diff_plan(graph, size) if reuse_memory and not inference else no_plan,
                                           graph.blob_shapes, self.backend.xp, self.dtype, "diff")
         self.grouping = param_groups(graph) if not inference else ParamGroups([], [], {})
         self.group_arrays = self._group_arrays()
@@ -106,6 +111,9 @@ class Net:
             if layer.blobs:
                 self.params[layer.name] = layer.blobs
         self.absorbed_by = self.fuse()
+        for blob in self.blobs.values():  # (room no layer took)
+            blob.held_data, blob.held_diff = (None if isinstance(held, onednn.Vacancy) else held
+                                              for held in (blob.held_data, blob.held_diff))
 
     def _group_arrays(self) -> list[tuple[object, object]]:
         """The flat ``(data, diff)`` of each group of learnable blobs (DeviceError when the device has no room)."""
@@ -143,7 +151,8 @@ class Net:
         """Make the node's new top blobs and set its layer up on them; its bottom and top blobs.
 
         A new top takes its planned arrays (``shared_data``, ``shared_diffs``),
-        or, as a Split top nothing changes in place, its bottom's data.
+        or, as a Split top nothing changes in place, its bottom's data (as its bottom holds it).  A top oneDNN may
+        hold in a blocked layout gets room for that (:meth:`_held_buffer`).
         """
         bottom = [self.blobs[name] for name in node.bottoms]
         for name in node.tops:
@@ -154,6 +163,14 @@ class Net:
                 blob = self.blobs[name] = Blob(self.graph.blob_shapes[name], self.backend.xp, self.dtype, name, data)
                 if name in self.shared_diffs:
                     blob.diff = self.shared_diffs.view(name)
+                if name in self.holdable:
+                    blob.held_data, blob.held_diff = (onednn.Vacancy(functools.partial(self._held_buffer, blob, diff))
+                                                      for diff in (False, True))
+                if alias is not None:  # (held as its bottom is, or never)
+                    source = self.blobs[alias]
+                    if isinstance(source.held_data, onednn.Vacancy):
+                        source.held_data = None
+                    blob.held_data = source.held_data
         top = [self.blobs[name] for name in node.tops]
         layer.setup(bottom, top, self.backend, self.dtype)
         if not self.inference:  # the diffs backward uses, made now: no room fails here
@@ -161,6 +178,17 @@ class Net:
             for blob in wanted + ([*top, *layer.blobs] if node.need_backward else []):
                 blob.diff  # noqa: B018 - asking makes it
         return bottom, top
+
+    def _held_buffer(self, blob: Blob, diff: bool, nbytes: int) -> numpy.ndarray:
+        """Room for ``blob``'s data or ``diff`` held in a blocked layout of ``nbytes``: the buffer the memory plan
+        shares it in (its plain array then becomes one of its own, touched only if something reads it), else a
+        new one."""
+        shared = self.shared_diffs if diff else self.shared_data
+        if blob.name not in shared or shared.nbytes(blob.name) < nbytes:
+            return numpy.empty(nbytes, dtype=numpy.uint8)
+        room = shared.buffer(blob.name).view(numpy.uint8)
+        setattr(blob, "diff" if diff else "data", numpy.zeros(blob.shape, dtype=self.dtype))
+        return room[:nbytes]
 
     def fuse(self) -> dict[int, int]:
         """Let each layer absorb the layers after it that its fast path runs fused (BatchNorm: the Scale in place
@@ -311,12 +339,14 @@ class Net:
     def memory_bytes(self, *others: Net) -> int:
         """Bytes the blobs hold on the device: data and (where made) diff of every blob and parameter, of this net
         and ``others`` (a solver's test nets), each array counted once however many blobs share it (layers' own
-        buffers are not counted)."""
+        buffers are not counted); an array held in a blocked layout counts as its held copy (the plain one is
+        touched only if something reads it)."""
         arrays = {}
         blobs = [blob for net in (self, *others) for blob in net.blobs.values()]
         blobs += [blob for net in (self, *others) for params in net.params.values() for blob in params]
         for blob in blobs:
-            for array in (blob.data, blob.diff) if blob.has_diff else (blob.data,):
+            for side in (blob.values, blob.gradient) if blob.has_diff else (blob.values,):
+                array = side.held.buffer if isinstance(side.held, onednn.HeldArray) else side.stored()
                 address = self.backend.address(array)
                 arrays[address] = max(arrays.get(address, 0), array.nbytes)
         return sum(arrays.values())

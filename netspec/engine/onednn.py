@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import os
 from collections.abc import Callable
 from typing import TypeVar
@@ -28,6 +29,7 @@ from typing import TypeVar
 import numpy
 
 from netspec import threads
+from netspec.engine.blob import BlobArray
 
 CPU_ENGINE = 1
 IN_ORDER_STREAM = 1
@@ -243,10 +245,123 @@ def scratch(slot: int, nbytes: int) -> numpy.ndarray:
     return buffer
 
 
+class Vacancy:
+    """Room a net makes on a blob for a held copy of its data or diff (:class:`HeldArray`), which the first layer
+    that writes the array in a blocked layout fills (:func:`hold`): ``place(nbytes)`` gives the buffer."""
+
+    def __init__(self, place: Callable[[int], numpy.ndarray]):
+        self.place = place
+
+    def plain_access(self, array: numpy.ndarray) -> None:
+        """Nothing is held yet: the plain array is the only one."""
+
+    def overwrite(self) -> None:
+        """Nothing is held yet: the plain array is the only one."""
+
+
+PLAIN, HELD, BOTH = "plain", "held", "both"  # which of a held array's two copies holds the latest values
+
+
+class HeldArray:
+    """A blob's data or diff held in a blocked layout (``desc``) in ``buffer``, the copy consecutive layers on
+    oneDNN read and write, so that no reorder runs between them; the blob's plain array is brought up to date only
+    when something reads it (:class:`netspec.engine.blob.Blob`)."""
+
+    def __init__(self, lib: Library, shape: tuple[int, ...], desc: Handle, buffer: numpy.ndarray):
+        self.lib, self.desc, self.buffer = lib, desc, buffer
+        plain = lib.memory_desc(shape)
+        self.memory, self.plain = lib.memory(desc), lib.memory(plain)
+        lib.point(self.memory, buffer)
+        self.to_plain, self.to_held = lib.reorder(desc, plain), lib.reorder(plain, desc)
+        self.latest = PLAIN
+
+    def plain_access(self, array: numpy.ndarray) -> None:
+        """Copy the held values into ``array`` (the plain one) when they are newer; the plain array holds the
+        latest values from now on."""
+        if self.latest == HELD:
+            self.lib.point(self.plain, array)
+            self.lib.run(self.to_plain, {ARG_SRC: self.memory, ARG_DST: self.plain})
+            self.lib.wait()
+        self.latest = PLAIN
+
+    def overwrite(self) -> None:
+        """The plain array is being written whole: it holds the latest values from now on."""
+        self.latest = PLAIN
+
+    def current(self, array: numpy.ndarray) -> Handle:
+        """The held memory for a primitive to read, up to date with ``array`` (the plain one) first."""
+        if self.latest == PLAIN:
+            self.lib.point(self.plain, array)
+            self.lib.run(self.to_held, {ARG_SRC: self.plain, ARG_DST: self.memory})
+            self.latest = BOTH
+        return self.memory
+
+
+BLOCK = 16  # the widest channel block oneDNN's float32 layouts use on x86 (AVX-512: 16; AVX2: 8)
+
+
+def held_elements(shape: tuple[int, ...]) -> int:
+    """The elements a blob of ``shape`` may need held in a blocked layout: its channels (axis 1 of a 4-D blob)
+    padded to a whole number of blocks."""
+    if len(shape) != 4:
+        return math.prod(shape)
+    n, c, h, w = shape
+    return n * -(-c // BLOCK) * BLOCK * h * w
+
+
+def holdable(graph, keep=()) -> set[str]:
+    """The blobs of ``graph`` (a compiled graph) that oneDNN's layers may hold in blocked layouts when it runs
+    them: the 4-D ones but the outputs, ``keep`` and what layers without bottoms fill (none without oneDNN)."""
+    if library() is None:
+        return set()
+    filled = {name for node in graph.nodes if not node.bottoms for name in node.tops}
+    return {name for name, shape in graph.blob_shapes.items() if len(shape) == 4} - {*graph.outputs, *keep, *filled}
+
+
+def layout_of(array: BlobArray) -> Handle | None:
+    """The blocked layout a blob holds ``array`` in, or None (plain)."""
+    held = array.held
+    return held.desc if isinstance(held, HeldArray) else None
+
+
+def common_layout(arrays: list[BlobArray]) -> Handle | None:
+    """The blocked layout all of ``arrays`` are held in, or None where some are not, or differ."""
+    layouts = [layout_of(array) for array in arrays]
+    lib = library()
+    if None in layouts or lib is None or not all(lib.dll.dnnl_memory_desc_equal(layouts[0], other)
+                                                  for other in layouts[1:]):
+        return None
+    return layouts[0]
+
+
+def hold(array: BlobArray, desc: Handle | None) -> None:
+    """Hold ``array`` in the blocked layout ``desc`` (None: nothing), where its net made room for that (a
+    :class:`Vacancy`) and no layer held it yet."""
+    blob, vacancy, lib = array.blob, array.held, library()
+    if not isinstance(vacancy, Vacancy) or desc is None or lib is None:
+        return
+    held = HeldArray(lib, blob.shape, desc, vacancy.place(lib.dll.dnnl_memory_desc_get_size(desc)))
+    if array.diff:
+        blob.held_diff = held
+    else:
+        blob.held_data = held
+
+
+def hold_outputs(fast, tops: list) -> None:
+    """Hold the data of each of the blobs ``tops`` in the blocked layout the primitives ``fast`` write them in
+    (``fast.layout``), and their diffs in the one they read those in (``fast.gradient_layout``), where the net
+    made room: the layer writing them calls this as it is set up, and the layers after it compute in those
+    layouts where they can."""
+    for top in tops:
+        hold(top.values, fast.layout)
+        hold(top.gradient, fast.gradient_layout)
+
+
 class Operand:
-    """One argument of a primitive (``slot``: its oneDNN argument): the plain float32 array a layer holds and,
-    when the primitive works faster in a blocked layout of its own choosing, the reorders into and out of a
-    :func:`scratch` buffer in that layout."""
+    """One argument of a primitive (``slot``: its oneDNN argument): the plain float32 array a layer holds or a
+    blob's array (:class:`BlobArray`) and, when the primitive works faster in a blocked layout of its own choosing,
+    the reorders into and out of a :func:`scratch` buffer in that layout; none where the blob holds the array in
+    that layout (:class:`HeldArray`)."""
 
     def __init__(self, lib: Library, shape: tuple[int, ...], chosen: Handle | None = None, slot: int | None = None):
         self.lib, self.slot = lib, slot
@@ -254,6 +369,9 @@ class Operand:
         self.plain = lib.memory(plain)
         self.memory = self.plain
         self.blocked = chosen is not None and bool(chosen.value) and not lib.dll.dnnl_memory_desc_equal(chosen, plain)
+        self.layout = chosen if self.blocked else None
+        self.writing: HeldArray | None = None  # the held array :meth:`write` gave
+        self.fits: dict[int, bool] = {}  # {id of a held array: whether it is in this operand's layout}
         if self.blocked:
             if slot is None:
                 raise ValueError("an operand in a blocked layout needs its slot (its oneDNN argument)")
@@ -261,21 +379,40 @@ class Operand:
             self.to_chosen = lib.reorder(plain, chosen)
             self.to_plain = lib.reorder(chosen, plain)
 
-    def read(self, array: numpy.ndarray) -> Handle:
+    def held(self, array) -> HeldArray | None:
+        """The held copy of ``array`` (a :class:`BlobArray`) where it is in this operand's layout, else None."""
+        held = array.held if isinstance(array, BlobArray) else None
+        if not isinstance(held, HeldArray) or not self.blocked:
+            return None
+        fits = self.fits.get(id(held))
+        if fits is None:
+            fits = self.fits[id(held)] = bool(self.lib.dll.dnnl_memory_desc_equal(held.desc, self.layout))
+        return held if fits else None
+
+    def read(self, array) -> Handle:
         """The memory a primitive reads ``array`` from (reordered into the blocked buffer when there is one)."""
-        self._point(array)
+        held = self.held(array)
+        if held is not None:
+            return held.current(array.stored())
+        self._point(array.plain() if isinstance(array, BlobArray) else array)
         if self.blocked:
             self.lib.run(self.to_chosen, {ARG_SRC: self.plain, ARG_DST: self.memory})
         return self.memory
 
-    def write(self, array: numpy.ndarray) -> Handle:
+    def write(self, array) -> Handle:
         """The memory a primitive writes ``array`` into (call :meth:`written` after the primitive ran)."""
-        self._point(array)
+        self.writing = self.held(array)
+        if self.writing is not None:
+            return self.writing.memory
+        self._point(array.overwritten() if isinstance(array, BlobArray) else array)
         return self.memory
 
     def written(self) -> None:
-        """Copy what the primitive wrote in the blocked layout into the array given to :meth:`write`."""
-        if self.blocked:
+        """Copy what the primitive wrote in the blocked layout into the array given to :meth:`write` (none where
+        the blob holds it in that layout: the held copy is the newer one now)."""
+        if self.writing is not None:
+            self.writing.latest = HELD
+        elif self.blocked:
             self.lib.run(self.to_plain, {ARG_SRC: self.memory, ARG_DST: self.plain})
 
     def _point(self, array: numpy.ndarray) -> None:
@@ -316,7 +453,17 @@ class Weighted:
             self.operands["forward", ARG_BIAS] = Operand(lib, (bias,))
             self.operands["weights", ARG_DIFF_BIAS] = Operand(lib, (bias,))
 
-    def _run(self, name: str, reads: dict[int, numpy.ndarray], writes: dict[int, numpy.ndarray]) -> None:
+    @property
+    def layout(self) -> Handle | None:
+        """The blocked layout the output is written in (None: plain)."""
+        return self.operands["forward", ARG_DST].layout
+
+    @property
+    def gradient_layout(self) -> Handle | None:
+        """The blocked layout the output's gradient is read in (None: plain)."""
+        return self.operands["data", ARG_DIFF_DST].layout
+
+    def _run(self, name: str, reads: dict, writes: dict) -> None:
         args = {arg: self.operands[name, arg].read(array) for arg, array in reads.items()}
         args.update({arg: self.operands[name, arg].write(array) for arg, array in writes.items()})
         self.lib.run(self.primitives[name], args)
@@ -427,6 +574,12 @@ class Passes:
     (``{oneDNN argument: Operand}``), with the workspace, if any, the forward pass leaves for backward."""
 
     workspace = None  # (memory, its buffer)
+    layout = None  # the blocked layout the output is written in (None: plain)
+
+    @property
+    def gradient_layout(self) -> Handle | None:
+        """The blocked layout the output's gradient is read in (None: plain): the output's."""
+        return self.layout
 
     def _run(self, primitive: Handle, reads: dict[int, numpy.ndarray], writes: dict[int, numpy.ndarray],
              ready: dict[int, Handle] | None = None) -> None:
@@ -443,44 +596,47 @@ class Passes:
 
 
 class Pooling(Passes):
-    """2-D MAX or average pooling primitives (forward for training, backward) on plain (N, C, H, W) arrays.
+    """2-D MAX or average pooling primitives (forward for training, backward) on (N, C, H, W) arrays.
 
     ``pad`` pads before, ``far_pad`` after (Caffe's ceil rounding needs more
     there).  MAX keeps the position of each window's maximum in a workspace
     for backward.  Averages divide by the whole window, padding and overhang
     included (oneDNN's ``include_padding``); the layer rescales to its own
-    divisor.  Where only a reference implementation pools the plain layout
-    (on AVX2 CPUs), the arrays are reordered into channel blocks of 8, which
-    a jit one pools.
+    divisor.  The input is taken in ``layout`` (a blocked one its blob is held
+    in) where a jit implementation pools it there, else plain, else (where
+    only a reference implementation pools the plain layout, on AVX2 CPUs) in
+    channel blocks of 8; ``layout`` then says which blocked one, if any.
     """
 
-    def __init__(self, lib: Library, input_shape, output_shape, kernel, stride, pad, far_pad, maximum: bool):
+    def __init__(self, lib: Library, input_shape, output_shape, kernel, stride, pad, far_pad, maximum: bool,
+                 layout: Handle | None = None):
         self.lib = lib
         shapes = tuple(input_shape), tuple(output_shape)
         algorithm = POOLING_MAX if maximum else POOLING_AVG_INCLUDE_PADDING
         geometry = [Dims(*stride), Dims(*kernel), Dims(0, 0), Dims(*pad), Dims(*far_pad)]
-        for tag in (None, CHANNEL_BLOCKS_OF_8):  # (plain, unless only a reference implementation pools it)
-            x, y = (lib.memory_desc(shape, tag) for shape in shapes)
-            forward, backward = Handle(), Handle()
+        candidates = [lib.memory_desc(shapes[0], tag) for tag in (None, CHANNEL_BLOCKS_OF_8)]
+        for x in ([layout] if layout is not None else []) + candidates:
+            forward = Handle()
             lib.call("dnnl_pooling_forward_primitive_desc_create", ctypes.byref(forward), lib.engine,
-                     FORWARD_TRAINING, algorithm, x, y, *geometry, None)
+                     FORWARD_TRAINING, algorithm, x, lib.memory_desc(shapes[1], ANY), *geometry, None)
             if not lib.implementation(forward).startswith(REFERENCE_IMPLEMENTATIONS):
                 break
+        y, backward = lib.chosen(forward, QUERY_DST), Handle()
         lib.call("dnnl_pooling_backward_primitive_desc_create", ctypes.byref(backward), lib.engine, algorithm,
                  x, y, *geometry, forward, None)
         self.forward_primitive, self.backward_primitive = lib.primitive(forward), lib.primitive(backward)
         layouts = {ARG_SRC: (shapes[0], x), ARG_DIFF_SRC: (shapes[0], x), ARG_DST: (shapes[1], y),
                    ARG_DIFF_DST: (shapes[1], y)}
-        self.operands = {arg: Operand(lib, shape, desc if tag else None, slot=arg)
-                         for arg, (shape, desc) in layouts.items()}
+        self.operands = {arg: Operand(lib, shape, desc, slot=arg) for arg, (shape, desc) in layouts.items()}
+        self.layout = self.operands[ARG_DST].layout
         workspace = lib.chosen(forward, QUERY_WORKSPACE)
         self.workspace = lib.owned_memory(workspace) if workspace.value else None  # (memory, its buffer)
 
-    def forward(self, x: numpy.ndarray, y: numpy.ndarray) -> None:
-        """The pooled ``x``, written into ``y``."""
+    def forward(self, x, y) -> None:
+        """The pooled ``x``, written into ``y`` (arrays, or blobs' arrays: :class:`BlobArray`)."""
         self._run(self.forward_primitive, {ARG_SRC: x}, {ARG_DST: y})
 
-    def backward(self, dy: numpy.ndarray, dx: numpy.ndarray) -> None:
+    def backward(self, dy, dx) -> None:
         """The input's gradient from the last :meth:`forward`, written into ``dx``."""
         self._run(self.backward_primitive, {ARG_DIFF_DST: dy}, {ARG_DIFF_SRC: dx})
 
@@ -493,12 +649,12 @@ class ScaledNormalization(Passes):
         """The input's gradient written into ``dx``, the scale's and shift's into ``arrays``."""
         raise NotImplementedError
 
-    def backward_into(self, dy: numpy.ndarray, dx: numpy.ndarray | None, arrays: dict[int, numpy.ndarray],
-                      blobs: list, learn: list[bool]) -> None:
+    def backward_into(self, dy, dx, arrays: dict[int, numpy.ndarray], blobs: list, learn: list[bool]) -> None:
         """:meth:`backward` for a layer: the input's gradient written into ``dx`` (None: not wanted), the scale's
         and shift's added to the diffs of ``blobs`` (the scale's and the shift's blobs) where ``learn`` says."""
         diffs = [numpy.empty_like(blob.diff) for blob in blobs]
-        self.backward(dy, numpy.empty_like(dy) if dx is None else dx,
+        unwanted = dx is None and numpy.empty_like(dy.stored() if isinstance(dy, BlobArray) else dy)
+        self.backward(dy, unwanted if dx is None else dx,
                       {**arrays, **dict(zip((ARG_DIFF_SCALE, ARG_DIFF_SHIFT), diffs))})
         for blob, diff, wanted in zip(blobs, diffs, learn):
             if wanted:
@@ -513,18 +669,20 @@ class Normalization(ScaledNormalization):
     without it the forward pass takes them over N and the spatial axes,
     variance biased, and writes them out), NORMALIZE_SCALE and
     NORMALIZE_SHIFT (backward then also writes their gradients, which it must
-    be given arrays for).  4-D arrays are computed in channel blocks of 8 (faster
-    than oneDNN's plain code even with the reorders).  With ``keeps_input``
+    be given arrays for).  4-D arrays are computed in ``layout`` (a blocked one
+    their blob is held in), else in channel blocks of 8 (faster than oneDNN's
+    plain code even with the reorders).  With ``keeps_input``
     the forward pass keeps its input, in that layout, for backward: layers in
     place after it may overwrite the array (inference nets need no copy).
     Channel arrays are (C,), given by oneDNN argument (``{ARG_MEAN: mean,
     ARG_VARIANCE: variance, ARG_SCALE: ...}``).
     """
 
-    def __init__(self, lib: Library, shape, eps: float, flags: int, keeps_input: bool = True):
+    def __init__(self, lib: Library, shape, eps: float, flags: int, keeps_input: bool = True,
+                 layout: Handle | None = None):
         self.lib = lib
         shape = tuple(shape)
-        data = lib.memory_desc(shape, CHANNEL_BLOCKS_OF_8 if len(shape) == 4 else None)
+        data = layout or lib.memory_desc(shape, CHANNEL_BLOCKS_OF_8 if len(shape) == 4 else None)
         epsilon, flags_ = ctypes.c_float(eps), ctypes.c_uint(flags)
         forward, backward = Handle(), Handle()
         lib.call("dnnl_batch_normalization_forward_primitive_desc_create", ctypes.byref(forward), lib.engine,
@@ -537,20 +695,26 @@ class Normalization(ScaledNormalization):
                          for arg in (ARG_SRC, ARG_DST, ARG_DIFF_SRC, ARG_DIFF_DST)}
         self.operands.update({arg: Operand(lib, (shape[1],)) for arg in (ARG_MEAN, ARG_VARIANCE, ARG_SCALE, ARG_SHIFT,
                                                                           ARG_DIFF_SCALE, ARG_DIFF_SHIFT)})
+        self.layout = self.operands[ARG_DST].layout
         plain = lib.memory_desc(shape)
-        self.input, self.keep = lib.memory(plain), lib.reorder(plain, data)
+        self.input, self.keep, self.copy = lib.memory(plain), lib.reorder(plain, data), lib.reorder(data, data)
         self.kept = lib.owned_memory(data) if keeps_input else None  # the input for backward: (memory, its buffer)
 
-    def forward(self, x: numpy.ndarray, y: numpy.ndarray, channels: dict[int, numpy.ndarray]) -> None:
-        """Normalise ``x`` into ``y`` (the batch statistics written into ``channels`` unless given there)."""
+    def forward(self, x, y, channels: dict[int, numpy.ndarray]) -> None:
+        """Normalise ``x`` into ``y`` (arrays, or blobs' arrays: :class:`BlobArray`; the batch statistics written
+        into ``channels`` unless given there)."""
         if self.kept is None:
             self._run(self.forward_primitive, {ARG_SRC: x, **channels}, {ARG_DST: y})
             return
-        self.lib.point(self.input, x)
-        self.lib.run(self.keep, {ARG_SRC: self.input, ARG_DST: self.kept[0]})
+        held = self.operands[ARG_SRC].held(x)
+        if held is not None:
+            self.lib.run(self.copy, {ARG_SRC: held.current(x.stored()), ARG_DST: self.kept[0]})
+        else:
+            self.lib.point(self.input, x.plain() if isinstance(x, BlobArray) else x)
+            self.lib.run(self.keep, {ARG_SRC: self.input, ARG_DST: self.kept[0]})
         self._run(self.forward_primitive, channels, {ARG_DST: y}, {ARG_SRC: self.kept[0]})
 
-    def backward(self, dy: numpy.ndarray, dx: numpy.ndarray, channels: dict[int, numpy.ndarray]) -> None:
+    def backward(self, dy, dx, channels: dict[int, numpy.ndarray]) -> None:
         """The input's gradient from the output's (and the scale's and shift's, into ``channels``), after
         :meth:`forward` and with the statistics it used."""
         self._run(self.backward_primitive, {ARG_DIFF_DST: dy, **channels}, {ARG_DIFF_SRC: dx}, {ARG_SRC: self.kept[0]})
@@ -599,17 +763,20 @@ class Unary(Passes):
 
     backward_reads = ARG_SRC
 
-    def bind(self, lib: Library, shape, forward: Handle, backward: Handle) -> None:
-        """Create the primitives of the descriptors ``forward`` and ``backward`` and their operands."""
+    def bind(self, lib: Library, shape, forward: Handle, backward: Handle, layout: Handle | None = None) -> None:
+        """Create the primitives of the descriptors ``forward`` and ``backward`` and their operands (in ``layout``,
+        None: plain)."""
         self.lib = lib
         self.forward_primitive, self.backward_primitive = lib.primitive(forward), lib.primitive(backward)
-        self.operands = {arg: Operand(lib, tuple(shape)) for arg in (ARG_SRC, ARG_DST, ARG_DIFF_SRC, ARG_DIFF_DST)}
+        self.operands = {arg: Operand(lib, tuple(shape), layout, slot=arg)
+                         for arg in (ARG_SRC, ARG_DST, ARG_DIFF_SRC, ARG_DIFF_DST)}
+        self.layout = self.operands[ARG_DST].layout
 
-    def forward(self, x: numpy.ndarray, y: numpy.ndarray) -> None:
-        """``f(x)``, written into ``y``."""
+    def forward(self, x, y) -> None:
+        """``f(x)``, written into ``y`` (arrays, or blobs' arrays: :class:`BlobArray`)."""
         self._run(self.forward_primitive, {ARG_SRC: x}, {ARG_DST: y})
 
-    def backward(self, x: numpy.ndarray | None, y: numpy.ndarray, dy: numpy.ndarray, dx: numpy.ndarray) -> None:
+    def backward(self, x, y, dy, dx) -> None:
         """The input's gradient from the output's ``dy`` and the output ``y`` or the input ``x`` (as
         ``backward_reads`` says; the other may be None), written into ``dx``."""
         data = y if self.backward_reads == ARG_DST else x
@@ -617,20 +784,21 @@ class Unary(Passes):
 
 
 class Elementwise(Unary):
-    """One of oneDNN's element-wise functions (``algorithm``, with its ``alpha`` and ``beta``) on plain float32
-    arrays of one shape, forward and backward.  Algorithms named ``..._USE_DST`` take the output in backward,
-    and so run in place; the others take the input."""
+    """One of oneDNN's element-wise functions (``algorithm``, with its ``alpha`` and ``beta``) on float32 arrays
+    of one shape, plain or in ``layout`` (a blocked one their blob is held in), forward and backward.  Algorithms
+    named ``..._USE_DST`` take the output in backward, and so run in place; the others take the input."""
 
-    def __init__(self, lib: Library, shape, algorithm: int, alpha: float = 0.0, beta: float = 0.0):
+    def __init__(self, lib: Library, shape, algorithm: int, alpha: float = 0.0, beta: float = 0.0,
+                 layout: Handle | None = None):
         self.backward_reads = ARG_DST if algorithm >= ELTWISE_RELU_USE_DST else ARG_SRC  # (those come from 0x100)
-        data = lib.memory_desc(tuple(shape))
+        data = layout or lib.memory_desc(tuple(shape))
         forward, backward = Handle(), Handle()
         constants = ctypes.c_float(alpha), ctypes.c_float(beta)
         lib.call("dnnl_eltwise_forward_primitive_desc_create", ctypes.byref(forward), lib.engine, FORWARD_TRAINING,
                  algorithm, data, data, *constants, None)
         lib.call("dnnl_eltwise_backward_primitive_desc_create", ctypes.byref(backward), lib.engine, algorithm, data,
                  data, data, *constants, forward, None)
-        self.bind(lib, shape, forward, backward)
+        self.bind(lib, shape, forward, backward, layout)
 
 
 class Softmax(Unary):
@@ -650,24 +818,27 @@ class Softmax(Unary):
 
 
 class Sum:
-    """``y = sum_i scales_i * x_i`` over plain float32 arrays of one shape (oneDNN's sum, on every thread): a
-    scaled copy with one input."""
+    """``y = sum_i scales_i * x_i`` over float32 arrays of one shape (oneDNN's sum, on every thread), plain or in
+    ``layout`` (a blocked one their blobs are held in): a scaled copy with one input."""
 
-    def __init__(self, lib: Library, shape, scales: list[float]):
+    def __init__(self, lib: Library, shape, scales: list[float], layout: Handle | None = None):
         self.lib = lib
-        data = lib.memory_desc(tuple(shape))
+        data = layout or lib.memory_desc(tuple(shape))
         descriptor = Handle()
         lib.call("dnnl_sum_primitive_desc_create", ctypes.byref(descriptor), lib.engine, data, len(scales),
                  (ctypes.c_float * len(scales))(*scales), (Handle * len(scales))(*[data] * len(scales)), None)
         self.primitive = lib.primitive(descriptor)
-        self.inputs = [Operand(lib, tuple(shape)) for _ in scales]
-        self.output = Operand(lib, tuple(shape))
+        self.inputs = [Operand(lib, tuple(shape), layout, slot=ARG_MULTIPLE_SRC + i) for i in range(len(scales))]
+        self.output = Operand(lib, tuple(shape), layout, slot=ARG_DST)
+        self.layout = self.gradient_layout = self.output.layout  # (the gradients are summed alike)
 
-    def __call__(self, inputs: list[numpy.ndarray], out: numpy.ndarray) -> None:
-        """The scaled sum of ``inputs`` (one array per scale), written into ``out``."""
+    def __call__(self, inputs: list, out) -> None:
+        """The scaled sum of ``inputs`` (one array per scale), written into ``out`` (arrays, or blobs' arrays:
+        :class:`BlobArray`)."""
         args = {ARG_MULTIPLE_SRC + i: operand.read(array)
                 for i, (operand, array) in enumerate(zip(self.inputs, inputs))}
         self.lib.run(self.primitive, {**args, ARG_DST: self.output.write(out)})
+        self.output.written()
         self.lib.wait()
 
 
@@ -676,18 +847,21 @@ class LocalResponseNormalization(Passes):
     ``y = x * (k + alpha / n^d * sum of x^2 over the window)^-beta`` with ``n`` the window's size, over ``n``
     channels (``across``, d = 1) or an ``n x n`` window in the channel (d = 2), zeros beyond the edges.
 
-    The arrays are reordered into channel blocks of 8, else channels last: the first layout a jit
-    implementation runs in (forward, and backward when ``training``).  Where only oneDNN's reference one
-    would (LRN's backward on AVX2 CPUs, windows other than 5), OneDnnError: NumPy's is several times faster.
+    The arrays are taken in ``layout`` (a blocked one their blob is held in), else reordered into channel
+    blocks of 8, else channels last: the first layout a jit implementation runs in (forward, and backward when
+    ``training``).  Where only oneDNN's reference one would (LRN's backward on AVX2 CPUs, windows other than 5),
+    OneDnnError: NumPy's is several times faster.
     """
 
     def __init__(self, lib: Library, shape, across: bool, size: int, alpha: float, beta: float, k: float,
-                 training: bool = True):
+                 training: bool = True, layout: Handle | None = None):
         self.lib = lib
         shape = tuple(shape)
         algorithm = LRN_ACROSS_CHANNELS if across else LRN_WITHIN_CHANNEL
         constants = ctypes.c_int64(size), ctypes.c_float(alpha), ctypes.c_float(beta), ctypes.c_float(k)
-        for data in (lib.memory_desc(shape, CHANNEL_BLOCKS_OF_8), lib.channels_last(shape)):
+        layouts = ([layout] if layout is not None else []) + [lib.memory_desc(shape, CHANNEL_BLOCKS_OF_8),
+                                                               lib.channels_last(shape)]
+        for data in layouts:
             forward, backward = Handle(), Handle()
             lib.call("dnnl_lrn_forward_primitive_desc_create", ctypes.byref(forward), lib.engine, FORWARD_TRAINING,
                      algorithm, data, data, *constants, None)
@@ -706,12 +880,13 @@ class LocalResponseNormalization(Passes):
         self.workspace = lib.owned_memory(workspace) if workspace.value else None  # (memory, its buffer)
         self.operands = {arg: Operand(lib, shape, data, slot=arg) for arg in (ARG_SRC, ARG_DST, ARG_DIFF_SRC,
                                                                                ARG_DIFF_DST)}
+        self.layout = self.operands[ARG_DST].layout
 
-    def forward(self, x: numpy.ndarray, y: numpy.ndarray) -> None:
-        """The normalised ``x``, written into ``y``."""
+    def forward(self, x, y) -> None:
+        """The normalised ``x``, written into ``y`` (arrays, or blobs' arrays: :class:`BlobArray`)."""
         self._run(self.forward_primitive, {ARG_SRC: x}, {ARG_DST: y})
 
-    def backward(self, x: numpy.ndarray, dy: numpy.ndarray, dx: numpy.ndarray) -> None:
+    def backward(self, x, dy, dx) -> None:
         """The input's gradient from the input and the output's gradient (after :meth:`forward` on ``x``),
         written into ``dx``."""
         self._run(self.backward_primitive, {ARG_SRC: x, ARG_DIFF_DST: dy}, {ARG_DIFF_SRC: dx})
@@ -751,6 +926,7 @@ class FusedConvolution(Passes):
         self.operands.update({arg: Operand(lib, shape) for arg, shape in (
             (ARG_BIAS, (weights_shape[0],)), (self.SCALE, per_channel), (self.SHIFT, per_channel))
             if arg != ARG_BIAS or bias})
+        self.layout = self.operands[ARG_DST].layout
 
     SCALE, SHIFT = ARG_POST_OPS * 1 | ARG_SRC_1, ARG_POST_OPS * 2 | ARG_SRC_1
 
