@@ -12,6 +12,11 @@ memory objects wrap the NumPy arrays it is given at each call (no copies of
 float32 arrays in the plain layout NumPy uses), and where a primitive computes
 faster in a blocked layout of its own choosing, the arrays are reordered into
 buffers of that layout and back (scratch buffers every primitive shares).
+Between layers it runs, no reorder is needed: the layer writing a blob in a
+blocked layout holds it there (:func:`hold_outputs`, where its net made room:
+a :class:`Vacancy`), the layers after it build their primitives in that
+layout where they can (:func:`layout_of`), and the blob's plain array is
+brought up to date only when something else reads it (:class:`HeldArray`).
 One stream and those buffers serve the process: run nets from one thread at a
 time.  The constants below are oneDNN's documented C API values
 (``dnnl_types.h``).
@@ -65,6 +70,7 @@ MAX_DIMS = 12
 
 T = TypeVar("T")
 Handle = ctypes.c_void_p
+Array = numpy.ndarray | BlobArray  # what a primitive reads or writes: a float32 array, or a blob's (held or plain)
 Dims = ctypes.c_int64 * MAX_DIMS
 
 
@@ -379,7 +385,7 @@ class Operand:
             self.to_chosen = lib.reorder(plain, chosen)
             self.to_plain = lib.reorder(chosen, plain)
 
-    def held(self, array) -> HeldArray | None:
+    def held(self, array: Array) -> HeldArray | None:
         """The held copy of ``array`` (a :class:`BlobArray`) where it is in this operand's layout, else None."""
         held = array.held if isinstance(array, BlobArray) else None
         if not isinstance(held, HeldArray) or not self.blocked:
@@ -389,7 +395,7 @@ class Operand:
             fits = self.fits[id(held)] = bool(self.lib.dll.dnnl_memory_desc_equal(held.desc, self.layout))
         return held if fits else None
 
-    def read(self, array) -> Handle:
+    def read(self, array: Array) -> Handle:
         """The memory a primitive reads ``array`` from (reordered into the blocked buffer when there is one)."""
         held = self.held(array)
         if held is not None:
@@ -399,7 +405,7 @@ class Operand:
             self.lib.run(self.to_chosen, {ARG_SRC: self.plain, ARG_DST: self.memory})
         return self.memory
 
-    def write(self, array) -> Handle:
+    def write(self, array: Array) -> Handle:
         """The memory a primitive writes ``array`` into (call :meth:`written` after the primitive ran)."""
         self.writing = self.held(array)
         if self.writing is not None:
@@ -471,28 +477,28 @@ class Weighted:
             self.operands[name, arg].written()
         self.lib.wait()
 
-    def forward(self, x: numpy.ndarray, w: numpy.ndarray, b: numpy.ndarray | None, y: numpy.ndarray) -> None:
+    def forward(self, x: Array, w: numpy.ndarray, b: numpy.ndarray | None, y: Array) -> None:
         """``y = x * w + b``, written into ``y``."""
         reads = {ARG_SRC: x, ARG_WEIGHTS: w} | ({ARG_BIAS: b} if b is not None else {})
         self._run("forward", reads, {ARG_DST: y})
 
-    def backward_data(self, dy: numpy.ndarray, w: numpy.ndarray, dx: numpy.ndarray) -> None:
+    def backward_data(self, dy: Array, w: numpy.ndarray, dx: Array) -> None:
         """The input's gradient, written into ``dx``."""
         self._run("data", {ARG_DIFF_DST: dy, ARG_WEIGHTS: w}, {ARG_DIFF_SRC: dx})
 
-    def backward_weights(self, x: numpy.ndarray, dy: numpy.ndarray, dw: numpy.ndarray,
+    def backward_weights(self, x: Array, dy: Array, dw: numpy.ndarray,
                          db: numpy.ndarray | None) -> None:
         """The weights' (and bias') gradients, written into ``dw`` (and ``db``): callers accumulate."""
         writes = {ARG_DIFF_WEIGHTS: dw} | ({ARG_DIFF_BIAS: db} if db is not None else {})
         self._run("weights", {ARG_SRC: x, ARG_DIFF_DST: dy}, writes)
 
-    def backward(self, x: numpy.ndarray, dy: numpy.ndarray, dx: numpy.ndarray | None, weights, bias,
+    def backward(self, x: Array, dy: Array, dx: Array | None, weights, bias,
                  learn: list[bool]) -> None:
         """A layer's backward: the ``weights`` and ``bias`` blobs' gradients added to their diffs where
         ``learn`` (their param_propagate_down) says, the input's written into ``dx`` unless it is None."""
         self.accumulate(x, dy, dx, weights.data, weights.diff, None if bias is None else bias.diff, learn)
 
-    def accumulate(self, x: numpy.ndarray, dy: numpy.ndarray, dx: numpy.ndarray | None, w: numpy.ndarray,
+    def accumulate(self, x: Array, dy: Array, dx: Array | None, w: numpy.ndarray,
                    w_diff: numpy.ndarray, b_diff: numpy.ndarray | None, learn: list[bool]) -> None:
         """:meth:`backward` on arrays (views of a blob's arrays included): the weights' and bias' gradients
         added to ``w_diff`` and ``b_diff`` (None: no bias) where ``learn`` says, the input's written into ``dx``
@@ -581,7 +587,7 @@ class Passes:
         """The blocked layout the output's gradient is read in (None: plain): the output's."""
         return self.layout
 
-    def _run(self, primitive: Handle, reads: dict[int, numpy.ndarray], writes: dict[int, numpy.ndarray],
+    def _run(self, primitive: Handle, reads: dict[int, Array], writes: dict[int, Array],
              ready: dict[int, Handle] | None = None) -> None:
         """Run ``primitive`` on ``reads`` and ``writes`` (arrays) and ``ready`` (memory objects as they are)."""
         args = {arg: self.operands[arg].read(array) for arg, array in reads.items()}
@@ -632,11 +638,11 @@ class Pooling(Passes):
         workspace = lib.chosen(forward, QUERY_WORKSPACE)
         self.workspace = lib.owned_memory(workspace) if workspace.value else None  # (memory, its buffer)
 
-    def forward(self, x, y) -> None:
+    def forward(self, x: Array, y: Array) -> None:
         """The pooled ``x``, written into ``y`` (arrays, or blobs' arrays: :class:`BlobArray`)."""
         self._run(self.forward_primitive, {ARG_SRC: x}, {ARG_DST: y})
 
-    def backward(self, dy, dx) -> None:
+    def backward(self, dy: Array, dx: Array) -> None:
         """The input's gradient from the last :meth:`forward`, written into ``dx``."""
         self._run(self.backward_primitive, {ARG_DIFF_DST: dy}, {ARG_DIFF_SRC: dx})
 
@@ -645,11 +651,12 @@ class ScaledNormalization(Passes):
     """Base of the normalizations with a learned scale and shift: their backward pass for a layer, whose
     parameters' diffs accumulate while oneDNN overwrites the gradients it writes."""
 
-    def backward(self, dy: numpy.ndarray, dx: numpy.ndarray, arrays: dict[int, numpy.ndarray]) -> None:
+    def backward(self, dy: Array, dx: Array, arrays: dict[int, numpy.ndarray]) -> None:
         """The input's gradient written into ``dx``, the scale's and shift's into ``arrays``."""
         raise NotImplementedError
 
-    def backward_into(self, dy, dx, arrays: dict[int, numpy.ndarray], blobs: list, learn: list[bool]) -> None:
+    def backward_into(self, dy: Array, dx: Array | None, arrays: dict[int, numpy.ndarray], blobs: list,
+                      learn: list[bool]) -> None:
         """:meth:`backward` for a layer: the input's gradient written into ``dx`` (None: not wanted), the scale's
         and shift's added to the diffs of ``blobs`` (the scale's and the shift's blobs) where ``learn`` says."""
         diffs = [numpy.empty_like(blob.diff) for blob in blobs]
@@ -700,7 +707,7 @@ class Normalization(ScaledNormalization):
         self.input, self.keep, self.copy = lib.memory(plain), lib.reorder(plain, data), lib.reorder(data, data)
         self.kept = lib.owned_memory(data) if keeps_input else None  # the input for backward: (memory, its buffer)
 
-    def forward(self, x, y, channels: dict[int, numpy.ndarray]) -> None:
+    def forward(self, x: Array, y: Array, channels: dict[int, numpy.ndarray]) -> None:
         """Normalise ``x`` into ``y`` (arrays, or blobs' arrays: :class:`BlobArray`; the batch statistics written
         into ``channels`` unless given there)."""
         if self.kept is None:
@@ -714,7 +721,7 @@ class Normalization(ScaledNormalization):
             self.lib.run(self.keep, {ARG_SRC: self.input, ARG_DST: self.kept[0]})
         self._run(self.forward_primitive, channels, {ARG_DST: y}, {ARG_SRC: self.kept[0]})
 
-    def backward(self, dy, dx, channels: dict[int, numpy.ndarray]) -> None:
+    def backward(self, dy: Array, dx: Array, channels: dict[int, numpy.ndarray]) -> None:
         """The input's gradient from the output's (and the scale's and shift's, into ``channels``), after
         :meth:`forward` and with the statistics it used."""
         self._run(self.backward_primitive, {ARG_DIFF_DST: dy, **channels}, {ARG_DIFF_SRC: dx}, {ARG_SRC: self.kept[0]})
@@ -772,11 +779,11 @@ class Unary(Passes):
                          for arg in (ARG_SRC, ARG_DST, ARG_DIFF_SRC, ARG_DIFF_DST)}
         self.layout = self.operands[ARG_DST].layout
 
-    def forward(self, x, y) -> None:
+    def forward(self, x: Array, y: Array) -> None:
         """``f(x)``, written into ``y`` (arrays, or blobs' arrays: :class:`BlobArray`)."""
         self._run(self.forward_primitive, {ARG_SRC: x}, {ARG_DST: y})
 
-    def backward(self, x, y, dy, dx) -> None:
+    def backward(self, x: Array | None, y: Array, dy: Array, dx: Array) -> None:
         """The input's gradient from the output's ``dy`` and the output ``y`` or the input ``x`` (as
         ``backward_reads`` says; the other may be None), written into ``dx``."""
         data = y if self.backward_reads == ARG_DST else x
@@ -832,7 +839,7 @@ class Sum:
         self.output = Operand(lib, tuple(shape), layout, slot=ARG_DST)
         self.layout = self.gradient_layout = self.output.layout  # (the gradients are summed alike)
 
-    def __call__(self, inputs: list, out) -> None:
+    def __call__(self, inputs: list[Array], out: Array) -> None:
         """The scaled sum of ``inputs`` (one array per scale), written into ``out`` (arrays, or blobs' arrays:
         :class:`BlobArray`)."""
         args = {ARG_MULTIPLE_SRC + i: operand.read(array)
@@ -882,11 +889,11 @@ class LocalResponseNormalization(Passes):
                                                                                ARG_DIFF_DST)}
         self.layout = self.operands[ARG_DST].layout
 
-    def forward(self, x, y) -> None:
+    def forward(self, x: Array, y: Array) -> None:
         """The normalised ``x``, written into ``y`` (arrays, or blobs' arrays: :class:`BlobArray`)."""
         self._run(self.forward_primitive, {ARG_SRC: x}, {ARG_DST: y})
 
-    def backward(self, x, dy, dx) -> None:
+    def backward(self, x: Array, dy: Array, dx: Array) -> None:
         """The input's gradient from the input and the output's gradient (after :meth:`forward` on ``x``),
         written into ``dx``."""
         self._run(self.backward_primitive, {ARG_SRC: x, ARG_DIFF_DST: dy}, {ARG_DIFF_SRC: dx})
@@ -895,13 +902,15 @@ class LocalResponseNormalization(Passes):
 class FusedConvolution(Passes):
     """Inference only: a convolution whose output goes on, in the same primitive, through a scale and a shift
     per output channel (``affine``: a BatchNorm and Scale folded in) and a ReLU (``relu_slope``, None
-    without): ``y = relu(s_o * (x * w + b) + t_o)``.  Shapes and geometry as :class:`Convolution`."""
+    without): ``y = relu(s_o * (x * w + b) + t_o)``.  Shapes and geometry as :class:`Convolution`; the output
+    in ``layout`` where given (the one its blob is held in), else in the one the primitive computes fastest in."""
 
     def __init__(self, lib: Library, input_shape, weights_shape, output_shape, group: int, stride, pad, dilation,
-                 bias: bool, affine: bool, relu_slope: float | None):
+                 bias: bool, affine: bool, relu_slope: float | None, layout: Handle | None = None):
         self.lib = lib
         shapes, (x, w, b, y), geometry = convolution_descriptors(lib, input_shape, weights_shape, output_shape, group,
                                                                  stride, pad, dilation, bias)
+        y = layout or y
         per_channel = (1, weights_shape[0], 1, 1)
         post_ops, attributes, forward = Handle(), Handle(), Handle()
         lib.call("dnnl_post_ops_create", ctypes.byref(post_ops))
@@ -930,7 +939,7 @@ class FusedConvolution(Passes):
 
     SCALE, SHIFT = ARG_POST_OPS * 1 | ARG_SRC_1, ARG_POST_OPS * 2 | ARG_SRC_1
 
-    def forward(self, x: numpy.ndarray, w: numpy.ndarray, b: numpy.ndarray | None, y: numpy.ndarray,
+    def forward(self, x: Array, w: numpy.ndarray, b: numpy.ndarray | None, y: Array,
                 scale: numpy.ndarray | None = None, shift: numpy.ndarray | None = None) -> None:
         """The fused output, written into ``y``; ``scale`` and ``shift`` (O,) when ``affine``."""
         reads = {ARG_SRC: x, ARG_WEIGHTS: w, ARG_BIAS: b, self.SCALE: scale, self.SHIFT: shift}
