@@ -825,25 +825,31 @@ class Softmax(Unary):
 
 
 class Sum:
-    """``y = sum_i scales_i * x_i`` over float32 arrays of one shape (oneDNN's sum, on every thread), plain or in
-    ``layout`` (a blocked one their blobs are held in): a scaled copy with one input."""
+    """``y = sum_i scales_i * x_i`` over float32 arrays of one shape (on every thread), plain or in ``layout`` (a
+    blocked one their blobs are held in): a scaled copy with one input.  Two inputs unscaled are added by
+    oneDNN's binary primitive (a jit implementation), the rest by its sum (a portable one)."""
 
     def __init__(self, lib: Library, shape, scales: list[float], layout: Handle | None = None):
         self.lib = lib
         data = layout or lib.memory_desc(tuple(shape))
         descriptor = Handle()
-        lib.call("dnnl_sum_primitive_desc_create", ctypes.byref(descriptor), lib.engine, data, len(scales),
-                 (ctypes.c_float * len(scales))(*scales), (Handle * len(scales))(*[data] * len(scales)), None)
+        if scales == [1.0, 1.0]:
+            lib.call("dnnl_binary_primitive_desc_create", ctypes.byref(descriptor), lib.engine, BINARY_ADD, data,
+                     data, data, None)
+            self.arguments = [ARG_SRC, ARG_SRC_1]
+        else:
+            lib.call("dnnl_sum_primitive_desc_create", ctypes.byref(descriptor), lib.engine, data, len(scales),
+                     (ctypes.c_float * len(scales))(*scales), (Handle * len(scales))(*[data] * len(scales)), None)
+            self.arguments = [ARG_MULTIPLE_SRC + i for i in range(len(scales))]
         self.primitive = lib.primitive(descriptor)
-        self.inputs = [Operand(lib, tuple(shape), layout, slot=ARG_MULTIPLE_SRC + i) for i in range(len(scales))]
+        self.inputs = [Operand(lib, tuple(shape), layout, slot=arg) for arg in self.arguments]
         self.output = Operand(lib, tuple(shape), layout, slot=ARG_DST)
         self.layout = self.gradient_layout = self.output.layout  # (the gradients are summed alike)
 
     def __call__(self, inputs: list[Array], out: Array) -> None:
         """The scaled sum of ``inputs`` (one array per scale), written into ``out`` (arrays, or blobs' arrays:
         :class:`BlobArray`)."""
-        args = {ARG_MULTIPLE_SRC + i: operand.read(array)
-                for i, (operand, array) in enumerate(zip(self.inputs, inputs))}
+        args = {arg: operand.read(array) for arg, operand, array in zip(self.arguments, self.inputs, inputs)}
         self.lib.run(self.primitive, {**args, ARG_DST: self.output.write(out)})
         self.output.written()
         self.lib.wait()
