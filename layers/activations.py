@@ -44,9 +44,9 @@ class OneDnnElementwise(Elementwise):
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
         algorithm = self.onednn_algorithm()
-        layout = onednn.layout_of(bottom[0].values)
-        self.fast = None if algorithm is None else onednn.attempt(
-            self, lambda lib: onednn.Elementwise(lib, bottom[0].shape, *algorithm, layout=layout))
+        self.fast = None if algorithm is None else onednn.attempt_in(
+            self, onednn.layout_of(bottom[0].values),
+            lambda lib, layout: onednn.Elementwise(lib, bottom[0].shape, *algorithm, layout=layout))
         if self.fast is not None:
             onednn.hold_outputs(self.fast, top)
 

@@ -86,9 +86,8 @@ class BatchNorm(Layer):
         flags = onednn.NORMALIZE_GLOBAL_STATS if self.global_stats else 0
         if self.scale_layer is not None:
             flags |= onednn.NORMALIZE_SCALE | (onednn.NORMALIZE_SHIFT if len(self.scale_layer.blobs) > 1 else 0)
-        fast = onednn.attempt(self, lambda lib: onednn.Normalization(lib, shape, p.eps, flags,
-                                                                     keeps_input=not self.inference,
-                                                                     layout=self.layout))
+        fast = onednn.attempt_in(self, self.layout, lambda lib, layout: onednn.Normalization(
+            lib, shape, p.eps, flags, keeps_input=not self.inference, layout=layout))
         if fast is None:
             return None
         self.shape = shape

@@ -176,8 +176,7 @@ class Split(Layer):
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
         shape = bottom[0].shape  # copies forward, the sum of the tops' gradients backward, on every thread
-        layout = onednn.layout_of(bottom[0].values)
-        self.fast, self.fast_copy = onednn.attempt(self, lambda lib: (
+        self.fast, self.fast_copy = onednn.attempt_in(self, onednn.layout_of(bottom[0].values), lambda lib, layout: (
             onednn.Sum(lib, shape, [1.0] * len(top), layout), onednn.Sum(lib, shape, [1.0], layout))) or (None, None)
         if self.fast is not None:
             onednn.hold_outputs(self.fast, top)

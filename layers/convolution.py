@@ -345,10 +345,9 @@ class Convolution(Layer):
         if not self.absorbed:
             return onednn.attempt(self, lambda lib: onednn.Convolution(lib, *geometry))
         relu = [layer.block("relu_param").negative_slope for layer in self.absorbed if layer.type == "ReLU"]
-        layout = onednn.layout_of(self.top_blob.values)  # (the one the unfused primitive holds it in)
-        return onednn.attempt(self, lambda lib: onednn.FusedConvolution(
-            lib, *geometry, affine=self.absorbed[0].type != "ReLU", relu_slope=relu[0] if relu else None,
-            layout=layout))
+        return onednn.attempt_in(self, onednn.layout_of(self.top_blob.values), lambda lib, layout: (
+            onednn.FusedConvolution(lib, *geometry, affine=self.absorbed[0].type != "ReLU",
+                                    relu_slope=relu[0] if relu else None, layout=layout)))  # (the top's, held)
 
     def absorb(self, following):
         """In an inference net, the BatchNorm (stored statistics), Scale (one factor a channel) and ReLU that follow

@@ -62,10 +62,10 @@ class Eltwise(Layer):
         self.fast = self.fast_gradients = None
         if self.block("eltwise_param").operation == "SUM":
             shape, coeffs = bottom[0].shape, self.coefficients(len(bottom))
-            layout = onednn.common_layout([blob.values for blob in bottom])
             # the sum, and each bottom's gradient as a scaled copy of the top's
-            self.fast, self.fast_gradients = onednn.attempt(self, lambda lib: (
-                onednn.Sum(lib, shape, coeffs, layout), [onednn.Sum(lib, shape, [c], layout) for c in coeffs])
+            self.fast, self.fast_gradients = onednn.attempt_in(
+                self, onednn.common_layout([blob.values for blob in bottom]), lambda lib, layout: (
+                    onednn.Sum(lib, shape, coeffs, layout), [onednn.Sum(lib, shape, [c], layout) for c in coeffs])
             ) or (None, None)
             if self.fast is not None:
                 onednn.hold_outputs(self.fast, top)

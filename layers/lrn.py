@@ -79,10 +79,10 @@ class LRN(Layer):
         super().reshape(bottom, top)
         p = self.block("lrn_param")
         across = p.norm_region == "ACROSS_CHANNELS"
-        layout = onednn.layout_of(bottom[0].values)
-        self.fast = onednn.attempt(self, lambda lib: onednn.LocalResponseNormalization(
-            lib, bottom[0].shape, across, p.local_size, p.alpha, p.beta, p.k if across else 1.0,
-            training=not self.inference, layout=layout))
+        self.fast = onednn.attempt_in(self, onednn.layout_of(bottom[0].values), lambda lib, layout:
+                                      onednn.LocalResponseNormalization(
+                                          lib, bottom[0].shape, across, p.local_size, p.alpha, p.beta,
+                                          p.k if across else 1.0, training=not self.inference, layout=layout))
         if self.fast is not None:
             onednn.hold_outputs(self.fast, top)
         self.kernel = across and kernels.compiled(self.xp)  # (on a GPU one CUDA kernel a pass)

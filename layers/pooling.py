@@ -184,8 +184,8 @@ class Pooling(Layer):
         divisor differs (None where none does).
         """
         geo = self.geo
-        fast = onednn.attempt(self, lambda lib: onednn.Pooling(lib, bottom_shape, top_shape, geo.kernel, geo.stride,
-                                                               geo.pad, geo.far_pad, maximum, layout))
+        fast = onednn.attempt_in(self, layout, lambda lib, layout: onednn.Pooling(
+            lib, bottom_shape, top_shape, geo.kernel, geo.stride, geo.pad, geo.far_pad, maximum, layout))
         if fast is None:
             return None
         self.rescale = None

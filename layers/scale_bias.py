@@ -127,8 +127,8 @@ class Scale(BroadcastOperand):
                                                                            else 0)
         self.identity = {onednn.ARG_MEAN: numpy.zeros(shape[1], self.dtype),
                          onednn.ARG_VARIANCE: numpy.ones(shape[1], self.dtype)}
-        return onednn.attempt(self, lambda lib: onednn.Normalization(lib, shape, 0.0, flags,
-                                                                     keeps_input=not self.inference, layout=layout))
+        return onednn.attempt_in(self, layout, lambda lib, layout: onednn.Normalization(
+            lib, shape, 0.0, flags, keeps_input=not self.inference, layout=layout))
 
     def forward(self, bottom, top):
         if self.fast is not None:  # (which keeps the input itself)

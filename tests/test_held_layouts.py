@@ -126,3 +126,20 @@ def test_a_folded_inference_net_holds_its_blobs_to_the_same_outputs(reuse, monke
         net.forward()  # (a second pass over buffers the first one left)
         probs.append(net.blobs["loss"].data.copy())
     np.testing.assert_allclose(probs[0], probs[1], rtol=1e-4, atol=1e-6)
+
+
+def test_a_layer_onednn_refuses_a_blocked_layout_works_on_plain_arrays_and_is_named(monkeypatch):
+    pooling = onednn.Pooling
+
+    def refusing(lib, *args):
+        if args[-1] is not None:  # (the bottom's blocked layout)
+            raise onednn.OneDnnError("dnnl_pooling_forward_primitive_desc_create failed (oneDNN status 3)")
+        return pooling(lib, *args)
+
+    monkeypatch.setattr(onednn, "Pooling", refusing)
+    nets = [fed(built(residual_net(), held, monkeypatch)) for held in (True, False)]
+    losses = [net.forward_backward() for net in nets]
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+    line = nets[0].paths()
+    assert "pool1" in line.split("NumPy for the rest")[0], line
+    assert "on plain arrays, their blocked layout refused: pool1: dnnl_pooling_forward" in line, line

@@ -382,10 +382,14 @@ class Net:
         fast = [groups[index] for index in sorted(on_onednn)]
         refused = [f"{layer.name}: {layer.onednn_refused}" for layer in self.layers
                    if getattr(layer, "onednn_refused", None) and getattr(layer, "fast", None) is None]
+        plain = [f"{layer.name}: {layer.layout_refused}" for layer in self.layers
+                 if getattr(layer, "layout_refused", None) and getattr(layer, "fast", None) is not None]
         note = onednn.isa_note(lib)
         return (f"oneDNN {lib.version}{f' ({note})' if note else ''} for {_listed(fast, of='layers') or 'no layer'}; "
                 "NumPy for the rest"
-                + (f" (oneDNN refused {_listed(refused, '; ')})" if refused else "") + fused)
+                + (f" (oneDNN refused {_listed(refused, '; ')})" if refused else "")
+                + (f"; on plain arrays, their blocked layout refused: {_listed(plain, '; ')}" if plain else "")
+                + fused)
 
     def first_non_finite_param(self) -> tuple[str, int] | None:
         """``(layer, blob index)`` of the first learnable blob holding a NaN or an infinity, if any."""

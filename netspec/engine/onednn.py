@@ -239,6 +239,20 @@ def attempt(layer, build: Callable[[Library], T]) -> T | None:
         return None
 
 
+def attempt_in(layer, layout: Handle | None, build: Callable[[Library, Handle | None], T]) -> T | None:
+    """:func:`attempt` of ``build(library, layout)``: ``layer``'s primitives in ``layout``, the blocked one a blob
+    it reads or writes is held in (None: plain arrays).  Where oneDNN refuses that layout for the layer's
+    geometry, the layer alone works on plain arrays (``build(library, None)``), and ``layer.layout_refused`` says
+    why, for the paths line."""
+    lib = library_for(layer)
+    if layout is not None and lib is not None:
+        try:
+            return build(lib, layout)
+        except OneDnnError as exc:
+            layer.layout_refused = str(exc)
+    return attempt(layer, lambda lib: build(lib, None))
+
+
 _scratch: dict[int, numpy.ndarray] = {}
 
 
