@@ -328,7 +328,7 @@ class Convolution(Layer):
         super().reshape(bottom, top)
         self.geo = for_device(self.geometry(bottom[0].shape), self.xp)
         self.shapes = bottom[0].shape, top[0].shape
-        self.top_blob = top[0]
+        self.bottom_blob, self.top_blob = bottom[0], top[0]
         self.fast = self._onednn(*self.shapes)
         if self.fast is not None:
             onednn.hold_outputs(self.fast, top)
@@ -343,7 +343,8 @@ class Convolution(Layer):
         geometry = (bottom_shape, self.blobs[0].shape, top_shape, p.group, geo.stride, geo.pad, geo.dilation,
                     p.bias_term)
         if not self.absorbed:
-            return onednn.attempt(self, lambda lib: onednn.Convolution(lib, *geometry))
+            return onednn.attempt_in(self, onednn.layout_of(self.bottom_blob.values),
+                                     lambda lib, layout: onednn.Convolution(lib, *geometry, layout=layout))
         relu = [layer.block("relu_param").negative_slope for layer in self.absorbed if layer.type == "ReLU"]
         return onednn.attempt_in(self, onednn.layout_of(self.top_blob.values), lambda lib, layout: (
             onednn.FusedConvolution(lib, *geometry, affine=self.absorbed[0].type != "ReLU",

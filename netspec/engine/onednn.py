@@ -552,21 +552,34 @@ class Convolution(Weighted):
     Shapes are Caffe's: input (N, C, H, W), weights (O, C/G, kh, kw), bias
     (O,), output (N, O, H', W').  ``dilation`` is Caffe's (1: none); oneDNN
     counts the gaps, so it receives ``dilation - 1``.  oneDNN picks the
-    layouts it computes fastest in; arrays are reordered to and from them.
-    OneDnnError when oneDNN has no implementation for the geometry.
+    layouts it computes fastest in (the input's is ``layout`` where given: the
+    one its blob is held in), and the gradients' are those of the values they
+    belong to where it computes them there; arrays are reordered to and from
+    them.  OneDnnError when oneDNN has no implementation for the geometry.
     """
 
     def __init__(self, lib: Library, input_shape, weights_shape, output_shape, group: int, stride, pad, dilation,
-                 bias: bool):
+                 bias: bool, layout: Handle | None = None):
         shapes, (x, w, b, y), geometry = convolution_descriptors(lib, input_shape, weights_shape, output_shape, group,
                                                                  stride, pad, dilation, bias)
-        forward, data, weights = Handle(), Handle(), Handle()
+        forward, found = Handle(), None
         lib.call("dnnl_convolution_forward_primitive_desc_create", ctypes.byref(forward), lib.engine,
-                 FORWARD_TRAINING, CONVOLUTION_DIRECT, x, w, b, y, *geometry, None)
-        lib.call("dnnl_convolution_backward_data_primitive_desc_create", ctypes.byref(data), lib.engine,
-                 CONVOLUTION_DIRECT, x, w, y, *geometry, forward, None)
-        lib.call("dnnl_convolution_backward_weights_primitive_desc_create", ctypes.byref(weights), lib.engine,
-                 CONVOLUTION_DIRECT, x, w, b, y, *geometry, forward, None)
+                 FORWARD_TRAINING, CONVOLUTION_DIRECT, layout or x, w, b, y, *geometry, None)
+        for values, results in ((lib.chosen(forward, QUERY_SRC), lib.chosen(forward, QUERY_DST)), (x, y)):
+            data, weights = Handle(), Handle()
+            try:
+                lib.call("dnnl_convolution_backward_data_primitive_desc_create", ctypes.byref(data), lib.engine,
+                         CONVOLUTION_DIRECT, values, w, results, *geometry, forward, None)
+                lib.call("dnnl_convolution_backward_weights_primitive_desc_create", ctypes.byref(weights),
+                         lib.engine, CONVOLUTION_DIRECT, values, w, b, results, *geometry, forward, None)
+            except OneDnnError:  # (then in the layouts oneDNN picks for them)
+                continue
+            found = data, weights
+            if not any(lib.implementation(pd).startswith(REFERENCE_IMPLEMENTATIONS) for pd in found):
+                break
+        if found is None:
+            raise OneDnnError(f"oneDNN has no backward pass for this convolution ({input_shape} to {output_shape})")
+        data, weights = found
         self.bind(lib, {"forward": forward, "data": data, "weights": weights}, shapes, chosen=True,
                   bias=weights_shape[0] if bias else None)
 
