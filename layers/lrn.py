@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy
+
+from netspec import threads
 from netspec.engine import kernels, onednn
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
@@ -107,8 +110,21 @@ class LRN(Layer):
             kernels.lrn(self.xp.ascontiguousarray(x), p.local_size, constant, multiplier, p.beta, self.scale,
                         top[0].data)
             return
-        self.scale = constant + multiplier * self.window_sum(x * x)
-        self.xp.multiply(x, self.xp.power(self.scale, -self.block("lrn_param").beta), out=top[0].data)
+        y, self.scale = top[0].data, self.xp.empty_like(x)
+
+        def normalise(part):
+            self.scale[part] = constant + multiplier * self.window_sum(x[part] * x[part])
+            self.xp.multiply(x[part], self.xp.power(self.scale[part], -self.block("lrn_param").beta), out=y[part])
+
+        self.in_parts(x.shape[0], normalise)
+
+    def in_parts(self, count: int, work) -> None:
+        """``work(part)`` over slices of the batch: at once on every core on NumPy (the batch's samples are
+        independent), whole on a GPU."""
+        if self.xp is numpy:
+            threads.in_parts(count, work)
+        else:
+            work(slice(None))
 
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
@@ -124,5 +140,10 @@ class LRN(Layer):
             kernels.lrn_backward(contiguous(x), contiguous(y), contiguous(dy), self.scale,
                                  self.block("lrn_param").local_size, multiplier, beta, bottom[0].diff)
             return
-        spread = self.window_sum(dy * y / self.scale)
-        bottom[0].diff[...] = dy * self.xp.power(self.scale, -beta) - (2 * multiplier * beta) * x * spread
+        dx = bottom[0].diff
+
+        def differentiate(part):
+            spread = self.window_sum(dy[part] * y[part] / self.scale[part])
+            dx[part] = dy[part] * self.xp.power(self.scale[part], -beta) - (2 * multiplier * beta) * x[part] * spread
+
+        self.in_parts(x.shape[0], differentiate)

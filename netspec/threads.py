@@ -11,14 +11,19 @@ a value the user set for ``OPENBLAS_NUM_THREADS`` is kept.
 :func:`use_threads` (the commands' ``--threads``) sizes the pools later,
 while a process runs: oneDNN's OpenMP pool to the count and OpenBLAS to one
 thread beside it, or OpenBLAS to the count when oneDNN is off.
+:func:`in_parts` runs NumPy's single-threaded loops over slices of a batch
+on as many Python threads.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 ONEDNN_SWITCH = "NETSPEC_ONEDNN"
 ONEDNN_LIBRARY = "libdnnl.so.3"
@@ -159,6 +164,26 @@ def pool_size() -> int:
         library, name = openblas
         return getattr(library, name.format("get"))()
     return 0
+
+
+def in_parts(count: int, work: Callable[[slice], None]) -> None:
+    """``work(part)`` for the slices that split ``range(count)`` (a batch) evenly among the threads the math runs
+    on (:func:`pool_size`), at once on that many Python threads: NumPy lets go of the interpreter in its loops,
+    so array code that NumPy runs on one core runs on all of them.  ``work`` must write only its part; the first
+    exception it raises is raised here."""
+    threads = min(max(pool_size(), 1), count)
+    if threads <= 1:
+        work(slice(0, count))
+        return
+    bounds = [count * index // threads for index in range(threads + 1)]
+    futures = [_workers(threads).submit(work, slice(start, stop)) for start, stop in zip(bounds, bounds[1:])]
+    for future in futures:
+        future.result()
+
+
+@functools.cache
+def _workers(threads: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(threads, thread_name_prefix="netspec-part")
 
 
 def _size_pools(count: int) -> None:
