@@ -58,6 +58,7 @@ def all_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+@functools.cache
 def _openmp() -> ctypes.CDLL | None:
     """oneDNN's library, through which its OpenMP runtime's functions resolve (None when oneDNN is off or has
     no OpenMP)."""
@@ -167,11 +168,12 @@ def pool_size() -> int:
 
 
 def in_parts(count: int, work: Callable[[slice], None]) -> None:
-    """``work(part)`` for the slices that split ``range(count)`` (a batch) evenly among the threads the math runs
-    on (:func:`pool_size`), at once on that many Python threads: NumPy lets go of the interpreter in its loops,
-    so array code that NumPy runs on one core runs on all of them.  ``work`` must write only its part; the first
-    exception it raises is raised here."""
-    threads = min(max(pool_size(), 1), count)
+    """``work(part)`` for the slices that split ``range(count)`` (a batch) evenly among the threads oneDNN runs
+    on (every core without it), at once on that many Python threads: NumPy lets go of the interpreter in its
+    loops, so array code that NumPy runs on one core runs on all of them.  ``work`` must write only its part; the
+    first exception it raises is raised here."""
+    openmp = _openmp()
+    threads = min(openmp.omp_get_max_threads() if openmp is not None else all_cores(), count)
     if threads <= 1:
         work(slice(0, count))
         return
