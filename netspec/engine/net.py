@@ -368,7 +368,8 @@ class Net:
 
     def paths(self) -> str:
         """Which implementations run the layers, in a line: the layers oneDNN runs (``bn+scale`` where one
-        absorbed the next), the array library's, and the layers it runs folded into one."""
+        absorbed the next) and how many blobs it keeps in its blocked layouts, the array library's, and the layers
+        it runs folded into one."""
         groups = {index: layer.name for index, layer in enumerate(self.layers) if index not in self.absorbed_by}
         for absorbed, index in self.absorbed_by.items():
             groups[index] += f"+{self.layers[absorbed].name}"
@@ -385,8 +386,9 @@ class Net:
         plain = [f"{layer.name}: {layer.layout_refused}" for layer in self.layers
                  if getattr(layer, "layout_refused", None) and getattr(layer, "fast", None) is not None]
         note = onednn.isa_note(lib)
-        return (f"oneDNN {lib.version}{f' ({note})' if note else ''} for {_listed(fast, of='layers') or 'no layer'}; "
-                "NumPy for the rest"
+        held = len({id(blob.held_data) for blob in self.blobs.values() if isinstance(blob.held_data, onednn.HeldArray)})
+        return (f"oneDNN {lib.version}{f' ({note})' if note else ''} for {_listed(fast, of='layers') or 'no layer'}"
+                + (f" ({held} blobs kept in its blocked layouts between them)" if held else "") + "; NumPy for the rest"
                 + (f" (oneDNN refused {_listed(refused, '; ')})" if refused else "")
                 + (f"; on plain arrays, their blocked layout refused: {_listed(plain, '; ')}" if plain else "")
                 + fused)
