@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from netspec.engine import onednn
 from netspec.engine.layer import Layer, canonical_axis
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError, ShapeError
@@ -65,11 +66,22 @@ class Crop(Layer):
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
         self.cut = self.window(bottom[0].shape, bottom[1].shape)
+        window = bottom[0].data[self.cut]  # (on oneDNN: a copy of the window on every thread, either way)
+        self.fast, self.fast_back = onednn.attempt(self, lambda lib: (
+            onednn.Copy(lib, window.shape, onednn.element_strides(window), onednn.element_strides(top[0].data)),
+            onednn.Copy(lib, window.shape, onednn.element_strides(top[0].data), onednn.element_strides(window)))
+        ) or (None, None)
 
     def forward(self, bottom, top):
-        top[0].data[...] = bottom[0].data[self.cut]
+        if self.fast is not None:
+            self.fast(bottom[0].data[self.cut], top[0].data)
+        else:
+            top[0].data[...] = bottom[0].data[self.cut]
 
     def backward(self, top, propagate_down, bottom):
         if propagate_down[0]:
             bottom[0].diff[...] = 0
-            bottom[0].diff[self.cut] = top[0].diff
+            if self.fast_back is not None:
+                self.fast_back(top[0].diff, bottom[0].diff[self.cut])
+            else:
+                bottom[0].diff[self.cut] = top[0].diff

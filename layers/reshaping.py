@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from netspec.engine import onednn
 from netspec.engine.layer import Layer, canonical_axis
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError, ShapeError
@@ -196,11 +197,17 @@ class Tile(Layer):
 
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
-        self.copies = self.split(bottom[0].shape)
+        self.copies = outer, tiles, inner = self.split(bottom[0].shape)
+        # on oneDNN: one copy on every thread from the bottom read again for each tile (a stride of 0)
+        self.fast = onednn.attempt(self, lambda lib: onednn.Copy(lib, self.copies, (inner, 0, 1),
+                                                                   (tiles * inner, inner, 1)))
 
     def forward(self, bottom, top):
         outer, tiles, inner = self.copies
-        self.xp.copyto(top[0].data.reshape(outer, tiles, inner), bottom[0].data.reshape(outer, 1, inner))
+        if self.fast is not None:
+            self.fast(bottom[0].data, top[0].data)
+        else:
+            self.xp.copyto(top[0].data.reshape(outer, tiles, inner), bottom[0].data.reshape(outer, 1, inner))
 
     def backward(self, top, propagate_down, bottom):
         if propagate_down[0]:  # (the sum written into the diff, a view of it: no temporary)

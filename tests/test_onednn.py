@@ -284,6 +284,22 @@ def test_eltwise_sum_matches_the_numpy_path(params):
     both_paths("Eltwise", [(2, 3, 4, 5)] * 3, {"eltwise_param": params})
 
 
+CROPS = {"spatial": ([(2, 3, 9, 8), (2, 1, 5, 4)], {"axis": 2, "offset": [3, 1]}),
+         "from channels": ([(2, 6, 5, 5), (2, 2, 3, 5)], {"axis": 1, "offset": [2, 1, 0]}),
+         "nothing": ([(2, 3, 4, 4), (2, 3, 4, 4)], {"axis": 0})}
+
+
+@pytest.mark.parametrize("name", CROPS)
+def test_crop_matches_the_numpy_path(name):
+    shapes, params = CROPS[name]
+    both_paths("Crop", shapes, {"crop_param": params})
+
+
+@pytest.mark.parametrize("axis, tiles", [(1, 4), (0, 3), (-1, 2), (2, 1)])
+def test_tile_matches_the_numpy_path(axis, tiles):
+    both_paths("Tile", [(3, 5, 4)], {"tile_param": {"axis": axis, "tiles": tiles}})
+
+
 def test_split_matches_the_numpy_path():
     results = []
     for fast in (True, False):

@@ -115,9 +115,13 @@ class Library:
     def channels_last(self, shape: tuple[int, ...]) -> Handle:
         """A float32 memory descriptor of an (N, C, H, W) ``shape`` stored channels last (N, H, W, C)."""
         n, c, h, w = shape
+        return self.strided(shape, (h * w * c, 1, w * c, c))
+
+    def strided(self, shape: tuple[int, ...], strides: tuple[int, ...]) -> Handle:
+        """A float32 memory descriptor of ``shape`` laid out with ``strides`` (in elements)."""
         desc = Handle()
-        self.call("dnnl_memory_desc_create_with_strides", ctypes.byref(desc), 4, Dims(*shape), F32,
-                  Dims(h * w * c, 1, w * c, c))
+        self.call("dnnl_memory_desc_create_with_strides", ctypes.byref(desc), len(shape), Dims(*shape), F32,
+                  Dims(*strides))
         return desc
 
     def implementation(self, descriptor: Handle) -> str:
@@ -880,6 +884,29 @@ class Sum:
         self.lib.run(self.primitive, {**args, ARG_DST: self.output.write(out)})
         self.output.written()
         self.lib.wait()
+
+
+class Copy:
+    """A copy between two float32 arrays of one shape laid out with any strides (views into bigger arrays, or a
+    source repeated along an axis by a stride of 0): oneDNN's reorder, on every thread."""
+
+    def __init__(self, lib: Library, shape, source_strides, target_strides):
+        source, target = lib.strided(tuple(shape), tuple(source_strides)), lib.strided(tuple(shape),
+                                                                                        tuple(target_strides))
+        self.lib, self.primitive = lib, lib.reorder(source, target)
+        self.source, self.target = lib.memory(source), lib.memory(target)
+
+    def __call__(self, source: numpy.ndarray, target: numpy.ndarray) -> None:
+        """Copy ``source`` into ``target``, arrays (or views) with the strides given."""
+        for memory, array in ((self.source, source), (self.target, target)):
+            self.lib.call("dnnl_memory_set_data_handle", memory, Handle(array.ctypes.data))
+        self.lib.run(self.primitive, {ARG_SRC: self.source, ARG_DST: self.target})
+        self.lib.wait()
+
+
+def element_strides(array: numpy.ndarray) -> tuple[int, ...]:
+    """The strides of ``array`` in elements."""
+    return tuple(stride // array.itemsize for stride in array.strides)
 
 
 class LocalResponseNormalization(Passes):
