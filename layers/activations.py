@@ -37,6 +37,8 @@ class OneDnnElementwise(Elementwise):
     (``..._USE_DST``) lets the layer run in place.
     """
 
+    takes_held = True
+
     def onednn_algorithm(self) -> tuple[int, float, float] | None:
         """oneDNN's algorithm and its alpha and beta for this layer's parameters; None where it has none."""
         raise NotImplementedError

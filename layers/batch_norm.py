@@ -50,6 +50,7 @@ class BatchNorm(Layer):
     """
 
     type = "BatchNorm"
+    takes_held = True
     param_blocks = {"batch_norm_param": BatchNormParams}
     scale_layer = None  # the Scale absorbed (:meth:`absorb`)
     inplace_ok = True

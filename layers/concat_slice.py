@@ -168,6 +168,7 @@ class Split(Layer):
     """
 
     type = "Split"
+    takes_held = True
     num_tops = (1, None)
 
     def top_shapes(self, bottom_shapes):

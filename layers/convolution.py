@@ -293,6 +293,7 @@ class Convolution(Layer):
     """
 
     type = "Convolution"
+    takes_held = True
     param_blocks = {"convolution_param": ConvolutionParams}
 
     @property

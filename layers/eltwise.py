@@ -38,6 +38,7 @@ class Eltwise(Layer):
     """
 
     type = "Eltwise"
+    takes_held = True
     param_blocks = {"eltwise_param": EltwiseParams}
     num_bottoms = (2, None)
 

@@ -49,6 +49,7 @@ class LRN(Layer):
     """
 
     type = "LRN"
+    takes_held = True
     param_blocks = {"lrn_param": LRNParams}
 
     def top_shapes(self, bottom_shapes):

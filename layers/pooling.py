@@ -148,6 +148,7 @@ class Pooling(Layer):
     """
 
     type = "Pooling"
+    takes_held = True
     param_blocks = {"pooling_param": PoolingParams}
 
     def flops(self, bottom_shapes, top_shapes, param_shapes):
@@ -173,7 +174,7 @@ class Pooling(Layer):
         if maximum and kernels.compiled(self.xp):
             self.mask = self.xp.empty(top[0].shape, dtype=self.xp.int32)  # each window's choice, as Caffe keeps it
         self.fast = self._onednn(bottom[0].shape, top[0].shape, maximum, onednn.layout_of(bottom[0].values))
-        if self.fast is not None:
+        if self.fast is not None and self.rescale is None:  # (a rescaled top is written plain anyway)
             onednn.hold_outputs(self.fast, top)
 
     def _onednn(self, bottom_shape, top_shape, maximum: bool, layout) -> onednn.Pooling | None:

@@ -88,6 +88,7 @@ class Scale(BroadcastOperand):
     """
 
     type = "Scale"
+    takes_held = True
     param_blocks = {"scale_param": ScaleParams}
     block_name = "scale_param"
 

@@ -642,8 +642,8 @@ def test_the_paths_line_of_a_large_net_names_a_few_layers_and_counts_the_others(
     net = netspec.load_net(str(ROOT / "configs" / "resnet50" / "resnet50_deploy.yaml"), phase="TEST", inference=True)
     line = net.paths()
     shown = LISTED - 2
-    listed = re.fullmatch(rf"oneDNN [\d.]+ for (\d+) layers: ((?:[^,]+, ){{{shown - 1}}}[^,]+) and (\d+) more; NumPy "
-                          "for the rest", line)
+    listed = re.fullmatch(rf"oneDNN [\d.]+ for (\d+) layers: ((?:[^,]+, ){{{shown - 1}}}[^,]+) and (\d+) more "
+                          r"\(\d+ blobs held in its blocked layouts between them\); NumPy for the rest", line)
     assert listed is not None, line
     assert int(listed[1]) == int(listed[3]) + shown > 50
     assert listed[2].startswith("conv1+bn_conv1+scale_conv1+conv1_relu")

@@ -67,6 +67,8 @@ class Blob:
 
     @data.setter
     def data(self, array) -> None:
+        if self.held_data is not None:  # (the new array holds the values now)
+            self.held_data.overwrite()
         self._data = array
 
     @property
@@ -81,6 +83,8 @@ class Blob:
 
     @diff.setter
     def diff(self, array) -> None:
+        if self.held_diff is not None:
+            self.held_diff.overwrite()
         self._diff = array
 
     @property
@@ -141,27 +145,27 @@ class Blob:
 
 
 class BlobArray(NamedTuple):
-    """One of a blob's two arrays (``diff`` or not) as a fast path reads or writes it: the copy the blob holds in
-    the path's layout, when it holds one, else the plain array."""
+    """One of a blob's two arrays (the diff, or the data) as a fast path reads or writes it: the copy the blob
+    holds in the path's layout, when it holds one, else the plain array."""
 
     blob: Blob
-    diff: bool
+    is_diff: bool
 
     @property
     def held(self) -> Held | None:
         """The copy the blob holds in a layout of its own, or None."""
-        return self.blob.held_diff if self.diff else self.blob.held_data
+        return self.blob.held_diff if self.is_diff else self.blob.held_data
 
-    def plain(self):
+    def array(self):
         """The plain array, up to date."""
-        return self.blob.diff if self.diff else self.blob.data
+        return self.blob.diff if self.is_diff else self.blob.data
 
     def stored(self):
         """The plain array as it stands (not brought up to date: for the held copy's own copies)."""
         blob = self.blob
-        if self.diff and blob._diff is None:
-            return blob.diff  # (made, zeros)
-        return blob._diff if self.diff else blob._data
+        if self.is_diff and blob._diff is None:
+            blob._diff = blob._zeros(blob.shape, "diff")
+        return blob._diff if self.is_diff else blob._data
 
     def overwritten(self):
         """The plain array for a writer of every element: the held copy's values are dropped, not copied back."""

@@ -74,6 +74,9 @@ class Layer:
     # forward writes every element of each top and backward of each bottom diff asked for, each pass (the checks in
     # netspec.testing test it): a net with reuse_memory may give them buffers other blobs use (netspec.graph.memory)
     overwrites: ClassVar[bool] = True
+    # its oneDNN fast path (``self.fast``, where it has one) reads and writes blobs held in blocked layouts as they
+    # are held (netspec.engine.onednn.hold_outputs); a net holds a blob only between such layers
+    takes_held: ClassVar[bool] = False
 
     def __init__(self, spec: LayerSpec, phase: str = "TEST"):
         self.spec = spec

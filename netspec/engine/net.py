@@ -19,7 +19,7 @@ from netspec.engine.registry import layer_schemas, layer_types
 from netspec.errors import ConfigError, DataError, DeviceError, ParamError, WeightsError
 from netspec.graph.compiler import compile_graph
 from netspec.graph.graph import Graph
-from netspec.graph.memory import ParamGroups, Plan, data_plan, diff_plan, param_groups, split_aliases
+from netspec.graph.memory import ParamGroups, Plan, data_plan, diff_blobs, diff_plan, param_groups, split_aliases
 from netspec.spec.net_spec import NetSpec, parse_net, with_batch_size
 
 
@@ -72,7 +72,12 @@ class Net:
         self.split_aliases = split_aliases(graph)
         # blobs oneDNN's layers may hold in their blocked layouts (the memory plan makes room for those)
         self.holdable = set() if self.backend.is_gpu or self.dtype != numpy.float32 else onednn.holdable(graph, keep)
-        size = onednn.held_elements if self.holdable else math.prod
+        self.held_diffs = set() if inference else self.holdable & diff_blobs(graph)
+
+        def size(name: str) -> int:  # (room for a blocked copy, its channels padded)
+            shape = graph.blob_shapes[name]
+            return onednn.held_elements(shape) if name in self.holdable else math.prod(shape)
+
         no_plan = Plan([], {})
         self.shared_data = SharedBuffers(data_plan(graph, keep, size) if reuse_memory and inference else no_plan,
                                          graph.blob_shapes, self.backend.xp, self.dtype, "data")
@@ -111,9 +116,33 @@ class Net:
             if layer.blobs:
                 self.params[layer.name] = layer.blobs
         self.absorbed_by = self.fuse()
-        for blob in self.blobs.values():  # (room no layer took)
-            blob.held_data, blob.held_diff = (None if isinstance(held, onednn.Vacancy) else held
-                                              for held in (blob.held_data, blob.held_diff))
+        self._release_holds()
+
+    def _release_holds(self) -> None:
+        """Keep a blob's held copies only where every layer that runs on it takes them as they are held (else
+        the plain array would be read and written beside them, at twice the memory): the others' blobs go back to
+        their plain arrays, in the memory plan's buffers.  Room no layer took goes too."""
+        readers: dict[int, list] = {}  # {id of a held array: the layers that run on it}
+        for index, (layer, bottom, top) in enumerate(zip(self.layers, self.bottom_blobs, self.top_blobs)):
+            if index not in self.absorbed_by:
+                for blob in {*bottom, *top}:
+                    for held in (blob.held_data, blob.held_diff):
+                        readers.setdefault(id(held), []).append(layer)
+        for name, blob in self.blobs.items():
+            for diff, shared in ((False, self.shared_data), (True, self.shared_diffs)):
+                held = blob.held_diff if diff else blob.held_data
+                if held is None:
+                    continue
+                if isinstance(held, onednn.HeldArray) and all(layer.takes_held and layer.fast is not None
+                                                               for layer in readers.get(id(held), [])):
+                    held.plain_used = False  # (what setting up looked at: nothing written)
+                    continue
+                setattr(blob, "held_diff" if diff else "held_data", None)
+                if name in shared and not (not diff and name in self.split_aliases):  # (its place in the plan)
+                    setattr(blob, "diff" if diff else "data", shared.view(name))
+                    for alias in ([] if diff else [top for top, source in self.split_aliases.items()
+                                                   if source == name]):
+                        self.blobs[alias].data = blob.data
 
     def _group_arrays(self) -> list[tuple[object, object]]:
         """The flat ``(data, diff)`` of each group of learnable blobs (DeviceError when the device has no room)."""
@@ -164,8 +193,9 @@ class Net:
                 if name in self.shared_diffs:
                     blob.diff = self.shared_diffs.view(name)
                 if name in self.holdable:
-                    blob.held_data, blob.held_diff = (onednn.Vacancy(functools.partial(self._held_buffer, blob, diff))
-                                                      for diff in (False, True))
+                    blob.held_data = onednn.Vacancy(functools.partial(self._held_buffer, blob, False))
+                if name in self.held_diffs:
+                    blob.held_diff = onednn.Vacancy(functools.partial(self._held_buffer, blob, True))
                 if alias is not None:  # (held as its bottom is, or never)
                     source = self.blobs[alias]
                     if isinstance(source.held_data, onednn.Vacancy):
@@ -339,16 +369,21 @@ class Net:
     def memory_bytes(self, *others: Net) -> int:
         """Bytes the blobs hold on the device: data and (where made) diff of every blob and parameter, of this net
         and ``others`` (a solver's test nets), each array counted once however many blobs share it (layers' own
-        buffers are not counted); an array held in a blocked layout counts as its held copy (the plain one is
-        touched only if something reads it)."""
+        buffers are not counted; the buffers of the memory plan whole); an array held in a blocked layout counts
+        as its held copy, and its plain one too once something has read or written that."""
         arrays = {}
         blobs = [blob for net in (self, *others) for blob in net.blobs.values()]
         blobs += [blob for net in (self, *others) for params in net.params.values() for blob in params]
+        shared = [buffer for net in (self, *others) for plan in (net.shared_data, net.shared_diffs)
+                  for buffer in plan.buffers.values()]
         for blob in blobs:
             for side in (blob.values, blob.gradient) if blob.has_diff else (blob.values,):
-                array = side.held.buffer if isinstance(side.held, onednn.HeldArray) else side.stored()
-                address = self.backend.address(array)
-                arrays[address] = max(arrays.get(address, 0), array.nbytes)
+                held = side.held if isinstance(side.held, onednn.HeldArray) else None
+                shared += [held.buffer] if held is not None else []
+                shared += [side.stored()] if held is None or held.plain_used else []
+        for array in shared:
+            address = self.backend.address(array)
+            arrays[address] = max(arrays.get(address, 0), array.nbytes)
         return sum(arrays.values())
 
     def first_non_finite(self) -> tuple[str, str] | None:
@@ -386,11 +421,12 @@ class Net:
         plain = [f"{layer.name}: {layer.layout_refused}" for layer in self.layers
                  if getattr(layer, "layout_refused", None) and getattr(layer, "fast", None) is not None]
         note = onednn.isa_note(lib)
-        held = len({id(blob.held_data) for blob in self.blobs.values() if isinstance(blob.held_data, onednn.HeldArray)})
+        held = sum(isinstance(blob.held_data, onednn.HeldArray) for blob in self.blobs.values())
         return (f"oneDNN {lib.version}{f' ({note})' if note else ''} for {_listed(fast, of='layers') or 'no layer'}"
-                + (f" ({held} blobs kept in its blocked layouts between them)" if held else "") + "; NumPy for the rest"
+                + (f" ({held} blob{'s' * (held > 1)} held in its blocked layouts between them)" if held else "")
+                + "; NumPy for the rest"
                 + (f" (oneDNN refused {_listed(refused, '; ')})" if refused else "")
-                + (f"; on plain arrays, their blocked layout refused: {_listed(plain, '; ')}" if plain else "")
+                + (f"; reordered out of their input's blocked layout: {_listed(plain, '; ')}" if plain else "")
                 + fused)
 
     def first_non_finite_param(self) -> tuple[str, int] | None:

@@ -245,16 +245,26 @@ def attempt(layer, build: Callable[[Library], T]) -> T | None:
 
 def attempt_in(layer, layout: Handle | None, build: Callable[[Library, Handle | None], T]) -> T | None:
     """:func:`attempt` of ``build(library, layout)``: ``layer``'s primitives in ``layout``, the blocked one a blob
-    it reads or writes is held in (None: plain arrays).  Where oneDNN refuses that layout for the layer's
-    geometry, the layer alone works on plain arrays (``build(library, None)``), and ``layer.layout_refused`` says
-    why, for the paths line."""
+    it reads or writes is held in (None: the layouts the primitives choose, else plain arrays).  Where oneDNN
+    refuses that layout for the layer's geometry (or has only a reference implementation for it:
+    :func:`refuse_reference`), the layer alone is built without it (``build(library, None)``), its arrays
+    reordered, and ``layer.layout_refused`` says why, for the paths line."""
     lib = library_for(layer)
+    layer.layout_refused = None
     if layout is not None and lib is not None:
         try:
             return build(lib, layout)
         except OneDnnError as exc:
             layer.layout_refused = str(exc)
     return attempt(layer, lambda lib: build(lib, None))
+
+
+def refuse_reference(lib: Library, descriptor: Handle, layout: Handle | None) -> None:
+    """OneDnnError where ``descriptor`` was made for a given blocked ``layout`` but only a reference
+    implementation runs it there: :func:`attempt_in` then builds the layer without that layout."""
+    name = lib.implementation(descriptor)
+    if layout is not None and name.startswith(REFERENCE_IMPLEMENTATIONS):
+        raise OneDnnError(f"only oneDNN's reference implementation ({name}) runs it in its input's blocked layout")
 
 
 _scratch: dict[int, numpy.ndarray] = {}
@@ -298,6 +308,7 @@ class HeldArray:
         lib.point(self.memory, buffer)
         self.to_plain, self.to_held = lib.reorder(desc, plain), lib.reorder(plain, desc)
         self.latest = PLAIN
+        self.plain_used = False  # whether anything has read or written the plain array
 
     def plain_access(self, array: numpy.ndarray) -> None:
         """Copy the held values into ``array`` (the plain one) when they are newer; the plain array holds the
@@ -306,11 +317,11 @@ class HeldArray:
             self.lib.point(self.plain, array)
             self.lib.run(self.to_plain, {ARG_SRC: self.memory, ARG_DST: self.plain})
             self.lib.wait()
-        self.latest = PLAIN
+        self.latest, self.plain_used = PLAIN, True
 
     def overwrite(self) -> None:
         """The plain array is being written whole: it holds the latest values from now on."""
-        self.latest = PLAIN
+        self.latest, self.plain_used = PLAIN, True
 
     def current(self, array: numpy.ndarray) -> Handle:
         """The held memory for a primitive to read, up to date with ``array`` (the plain one) first."""
@@ -335,11 +346,14 @@ def held_elements(shape: tuple[int, ...]) -> int:
 
 def holdable(graph, keep=()) -> set[str]:
     """The blobs of ``graph`` (a compiled graph) that oneDNN's layers may hold in blocked layouts when it runs
-    them: the 4-D ones but the outputs, ``keep`` and what layers without bottoms fill (none without oneDNN)."""
+    them: the 4-D ones that only layers taking held arrays (``takes_held``) read and write, but the outputs and
+    ``keep`` (none without oneDNN).  A layer that does not (a NumPy layer, a Python layer, which may keep views
+    of its arrays from pass to pass) sees plain arrays only."""
     if library() is None:
         return set()
-    filled = {name for node in graph.nodes if not node.bottoms for name in node.tops}
-    return {name for name, shape in graph.blob_shapes.items() if len(shape) == 4} - {*graph.outputs, *keep, *filled}
+    other = {name for node in graph.nodes if not node.layer.takes_held for name in (*node.bottoms, *node.tops)}
+    return ({name for name, shape in graph.blob_shapes.items() if len(shape) == 4}
+            - {*graph.outputs, *keep, *other})
 
 
 def layout_of(array: BlobArray) -> Handle | None:
@@ -365,7 +379,7 @@ def hold(array: BlobArray, desc: Handle | None) -> None:
     if not isinstance(vacancy, Vacancy) or desc is None or lib is None:
         return
     held = HeldArray(lib, blob.shape, desc, vacancy.place(lib.dll.dnnl_memory_desc_get_size(desc)))
-    if array.diff:
+    if array.is_diff:
         blob.held_diff = held
     else:
         blob.held_data = held
@@ -395,7 +409,7 @@ class Operand:
         self.blocked = chosen is not None and bool(chosen.value) and not lib.dll.dnnl_memory_desc_equal(chosen, plain)
         self.layout = chosen if self.blocked else None
         self.writing: HeldArray | None = None  # the held array :meth:`write` gave
-        self.fits: dict[int, bool] = {}  # {id of a held array: whether it is in this operand's layout}
+        self.fits: dict[HeldArray, bool] = {}  # {a held array: whether it is in this operand's layout}
         if self.blocked:
             if slot is None:
                 raise ValueError("an operand in a blocked layout needs its slot (its oneDNN argument)")
@@ -408,9 +422,9 @@ class Operand:
         held = array.held if isinstance(array, BlobArray) else None
         if not isinstance(held, HeldArray) or not self.blocked:
             return None
-        fits = self.fits.get(id(held))
+        fits = self.fits.get(held)
         if fits is None:
-            fits = self.fits[id(held)] = bool(self.lib.dll.dnnl_memory_desc_equal(held.desc, self.layout))
+            fits = self.fits[held] = bool(self.lib.dll.dnnl_memory_desc_equal(held.desc, self.layout))
         return held if fits else None
 
     def read(self, array: Array) -> Handle:
@@ -418,7 +432,7 @@ class Operand:
         held = self.held(array)
         if held is not None:
             return held.current(array.stored())
-        self._point(array.plain() if isinstance(array, BlobArray) else array)
+        self._point(array.array() if isinstance(array, BlobArray) else array)
         if self.blocked:
             self.lib.run(self.to_chosen, {ARG_SRC: self.plain, ARG_DST: self.memory})
         return self.memory
@@ -569,6 +583,7 @@ class Convolution(Weighted):
         forward, found = Handle(), None
         lib.call("dnnl_convolution_forward_primitive_desc_create", ctypes.byref(forward), lib.engine,
                  FORWARD_TRAINING, CONVOLUTION_DIRECT, layout or x, w, b, y, *geometry, None)
+        refuse_reference(lib, forward, layout)
         for values, results in ((lib.chosen(forward, QUERY_SRC), lib.chosen(forward, QUERY_DST)), (x, y)):
             data, weights = Handle(), Handle()
             try:
@@ -691,8 +706,9 @@ class ScaledNormalization(Passes):
         """:meth:`backward` for a layer: the input's gradient written into ``dx`` (None: not wanted), the scale's
         and shift's added to the diffs of ``blobs`` (the scale's and the shift's blobs) where ``learn`` says."""
         diffs = [numpy.empty_like(blob.diff) for blob in blobs]
-        unwanted = dx is None and numpy.empty_like(dy.stored() if isinstance(dy, BlobArray) else dy)
-        self.backward(dy, unwanted if dx is None else dx,
+        if dx is None:  # (not wanted: written aside)
+            dx = numpy.empty_like(dy.stored() if isinstance(dy, BlobArray) else dy)
+        self.backward(dy, dx,
                       {**arrays, **dict(zip((ARG_DIFF_SCALE, ARG_DIFF_SHIFT), diffs))})
         for blob, diff, wanted in zip(blobs, diffs, learn):
             if wanted:
@@ -745,10 +761,10 @@ class Normalization(ScaledNormalization):
             self._run(self.forward_primitive, {ARG_SRC: x, **channels}, {ARG_DST: y})
             return
         held = self.operands[ARG_SRC].held(x)
-        if held is not None:
-            self.lib.run(self.copy, {ARG_SRC: held.current(x.stored()), ARG_DST: self.kept[0]})
+        if held is not None and held.latest != PLAIN:
+            self.lib.run(self.copy, {ARG_SRC: held.memory, ARG_DST: self.kept[0]})
         else:
-            self.lib.point(self.input, x.plain() if isinstance(x, BlobArray) else x)
+            self.lib.point(self.input, x.array() if isinstance(x, BlobArray) else x)
             self.lib.run(self.keep, {ARG_SRC: self.input, ARG_DST: self.kept[0]})
         self._run(self.forward_primitive, channels, {ARG_DST: y}, {ARG_SRC: self.kept[0]})
 
@@ -988,6 +1004,7 @@ class FusedConvolution(Passes):
         finally:  # (the descriptor keeps copies)
             lib.call("dnnl_primitive_attr_destroy", attributes)
             lib.call("dnnl_post_ops_destroy", post_ops)
+        refuse_reference(lib, forward, layout)
         self.primitive = lib.primitive(forward)
         self.operands = {arg: Operand(lib, shapes[name], lib.chosen(forward, query), slot=arg)
                          for arg, name, query in ((ARG_SRC, "x", QUERY_SRC), (ARG_WEIGHTS, "w", QUERY_WEIGHTS),

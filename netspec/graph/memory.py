@@ -68,12 +68,16 @@ def diff_blobs(graph: Graph) -> set[str]:
     return set(_diff_touches(graph)[0])
 
 
-def diff_plan(graph: Graph, size: Callable[[tuple[int, ...]], int] = math.prod) -> Plan:
+def diff_plan(graph: Graph, size: Callable[[str], int] | None = None) -> Plan:
     """Shared buffers for the diffs of a net trained by forward and backward passes (see the module's text);
-    ``size(shape)``: the elements a blob of that shape needs (more than it has where a layout pads it)."""
+    ``size(blob)``: the elements a blob needs (default: its shape's; more where a layout pads it)."""
     touched, own = _diff_touches(graph)
     lifetimes = {name: (min(steps_), max(steps_)) for name, steps_ in touched.items() if name not in own}
-    return pack(lifetimes, {name: size(graph.blob_shapes[name]) for name in lifetimes})
+    return pack(lifetimes, {name: _size(graph, size, name) for name in lifetimes})
+
+
+def _size(graph: Graph, size: Callable[[str], int] | None, name: str) -> int:
+    return size(name) if size is not None else math.prod(graph.blob_shapes[name])
 
 
 def _diff_touches(graph: Graph) -> tuple[dict[str, list[int]], set[str]]:
@@ -98,7 +102,7 @@ def _diff_touches(graph: Graph) -> tuple[dict[str, list[int]], set[str]]:
     return touched, own
 
 
-def data_plan(graph: Graph, keep: Iterable[str] = (), size: Callable[[tuple[int, ...]], int] = math.prod) -> Plan:
+def data_plan(graph: Graph, keep: Iterable[str] = (), size: Callable[[str], int] | None = None) -> Plan:
     """Shared buffers for the data of a net run forward only, keeping the outputs, the losses (the net sums them
     after the pass) and ``keep`` apart (see the module's text).  A Split top that reads its bottom's data
     (:func:`split_aliases`) counts as its bottom.  ``size`` as :func:`diff_plan`'s."""
@@ -122,7 +126,7 @@ def data_plan(graph: Graph, keep: Iterable[str] = (), size: Callable[[tuple[int,
         for name in node.bottoms:
             last[root(name)] = index
     lifetimes = {name: (start, last.get(name, start)) for name, start in first.items() if name not in own}
-    return pack(lifetimes, {name: size(graph.blob_shapes[name]) for name in lifetimes})
+    return pack(lifetimes, {name: _size(graph, size, name) for name in lifetimes})
 
 
 def pack(lifetimes: dict[str, tuple[int, int]], sizes: dict[str, int]) -> Plan:
