@@ -127,7 +127,8 @@ class Net:
             if index not in self.absorbed_by:
                 for blob in {*bottom, *top}:
                     for held in (blob.held_data, blob.held_diff):
-                        readers.setdefault(id(held), []).append(layer)
+                        if held is not None:
+                            readers.setdefault(id(held), []).append(layer)
         for name, blob in self.blobs.items():
             for diff, shared in ((False, self.shared_data), (True, self.shared_diffs)):
                 held = blob.held_diff if diff else blob.held_data
@@ -138,11 +139,15 @@ class Net:
                     held.plain_used = False  # (what setting up looked at: nothing written)
                     continue
                 setattr(blob, "held_diff" if diff else "held_data", None)
-                if name in shared and not (not diff and name in self.split_aliases):  # (its place in the plan)
-                    setattr(blob, "diff" if diff else "data", shared.view(name))
-                    for alias in ([] if diff else [top for top, source in self.split_aliases.items()
-                                                   if source == name]):
-                        self.blobs[alias].data = blob.data
+                if name not in shared or (not diff and name in self.split_aliases):  # (an alias: its source's)
+                    continue
+                array = shared.view(name)  # (back in its place in the plan)
+                if diff:
+                    blob.diff = array
+                    continue
+                blob.data = array
+                for alias in (top for top, source in self.split_aliases.items() if source == name):
+                    self.blobs[alias].data = array
 
     def _group_arrays(self) -> list[tuple[object, object]]:
         """The flat ``(data, diff)`` of each group of learnable blobs (DeviceError when the device has no room)."""
@@ -371,17 +376,19 @@ class Net:
         and ``others`` (a solver's test nets), each array counted once however many blobs share it (layers' own
         buffers are not counted; the buffers of the memory plan whole); an array held in a blocked layout counts
         as its held copy, and its plain one too once something has read or written that."""
-        arrays = {}
         blobs = [blob for net in (self, *others) for blob in net.blobs.values()]
         blobs += [blob for net in (self, *others) for params in net.params.values() for blob in params]
-        shared = [buffer for net in (self, *others) for plan in (net.shared_data, net.shared_diffs)
-                  for buffer in plan.buffers.values()]
+        counted = [buffer for net in (self, *others) for plan in (net.shared_data, net.shared_diffs)
+                   for buffer in plan.buffers.values()]
         for blob in blobs:
             for side in (blob.values, blob.gradient) if blob.has_diff else (blob.values,):
                 held = side.held if isinstance(side.held, onednn.HeldArray) else None
-                shared += [held.buffer] if held is not None else []
-                shared += [side.stored()] if held is None or held.plain_used else []
-        for array in shared:
+                if held is not None:
+                    counted.append(held.buffer)
+                if held is None or held.plain_used:
+                    counted.append(side.stored())
+        arrays = {}
+        for array in counted:
             address = self.backend.address(array)
             arrays[address] = max(arrays.get(address, 0), array.nbytes)
         return sum(arrays.values())
