@@ -10,11 +10,8 @@ import yaml
 import netspec
 from netspec.engine import onednn
 
-
-@pytest.fixture(autouse=True)
-def onednn_or_skip():
-    if onednn.library() is None:
-        pytest.skip(f"oneDNN is off: {onednn.why_unavailable()}")
+# (held layouts are oneDNN's; without it, nothing is held: the last test, which runs everywhere)
+needs_onednn = pytest.mark.skipif(onednn.library() is None, reason=f"oneDNN is off: {onednn.why_unavailable()}")
 
 
 def filled(kind="gaussian"):
@@ -71,6 +68,7 @@ def held_blobs(net) -> set[str]:
             if isinstance(blob.held_data, onednn.HeldArray) or isinstance(blob.held_diff, onednn.HeldArray)}
 
 
+@needs_onednn
 def test_held_blobs_train_to_the_numbers_plain_arrays_give(monkeypatch):
     nets = [fed(built(residual_net(), held, monkeypatch)) for held in (True, False)]
     assert {"c1", "c2", "s"} <= held_blobs(nets[0]) and not held_blobs(nets[1])  # (p1 too, where LRN is on oneDNN)
@@ -84,6 +82,7 @@ def test_held_blobs_train_to_the_numbers_plain_arrays_give(monkeypatch):
         np.testing.assert_allclose(nets[0].blobs[name].diff, nets[1].blobs[name].diff, rtol=1e-4, atol=1e-6)
 
 
+@needs_onednn
 def test_between_onednn_layers_the_plain_array_is_not_written(monkeypatch):
     net = fed(built(residual_net(), True, monkeypatch))
     blob = net.blobs["c2"]
@@ -93,6 +92,7 @@ def test_between_onednn_layers_the_plain_array_is_not_written(monkeypatch):
     assert (blob.data != 12345.0).any() and blob.held_data.latest == onednn.PLAIN
 
 
+@needs_onednn
 def test_a_write_through_the_plain_array_reaches_the_next_layer(monkeypatch):
     outputs = []
     for held in (True, False):
@@ -105,6 +105,7 @@ def test_a_write_through_the_plain_array_reaches_the_next_layer(monkeypatch):
     np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-4, atol=1e-5)
 
 
+@needs_onednn
 def test_channels_not_in_whole_blocks_still_match(monkeypatch):
     nets = [fed(built(residual_net(channels=12), held, monkeypatch)) for held in (True, False)]
     losses = [net.forward_backward() for net in nets]
@@ -113,6 +114,7 @@ def test_channels_not_in_whole_blocks_still_match(monkeypatch):
                                atol=1e-5)
 
 
+@needs_onednn
 @pytest.mark.parametrize("reuse", [False, True])
 def test_a_folded_inference_net_holds_its_blobs_to_the_same_outputs(reuse, monkeypatch):
     text = residual_net(loss=False)
@@ -128,6 +130,7 @@ def test_a_folded_inference_net_holds_its_blobs_to_the_same_outputs(reuse, monke
     np.testing.assert_allclose(probs[0], probs[1], rtol=1e-4, atol=1e-6)
 
 
+@needs_onednn
 def test_a_layer_onednn_refuses_a_blocked_layout_works_on_plain_arrays_and_is_named(monkeypatch):
     pooling = onednn.Pooling
 
@@ -145,6 +148,7 @@ def test_a_layer_onednn_refuses_a_blocked_layout_works_on_plain_arrays_and_is_na
     assert "reordered out of their input's blocked layout: pool1: dnnl_pooling_forward" in line, line
 
 
+@needs_onednn
 def test_a_python_layer_that_keeps_views_of_its_arrays_sees_every_pass(tmp_path, monkeypatch):
     (tmp_path / "keeping.py").write_text(
         "import netspec\n\n\n"
@@ -171,9 +175,18 @@ def test_a_python_layer_that_keeps_views_of_its_arrays_sees_every_pass(tmp_path,
     np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-5, atol=1e-6)
 
 
+@needs_onednn
 def test_an_array_given_to_a_held_blob_replaces_its_values(monkeypatch):
     net = fed(built(residual_net(), True, monkeypatch))
     net.forward()
     blob = net.blobs["c2"]
     blob.data = np.ones(blob.shape, dtype=np.float32)
     assert (blob.data == 1).all()
+
+
+def test_without_onednn_no_blob_is_held_and_the_plan_pads_nothing(monkeypatch):
+    monkeypatch.setattr(onednn, "library", lambda: None)
+    net = fed(netspec.load_net(residual_net(), seed=3, reuse_memory=True))
+    assert net.holdable == set() and not held_blobs(net)
+    assert all(blob.held_data is None and blob.held_diff is None for blob in net.blobs.values())
+    assert np.isfinite(net.forward_backward()) and "held" not in net.paths()
