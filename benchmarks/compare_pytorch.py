@@ -282,6 +282,7 @@ def compare_inference(paths: list[str], torch, threads: int, iterations: int, wa
           f"{'onnxruntime img/s':>18} {'ratio':>6}")
     for path in paths:
         net = load(path, inference=True)
+        net.freeze()  # (its weights constants, as in netspec predict; onnxruntime's are too)
         batch = net.batch_size
         ours = batch / (time_forward(net, iterations, warmup) / 1000)
         line = f"{net.name:<16} {batch:>5} {ours:>14.1f}"

@@ -71,6 +71,11 @@ class BatchNorm(Layer):
         given = self.block("batch_norm_param").use_global_stats
         return self.phase == "TEST" if given is None else given
 
+    @property
+    def changes_blobs(self) -> bool:
+        """Forward passes add to the running sums outside use_global_stats."""
+        return not self.global_stats
+
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
         self.top_blob = top[0]

@@ -323,7 +323,8 @@ class Convolution(Layer):
     def param_fillers(self):
         return [self.params.weight_filler, self.params.bias_filler][:len(self.param_shapes_cache)]
 
-    absorbed = ()  # the BatchNorm, Scale and ReLU an inference net runs fused into this layer (:meth:`absorb`)
+    absorbed = ()  # (layer, bottoms, tops) of each layer an inference net runs fused into this one (:meth:`absorb`)
+    FUSES = ("BatchNorm", "Scale", "ReLU", "Eltwise", "ReLU")  # the layers it can absorb, in that order
 
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
@@ -338,6 +339,11 @@ class Convolution(Layer):
         if self.fast is None and not self.depthwise:
             self.backend.workspace(count, self.dtype)  # (made at setup, at its largest)
 
+    @property
+    def output(self):
+        """The blob the pass writes last: the top, or the top of an absorbed Eltwise."""
+        return self.absorbed[-1][2][0] if self.absorbed else self.top_blob
+
     def _onednn(self, bottom_shape, top_shape) -> onednn.Convolution | None:
         """oneDNN's primitives for this geometry, or None when they cannot run it (the im2col path does)."""
         geo, p = self.geo, self.params
@@ -346,44 +352,59 @@ class Convolution(Layer):
         if not self.absorbed:
             return onednn.attempt_in(self, onednn.layout_of(self.bottom_blob.values),
                                      lambda lib, layout: onednn.Convolution(lib, *geometry, layout=layout))
-        relu = [layer.block("relu_param").negative_slope for layer in self.absorbed if layer.type == "ReLU"]
-        return onednn.attempt_in(self, onednn.layout_of(self.top_blob.values), lambda lib, layout: (
-            onednn.FusedConvolution(lib, *geometry, affine=self.absorbed[0].type != "ReLU",
-                                    relu_slope=relu[0] if relu else None, layout=layout)))  # (the top's, held)
+        steps = [("affine", None)] if self.absorbed[0][0].type in ("BatchNorm", "Scale") else []
+        steps += [("relu", layer.block("relu_param").negative_slope) if layer.type == "ReLU" else ("add", None)
+                  for layer, _, _ in self.absorbed if layer.type in ("ReLU", "Eltwise")]
+        return onednn.attempt_in(self, onednn.layout_of(self.output.values), lambda lib, layout: (
+            onednn.FusedConvolution(lib, *geometry, steps=steps, layout=layout)))  # (the output's, held)
 
     def absorb(self, following):
-        """In an inference net, the BatchNorm (stored statistics), Scale (one factor a channel) and ReLU that follow
-        in place on the top, in that order and each optional, run in the convolution: the first two folded into a
-        scale and shift per channel of its output (from their parameters at each pass, so weights loaded later
-        count), ReLU after.  On oneDNN they run in its primitive (none when it refuses them); on NumPy and CuPy the
-        weights and bias are scaled and shifted before the product."""
+        """In an inference net, the layers that follow, each optional, in this order: a BatchNorm (stored
+        statistics), a Scale (one factor a channel) and a ReLU in place on the top; then, where oneDNN runs this
+        layer and holds its top in a blocked layout (so nothing else reads it), an Eltwise SUM of the top and one
+        other blob (coefficients 1) into a blob of its own, and a ReLU in place on that (a residual block's end).
+        BatchNorm and Scale are folded into a scale and shift per channel of the output (from their parameters
+        at each pass, so weights loaded later count).  On oneDNN all of them run in its primitive (none when it
+        refuses them); on NumPy and CuPy the weights and bias are scaled and shifted before the product, and the
+        others run after it."""
         if not self.inference:
             return 0
-        order = ("BatchNorm", "Scale", "ReLU")
-        taken = []
+        taken, position = [], -1
         for layer, bottom, tops in following:
-            position = order.index(layer.type) if layer.type in order else -1
-            fits = (bottom == tops == [self.top_blob] and position > (order.index(taken[-1].type) if taken else -1)
-                    and (layer.type != "Scale" or layer.per_channel())
-                    and (layer.type != "BatchNorm" or layer.global_stats))
-            if not fits:
+            position = next((i for i in range(position + 1, len(self.FUSES)) if self.FUSES[i] == layer.type), None)
+            if position is None or not self._fuses(layer, bottom, tops, taken[-1][2][0] if taken else self.top_blob):
                 break
-            taken.append(layer)
-        if not taken:
-            return 0
-        previous, self.absorbed = self.fast, tuple(taken)
-        if previous is not None:
+            taken.append((layer, bottom, tops))
+        types = [layer.type for layer, _, _ in taken]
+        tries = [taken, taken[:types.index("Eltwise")]] if "Eltwise" in types else [taken]  # (oneDNN may refuse)
+        previous = self.fast
+        for candidate in tries:
+            self.absorbed = tuple(candidate)
+            if previous is None or not candidate:  # (NumPy and CuPy need no primitive)
+                return len(candidate)
             self.fast = self._onednn(*self.shapes)
-            if self.fast is None:
-                self.absorbed, self.fast = (), previous
-                return 0
-        return len(taken)
+            if self.fast is not None:
+                return len(candidate)
+        self.absorbed, self.fast = (), previous
+        return 0
+
+    def _fuses(self, layer, bottom, tops, output) -> bool:
+        """Whether ``layer`` (with its ``bottom`` and ``tops``) can follow the layers absorbed so far, the last
+        of which writes ``output``."""
+        if layer.type != "Eltwise":
+            return (bottom == tops == [output] and (layer.type != "Scale" or layer.per_channel())
+                    and (layer.type != "BatchNorm" or layer.global_stats))
+        others = [blob for blob in bottom if blob is not output]  # (the sum is written as the product is: in
+        return (self.fast is not None and onednn.layout_of(output.values) is not None  # memory of its own)
+                and layer.block("eltwise_param").operation == "SUM" and len(bottom) == 2 and len(others) == 1
+                and layer.coefficients(2) == [1.0, 1.0] and tops[0] not in bottom
+                and not any(onednn.may_overlap(tops[0].values, blob.values) for blob in (self.bottom_blob, *others)))
 
     def output_scale_and_shift(self):
         """The per-channel ``(scale, shift)`` of the absorbed BatchNorm and Scale (their folded parameters)."""
         xp, channels = self.xp, self.blobs[0].shape[0]
         scale, shift = xp.ones(channels, self.dtype), xp.zeros(channels, self.dtype)
-        for layer in self.absorbed:
+        for layer, _, _ in self.absorbed:
             if layer.type == "BatchNorm":
                 mean, var = layer.stored_statistics()
                 scale = 1 / xp.sqrt(var + layer.block("batch_norm_param").eps)
@@ -398,7 +419,7 @@ class Convolution(Layer):
         absorbed BatchNorm and Scale in one product."""
         weights = self.blobs[0].data
         bias = self.blobs[1].data if self.params.bias_term else None
-        if not self.absorbed or self.absorbed[0].type == "ReLU":
+        if not self.absorbed or self.absorbed[0][0].type not in ("BatchNorm", "Scale"):
             return weights, bias
         scale, shift = self.output_scale_and_shift()
         return weights * scale.reshape(-1, 1, 1, 1), shift if bias is None else bias * scale + shift
@@ -412,9 +433,13 @@ class Convolution(Layer):
     def forward(self, bottom, top):
         if self.fast is not None:
             bias = self.blobs[1].data if self.params.bias_term else None
-            affine = self.absorbed and self.absorbed[0].type != "ReLU"
-            self.fast.forward(bottom[0].values, self.blobs[0].data, bias, top[0].values,
-                              *(self.output_scale_and_shift() if affine else ()))
+            inputs = {}
+            if self.absorbed and self.absorbed[0][0].type in ("BatchNorm", "Scale"):
+                inputs["scale"], inputs["shift"] = self.output_scale_and_shift()
+            for layer, layer_bottom, _ in self.absorbed:
+                if layer.type == "Eltwise":  # (the other bottom added)
+                    inputs["add"] = next(blob for blob in layer_bottom if blob is not top[0]).values
+            self.fast.forward(bottom[0].values, self.blobs[0].data, bias, self.output.values, **inputs)
             return
         weights, bias = self.folded_weights_and_bias()
         if self.depthwise:
@@ -432,8 +457,9 @@ class Convolution(Layer):
                 if bias is not None:
                     out += bias.reshape(o, 1)
                 y[part] = out.reshape(o, *cols.shape[3:]).transpose(self.geo.inverse)
-        if self.absorbed and self.absorbed[-1].type == "ReLU":
-            self.absorbed[-1].forward(top, top)
+        for layer, layer_bottom, layer_top in self.absorbed:
+            if layer.type not in ("BatchNorm", "Scale"):  # (folded into the weights)
+                layer.forward(layer_bottom, layer_top)
 
     def backward(self, top, propagate_down, bottom):
         if self.fast is not None:

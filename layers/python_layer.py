@@ -67,6 +67,7 @@ class PythonLayer(Layer):
     """
 
     overwrites = False  # a user's layer: its blobs keep arrays of their own in a net that reuses memory
+    changes_blobs = True  # (a user's forward may change its blobs: a frozen net leaves them writable)
 
     type = "Python"
     param_blocks = {"python_param": PythonParams}

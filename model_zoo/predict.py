@@ -52,7 +52,8 @@ def model_folder(name_or_path: str, zoo: str | None = None) -> str:
 def load(name_or_path: str, zoo: str | None = None, device: str = "cpu", batch_size: int | None = None,
          dtype=numpy.float32, allow_side_effects: bool = False, outputs_anywhere: bool = False,
          allow_missing_weights: bool = False, allow_python_layers: bool = False) -> Model:
-    """The model, ready to predict: its deploy net with its weights, and its card; every file is verified first.
+    """The model, ready to predict: its deploy net with its weights (frozen: :meth:`netspec.Net.freeze`), and its
+    card; every file is verified first.
 
     ``name_or_path`` is a model folder or ``name[@version]`` in the zoo;
     ``batch_size`` sets the input's first axis (default: the deploy net's).
@@ -88,6 +89,7 @@ def load(name_or_path: str, zoo: str | None = None, device: str = "cpu", batch_s
         raise ZooError(f"{os.path.join(folder, card.weights)}: holds no weights for layer(s) "
                        f"{', '.join(report.missing)} of the deploy net, so its predictions would be meaningless; "
                        "pass --allow-missing-weights to predict anyway")
+    net.freeze()
     return Model(net, card, folder)
 
 

@@ -12,7 +12,7 @@ from netspec.engine import onednn
 from netspec.engine.net import Net, compile_net
 from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_schemas
-from netspec.graph.memory import ALIGNMENT, data_plan, diff_plan, pack, param_groups, split_aliases
+from netspec.graph.memory import ALIGNMENT, data_plan, diff_plan, pack, param_groups, split_aliases, written_from
 from netspec.inspect.report import memory_estimate
 from netspec.spec.net_spec import parse_net
 
@@ -96,6 +96,16 @@ def test_data_plan_keeps_outputs_inputs_and_what_is_asked_apart():
     plan = data_plan(graph, keep=["fc"])
     assert not {"data", "label", "loss", "aux", "accuracy", "fc"} & set(plan.buffer_of)
     assert {"conv", "left", "right", "fc_twin", "sum"} <= set(plan.buffer_of)
+
+
+def test_a_residual_sum_lives_from_the_convolution_that_may_compute_it():
+    graph = graph_of("resnet50/resnet50_deploy.yaml", batch=1, phase="TEST")
+    names = [node.name for node in graph.nodes]
+    end = names.index("res2a")  # (Eltwise of res2a_branch1 and res2a_branch2c, after its BatchNorm and Scale)
+    assert written_from(graph, end) == names.index("res2a_branch2c") == end - 3
+    assert written_from(graph, names.index("res2a_relu")) == names.index("res2a_relu")
+    plan = data_plan(graph)
+    assert plan.buffer_of["res2a"] != plan.buffer_of["res2a_branch2b"]  # (the convolution's input)
 
 
 def test_split_tops_nothing_changes_read_their_bottoms_data():

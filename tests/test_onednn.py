@@ -448,6 +448,96 @@ def test_an_inference_net_normalises_without_keeping_inputs():
     np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-6)
 
 
+RESIDUAL = """
+layers:
+  - {name: data, type: Input, top: data, input_param: {shape: {dim: [2, 8, 7, 7]}}}
+  - {name: a, type: Convolution, bottom: data, top: a, convolution_param: {num_output: 8, kernel_size: 3, pad: 1}}
+  - {name: a_relu, type: ReLU, bottom: a, top: a}
+  - {name: b, type: Convolution, bottom: a, top: b, convolution_param: {num_output: 8, kernel_size: 3, pad: 1}}
+  - {name: b_relu, type: ReLU, bottom: b, top: b}
+  - {name: c, type: Convolution, bottom: b, top: c, convolution_param: {num_output: 8, kernel_size: 1}}
+  - {name: bn, type: BatchNorm, bottom: c, top: c}
+  - {name: scale, type: Scale, bottom: c, top: c, scale_param: {bias_term: true}}
+  - {name: sum, type: Eltwise, bottom: [a, c], top: s}
+  - {name: sum_relu, type: ReLU, bottom: s, top: s}
+  - {name: out, type: Convolution, bottom: s, top: out, convolution_param: {num_output: 3, kernel_size: 1}}
+"""
+
+
+def residual_output(inference: bool, reuse_memory: bool = False, frozen: bool = False):
+    """The residual block's output (``out``) for fixed weights and input, and its net."""
+    net = netspec.load_net(RESIDUAL, phase="TEST", seed=1, inference=inference, reuse_memory=reuse_memory)
+    rng = np.random.default_rng(0)
+    for name, blobs in net.params.items():
+        for blob in blobs:
+            blob.data[...] = rng.uniform(0.5, 1.5, blob.shape) if name in ("bn", "scale") else \
+                rng.standard_normal(blob.shape) * 0.3
+    net.blobs["data"].data[...] = rng.standard_normal(net.blobs["data"].shape)
+    if frozen:
+        net.freeze()
+    net.forward()
+    return net.blobs["out"].data.copy(), net
+
+
+@pytest.mark.parametrize("reuse_memory", [False, True])
+@pytest.mark.skipif(onednn.library() is None, reason=f"oneDNN is off: {onednn.why_unavailable()}")
+def test_a_residual_sum_and_its_relu_fold_into_the_convolution_before_it(reuse_memory):
+    """A residual block's end (BatchNorm, Scale, the SUM with the shortcut, ReLU) runs in the convolution's
+    primitive; with memory reuse the sum keeps memory of its own from the convolution on (the plan would
+    otherwise give it the convolution's input, which the fused primitive reads as it writes the sum)."""
+    expected, _ = residual_output(inference=False)
+    folded, net = residual_output(inference=True, reuse_memory=reuse_memory)
+    assert "c+bn+scale+sum+sum_relu" in re.split(r"[,;]? ", net.paths()), net.paths()
+    np.testing.assert_allclose(folded, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_on_numpy_a_residual_sum_runs_on_its_own(monkeypatch):
+    expected, _ = residual_output(inference=False)
+    monkeypatch.setattr(onednn, "library_for", lambda layer: None)
+    folded, net = residual_output(inference=True, reuse_memory=True)
+    assert "c+bn+scale" in net.paths() and "+sum" not in net.paths()
+    np.testing.assert_allclose(folded, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(onednn.library() is None, reason=f"oneDNN is off: {onednn.why_unavailable()}")
+def test_a_frozen_net_reorders_its_weights_once_and_refuses_writes():
+    expected, _ = residual_output(inference=False)
+    frozen, net = residual_output(inference=True, reuse_memory=True, frozen=True)
+    np.testing.assert_allclose(frozen, expected, rtol=1e-5, atol=1e-5)
+    weights = net.layer_by_name["b"].fast.operands[onednn.ARG_WEIGHTS]
+    kept = weights.kept[1]
+    net.forward()
+    assert weights.kept[1] is kept  # (the blocked copy made at the first pass, reused)
+    np.testing.assert_allclose(net.blobs["out"].data, expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="read-only"):
+        net.params["b"][0].data[...] = 0
+
+
+def test_only_arrays_nothing_can_write_are_constants():
+    owner = np.zeros((4, 3), dtype=np.float32)
+    view = owner[1:]
+    view.flags.writeable = False
+    assert not onednn.constant(view)  # (the owner still writes it)
+    owner.flags.writeable = False
+    assert onednn.constant(view) and onednn.constant(owner)
+    assert not onednn.constant(np.frombuffer(bytearray(8), dtype=np.float32))
+    assert not onednn.constant(np.zeros(3))
+
+
+def test_freezing_leaves_running_statistics_writable_and_refuses_a_training_net():
+    text = ("layers:\n"
+            "  - {name: data, type: Input, top: data, input_param: {shape: {dim: [2, 3, 4, 4]}}}\n"
+            "  - {name: bn, type: BatchNorm, bottom: data, top: n, batch_norm_param: {use_global_stats: false}}\n"
+            "  - {name: scale, type: Scale, bottom: n, top: s}\n")
+    net = netspec.load_net(text, phase="TEST", inference=True)
+    net.freeze()
+    net.blobs["data"].data[...] = np.arange(96.0).reshape(2, 3, 4, 4)
+    net.forward()
+    assert net.params["bn"][2].data[0] == 1 and not net.params["scale"][0].data.flags.writeable
+    with pytest.raises(ValueError, match="only an inference net"):
+        netspec.load_net(text, phase="TEST").freeze()
+
+
 def test_an_inference_net_refuses_backward():
     net = netspec.load_net(deploy_unit(), phase="TEST", inference=True)
     with pytest.raises(RuntimeError, match="built for inference"):

@@ -50,6 +50,7 @@ def extract_features_command(net_file, weights, blobs, out, iterations, phase, s
     try:
         check_blobs(net, names)
         net.load_weights(weights)
+        net.freeze()
         rows = pass_size(net, iterations)[1]
         with progress_bar(rows, "extracting") as advance:
             shapes = extract_features(net, names, out, iterations, overwrite, advance)

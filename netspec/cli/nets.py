@@ -232,6 +232,7 @@ def test_command(net_file, weights, iterations, phase, stages, level, device, as
     one_pass = None
     try:
         net.load_weights(weights)
+        net.freeze()
         records = net.record_count()
         confusion = Confusion(net) if report else None
         if out is not None:

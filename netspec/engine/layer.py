@@ -77,6 +77,10 @@ class Layer:
     # its oneDNN fast path (``self.fast``, where it has one) reads and writes blobs held in blocked layouts as they
     # are held (netspec.engine.onednn.hold_outputs); a net holds a blob only between such layers
     takes_held: ClassVar[bool] = False
+    # the types of the layers whose pass may compute this layer's tops in an inference net, where one of them
+    # writes a bottom of this layer with only layers in place on that bottom between: its tops may then be
+    # written from that layer's step on (netspec.graph.memory.data_plan)
+    computed_by: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, spec: LayerSpec, phase: str = "TEST"):
         self.spec = spec
@@ -150,6 +154,12 @@ class Layer:
         """Shape the tops from the bottoms (cheap when nothing changed)."""
         for blob, shape in zip(top, self.top_shapes([b.shape for b in bottom])):
             blob.reshape(shape)
+
+    @property
+    def changes_blobs(self) -> bool:
+        """Whether forward passes change this layer's own blobs (a BatchNorm's running sums): a frozen net
+        (:meth:`netspec.engine.net.Net.freeze`) leaves them writable.  False by default."""
+        return False
 
     def absorb(self, following: list[tuple[Layer, list[Blob], list[Blob]]]) -> int:
         """Take over the work of the first layers of ``following`` (each with its bottoms and tops), fused into

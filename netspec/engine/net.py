@@ -271,6 +271,22 @@ class Net:
                 owned[layer.name] = mine
         return owned
 
+    def freeze(self) -> None:
+        """Make the layers' blobs (weights, biases, statistics) constants, as an inference net's are once its
+        weights are loaded: their arrays, and the arrays they view, become read-only (a write raises ValueError;
+        a layer whose passes change its blobs keeps them writable: :attr:`Layer.changes_blobs`),
+        and the fast paths that compute in other layouts then reorder them once (oneDNN's primitives keep their
+        blocked copies: :func:`netspec.engine.onednn.constant`) rather than at every pass.  For inference nets
+        whose weights no other net shares (a solver's test nets follow its training weights)."""
+        if not self.inference:
+            raise ValueError(f"net '{self.name}' trains: only an inference net's weights can be frozen")
+        for layer in self.layers:
+            for blob in [] if layer.changes_blobs else layer.blobs:
+                array = blob.data
+                while isinstance(array, numpy.ndarray):
+                    array.flags.writeable = False
+                    array = array.base
+
     def learnable_params(self) -> list[LearnableParam]:
         """Each owned blob that trains (lr_mult != 0), in layer order."""
         return [param for _, param in self._learnable()]

@@ -362,6 +362,16 @@ def layout_of(array: BlobArray) -> Handle | None:
     return held.desc if isinstance(held, HeldArray) else None
 
 
+def may_overlap(first: BlobArray, second: BlobArray) -> bool:
+    """Whether the memory of two blobs' arrays (each one's plain array and held copy) may overlap (a memory plan
+    that shares buffers between blobs whose lifetimes never meet gives them the same)."""
+    def storage(array: BlobArray) -> list[numpy.ndarray]:
+        held = array.held
+        return [array.stored(), *([held.buffer] if isinstance(held, HeldArray) else [])]
+
+    return any(numpy.may_share_memory(one, other) for one in storage(first) for other in storage(second))
+
+
 def common_layout(arrays: list[BlobArray]) -> Handle | None:
     """The blocked layout all of ``arrays`` are held in, or None where some are not, or differ."""
     layouts = [layout_of(array) for array in arrays]
@@ -395,6 +405,18 @@ def hold_outputs(fast, tops: list) -> None:
         hold(top.gradient, fast.gradient_layout)
 
 
+def constant(array: numpy.ndarray) -> bool:
+    """Whether ``array`` cannot change: it and every array it views are read-only (a frozen net's weights:
+    :meth:`netspec.engine.net.Net.freeze`), down to one that owns its memory."""
+    while array.flags.writeable is False:
+        if array.base is None:
+            return True
+        if not isinstance(array.base, numpy.ndarray):
+            return False
+        array = array.base
+    return False
+
+
 class Operand:
     """One argument of a primitive (``slot``: its oneDNN argument): the plain float32 array a layer holds or a
     blob's array (:class:`BlobArray`) and, when the primitive works faster in a blocked layout of its own choosing,
@@ -410,6 +432,7 @@ class Operand:
         self.layout = chosen if self.blocked else None
         self.writing: HeldArray | None = None  # the held array :meth:`write` gave
         self.fits: dict[HeldArray, bool] = {}  # {a held array: whether it is in this operand's layout}
+        self.kept: tuple[numpy.ndarray, numpy.ndarray] | None = None  # (a constant array, its blocked copy)
         if self.blocked:
             if slot is None:
                 raise ValueError("an operand in a blocked layout needs its slot (its oneDNN argument)")
@@ -428,13 +451,29 @@ class Operand:
         return held if fits else None
 
     def read(self, array: Array) -> Handle:
-        """The memory a primitive reads ``array`` from (reordered into the blocked buffer when there is one)."""
+        """The memory a primitive reads ``array`` from (reordered into the blocked buffer when there is one; a
+        :func:`constant` array into one of the operand's own, once)."""
         held = self.held(array)
         if held is not None:
             return held.current(array.stored())
-        self._point(array.array() if isinstance(array, BlobArray) else array)
+        plain = array.array() if isinstance(array, BlobArray) else array
+        if self.blocked and constant(plain):
+            return self._constant(plain)
+        self._point(plain)
         if self.blocked:
             self.lib.run(self.to_chosen, {ARG_SRC: self.plain, ARG_DST: self.memory})
+        return self.memory
+
+    def _constant(self, array: numpy.ndarray) -> Handle:
+        """The memory holding ``array`` (a constant) in the blocked layout, reordered at the first call for it (the
+        operand keeps the array, so that no other can take its place in memory while its copy is kept)."""
+        if self.kept is None or self.kept[0].__array_interface__ != array.__array_interface__:
+            self.kept = array, numpy.empty(self.nbytes, dtype=numpy.uint8)
+            self.lib.point(self.plain, array)
+            self.lib.point(self.memory, self.kept[1])
+            self.lib.run(self.to_chosen, {ARG_SRC: self.plain, ARG_DST: self.memory})
+        else:
+            self.lib.point(self.memory, self.kept[1])
         return self.memory
 
     def write(self, array: Array) -> Handle:
@@ -976,50 +1015,69 @@ class LocalResponseNormalization(Passes):
 
 
 class FusedConvolution(Passes):
-    """Inference only: a convolution whose output goes on, in the same primitive, through a scale and a shift
-    per output channel (``affine``: a BatchNorm and Scale folded in) and a ReLU (``relu_slope``, None
-    without): ``y = relu(s_o * (x * w + b) + t_o)``.  Shapes and geometry as :class:`Convolution`; the output
-    in ``layout`` where given (the one its blob is held in), else in the one the primitive computes fastest in."""
+    """Inference only: a convolution whose output goes on, in the same primitive, through ``steps`` in order:
+    ``("affine", None)`` a scale and a shift per output channel (a BatchNorm and Scale folded in), ``("relu",
+    slope)`` a ReLU, ``("add", None)`` the values of another array of the output's shape (an Eltwise SUM's other
+    bottom): ``y = relu(relu(s_o * (x * w + b) + t_o) + a)`` with every step optional.  Shapes and geometry as
+    :class:`Convolution`; the output, and the array added, in ``layout`` where given (the one the output's blob
+    is held in), else in the one the primitive computes fastest in."""
 
     def __init__(self, lib: Library, input_shape, weights_shape, output_shape, group: int, stride, pad, dilation,
-                 bias: bool, affine: bool, relu_slope: float | None, layout: Handle | None = None):
+                 bias: bool, steps: list[tuple[str, float | None]], layout: Handle | None = None):
         self.lib = lib
         shapes, (x, w, b, y), geometry = convolution_descriptors(lib, input_shape, weights_shape, output_shape, group,
                                                                  stride, pad, dilation, bias)
-        y = layout or y
-        per_channel = (1, weights_shape[0], 1, 1)
-        post_ops, attributes, forward = Handle(), Handle(), Handle()
-        lib.call("dnnl_post_ops_create", ctypes.byref(post_ops))
-        if affine:  # post-ops 0 and 1
-            for operation in (BINARY_MUL, BINARY_ADD):
-                lib.call("dnnl_post_ops_append_binary", post_ops, operation, lib.memory_desc(per_channel))
-        if relu_slope is not None:
-            lib.call("dnnl_post_ops_append_eltwise", post_ops, ELTWISE_RELU, ctypes.c_float(relu_slope),
-                     ctypes.c_float(0))
-        lib.call("dnnl_primitive_attr_create", ctypes.byref(attributes))
-        lib.call("dnnl_primitive_attr_set_post_ops", attributes, post_ops)
-        try:
-            lib.call("dnnl_convolution_forward_primitive_desc_create", ctypes.byref(forward), lib.engine,
-                     FORWARD_INFERENCE, CONVOLUTION_DIRECT, x, w, b, y, *geometry, attributes)
-        finally:  # (the descriptor keeps copies)
-            lib.call("dnnl_primitive_attr_destroy", attributes)
-            lib.call("dnnl_post_ops_destroy", post_ops)
+        operations = [(operation, slope) for step, slope in steps for operation in self.OPERATIONS[step]]
+        if layout is None and ("add", None) in operations:  # (the output's layout, which the added array takes)
+            layout = lib.chosen(self._descriptor(lib, [x, w, b, y], geometry, [], None, weights_shape[0]), QUERY_DST)
+        forward = self._descriptor(lib, [x, w, b, layout or y], geometry, operations, layout, weights_shape[0])
         refuse_reference(lib, forward, layout)
         self.primitive = lib.primitive(forward)
         self.operands = {arg: Operand(lib, shapes[name], lib.chosen(forward, query), slot=arg)
                          for arg, name, query in ((ARG_SRC, "x", QUERY_SRC), (ARG_WEIGHTS, "w", QUERY_WEIGHTS),
                                                   (ARG_DST, "y", QUERY_DST))}
-        self.operands.update({arg: Operand(lib, shape) for arg, shape in (
-            (ARG_BIAS, (weights_shape[0],)), (self.SCALE, per_channel), (self.SHIFT, per_channel))
-            if arg != ARG_BIAS or bias})
+        if bias:
+            self.operands[ARG_BIAS] = Operand(lib, (weights_shape[0],))
         self.layout = self.operands[ARG_DST].layout
+        self.arguments = {}  # {"scale", "shift" or "add": the argument of the post-op that reads that array}
+        for index, (operation, _) in enumerate(operations):
+            if operation != "relu":
+                arg = self.arguments[operation] = ARG_POST_OPS * (index + 1) | ARG_SRC_1
+                self.operands[arg] = (Operand(lib, shapes["y"], self.layout, slot=arg) if operation == "add"
+                                      else Operand(lib, (1, weights_shape[0], 1, 1)))
 
-    SCALE, SHIFT = ARG_POST_OPS * 1 | ARG_SRC_1, ARG_POST_OPS * 2 | ARG_SRC_1
+    OPERATIONS = {"affine": ("scale", "shift"), "relu": ("relu",), "add": ("add",)}  # each step's post-ops
 
-    def forward(self, x: Array, w: numpy.ndarray, b: numpy.ndarray | None, y: Array,
-                scale: numpy.ndarray | None = None, shift: numpy.ndarray | None = None) -> None:
-        """The fused output, written into ``y``; ``scale`` and ``shift`` (O,) when ``affine``."""
-        reads = {ARG_SRC: x, ARG_WEIGHTS: w, ARG_BIAS: b, self.SCALE: scale, self.SHIFT: shift}
+    @staticmethod
+    def _descriptor(lib: Library, descriptors: list, geometry: list, operations, layout: Handle | None,
+                    channels: int) -> Handle:
+        """The forward primitive descriptor with ``operations`` as post-ops (the added array in ``layout``, the
+        scale and shift one value for each of the output's ``channels``)."""
+        per_channel = lib.memory_desc((1, channels, 1, 1))
+        post_ops, attributes, forward = Handle(), Handle(), Handle()
+        lib.call("dnnl_post_ops_create", ctypes.byref(post_ops))
+        for operation, slope in operations:
+            if operation == "relu":
+                lib.call("dnnl_post_ops_append_eltwise", post_ops, ELTWISE_RELU, ctypes.c_float(slope),
+                         ctypes.c_float(0))
+            else:
+                lib.call("dnnl_post_ops_append_binary", post_ops, BINARY_MUL if operation == "scale" else BINARY_ADD,
+                         layout if operation == "add" else per_channel)
+        lib.call("dnnl_primitive_attr_create", ctypes.byref(attributes))
+        lib.call("dnnl_primitive_attr_set_post_ops", attributes, post_ops)
+        try:
+            lib.call("dnnl_convolution_forward_primitive_desc_create", ctypes.byref(forward), lib.engine,
+                     FORWARD_INFERENCE, CONVOLUTION_DIRECT, *descriptors, *geometry, attributes)
+        finally:  # (the descriptor keeps copies)
+            lib.call("dnnl_primitive_attr_destroy", attributes)
+            lib.call("dnnl_post_ops_destroy", post_ops)
+        return forward
+
+    def forward(self, x: Array, w: numpy.ndarray, b: numpy.ndarray | None, y: Array, **inputs: Array) -> None:
+        """The fused output, written into ``y``; the post-ops' arrays by name: ``scale`` and ``shift`` (O,) with
+        an ``affine`` step, ``add`` (the output's shape) with an ``add`` step."""
+        reads = {ARG_SRC: x, ARG_WEIGHTS: w, ARG_BIAS: b, **{self.arguments[name]: array
+                                                              for name, array in inputs.items()}}
         self._run(self.primitive, {arg: array for arg, array in reads.items() if array is not None}, {ARG_DST: y})
 
 

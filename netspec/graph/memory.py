@@ -12,7 +12,9 @@ instead of the sum of every array:
   but nothing writes (an unused top) must stay zero: it keeps a buffer of
   its own.
 - **Data of a net run forward only** (:func:`data_plan`): a blob's data lives
-  from its producer's forward pass to its last consumer's.  The outputs,
+  from its producer's forward pass to its last consumer's (from the pass of
+  a layer before the producer where that layer may compute it:
+  :func:`written_from`).  The outputs,
   the blobs the caller keeps and what the layers without bottoms fill (data
   and Input layers, which the caller may write before a pass) keep buffers
   of their own.
@@ -122,11 +124,25 @@ def data_plan(graph: Graph, keep: Iterable[str] = (), size: Callable[[str], int]
         for name, weight in zip(node.tops, node.loss_weights):
             if not node.bottoms or weight:
                 own.add(root(name))
-            first.setdefault(root(name), index)
+            first.setdefault(root(name), written_from(graph, index))
         for name in node.bottoms:
             last[root(name)] = index
     lifetimes = {name: (start, last.get(name, start)) for name, start in first.items() if name not in own}
     return pack(lifetimes, {name: _size(graph, size, name) for name in lifetimes})
+
+
+def written_from(graph: Graph, index: int) -> int:
+    """The first step at which node ``index``'s tops may be written: its own, or that of a layer before it whose
+    pass may compute them (of a type in its ``computed_by``), which writes one of its bottoms with only layers in
+    place on that bottom between (a residual block's sum, computed by the convolution before it)."""
+    node = graph.nodes[index]
+    step = index - 1
+    while step >= 0 and graph.nodes[step].tops == graph.nodes[step].bottoms:
+        step -= 1
+    if step >= 0 and graph.nodes[step].layer.type in node.layer.computed_by and \
+            set(graph.nodes[step].tops) & set(node.bottoms):
+        return step
+    return index
 
 
 def pack(lifetimes: dict[str, tuple[int, int]], sizes: dict[str, int]) -> Plan:
