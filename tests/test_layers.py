@@ -872,10 +872,16 @@ def test_ranks_draw_streams_of_their_own():
     assert not np.array_equal(*masks)
 
 
-def test_host_draws_are_each_index_hashed_whatever_the_chunks():
-    """The CPU makes its values a cache-sized chunk at a time; each is still the hash of its index in the draw,
-    as the GPU's (and the array code's) are, and float32 normals are float64's to float32 precision."""
+@pytest.mark.parametrize("threaded", [False, True])
+def test_host_draws_are_each_index_hashed_whatever_the_chunks(threaded, monkeypatch):
+    """The CPU makes its values a cache-sized chunk at a time (large draws on every core); each is still the
+    hash of its index in the draw, as the GPU's (and the array code's) are, and float32 normals are float64's to
+    float32 precision."""
+    from netspec.engine import backend
     from netspec.engine.backend import HOST_CHUNK, _mix_in_place
+
+    if threaded:
+        monkeypatch.setattr(backend, "THREADED_VALUES", HOST_CHUNK)
 
     count = 5 * (HOST_CHUNK // 2 + 1)  # (chunks of two sizes)
     for dtype, kept in ((np.float16, 11), (np.float32, 24), (np.float64, 53)):
@@ -888,7 +894,8 @@ def test_host_draws_are_each_index_hashed_whatever_the_chunks():
     draws = Backend("cpu", seed=9)
     u, v = draws.random(count, np.float64, "g"), draws.random(count, np.float64, "g")
     assert np.array_equal(wide, np.sqrt(-2.0 * np.log1p(-u)) * np.cos(2.0 * math.pi * v))
-    assert narrow.dtype == np.float32 and np.allclose(narrow, wide, rtol=1e-5, atol=1e-6)
+    # (float32's cos(2 pi v) is within a few 1e-7 of float64's, times the radius: up to ~2e-6 where cos crosses 0)
+    assert narrow.dtype == np.float32 and np.allclose(narrow, wide, rtol=1e-5, atol=4e-6)
     assert abs(narrow.mean()) < 0.02 and abs(narrow.std() - 1) < 0.02
 
 

@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 import numpy
 
+from netspec import threads
 from netspec.engine import gpu_standin, kernels
 from netspec.engine.comm import SingleProcess
 from netspec.errors import DataError, DeviceError
@@ -99,10 +100,13 @@ class Backend:
             return values
         if xp is numpy:
             values = numpy.empty(shape, dtype=dtype)
-            # (exact: the bits fit the significand; read as int64, which converts faster than uint64)
-            for start, part in _chunks(values):
-                part[...] = _hashed(start, offset, len(part), kept).view(numpy.int64)
-                part *= dtype.type(2.0 ** -kept)
+
+            def draw(start: int, part: numpy.ndarray, bits: list[numpy.ndarray], spare: numpy.ndarray) -> None:
+                _hash_into(bits[0], spare, start, offset, kept)
+                # (exact: the bits fit the significand; read as int64, which converts faster than uint64)
+                numpy.multiply(bits[0].view(numpy.int64), dtype.type(2.0 ** -kept), out=part, casting="unsafe")
+
+            _in_chunks(values, 1, draw)
             return values
         bits = xp.arange(math.prod(shape), dtype=numpy.uint64)
         bits += numpy.uint64(offset)  # (wrapping past 2**64)
@@ -123,14 +127,18 @@ class Backend:
         if xp is numpy:
             values = numpy.empty(shape, dtype=dtype)
             radii, angles = self.next_offset(name), self.next_offset(name)
-            for start, part in _chunks(values):
-                u = _hashed(start, radii, len(part), 53) * 2.0 ** -53
-                v = _hashed(start, angles, len(part), 53) * 2.0 ** -53
-                if values.dtype.itemsize <= 4:  # (float32 arithmetic runs many times faster, to float32's precision)
-                    part[...] = numpy.sqrt(-2 * numpy.log((1.0 - u).astype(numpy.float32))) * \
-                        numpy.cos((2.0 * math.pi * v).astype(numpy.float32))
+
+            def draw(start: int, part: numpy.ndarray, bits: list[numpy.ndarray], spare: numpy.ndarray) -> None:
+                for chunk, offset in zip(bits, (radii, angles)):
+                    _hash_into(chunk, spare, start, offset, 53)
+                u, v = (chunk * 2.0 ** -53 for chunk in bits)
+                if values.dtype.itemsize <= 4:  # (float32 runs many times faster; the logarithm in float64 keeps
+                    part[...] = numpy.sqrt((-2.0 * numpy.log1p(-u)).astype(numpy.float32)) * \
+                        numpy.cos((2.0 * math.pi * v).astype(numpy.float32))  # the radius precise at u near 0 and 1)
                 else:
                     part[...] = numpy.sqrt(-2.0 * numpy.log1p(-u)) * numpy.cos(2.0 * math.pi * v)
+
+            _in_chunks(values, 2, draw)
             return values
         radius = xp.sqrt(-2.0 * xp.log1p(-self.random(shape, numpy.float64, name)))
         return (radius * xp.cos(2.0 * math.pi * self.random(shape, numpy.float64, name))).astype(dtype)
@@ -307,34 +315,48 @@ def _mixed(value: int) -> int:
     return value ^ value >> 31
 
 
-HOST_CHUNK = 16384  # values a host draw makes at a time: its temporaries stay in the core's cache (3x faster)
+HOST_CHUNK = 65536  # values a host draw makes at a time: its arrays stay in the core's cache
 _POSITIONS = numpy.arange(HOST_CHUNK, dtype=numpy.uint64)
+THREADED_VALUES = 1 << 20  # values from which a host draw runs on every core
 
 
-def _chunks(values: numpy.ndarray):
-    """``(start, part)`` over the flat ``values``, HOST_CHUNK at a time."""
+def _in_chunks(values: numpy.ndarray, hashes: int, draw: Callable) -> None:
+    """``draw(start, part, bits, spare)`` over the flat ``values``, HOST_CHUNK at a time, with room for the
+    chunk's ``hashes`` arrays of hashes (``bits``, uint64) and a ``spare`` one, on every core (a part of the values
+    each: :func:`netspec.threads.in_parts`) where they are many enough to pay for the threads' start."""
     flat = values.reshape(-1)
-    for start in range(0, flat.size, HOST_CHUNK):
-        yield start, flat[start:start + HOST_CHUNK]
+
+    def run(part: slice) -> None:
+        room = numpy.empty((hashes + 1, min(HOST_CHUNK, part.stop - part.start)), dtype=numpy.uint64)
+        for start in range(part.start, part.stop, HOST_CHUNK):
+            count = min(HOST_CHUNK, part.stop - start)
+            draw(start, flat[start:start + count], list(room[:hashes, :count]), room[hashes, :count])
+
+    if flat.size < THREADED_VALUES:
+        run(slice(0, flat.size))
+    else:
+        threads.in_parts(flat.size, run)
 
 
-def _hashed(start: int, offset: int, count: int, kept: int) -> numpy.ndarray:
-    """The top ``kept`` bits of the hashes of elements ``start .. start + count - 1`` of the draw at ``offset``
-    (:meth:`Backend.random`'s bits), on the host."""
-    bits = _POSITIONS[:count] + numpy.uint64((offset + start) & MASK64)  # (wrapping past 2**64)
-    _mix_in_place(bits)
+def _hash_into(bits: numpy.ndarray, spare: numpy.ndarray, start: int, offset: int, kept: int) -> None:
+    """The top ``kept`` bits of the hashes of elements ``start .. start + len(bits) - 1`` of the draw at
+    ``offset`` (:meth:`Backend.random`'s bits), written into ``bits`` (uint64; ``spare`` as large) on the host."""
+    numpy.add(_POSITIONS[:len(bits)], numpy.uint64((offset + start) & MASK64), out=bits)  # (wrapping past 2**64)
+    _mix_in_place(bits, spare, kept)
     bits >>= numpy.uint64(64 - kept)
-    return bits
 
 
-def _mix_in_place(values) -> None:
-    """:func:`_mixed` of every value of a uint64 array, in place (products wrap modulo 2**64 on NumPy and CuPy)."""
-    values *= numpy.uint64(MIX[0])
-    values ^= values >> numpy.uint64(30)
-    values *= numpy.uint64(MIX[1])
-    values ^= values >> numpy.uint64(27)
-    values *= numpy.uint64(MIX[2])
-    values ^= values >> numpy.uint64(31)
+def _mix_in_place(values, spare=None, kept: int = 64) -> None:
+    """:func:`_mixed` of every value of a uint64 array, in place (products wrap modulo 2**64 on NumPy and CuPy),
+    as far as its top ``kept`` bits go: the last step changes none of the top 31, so it is left out for those.
+    ``spare`` (an array of the same shape) takes the shifted copies instead of temporaries."""
+    for step, (multiplier, shift) in enumerate(zip(MIX, (30, 27, 31))):
+        values *= numpy.uint64(multiplier)
+        if step == 2 and kept <= 31:  # (v ^ v >> 31) >> (64 - kept) is v >> (64 - kept) there
+            return
+        shifted = values >> numpy.uint64(shift) if spare is None else \
+            numpy.right_shift(values, numpy.uint64(shift), out=spare)
+        values ^= shifted
 
 
 def gpu_report() -> list[str]:
