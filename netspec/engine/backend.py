@@ -129,14 +129,23 @@ class Backend:
             radii, angles = self.next_offset(name), self.next_offset(name)
 
             def draw(start: int, part: numpy.ndarray, bits: list[numpy.ndarray], spare: numpy.ndarray) -> None:
-                for chunk, offset in zip(bits, (radii, angles)):
-                    _hash_into(chunk, spare, start, offset, 53)
-                u, v = (chunk * 2.0 ** -53 for chunk in bits)
-                if values.dtype.itemsize <= 4:  # (float32 runs many times faster; the logarithm in float64 keeps
-                    part[...] = numpy.sqrt((-2.0 * numpy.log1p(-u)).astype(numpy.float32)) * \
-                        numpy.cos((2.0 * math.pi * v).astype(numpy.float32))  # the radius precise at u near 0 and 1)
-                else:
-                    part[...] = numpy.sqrt(-2.0 * numpy.log1p(-u)) * numpy.cos(2.0 * math.pi * v)
+                radius, angle = bits  # (every array below is one of these three, for no temporaries)
+                for hashes, offset in ((radius, radii), (angle, angles)):
+                    _hash_into(hashes, spare, start, offset, 53)
+                u = numpy.multiply(radius, 2.0 ** -53, out=spare.view(numpy.float64))
+                squared = numpy.multiply(numpy.log1p(numpy.negative(u, out=u), out=u), -2.0, out=u)
+                turn = numpy.multiply(angle, 2.0 ** -53, out=radius.view(numpy.float64))
+                turn *= 2.0 * math.pi
+                if values.dtype.itemsize > 4:
+                    numpy.multiply(numpy.sqrt(squared, out=squared), numpy.cos(turn, out=turn), out=part)
+                    return
+                # (float32 runs many times faster; the logarithm in float64 keeps the radius precise at u near
+                # 0 and 1)
+                narrow = angle.view(numpy.float32)
+                length, cosine = narrow[:len(part)], narrow[len(part):]
+                numpy.copyto(length, squared, casting="same_kind")
+                numpy.copyto(cosine, turn, casting="same_kind")
+                numpy.multiply(numpy.sqrt(length, out=length), numpy.cos(cosine, out=cosine), out=part)
 
             _in_chunks(values, 2, draw)
             return values
@@ -271,7 +280,10 @@ class DeviceGenerator:
 
     def uniform(self, low: float = 0.0, high: float = 1.0, size=None):
         """Values uniform in [low, high), as float64."""
-        return low + (high - low) * self.random(size)
+        values = self.random(size)
+        values *= high - low  # (in place: a large draw allocates once)
+        values += low
+        return values
 
     def integers(self, low: int, high: int, size=None):
         """Whole numbers low, low + 1, ..., high - 1, as int64: the floor of :meth:`uniform`'s values."""
@@ -280,8 +292,9 @@ class DeviceGenerator:
             values = xp.empty(_shape(size), dtype=numpy.int64)
             kernels.integers(values, self.backend.next_offset(self.name), low, high)
             return values
-        values = xp.floor(self.uniform(low, high, size)).astype(numpy.int64)
-        return xp.minimum(values, high - 1)  # (a product rounded up to high)
+        drawn = self.uniform(low, high, size)
+        values = xp.floor(drawn, out=drawn).astype(numpy.int64)
+        return xp.minimum(values, high - 1, out=values)  # (a product rounded up to high)
 
     def standard_normal(self, size, dtype=numpy.float64):
         """Values of the standard normal distribution (:meth:`Backend.standard_normal`)."""

@@ -59,8 +59,11 @@ def fill(params: FillerParams, shape, rng, dtype=numpy.float32, key: str = "fill
     kind = params.type
     if kind == "constant":
         return numpy.full(shape, params.value, dtype=dtype)
-    if kind == "uniform":
-        return (params.min + (params.max - params.min) * rng.random(shape, dtype=dtype)).astype(dtype, copy=False)
+    if kind == "uniform":  # (in place: a large draw allocates once)
+        values = rng.random(shape, dtype=dtype)
+        values *= params.max - params.min
+        values += params.min
+        return values.astype(dtype, copy=False)
     if kind == "randint":  # whole numbers min, min+1, ..., max-1: random class labels for DummyData
         whole = all(float(bound).is_integer() and abs(bound) <= 2 ** 53 for bound in (params.min, params.max))
         if not (whole and params.min < params.max):
@@ -68,7 +71,9 @@ def fill(params: FillerParams, shape, rng, dtype=numpy.float32, key: str = "fill
                                   f"{float(params.min)} and max {float(params.max)}")
         return rng.integers(int(params.min), int(params.max), size=shape).astype(dtype)
     if kind == "gaussian":
-        values = params.mean + params.std * rng.standard_normal(shape, dtype=dtype)
+        values = rng.standard_normal(shape, dtype=dtype)
+        values *= params.std
+        values += params.mean
         if params.sparse >= 0:
             if len(shape) < 2:
                 raise ParamError(key, "a sparse gaussian filler needs a blob of at least 2 axes")
