@@ -32,6 +32,8 @@ class PoolingParams:
     pad_w: int | None = doc(None, "padding width")
     global_pooling: bool = doc(False, "pool over the whole spatial extent")
     round_mode: Literal["CEIL", "FLOOR"] = doc("CEIL", "how the output size is rounded (Caffe: CEIL)")
+    count_include_pad: bool = doc(True, "AVE: the padding counts in a window's divisor (Caffe's and PyTorch's "
+                                        "rule); false: only the input positions it covers (ONNX's default)")
     output_size: list[int] = doc([], "adaptive pooling (PyTorch's) to this output size: one value, or (height, "
                                      "width); instead of kernel_size, stride and pad")
     output_h: int | None = doc(None, "adaptive output height (with output_w)")
@@ -124,7 +126,8 @@ class Pooling(Layer):
     instead).  MAX never picks a padded position; its gradient goes to the
     first maximum of each window.  AVE divides by the window clipped to the
     padded input, so padding counts but the overhang of a ceil-rounded last
-    window does not.  ``global_pooling`` pools all of H x W.
+    window does not (``count_include_pad: false``: by the input positions the
+    window covers, ONNX's rule).  ``global_pooling`` pools all of H x W.
 
     Adaptive pooling (PyTorch's ``AdaptiveAvgPool2d``/``AdaptiveMaxPool2d``):
     ``output_size`` (or ``output_h``/``output_w``) instead of the window
@@ -169,8 +172,11 @@ class Pooling(Layer):
             if not maximum:
                 self.averages = [self.averaging(bins) for bins in self.geo.bins]
             return
+        self.rescale = None
         if not maximum:
             self.divisor = self.xp.asarray(self.window_sizes(bottom[0].shape), dtype=self.dtype)
+            if kernels.compiled(self.xp):  # (the CUDA kernels divide by Caffe's window sizes)
+                self.rescale = self._rescale(self.window_sizes(bottom[0].shape, include_pad=True))
         if maximum and kernels.compiled(self.xp):
             self.mask = self.xp.empty(top[0].shape, dtype=self.xp.int32)  # each window's choice, as Caffe keeps it
         self.fast = self._onednn(bottom[0].shape, top[0].shape, maximum, onednn.layout_of(bottom[0].values))
@@ -181,25 +187,32 @@ class Pooling(Layer):
         """oneDNN's primitives for this geometry (taking the bottom in ``layout``, where it is held in one), or
         None when they cannot run it (NumPy does).
 
-        oneDNN's averages divide by the whole window; ``rescale`` turns them into Caffe's where some window's
+        oneDNN's averages divide by the whole window; ``rescale`` turns them into this layer's where some window's
         divisor differs (None where none does).
         """
         geo = self.geo
         fast = onednn.attempt_in(self, layout, lambda lib, layout: onednn.Pooling(
             lib, bottom_shape, top_shape, geo.kernel, geo.stride, geo.pad, geo.far_pad, maximum, layout))
-        if fast is None:
-            return None
-        self.rescale = None
-        if not maximum and bool((self.divisor != geo.kernel[0] * geo.kernel[1]).any()):
-            self.rescale = (geo.kernel[0] * geo.kernel[1] / self.divisor).astype(self.dtype)
+        if fast is not None and not maximum:
+            self.rescale = self._rescale(geo.kernel[0] * geo.kernel[1])
         return fast
 
-    def window_sizes(self, shape):
-        """(H', W') count of positions each AVE window covers inside the padded input."""
+    def _rescale(self, divided_by):
+        """The factors that turn averages divided by ``divided_by`` into this layer's (None where they agree)."""
+        if not bool((self.divisor != divided_by).any()):
+            return None
+        return (divided_by / self.divisor).astype(self.dtype)
+
+    def window_sizes(self, shape, include_pad: bool | None = None):
+        """(H', W') count of positions each AVE window covers inside the padded input (with ``count_include_pad``
+        false, or ``include_pad`` false: inside the input)."""
+        if include_pad is None:
+            include_pad = self.block("pooling_param").count_include_pad
         counts = []
         for size, k, s, q, n in zip(shape[2:], self.geo.kernel, self.geo.stride, self.geo.pad, self.geo.out):
             starts = [o * s - q for o in range(n)]
-            counts.append([min(start + k, size + q) - start for start in starts])
+            counts.append([min(start + k, size + q) - start if include_pad else min(start + k, size) - max(start, 0)
+                           for start in starts])
         return self.xp.outer(self.xp.asarray(counts[0]), self.xp.asarray(counts[1]))
 
     def padded(self, x, value):
@@ -221,6 +234,8 @@ class Pooling(Layer):
                 kernels.max_pool(x, geo, top[0].data, self.mask)
             else:
                 kernels.ave_pool(x, geo, top[0].data)
+                if self.rescale is not None:
+                    top[0].data[...] *= self.rescale
         elif geo.bins is not None and maximum:
             rows, self.column_choice = self.max_along(self.adaptive_windows(bottom[0].data, 3), geo.kernel[1])
             top[0].data[...], self.row_choice = self.max_along(self.adaptive_windows(rows, 2), geo.kernel[0])
@@ -255,7 +270,7 @@ class Pooling(Layer):
             if self.block("pooling_param").pool == "MAX":
                 kernels.max_pool_backward(dy, self.mask, geo, bottom[0].diff)
             else:
-                kernels.ave_pool_backward(dy, geo, bottom[0].diff)
+                kernels.ave_pool_backward(dy if self.rescale is None else dy * self.rescale, geo, bottom[0].diff)
             return
         n, c, h, w = bottom[0].shape
         padded_h, padded_w = h + geo.pad[0] + geo.far_pad[0], w + geo.pad[1] + geo.far_pad[1]

@@ -98,6 +98,8 @@ def ref_pool(bottoms, params, p):
                     he, we = min(hs + k[0], h + pad[0]), min(ws + k[1], w + pad[1])
                     size = (he - hs) * (we - ws)
                     hs, ws, he, we = max(hs, 0), max(ws, 0), min(he, h), min(we, w)
+                    if not p.get("count_include_pad", True):  # (ONNX's default: the input positions alone)
+                        size = (he - hs) * (we - ws)
                     patch = x[b, ch, hs:he, ws:we]
                     out[b, ch, oy, ox] = patch.max() if p.get("pool", "MAX") == "MAX" else patch.sum() / size
     return [out]
@@ -519,6 +521,10 @@ CASES = [
     pool("pool_max_pad", rand(1, 2, 6, 6), pool="MAX", kernel_size=3, stride=2, pad=1),
     pool("pool_ave_pad", rand(2, 2, 6, 5), pool="AVE", kernel_size=3, stride=2, pad=1),
     pool("pool_ave_ceil", rand(1, 2, 8, 8), pool="AVE", kernel_size=3, stride=2),
+    pool("pool_ave_pad_without_padding", rand(2, 2, 6, 5), pool="AVE", kernel_size=3, stride=2, pad=1,
+         count_include_pad=False),
+    pool("pool_ave_floor_without_padding", rand(1, 2, 7, 7), pool="AVE", kernel_size=3, stride=2, pad=1,
+         round_mode="FLOOR", count_include_pad=False),
     pool("pool_global", rand(2, 3, 4, 5), pool="AVE", global_pooling=True),
     pool("pool_floor", rand(1, 1, 7, 7), pool="MAX", kernel_size=2, stride=2, round_mode="FLOOR"),
     *[pool(f"pool_{kind.lower()}_one_axis_padded", rand(1, 2, 6, 5), pool=kind, kernel_h=2, kernel_w=1, stride_h=2,

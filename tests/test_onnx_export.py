@@ -35,6 +35,8 @@ layers:
   - {name: ave, type: Pooling, bottom: data, top: ave, pooling_param: {pool: AVE, kernel_size: 3, stride: 2, pad: 1}}
   - {name: ave0, type: Pooling, bottom: data, top: ave0, pooling_param: {pool: AVE, kernel_size: 3, stride: 2}}
   - {name: sum, type: Eltwise, bottom: [ave, max], top: sum, eltwise_param: {coeff: [0.5, -2]}}
+  - {name: inside, type: Pooling, bottom: data, top: inside, pooling_param: {pool: AVE, kernel_size: 3, stride: 2,
+                                                                             pad: 1, count_include_pad: false}}
 """
 OVERHANG = """name: overhang
 layers:

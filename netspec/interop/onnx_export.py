@@ -192,6 +192,9 @@ def _pool(b: _Builder, node, p, x: str, y: str) -> None:
         return
     if p.pool != "AVE":
         raise ExportError(f"layer '{node.name}' ({node.layer.type}): {p.pool} pooling has no ONNX equivalent")
+    if not getattr(p, "count_include_pad", True):  # (ONNX's own rule: the input positions alone count)
+        b.add("AveragePool", [x], [y], node.name, pads=[*geo.pad, *geo.far_pad], count_include_pad=0, **window)
+        return
     # Caffe's average counts the declared padding but not what rounding up adds past it: pad the declared
     # part with real zeros, and let AveragePool leave the rest out of its count
     declared_end = [min(pad, far) for pad, far in zip(geo.pad, geo.far_pad)]
