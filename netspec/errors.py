@@ -102,6 +102,10 @@ class DeviceError(NetspecError):
     """The device asked for cannot be used: an unknown name, no CuPy, or no such GPU."""
 
 
+class ModelImportError(NetspecError):
+    """A model from another framework that cannot be imported (an ONNX file): the file, the node and why."""
+
+
 class DistributedError(NetspecError):
     """A multi-process run cannot go on: MPI is missing, or another rank stopped answering."""
 

@@ -1,16 +1,17 @@
-"""Commands about other formats: export onnx, import caffe | caffemodel | caffe-solver."""
+"""Commands about other formats: export onnx, import caffe | caffemodel | caffe-solver | onnx."""
 
 from __future__ import annotations
 
 import click
 
 from netspec.cli.errors import user_errors
-from netspec.cli.options import Integer, level_option, python_layers_option, stage_option
+from netspec.cli.options import Dims, Integer, level_option, python_layers_option, stage_option
 from netspec.cli.output import echo
 from netspec.engine.net import load_net
 from netspec.engine.outputs import OutputFolder
 from netspec.interop.caffe_files import import_caffemodel_file, import_net_file, import_solver_file
 from netspec.interop.onnx_export import export_onnx
+from netspec.interop.onnx_import import import_onnx_file
 
 
 @click.group()
@@ -45,7 +46,7 @@ def export_onnx_command(net_file, weights, out, opset, unfolded, stages, level, 
 
 @click.group("import")
 def import_group():
-    """Bring nets, solvers and weights over from Caffe."""
+    """Bring nets, solvers and weights over from Caffe and ONNX."""
 
 
 imported_yaml_option = click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
@@ -102,3 +103,25 @@ def import_caffe_solver(prototxt, out, caffe_root):
     out, report = import_solver_file(prototxt, out, caffe_root)
     click.echo(f"wrote {out}")
     echo_report(report)
+
+
+@import_group.command("onnx")
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
+              help="the net to write [default: beside MODEL, .yaml]")
+@click.option("--weights", type=click.Path(dir_okay=False), default=None,
+              help="the weights to write [default: beside the net, .weights.h5]")
+@click.option("--batch", type=Integer(1), default=None, help="the inputs' first axis (where the model leaves it "
+              "dynamic, or to change it)")
+@click.option("--input-shape", type=Dims(None), default=None,
+              help="the inputs' other axes where the model leaves them dynamic, e.g. 3,224,224")
+@user_errors
+def import_onnx_command(model, out, weights, batch, input_shape):
+    """Convert an ONNX model (from PyTorch, TensorFlow/Keras, Caffe2...) into a netspec net and its weights."""
+    out, weights, imported = import_onnx_file(model, out, weights, batch, input_shape)
+    inputs = [layer for layer in imported.net["layers"] if layer["type"] == "Input"]
+    click.echo(f"wrote {out} ({len(imported.net['layers']) - len(inputs)} layers, opset {imported.opset}"
+               f"{', from ' + imported.producer if imported.producer else ''}) and {weights}; inputs "
+               + ", ".join(f"{layer['name']} {layer['input_param']['shape'][0]['dim']}" for layer in inputs))
+    for line in imported.summary():
+        echo(f"  {line}")

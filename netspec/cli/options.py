@@ -43,11 +43,12 @@ class Real(click.FloatRange):
 
 
 class Dims(click.ParamType):
-    """``length`` positive whole numbers separated by commas or x: ``3,224,224`` or ``3x224x224``."""
+    """``length`` (None: any number of) positive whole numbers separated by commas or x: ``3,224,224`` or
+    ``3x224x224``."""
 
     name = "dims"
 
-    def __init__(self, length: int):
+    def __init__(self, length: int | None):
         self.length = length
 
     def convert(self, value, param, ctx):
@@ -57,9 +58,9 @@ class Dims(click.ParamType):
             dims = [as_int(parse_number(part)) for part in str(value).lower().replace("x", ",").split(",")]
         except ValueError:
             dims = [None]
-        if len(dims) != self.length or any(d is None or d < 1 for d in dims):
-            self.fail(f"{value!r} is not {self.length} positive whole numbers separated by commas, e.g. 3,224,224",
-                      param, ctx)
+        if len(dims) != (self.length or len(dims)) or any(d is None or d < 1 for d in dims):
+            self.fail(f"{value!r} is not {self.length or 'a list of'} positive whole numbers separated by commas, "
+                      "e.g. 3,224,224", param, ctx)
         return tuple(dims)
 
 

@@ -1,0 +1,486 @@
+"""ONNX operators as netspec layers: one converter per operator, from a node whose inputs' shapes (and values,
+where they are constants) are known, to the layers that compute it in Caffe's vocabulary, with their weights.
+
+A converter adds layers through the :class:`Builder`, or makes its output another name for its input
+(:meth:`Builder.alias`) where nothing is computed.  A node it cannot express raises :class:`ConversionError` with the
+reason and, where there is one, what would work; :mod:`netspec.interop.onnx_import` names the node and its
+inputs' shapes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy
+
+
+class ConversionError(Exception):
+    """A node netspec's layers cannot compute: the message says why (and what would work, where anything does)."""
+
+
+@dataclass
+class Node:
+    """One ONNX node as the converters see it: its layer name (unique in the net), operator, the names of its
+    input tensors ("" for an optional one left out) and output tensors, attributes, the model's opset, and the
+    static shapes and constant values the importer knows."""
+
+    name: str
+    op: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict
+    opset: int
+    shapes: dict[str, tuple[int, ...]]
+    constants: dict[str, numpy.ndarray]
+
+    def shape(self, index: int) -> tuple[int, ...]:
+        """The shape of input ``index``."""
+        return self.shapes[self.inputs[index]]
+
+    def output_shape(self, index: int = 0) -> tuple[int, ...]:
+        """The shape of output ``index``."""
+        return self.shapes[self.outputs[index]]
+
+    def constant(self, index: int) -> numpy.ndarray | None:
+        """The value of input ``index`` where it is a constant (None where it is computed, or left out)."""
+        if index >= len(self.inputs) or not self.inputs[index]:
+            return None
+        return self.constants.get(self.inputs[index])
+
+    def given(self, index: int) -> bool:
+        """Whether input ``index`` is there (optional inputs may be left out)."""
+        return index < len(self.inputs) and bool(self.inputs[index])
+
+    def attr(self, name: str, default=None):
+        """Attribute ``name``, or ``default``."""
+        return self.attrs.get(name, default)
+
+    def computed(self) -> list[int]:
+        """The indices of the inputs that are computed (not constants, not left out)."""
+        return [i for i, name in enumerate(self.inputs) if name and name not in self.constants]
+
+
+@dataclass
+class Builder:
+    """The layers (as plain data, in order) and weights (layer name: arrays in the layer's blob order) made so
+    far, and the tensors that are other names for a blob."""
+
+    layers: list[dict] = field(default_factory=list)
+    weights: dict[str, list[numpy.ndarray]] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)
+    names: set[str] = field(default_factory=set)
+
+    def blob(self, tensor: str) -> str:
+        """The blob that holds ``tensor``."""
+        while tensor in self.aliases:
+            tensor = self.aliases[tensor]
+        return tensor
+
+    def alias(self, tensor: str, source: str) -> None:
+        """``tensor`` is ``source`` under another name (no layer computes it)."""
+        self.aliases[tensor] = source
+
+    def unique(self, name: str) -> str:
+        """``name``, or ``name_2``, ``name_3``... where a layer or blob already has it; reserved from now on."""
+        candidate, count = name, 1
+        while candidate in self.names:
+            count += 1
+            candidate = f"{name}_{count}"
+        self.names.add(candidate)
+        return candidate
+
+    def layer(self, kind: str, name: str, bottoms: list[str], tops: list[str],
+              weights: list[numpy.ndarray] = (), **blocks) -> None:
+        """Add a layer of type ``kind`` (its name made unique) from ``bottoms`` to ``tops`` (tensor names), with
+        ``weights`` for its learnable blobs and its parameter blocks (``convolution_param={...}``)."""
+        name = self.unique(name)
+        entry = {"name": name, "type": kind}
+        if bottoms:
+            entry["bottom"] = [self.blob(bottom) for bottom in bottoms]
+        entry["top"] = list(tops)
+        entry.update({key: value for key, value in blocks.items() if value is not None})
+        self.layers.append(entry)
+        if weights:
+            self.weights[name] = [numpy.asarray(array, dtype=numpy.float32) for array in weights]
+
+    def temporary(self, base: str) -> str:
+        """A fresh blob name for a result between two layers of one node."""
+        return self.unique(f"{base}/step")
+
+
+def _pair(key: str, values, skip=None) -> dict:
+    """``{key: v}`` where both values are ``v``, else Caffe's ``{kernel_h: h, kernel_w: w}`` (``key`` without
+    ``_size``); nothing where both are ``skip``."""
+    h, w = (int(value) for value in values)
+    if h == w:
+        return {} if h == skip else {key: h}
+    prefix = key.removesuffix("_size")
+    return {f"{prefix}_h": h, f"{prefix}_w": w}
+
+
+def _spatial_pads(node: Node, spatial, kernel, strides, dilations) -> tuple[list[int], list[int]]:
+    """The padding before and after each spatial axis, from ``pads`` or ``auto_pad``."""
+    auto = node.attr("auto_pad", "NOTSET")
+    if auto in ("NOTSET", ""):
+        pads = node.attr("pads", [0] * (2 * len(spatial)))
+        return list(pads[:len(spatial)]), list(pads[len(spatial):])
+    if auto == "VALID":
+        return [0] * len(spatial), [0] * len(spatial)
+    before, after = [], []
+    for size, k, s, d in zip(spatial, kernel, strides, dilations):
+        total = max(0, (math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size)
+        small, big = total // 2, total - total // 2
+        before.append(small if auto == "SAME_UPPER" else big)
+        after.append(big if auto == "SAME_UPPER" else small)
+    return before, after
+
+
+def _symmetric(node: Node, before: list[int], after: list[int]) -> list[int]:
+    """The padding where it is the same before and after each axis (Caffe's); ConversionError where not."""
+    if before != after:
+        raise ConversionError(f"padding {before} before and {after} after the spatial axes differs: netspec's layers "
+                          "pad each axis alike on both sides")
+    return before
+
+
+def _require_2d(node: Node, what: str) -> tuple[int, ...]:
+    shape = node.shape(0)
+    if len(shape) != 4:
+        raise ConversionError(f"a {len(shape) - 2}-D {what}: netspec's {what} is 2-D (N, C, H, W)")
+    return shape
+
+
+def _constant_input(node: Node, index: int, what: str) -> numpy.ndarray:
+    value = node.constant(index)
+    if value is None:
+        raise ConversionError(f"its {what} (input {index}) is computed at run time: netspec learns {what} as a layer's "
+                          "own weights, so they must be constants")
+    return value
+
+
+def conv(b: Builder, node: Node) -> None:
+    """Conv: a Convolution (2-D; groups, dilation, padding given or automatic)."""
+    shape = _require_2d(node, "convolution")
+    weights = _constant_input(node, 1, "weights")
+    strides = node.attr("strides", [1, 1])
+    dilations = node.attr("dilations", [1, 1])
+    before, after = _spatial_pads(node, shape[2:], weights.shape[2:], strides, dilations)
+    pad = _symmetric(node, before, after)
+    bias = node.constant(2)
+    if node.given(2) and bias is None:
+        _constant_input(node, 2, "bias")
+    params = {"num_output": int(weights.shape[0]), **_pair("kernel_size", weights.shape[2:]),
+              **_pair("stride", strides, skip=1), **_pair("pad", pad, skip=0), **_pair("dilation", dilations, skip=1)}
+    group = int(node.attr("group", 1))
+    if group != 1:
+        params["group"] = group
+    if bias is None:
+        params["bias_term"] = False
+    b.layer("Convolution", node.name, node.inputs[:1], node.outputs[:1],
+            [weights] if bias is None else [weights, bias], convolution_param=params)
+
+
+def _pool(b: Builder, node: Node, pool: str) -> None:
+    shape = _require_2d(node, "pooling")
+    if len(node.outputs) > 1 and node.outputs[1]:
+        raise ConversionError("its second output (the indices of the maxima) has no netspec equivalent")
+    kernel = node.attr("kernel_shape")
+    strides = node.attr("strides", [1, 1])
+    if any(d != 1 for d in node.attr("dilations", [1, 1])):
+        raise ConversionError("dilated pooling: netspec's Pooling windows are dense")
+    before, after = _spatial_pads(node, shape[2:], kernel, strides, [1, 1])
+    include_pad = bool(node.attr("count_include_pad", 0))
+    if node.output_shape()[2:] == (1, 1) and all(q <= 0 and k - q >= size for q, k, size in
+                                                 zip(before, kernel, shape[2:])) and (pool == "MAX" or not include_pad):
+        b.layer("Pooling", node.name, node.inputs[:1], node.outputs[:1],  # (one window over the whole map)
+                pooling_param={"pool": pool, "global_pooling": True})
+        return
+    ceil = bool(node.attr("ceil_mode", 0))
+    if before != after and _rounded_up(shape[2:], kernel, strides, before) == node.output_shape()[2:] and \
+            (pool == "MAX" or not (include_pad or any(before))):
+        ceil = True  # (padding after that only rounds the last window up: Caffe's CEIL, which pads it alike)
+    else:
+        before = _symmetric(node, before, after)
+    params = {"pool": pool, **_pair("kernel_size", kernel), **_pair("stride", strides, skip=1),
+              **_pair("pad", before, skip=0), "round_mode": "CEIL" if ceil else "FLOOR"}
+    if pool == "AVE" and not include_pad and any(before):
+        params["count_include_pad"] = False
+    b.layer("Pooling", node.name, node.inputs[:1], node.outputs[:1], pooling_param=params)
+
+
+def _rounded_up(spatial, kernel, strides, pad) -> tuple[int, ...]:
+    """The output size of Caffe's CEIL pooling (the last window starting inside the padded input)."""
+    sizes = []
+    for size, k, s, q in zip(spatial, kernel, strides, pad):
+        n = math.ceil((size + 2 * q - k) / s) + 1
+        sizes.append(n - 1 if any(pad) and (n - 1) * s >= size + q else n)
+    return tuple(sizes)
+
+
+def max_pool(b: Builder, node: Node) -> None:
+    """MaxPool: Pooling MAX (ceil_mode as round_mode)."""
+    _pool(b, node, "MAX")
+
+
+def average_pool(b: Builder, node: Node) -> None:
+    """AveragePool: Pooling AVE."""
+    _pool(b, node, "AVE")
+
+
+def _global_pool(pool: str) -> Callable[[Builder, Node], None]:
+    def convert(b: Builder, node: Node) -> None:
+        _require_2d(node, "pooling")
+        b.layer("Pooling", node.name, node.inputs[:1], node.outputs[:1],
+                pooling_param={"pool": pool, "global_pooling": True})
+    convert.__doc__ = f"Global{'Average' if pool == 'AVE' else 'Max'}Pool: Pooling {pool} over the whole map."
+    return convert
+
+
+def lrn(b: Builder, node: Node) -> None:
+    """LRN: LRN across channels (ONNX's formula is Caffe's)."""
+    b.layer("LRN", node.name, node.inputs[:1], node.outputs[:1],
+            lrn_param={"local_size": int(node.attr("size")), "alpha": float(node.attr("alpha", 1e-4)),
+                       "beta": float(node.attr("beta", 0.75)), "k": float(node.attr("bias", 1.0))})
+
+
+def gemm(b: Builder, node: Node) -> None:
+    """Gemm: an InnerProduct on a 2-D input, ``alpha`` and ``beta`` folded into its weights and bias."""
+    if node.attr("transA", 0):
+        raise ConversionError("a transposed first input (transA 1): InnerProduct takes rows of features")
+    matrix = _constant_input(node, 1, "weights")
+    if len(node.shape(0)) != 2:
+        raise ConversionError(f"a {len(node.shape(0))}-D input: Gemm multiplies matrices")
+    weights = float(node.attr("alpha", 1.0)) * (matrix if node.attr("transB", 0) else matrix.T)
+    outputs = weights.shape[0]
+    bias = node.constant(2)
+    if node.given(2) and bias is None:
+        _constant_input(node, 2, "bias")
+    if bias is not None:
+        rows = numpy.broadcast_to(bias, (node.shape(0)[0], outputs))
+        if not (rows == rows[:1]).all():
+            raise ConversionError("a bias that differs from row to row: InnerProduct adds one bias per output")
+        bias = float(node.attr("beta", 1.0)) * rows[0]
+    b.layer("InnerProduct", node.name, node.inputs[:1], node.outputs[:1],
+            [weights] if bias is None else [weights, bias],
+            inner_product_param={"num_output": int(outputs), **({} if bias is not None else {"bias_term": False})})
+
+
+def matmul(b: Builder, node: Node) -> None:
+    """MatMul: by a constant matrix, an InnerProduct over the last axis; of two computed tensors, MatMul."""
+    if node.computed() == [0, 1]:
+        first, second = node.shape(0), node.shape(1)
+        if len(first) != len(second) or len(first) < 2 or first[:-2] != second[:-2]:
+            raise ConversionError(f"operands {list(first)} and {list(second)}: netspec's MatMul takes two of one rank "
+                              "whose leading axes agree")
+        b.layer("MatMul", node.name, node.inputs[:2], node.outputs[:1])
+        return
+    matrix = _constant_input(node, 1, "weights")
+    if matrix.ndim != 2 or node.constant(0) is not None:
+        raise ConversionError("a product whose constant operand is not the second, a matrix")
+    b.layer("InnerProduct", node.name, node.inputs[:1], node.outputs[:1], [matrix.T],
+            inner_product_param={"num_output": int(matrix.shape[1]), "bias_term": False,
+                                 "axis": len(node.shape(0)) - 1})
+
+
+def batch_normalization(b: Builder, node: Node) -> None:
+    """BatchNormalization (inference): a BatchNorm with stored statistics and a Scale with bias, in place."""
+    if node.attr("training_mode", 0) or any(node.outputs[1:]):
+        raise ConversionError("training mode (batch statistics and running averages as outputs): import the model "
+                          "exported for inference")
+    scale, shift, mean, variance = (_constant_input(node, i, what) for i, what in
+                                    ((1, "scale"), (2, "bias"), (3, "mean"), (4, "variance")))
+    output = node.outputs[0]
+    b.layer("BatchNorm", node.name, node.inputs[:1], [output], [mean, variance, numpy.ones(1)],
+            batch_norm_param={"use_global_stats": True, "eps": float(node.attr("epsilon", 1e-5))})
+    b.layer("Scale", f"{node.name}/scale", [output], [output], [scale, shift], scale_param={"bias_term": True})
+
+
+def _activation(kind: str, block: str | None = None, params: Callable[[Node], dict] | None = None):
+    def convert(b: Builder, node: Node) -> None:
+        blocks = {block: params(node)} if block else {}
+        b.layer(kind, node.name, node.inputs[:1], node.outputs[:1], **blocks)
+    convert.__doc__ = f"{kind}."
+    return convert
+
+
+def clip(b: Builder, node: Node) -> None:
+    """Clip: ReLU6 for [0, 6], ReLU for [0, inf), else Clip."""
+    if node.opset < 11:
+        low, high = node.attr("min", -numpy.inf), node.attr("max", numpy.inf)
+    else:
+        low, high = (float(value) if value is not None else bound for value, bound in
+                     ((node.constant(1), -numpy.inf), (node.constant(2), numpy.inf)))
+        for index in (1, 2):
+            if node.given(index) and node.constant(index) is None:
+                _constant_input(node, index, "bounds")
+    if (low, high) == (0, 6):
+        b.layer("ReLU6", node.name, node.inputs[:1], node.outputs[:1])
+    elif low == 0 and high == numpy.inf:
+        b.layer("ReLU", node.name, node.inputs[:1], node.outputs[:1])
+    else:
+        b.layer("Clip", node.name, node.inputs[:1], node.outputs[:1],
+                clip_param={"min": float(low), "max": float(high)})
+
+
+def prelu(b: Builder, node: Node) -> None:
+    """PRelu: PReLU with one slope per channel (axis 1), or one for all."""
+    slope = _constant_input(node, 1, "slopes")
+    shape = node.shape(0)
+    if slope.size == 1:
+        b.layer("PReLU", node.name, node.inputs[:1], node.outputs[:1], [slope.reshape(1)],
+                prelu_param={"channel_shared": True})
+        return
+    aligned = slope.reshape((1,) * (len(shape) - slope.ndim) + slope.shape)
+    if len(shape) < 2 or slope.size != shape[1] or aligned.shape[1] != shape[1]:
+        raise ConversionError(f"slopes of shape {list(slope.shape)}: PReLU learns one per channel (axis 1) or one")
+    b.layer("PReLU", node.name, node.inputs[:1], node.outputs[:1], [slope.reshape(-1)])
+
+
+def softmax(b: Builder, node: Node) -> None:
+    """Softmax along an axis (before opset 13: over all the axes from ``axis`` on, flattened)."""
+    shape = node.shape(0)
+    axis = int(node.attr("axis", 1 if node.opset < 13 else -1)) % len(shape)
+    if node.opset >= 13 or math.prod(shape[axis + 1:]) == 1:  # (then the axes flattened are this one alone)
+        b.layer("Softmax", node.name, node.inputs[:1], node.outputs[:1], softmax_param={"axis": axis})
+        return
+    flat, rows = b.temporary(node.name), b.temporary(node.name)
+    b.layer("Reshape", f"{node.name}/flatten", node.inputs[:1], [flat],
+            reshape_param={"shape": {"dim": [*shape[:axis], -1]}})
+    b.layer("Softmax", node.name, [flat], [rows], softmax_param={"axis": axis})
+    b.layer("Reshape", f"{node.name}/unflatten", [rows], node.outputs[:1],
+            reshape_param={"shape": {"dim": list(shape)}})
+
+
+def _span(constant: numpy.ndarray, shape: tuple[int, ...]) -> tuple[int, numpy.ndarray] | None:
+    """A constant broadcast against a computed tensor of ``shape`` as ``(axis, blob)``: the blob spanning the
+    axes from ``axis`` to the last the constant varies along (None: a scalar).  ConversionError where the constant
+    makes the result larger than the tensor."""
+    if constant.ndim > len(shape) or numpy.broadcast_shapes(constant.shape, shape) != tuple(shape):
+        raise ConversionError(f"a constant of shape {list(constant.shape)} broadcasts a tensor of shape {list(shape)} "
+                          "to a larger one")
+    aligned = constant.reshape((1,) * (len(shape) - constant.ndim) + constant.shape)
+    varying = [axis for axis, size in enumerate(aligned.shape) if size != 1]
+    if not varying:
+        return None
+    first, last = varying[0], varying[-1] + 1
+    region = aligned[(0,) * first + (slice(None),) * (last - first) + (0,) * (len(shape) - last)]
+    return first, numpy.broadcast_to(region, shape[first:last]).copy()
+
+
+def _with_constant(b: Builder, node: Node, x: int) -> None:
+    """Add, Sub, Mul or Div of the computed input ``x`` and a constant: Power for a scalar, else Bias or Scale
+    over the axes the constant spans."""
+    value = node.constant(1 - x).astype(numpy.float64)
+    op, source, output = node.op, node.inputs[x], node.outputs[0]
+    span = _span(value, node.shape(x))
+    if span is None:
+        k = float(value.reshape(-1)[0])
+        power = {("Add", 0): {"shift": k}, ("Add", 1): {"shift": k}, ("Sub", 0): {"shift": -k},
+                 ("Sub", 1): {"scale": -1.0, "shift": k}, ("Mul", 0): {"scale": k}, ("Mul", 1): {"scale": k},
+                 ("Div", 0): {"scale": 1 / k}, ("Div", 1): {"power": -1.0, "scale": 1 / k}}[op, x]
+        b.layer("Power", node.name, [source], [output], power_param=power)
+        return
+    axis, blob = span
+    block = {"axis": axis, "num_axes": blob.ndim}
+    if x == 1 and op in ("Sub", "Div"):  # (k - x, k / x: the input negated or inverted first)
+        turned = b.temporary(node.name)
+        b.layer("Power", f"{node.name}/{'negate' if op == 'Sub' else 'invert'}", [source], [turned],
+                power_param={"scale": -1.0} if op == "Sub" else {"power": -1.0})
+        source, op = turned, "Add" if op == "Sub" else "Mul"
+    if op in ("Add", "Sub"):
+        b.layer("Bias", node.name, [source], [output], [blob if op == "Add" else -blob], bias_param=block)
+    else:
+        b.layer("Scale", node.name, [source], [output], [blob if op == "Mul" else 1 / blob], scale_param=block)
+
+
+def arithmetic(b: Builder, node: Node) -> None:
+    """Add, Sub, Mul, Div: of two computed tensors of one shape an Eltwise (SUM, SUM with coefficients 1 and
+    -1, PROD); with a constant, Power, Bias or Scale."""
+    computed = node.computed()
+    if len(computed) == 1:
+        _with_constant(b, node, computed[0])
+        return
+    if node.shape(0) != node.shape(1):
+        raise ConversionError(f"operands of shapes {list(node.shape(0))} and {list(node.shape(1))} broadcast: "
+                          "Eltwise takes tensors of one shape")
+    if node.op == "Div":
+        raise ConversionError("the quotient of two computed tensors: no netspec layer divides one blob by another")
+    params = {"Add": {"operation": "SUM"}, "Sub": {"operation": "SUM", "coeff": [1.0, -1.0]},
+              "Mul": {"operation": "PROD"}}[node.op]
+    b.layer("Eltwise", node.name, node.inputs[:2], node.outputs[:1], eltwise_param=params)
+
+
+def variadic(operation: str) -> Callable[[Builder, Node], None]:
+    """Sum or Max of computed tensors of one shape: an Eltwise."""
+    def convert(b: Builder, node: Node) -> None:
+        inputs = [name for name in node.inputs if name]
+        if node.computed() != list(range(len(node.inputs))) or len({node.shapes[n] for n in inputs}) != 1:
+            raise ConversionError("constant or broadcast operands: Eltwise takes computed tensors of one shape")
+        if len(inputs) == 1:
+            b.alias(node.outputs[0], inputs[0])
+            return
+        b.layer("Eltwise", node.name, inputs, node.outputs[:1], eltwise_param={"operation": operation})
+    convert.__doc__ = f"{'Sum' if operation == 'SUM' else 'Max'}: Eltwise {operation}."
+    return convert
+
+
+def concat(b: Builder, node: Node) -> None:
+    """Concat along an axis."""
+    if len(node.computed()) != len(node.inputs):
+        raise ConversionError("a constant operand: Concat joins computed blobs")
+    axis = int(node.attr("axis")) % len(node.shape(0))
+    b.layer("Concat", node.name, node.inputs, node.outputs[:1], concat_param={"axis": axis})
+
+
+def reshape(b: Builder, node: Node) -> None:
+    """Flatten, Reshape, Squeeze, Unsqueeze: Flatten where only the axes from 1 on merge, else Reshape to the
+    static output shape."""
+    shape, out = node.shape(0), node.output_shape()
+    if node.op == "Flatten" and int(node.attr("axis", 1)) % max(len(shape), 1) == 1:
+        b.layer("Flatten", node.name, node.inputs[:1], node.outputs[:1])
+        return
+    b.layer("Reshape", node.name, node.inputs[:1], node.outputs[:1], reshape_param={"shape": {"dim": list(out)}})
+
+
+def transpose(b: Builder, node: Node) -> None:
+    """Transpose: Permute."""
+    order = node.attr("perm", list(range(len(node.shape(0))))[::-1])
+    b.layer("Permute", node.name, node.inputs[:1], node.outputs[:1], permute_param={"order": [int(a) for a in order]})
+
+
+def identity(b: Builder, node: Node) -> None:
+    """Identity, and Dropout in inference: the output is the input."""
+    if node.op == "Dropout" and len(node.outputs) > 1 and node.outputs[1]:
+        raise ConversionError("its mask output: netspec's Dropout gives none")
+    b.alias(node.outputs[0], node.inputs[0])
+
+
+CONVERTERS: dict[str, Callable[[Builder, Node], None]] = {
+    "Conv": conv, "MaxPool": max_pool, "AveragePool": average_pool,
+    "GlobalAveragePool": _global_pool("AVE"), "GlobalMaxPool": _global_pool("MAX"), "LRN": lrn,
+    "Gemm": gemm, "MatMul": matmul, "BatchNormalization": batch_normalization,
+    "Relu": _activation("ReLU"), "Sigmoid": _activation("Sigmoid"), "Tanh": _activation("TanH"),
+    "Softplus": _activation("BNLL"), "Abs": _activation("AbsVal"), "HardSwish": _activation("HardSwish"),
+    "Exp": _activation("Exp"), "Log": _activation("Log"),
+    "LeakyRelu": _activation("ReLU", "relu_param", lambda n: {"negative_slope": float(n.attr("alpha", 0.01))}),
+    "Elu": _activation("ELU", "elu_param", lambda n: {"alpha": float(n.attr("alpha", 1.0))}),
+    "HardSigmoid": _activation("HardSigmoid", "hard_sigmoid_param",
+                               lambda n: {"alpha": float(n.attr("alpha", 0.2)), "beta": float(n.attr("beta", 0.5))}),
+    "Sqrt": _activation("Power", "power_param", lambda n: {"power": 0.5}),
+    "Reciprocal": _activation("Power", "power_param", lambda n: {"power": -1.0}),
+    "Neg": _activation("Power", "power_param", lambda n: {"scale": -1.0}),
+    "Clip": clip, "PRelu": prelu, "Softmax": softmax,
+    "Add": arithmetic, "Sub": arithmetic, "Mul": arithmetic, "Div": arithmetic,
+    "Sum": variadic("SUM"), "Max": variadic("MAX"), "Concat": concat,
+    "Flatten": reshape, "Reshape": reshape, "Squeeze": reshape, "Unsqueeze": reshape, "Transpose": transpose,
+    "Identity": identity, "Dropout": identity,
+}
+
+NEAREST = {  # operators with no converter yet, and what to do instead
+    "LogSoftmax": "Softmax followed by Log (less precise for tiny probabilities)",
+    "ConvTranspose": "Deconvolution, once its converter exists",
+    "Resize": "Deconvolution with a bilinear filler for 2x bilinear upsampling",
+    "Upsample": "Deconvolution with a bilinear filler for 2x bilinear upsampling",
+}

@@ -1,0 +1,388 @@
+"""ONNX import: graphs built with onnx.helper for each operator and its attributes, and the classic models that
+ship inside the onnx package, compared with onnxruntime; the CLI; and the models it refuses, in one line each."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import netspec  # noqa: E402, F401
+from netspec.errors import ModelImportError  # noqa: E402
+from netspec.interop.onnx_import import import_onnx  # noqa: E402
+
+LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+RNG = np.random.default_rng(0)
+
+
+def model_of(nodes, inputs: dict, constants: dict | None = None, opset: int = 17, outputs=None):
+    """A model of ``nodes`` with float inputs ``{name: shape}`` and ``constants`` as initializers; its outputs
+    ``outputs`` (default: the last node's first output)."""
+    graph = helper.make_graph(
+        nodes, "test", [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name, shape in inputs.items()],
+        [helper.make_empty_tensor_value_info(name) for name in (outputs or [nodes[-1].output[0]])],
+        [numpy_helper.from_array(np.asarray(value), name) for name, value in (constants or {}).items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def compare(model, rtol: float = 1e-4, atol: float = 1e-5, **options):
+    """Import ``model``, run it in netspec and onnxruntime on the same random inputs, and assert every output
+    agrees; the import."""
+    imported = import_onnx(model, **options)
+    net = imported.build()
+    feeds = {}
+    for layer in imported.net["layers"]:
+        if layer["type"] == "Input":
+            feeds[layer["name"]] = RNG.standard_normal(net.blobs[layer["name"]].shape).astype(np.float32)
+            net.blobs[layer["name"]].data[...] = feeds[layer["name"]]
+    net.forward()
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    expected = session.run(None, feeds)
+    for output, value in zip(model.graph.output, expected):
+        got = net.blobs[output.name].data
+        assert got.shape == value.shape, output.name
+        np.testing.assert_allclose(got, value, rtol=rtol, atol=atol, err_msg=output.name)
+    return imported
+
+
+def weights(*shape, positive: bool = False):
+    values = RNG.uniform(0.5, 1.5, shape) if positive else RNG.standard_normal(shape) * 0.3
+    return values.astype(np.float32)
+
+
+def kinds(imported) -> list[str]:
+    return [layer["type"] for layer in imported.net["layers"] if layer["type"] != "Input"]
+
+
+CONVOLUTIONS = {
+    "plain": (dict(kernel_shape=[3, 3]), (2, 4, 7, 7), (6, 4, 3, 3)),
+    "padded, strided": (dict(pads=[1, 1, 1, 1], strides=[2, 2]), (1, 4, 8, 7), (5, 4, 3, 3)),
+    "grouped, dilated": (dict(group=2, dilations=[2, 2], pads=[2, 1, 2, 1]), (1, 4, 9, 9), (6, 2, 3, 2)),
+    "depthwise": (dict(group=4, pads=[1, 1, 1, 1]), (2, 4, 6, 6), (4, 1, 3, 3)),
+    "auto_pad SAME_UPPER, odd": (dict(auto_pad="SAME_UPPER"), (1, 3, 7, 7), (4, 3, 3, 3)),
+    "rectangular kernel": (dict(pads=[0, 1, 0, 1]), (1, 2, 5, 6), (3, 2, 1, 3)),
+}
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("name", CONVOLUTIONS)
+def test_conv(name, bias):
+    attrs, x, w = CONVOLUTIONS[name]
+    constants = {"w": weights(*w), **({"b": weights(w[0])} if bias else {})}
+    node = helper.make_node("Conv", ["x", "w", *(["b"] if bias else [])], ["y"], **attrs)
+    assert kinds(compare(model_of([node], {"x": x}, constants))) == ["Convolution"]
+
+
+POOLS = {
+    "max, floor": ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2]), (1, 2, 8, 8)),
+    "max, ceil": ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1), (1, 2, 8, 8)),
+    "max, padded": ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), (2, 3, 7, 6)),
+    "max, padded after only (Caffe2's ceil)": ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2],
+                                                                pads=[0, 0, 1, 1]), (1, 2, 12, 12)),
+    "average, padding left out": ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+                                  (1, 2, 7, 7)),
+    "average, padding counted": ("AveragePool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1],
+                                                     count_include_pad=1), (1, 2, 5, 5)),
+    "average, ceil": ("AveragePool", dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1), (1, 2, 7, 7)),
+    "average, one window over the map": ("AveragePool", dict(kernel_shape=[7, 7], pads=[0, 0, 1, 1]),
+                                         (1, 3, 6, 6)),
+    "global average": ("GlobalAveragePool", {}, (2, 3, 5, 4)),
+    "global max": ("GlobalMaxPool", {}, (2, 3, 5, 4)),
+}
+
+
+@pytest.mark.parametrize("name", POOLS)
+def test_pooling(name):
+    op, attrs, shape = POOLS[name]
+    imported = compare(model_of([helper.make_node(op, ["x"], ["y"], **attrs)], {"x": shape}))
+    assert kinds(imported) == ["Pooling"]
+
+
+def test_gemm_with_transposes_scales_and_a_row_bias():
+    node = helper.make_node("Gemm", ["x", "w", "c"], ["y"], alpha=0.5, beta=2.0, transB=1)
+    assert kinds(compare(model_of([node], {"x": (3, 5)}, {"w": weights(4, 5), "c": weights(1, 4)}))) == \
+        ["InnerProduct"]
+    node = helper.make_node("Gemm", ["x", "w"], ["y"])
+    compare(model_of([node], {"x": (2, 6)}, {"w": weights(6, 3)}))
+
+
+def test_matmul_by_a_matrix_is_an_inner_product_over_the_last_axis_and_of_two_tensors_a_matmul():
+    imported = compare(model_of([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": (2, 3, 5)},
+                                {"w": weights(5, 4)}))
+    assert kinds(imported) == ["InnerProduct"]
+    imported = compare(model_of([helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": (2, 3, 4), "b": (2, 4, 5)}))
+    assert kinds(imported) == ["MatMul"]
+
+
+def test_batch_normalization_is_batchnorm_and_scale():
+    constants = {"s": weights(3), "b": weights(3), "m": weights(3), "v": weights(3, positive=True)}
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=1e-3)
+    assert kinds(compare(model_of([node], {"x": (2, 3, 4, 5)}, constants))) == ["BatchNorm", "Scale"]
+
+
+ACTIVATIONS = {
+    "Relu": ({}, "ReLU"), "LeakyRelu": ({"alpha": 0.1}, "ReLU"), "Sigmoid": ({}, "Sigmoid"), "Tanh": ({}, "TanH"),
+    "Elu": ({"alpha": 0.5}, "ELU"), "HardSigmoid": ({"alpha": 0.3, "beta": 0.4}, "HardSigmoid"),
+    "HardSwish": ({}, "HardSwish"), "Softplus": ({}, "BNLL"), "Abs": ({}, "AbsVal"), "Exp": ({}, "Exp"),
+    "Neg": ({}, "Power"),
+}
+
+
+@pytest.mark.parametrize("op", ACTIVATIONS)
+def test_activations(op):
+    attrs, kind = ACTIVATIONS[op]
+    assert kinds(compare(model_of([helper.make_node(op, ["x"], ["y"], **attrs)], {"x": (2, 3, 4)}))) == [kind]
+
+
+def test_positive_only_operators():
+    for op in ("Log", "Sqrt", "Reciprocal"):
+        square = helper.make_node("Mul", ["x", "x"], ["s"])
+        shifted = helper.make_node("Add", ["s", "one"], ["p"])
+        compare(model_of([square, shifted, helper.make_node(op, ["p"], ["y"])], {"x": (2, 5)},
+                         {"one": np.float32(1.0)}))
+
+
+@pytest.mark.parametrize("opset, bounds, kind", [(9, dict(min=0.0, max=6.0), "ReLU6"), (13, (0.0, None), "ReLU"),
+                                                 (13, (-1.0, 0.5), "Clip"), (9, dict(max=0.25), "Clip")])
+def test_clip(opset, bounds, kind):
+    if isinstance(bounds, dict):
+        node, constants = helper.make_node("Clip", ["x"], ["y"], **bounds), {}
+    else:
+        names = ["lo", "hi" if bounds[1] is not None else ""]
+        constants = {name: np.float32(value) for name, value in zip(names, bounds) if name}
+        node = helper.make_node("Clip", ["x", *names], ["y"])
+    assert kinds(compare(model_of([node], {"x": (2, 3, 4)}, constants, opset=opset))) == [kind]
+
+
+@pytest.mark.parametrize("slope", [(3, 1, 1), (1,)])
+def test_prelu(slope):
+    node = helper.make_node("PRelu", ["x", "a"], ["y"])
+    assert kinds(compare(model_of([node], {"x": (2, 3, 4, 4)}, {"a": weights(*slope)}))) == ["PReLU"]
+
+
+@pytest.mark.parametrize("opset, axis", [(11, 1), (13, 1), (13, -1), (11, 3)])
+def test_softmax(opset, axis):
+    """Before opset 13 Softmax normalises over every axis from ``axis`` on, flattened."""
+    compare(model_of([helper.make_node("Softmax", ["x"], ["y"], axis=axis)], {"x": (2, 3, 4, 5)}, opset=opset))
+
+
+def test_lrn():
+    node = helper.make_node("LRN", ["x"], ["y"], size=5, alpha=1e-3, beta=0.75, bias=2.0)
+    assert kinds(compare(model_of([node], {"x": (2, 8, 3, 3)}))) == ["LRN"]
+
+
+ARITHMETIC = {
+    "add a scalar": ("Add", 0, np.float32(0.5), "Power"),
+    "scalar minus x": ("Sub", 1, np.float32(2.0), "Power"),
+    "divide by a scalar": ("Div", 0, np.float32(4.0), "Power"),
+    "scalar over x": ("Div", 1, np.float32(3.0), "Power"),
+    "times a channel's factor": ("Mul", 0, weights(3, 1, 1), "Scale"),
+    "plus a channel's bias (4-D)": ("Add", 1, weights(1, 3, 1, 1), "Bias"),
+    "minus a per-position constant": ("Sub", 0, weights(4, 5), "Bias"),
+    "constant minus x, per channel": ("Sub", 1, weights(3, 1, 1), "Bias"),
+    "over a per-channel constant": ("Div", 0, weights(3, 1, 1, positive=True), "Scale"),
+    "constant over x, broadcast inside": ("Div", 1, weights(3, 1, 5, positive=True), "Scale"),
+}
+
+
+@pytest.mark.parametrize("name", ARITHMETIC)
+def test_arithmetic_with_a_constant(name):
+    op, side, value, kind = ARITHMETIC[name]
+    inputs = ["x", "k"] if side == 0 else ["k", "x"]
+    imported = compare(model_of([helper.make_node(op, inputs, ["y"])], {"x": (2, 3, 4, 5)}, {"k": value}),
+                       rtol=1e-4, atol=1e-4)
+    assert kinds(imported)[-1] == kind
+
+
+@pytest.mark.parametrize("op, kind", [("Add", "Eltwise"), ("Sub", "Eltwise"), ("Mul", "Eltwise")])
+def test_arithmetic_of_two_tensors(op, kind):
+    assert kinds(compare(model_of([helper.make_node(op, ["a", "b"], ["y"])], {"a": (2, 3), "b": (2, 3)}))) == [kind]
+
+
+def test_sum_max_concat_transpose_flatten():
+    nodes = [helper.make_node("Sum", ["a", "b", "c"], ["s"]), helper.make_node("Max", ["a", "s"], ["m"]),
+             helper.make_node("Concat", ["s", "m"], ["j"], axis=1),
+             helper.make_node("Transpose", ["j"], ["t"], perm=[0, 2, 3, 1]),
+             helper.make_node("Flatten", ["t"], ["f"], axis=2)]
+    imported = compare(model_of(nodes, {"a": (2, 3, 4, 5), "b": (2, 3, 4, 5), "c": (2, 3, 4, 5)}))
+    assert kinds(imported) == ["Eltwise", "Eltwise", "Concat", "Permute", "Reshape"]
+
+
+def test_a_shape_computed_from_the_input_folds_into_a_static_reshape():
+    """PyTorch's view(x.size(0), -1): Shape, Gather, Unsqueeze, Concat feeding Reshape."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "zero"], ["n"], axis=0),
+             helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
+             helper.make_node("Concat", ["n1", "minus_one"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    constants = {"zero": np.array(0, dtype=np.int64), "axes": np.array([0], dtype=np.int64),
+                 "minus_one": np.array([-1], dtype=np.int64)}
+    imported = compare(model_of(nodes, {"x": (2, 3, 4, 5)}, constants))
+    assert kinds(imported) == ["Reshape"] and len(imported.folded) == 4
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_squeeze_unsqueeze_identity_dropout(opset):
+    axes = {"axes": [1]} if opset < 13 else {}
+    inputs = [] if opset < 13 else ["axes"]
+    nodes = [helper.make_node("Unsqueeze", ["x", *inputs], ["u"], **axes),
+             helper.make_node("Identity", ["u"], ["i"]), helper.make_node("Dropout", ["i"], ["d"]),
+             helper.make_node("Squeeze", ["d", *inputs], ["y"], **axes)]
+    constants = {} if opset < 13 else {"axes": np.array([1], dtype=np.int64)}
+    imported = compare(model_of(nodes, {"x": (2, 3)}, constants, opset=opset))
+    assert kinds(imported) == ["Reshape", "Reshape"]
+
+
+def randomised(model, seed: int = 0):
+    """A model of the onnx package's zoo with its ConstantOfShape weights (zeros) replaced by seeded random
+    values (variances positive), and the input of its last Softmax an output too."""
+    rng = np.random.default_rng(seed)
+    graph = model.graph
+    shapes = {tensor.name: numpy_helper.to_array(tensor) for tensor in graph.initializer}
+    variances = {node.input[4] for node in graph.node if node.op_type == "BatchNormalization"}
+    kept, drawn = [], []
+    for node in graph.node:
+        if node.op_type != "ConstantOfShape":
+            kept.append(node)
+            continue
+        shape = tuple(int(d) for d in shapes[node.input[0]])
+        if node.output[0] in variances:
+            value = rng.uniform(0.5, 1.5, shape)
+        elif len(shape) > 1:
+            value = rng.standard_normal(shape) * np.sqrt(2.0 / np.prod(shape[1:]))
+        else:
+            value = rng.uniform(-0.1, 0.1, shape)
+        drawn.append(numpy_helper.from_array(value.astype(np.float32), node.output[0]))
+    del graph.node[:]
+    graph.node.extend(kept)
+    graph.initializer.extend(drawn)
+    scores = [node.input[0] for node in kept if node.op_type == "Softmax"]
+    if scores:
+        graph.output.append(helper.make_empty_tensor_value_info(scores[-1]))
+    return model
+
+
+ZOO = sorted(name for name in os.listdir(LIGHT) if name.endswith(".onnx")) if os.path.isdir(LIGHT) else []
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_the_onnx_packages_zoo_models_match_onnxruntime(name):
+    model = randomised(onnx.load(os.path.join(LIGHT, name)))
+    compare(model, rtol=1e-3, atol=1e-5)
+
+
+def test_the_cli_writes_a_net_and_weights_that_check_and_export_again(tmp_path):
+    path = tmp_path / "squeeze.onnx"
+    onnx.save(randomised(onnx.load(os.path.join(LIGHT, "light_squeezenet.onnx"))), path)
+    run = subprocess.run([sys.executable, "-m", "netspec", "import", "onnx", str(path), "--batch", "2"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    net, weights = tmp_path / "squeeze.yaml", tmp_path / "squeeze.weights.h5"
+    assert f"wrote {net}" in run.stdout and "Conv x26 -> Convolution" in run.stdout and weights.is_file()
+    assert "Softmax x1 -> Softmax" in run.stdout and "folded away: Dropout x1" in run.stdout
+    check = subprocess.run([sys.executable, "-m", "netspec", "check", str(net), "--weights", str(weights)],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    exported = tmp_path / "again.onnx"
+    again = subprocess.run([sys.executable, "-m", "netspec", "export", "onnx", str(net), "--weights", str(weights),
+                            "-o", str(exported)], capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    x = RNG.standard_normal((2, 3, 224, 224)).astype(np.float32)
+    first, second = (ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for p in (path, exported))
+    expected = np.concatenate([first.run(None, {"data_0": x[i:i + 1]})[0].reshape(1, -1) for i in range(2)])
+    np.testing.assert_allclose(second.run(None, {"data_0": x})[0].reshape(2, -1), expected, rtol=1e-3, atol=1e-6)
+
+
+def refused(tmp_path, model_or_bytes, *options) -> str:
+    """The one-line error of ``netspec import onnx`` on a model (or raw bytes), with nothing written."""
+    path = tmp_path / "model.onnx"
+    if isinstance(model_or_bytes, bytes):
+        path.write_bytes(model_or_bytes)
+    else:
+        onnx.save(model_or_bytes, path)
+    run = subprocess.run([sys.executable, "-m", "netspec", "import", "onnx", str(path), *options],
+                         capture_output=True, text=True)
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_files_that_are_not_models_are_refused(tmp_path):
+    assert "not an ONNX model" in refused(tmp_path, b"\x08\x07this is not protobuf\xff\xff")
+    good = model_of([helper.make_node("Relu", ["x"], ["y"])], {"x": (1, 3)}).SerializeToString()
+    assert "not an ONNX model" in refused(tmp_path, good[:len(good) // 2])
+
+
+def test_what_netspec_cannot_express_is_named_with_the_node(tmp_path):
+    node = helper.make_node("TopK", ["x", "k"], ["v", "i"], name="pick")
+    line = refused(tmp_path, model_of([node], {"x": (2, 5)}, {"k": np.array([2], dtype=np.int64)}))
+    assert "node 'pick' (TopK; inputs x [2, 5], k [1]): netspec has no layer for TopK" in line
+    loop = helper.make_node("If", ["c"], ["y"], then_branch=helper.make_graph([], "t", [], []),
+                            else_branch=helper.make_graph([], "e", [], []))
+    assert "control flow" in refused(tmp_path, model_of([loop], {"c": (1,)}))
+    quantised = helper.make_node("QuantizeLinear", ["x", "s"], ["y"])
+    assert "quantised" in refused(tmp_path, model_of([quantised], {"x": (2,)}, {"s": np.float32(0.1)}))
+    divide = helper.make_node("Div", ["a", "b"], ["y"], name="ratio")
+    assert "node 'ratio' (Div; inputs a [2, 3], b [2, 3]): the quotient of two computed tensors" in \
+        refused(tmp_path, model_of([divide], {"a": (2, 3), "b": (2, 3)}))
+
+
+def test_dynamic_axes_need_their_sizes(tmp_path):
+    model = model_of([helper.make_node("Relu", ["x"], ["y"])], {"x": ("N", 3, "H", "W")})
+    assert "input 'x' has the dynamic axis 0 ('N'): give its size with --batch" in refused(tmp_path, model)
+    assert "dynamic axis 2 ('H'): give its size with --input-shape" in refused(tmp_path, model, "--batch", "2")
+    imported = import_onnx(model, batch=2, input_shape=(3, 5, 6))
+    assert imported.net["layers"][0]["input_param"]["shape"][0]["dim"] == [2, 3, 5, 6]
+
+
+def test_old_and_new_opsets_and_cycles_are_refused(tmp_path):
+    relu = helper.make_node("Relu", ["x"], ["y"])
+    assert "opset 8 of the default domain: netspec reads opsets 9 to 21" in \
+        refused(tmp_path, model_of([relu], {"x": (1, 2)}, opset=8))
+    cycle = [helper.make_node("Add", ["x", "b"], ["a"], name="first"), helper.make_node("Relu", ["a"], ["b"])]
+    graph = helper.make_graph(cycle, "cycle", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 2))],
+                              [helper.make_empty_tensor_value_info("b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert "is part of a cycle" in refused(tmp_path, model.SerializeToString())
+    integers = helper.make_graph([relu], "ints", [helper.make_tensor_value_info("x", TensorProto.INT8, (1, 2))],
+                                 [helper.make_empty_tensor_value_info("y")])
+    assert "int8/uint8: a quantised model" in refused(
+        tmp_path, helper.make_model(integers, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_external_data_outside_the_models_folder_is_refused(tmp_path):
+    outside = tmp_path / "elsewhere.bin"
+    outside.write_bytes(np.zeros(6, dtype=np.float32).tobytes())
+    folder = tmp_path / "model"
+    folder.mkdir()
+    model = model_of([helper.make_node("Add", ["x", "w"], ["y"])], {"x": (2, 3)}, {"w": weights(2, 3)})
+    tensor = model.graph.initializer[0]
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", "../elsewhere.bin"), ("offset", "0"), ("length", "24")):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+    onnx.save(model, folder / "model.onnx")
+    with pytest.raises(ModelImportError, match="keeps its data in '../elsewhere.bin', outside the model's folder"):
+        import_onnx(str(folder / "model.onnx"))
+
+
+def test_external_data_beside_the_model_is_read(tmp_path):
+    values = weights(2, 300)
+    model = model_of([helper.make_node("Add", ["x", "w"], ["y"])], {"x": (2, 300)}, {"w": values})
+    onnx.save(model, tmp_path / "big.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+              location="big.data", size_threshold=0)
+    assert (tmp_path / "big.data").is_file()
+    imported = import_onnx(str(tmp_path / "big.onnx"))
+    np.testing.assert_array_equal(imported.weights["Add_0"][0], values)
