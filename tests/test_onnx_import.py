@@ -333,9 +333,12 @@ def test_what_netspec_cannot_express_is_named_with_the_node(tmp_path):
     assert "control flow" in refused(tmp_path, model_of([loop], {"c": (1,)}))
     quantised = helper.make_node("QuantizeLinear", ["x", "s"], ["y"])
     assert "quantised" in refused(tmp_path, model_of([quantised], {"x": (2,)}, {"s": np.float32(0.1)}))
-    divide = helper.make_node("Div", ["a", "b"], ["y"], name="ratio")
-    assert "node 'ratio' (Div; inputs a [2, 3], b [2, 3]): the quotient of two computed tensors" in \
-        refused(tmp_path, model_of([divide], {"a": (2, 3), "b": (2, 3)}))
+    outer = helper.make_node("Add", ["a", "b"], ["y"], name="outer")
+    assert "node 'outer' (Add; inputs a [2, 1], b [1, 3]): operands of shapes [2, 1] and [1, 3] broadcast each " \
+        "other" in refused(tmp_path, model_of([outer], {"a": (2, 1), "b": (1, 3)}))
+    asymmetric = helper.make_node("Conv", ["x", "w"], ["y"], auto_pad="SAME_UPPER", strides=[2, 2])
+    assert "padding [0, 0] before and [1, 1] after the spatial axes differs" in refused(
+        tmp_path, model_of([asymmetric], {"x": (1, 2, 8, 8)}, {"w": weights(3, 2, 3, 3)}))
 
 
 def test_dynamic_axes_need_their_sizes(tmp_path):
@@ -386,3 +389,82 @@ def test_external_data_beside_the_model_is_read(tmp_path):
     assert (tmp_path / "big.data").is_file()
     imported = import_onnx(str(tmp_path / "big.onnx"))
     np.testing.assert_array_equal(imported.weights["Add_0"][0], values)
+
+
+BROADCASTS = {
+    "a channel's gate (squeeze and excitation)": ("Mul", (2, 3, 4, 5), (2, 3, 1, 1), "Scale"),
+    "the gate first": ("Mul", (2, 3, 1, 1), (2, 3, 4, 5), "Scale"),
+    "a bias per channel": ("Add", (2, 3, 4, 5), (1, 3, 1, 1), "Bias"),
+    "minus a row": ("Sub", (2, 3, 4), (4,), "Bias"),
+    "over a per-position divisor": ("Div", (2, 3, 4), (3, 4), "Scale"),
+    "quotient of one shape": ("Div", (2, 3), (2, 3), "Eltwise"),
+}
+
+
+@pytest.mark.parametrize("name", BROADCASTS)
+def test_arithmetic_of_a_tensor_and_one_it_broadcasts_over(name):
+    op, first, second, kind = BROADCASTS[name]
+    model = model_of([helper.make_node("Abs", ["b"], ["p"]), helper.make_node("Add", ["p", "one"], ["q"]),
+                      helper.make_node(op, ["a", "q"], ["y"])], {"a": first, "b": second}, {"one": np.float32(0.5)})
+    assert kinds(compare(model, atol=1e-4))[-1] == kind
+
+
+@pytest.mark.parametrize("attrs, shape, w", [(dict(strides=[2, 2], pads=[1, 1, 1, 1]), (1, 4, 5, 5), (4, 3, 4, 4)),
+                                             (dict(group=2), (2, 4, 3, 3), (4, 1, 3, 3)),
+                                             (dict(strides=[2, 2], output_shape=[9, 9]), (1, 2, 4, 4), (2, 3, 3, 3))])
+def test_conv_transpose_is_a_deconvolution(attrs, shape, w):
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], **attrs)
+    constants = {"w": weights(*w), "b": weights(w[1] * attrs.get("group", 1))}
+    assert kinds(compare(model_of([node], {"x": shape}, constants))) == ["Deconvolution"]
+
+
+def test_layer_normalization_and_gelu():
+    nodes = [helper.make_node("LayerNormalization", ["x", "g", "b"], ["n"], axis=-1, epsilon=1e-6),
+             helper.make_node("Gelu", ["n"], ["y"])]
+    imported = compare(model_of(nodes, {"x": (2, 5, 8)}, {"g": weights(8), "b": weights(8)}, opset=20))
+    assert kinds(imported) == ["LayerNorm", "GELU"]
+
+
+@pytest.mark.parametrize("op, opset, axes, keepdims", [("ReduceMean", 13, [2, 3], 1), ("ReduceMean", 18, [1], 0),
+                                                       ("ReduceSum", 13, [-1], 1), ("ReduceSum", 13, None, 0)])
+def test_reductions(op, opset, axes, keepdims):
+    as_input = axes is not None and (op == "ReduceSum" or opset >= 18)
+    node = helper.make_node(op, ["x", *(["axes"] if as_input else [])], ["y"], keepdims=keepdims,
+                            **({"axes": axes} if axes is not None and not as_input else {}))
+    constants = {"axes": np.array(axes, dtype=np.int64)} if as_input else {}
+    assert "Reduction" in kinds(compare(model_of([node], {"x": (2, 3, 4, 5)}, constants, opset=opset)))
+
+
+def test_split_slice_and_a_class_token():
+    nodes = [helper.make_node("Split", ["x", "sizes"], ["a", "b", "c"], axis=2),
+             helper.make_node("Slice", ["b", "starts", "ends", "axes"], ["s"]),
+             helper.make_node("Gather", ["c", "zero"], ["token"], axis=1),
+             helper.make_node("Split", ["a"], ["a1", "a2"], axis=1)]
+    constants = {"sizes": np.array([2, 3, 1], dtype=np.int64), "starts": np.array([1, -3], dtype=np.int64),
+                 "ends": np.array([2**62, -1], dtype=np.int64), "axes": np.array([1, 3], dtype=np.int64),
+                 "zero": np.array(0, dtype=np.int64)}
+    compare(model_of(nodes, {"x": (2, 4, 6, 5)}, constants, opset=13, outputs=["s", "token", "a1", "a2"]))
+    old = [helper.make_node("Slice", ["x"], ["y"], starts=[1], ends=[3], axes=[2])]
+    compare(model_of(old, {"x": (2, 3, 5)}, opset=9))
+
+
+@pytest.mark.parametrize("equation, a, b", [("bij,bjk->bik", (2, 3, 4), (2, 4, 5)), ("ij,kj->ik", (3, 4), (5, 4)),
+                                            ("bhqd,bhkd->bhqk", (2, 2, 3, 4), (2, 2, 5, 4))])
+def test_einsum_as_a_matrix_product(equation, a, b):
+    node = helper.make_node("Einsum", ["a", "b"], ["y"], equation=equation)
+    assert kinds(compare(model_of([node], {"a": a, "b": b}))) == ["MatMul"]
+
+
+@pytest.mark.parametrize("half_first", [False, True])
+def test_the_exporters_erf_subgraph_is_one_gelu(half_first):
+    """PyTorch before opset 20: x * (1 + erf(x / sqrt(2))) * 0.5 (or x * 0.5 first)."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Div", ["h", "root2"], ["s"]),
+             helper.make_node("Erf", ["s"], ["e"]), helper.make_node("Add", ["e", "one"], ["p"])]
+    if half_first:
+        nodes += [helper.make_node("Mul", ["h", "half"], ["hh"]), helper.make_node("Mul", ["hh", "p"], ["y"])]
+    else:
+        nodes += [helper.make_node("Mul", ["h", "p"], ["hp"]), helper.make_node("Mul", ["hp", "half"], ["y"])]
+    constants = {"w": weights(6, 5), "root2": np.float32(np.sqrt(2)), "one": np.float32(1), "half": np.float32(0.5)}
+    imported = compare(model_of(nodes, {"x": (2, 3, 6)}, constants, opset=13))
+    assert kinds(imported) == ["InnerProduct", "GELU"]
+    assert "GELU recognised in 1 Erf subgraph(s)" in imported.summary()[-1]

@@ -26,6 +26,7 @@ from netspec.engine.net import Net, load_net
 from netspec.engine.outputs import OutputFolder
 from netspec.errors import ModelImportError
 from netspec.interop.onnx_ops import CONVERTERS, NEAREST, Builder, ConversionError, Node
+from netspec.interop.onnx_patterns import recognise
 
 OPSETS = range(9, 22)  # the default domain's versions read
 MAX_NODES = 100_000  # more is a malformed (or hostile) model, not a network
@@ -146,6 +147,8 @@ def import_onnx(source, batch: int | None = None, input_shape: tuple[int, ...] |
     remaining = _fold(nodes, shapes, constants, opset, result, where)
     if len(remaining) < len(nodes):  # (shapes that depended on folded values are known now)
         shapes = _infer(model, inputs, constants, remaining, where)
+    remaining, notes = recognise(remaining, constants, {output.name for output in graph.output})
+    result.notes.extend(notes)
     builder = Builder(names={*inputs})
     for name, shape in inputs.items():
         builder.layers.append({"name": name, "type": "Input", "top": [name],

@@ -141,7 +141,7 @@ def _symmetric(node: Node, before: list[int], after: list[int]) -> list[int]:
     """The padding where it is the same before and after each axis (Caffe's); ConversionError where not."""
     if before != after:
         raise ConversionError(f"padding {before} before and {after} after the spatial axes differs: netspec's layers "
-                          "pad each axis alike on both sides")
+                              "pad each axis alike on both sides")
     return before
 
 
@@ -156,7 +156,7 @@ def _constant_input(node: Node, index: int, what: str) -> numpy.ndarray:
     value = node.constant(index)
     if value is None:
         raise ConversionError(f"its {what} (input {index}) is computed at run time: netspec learns {what} as a layer's "
-                          "own weights, so they must be constants")
+                              "own weights, so they must be constants")
     return value
 
 
@@ -273,7 +273,7 @@ def matmul(b: Builder, node: Node) -> None:
         first, second = node.shape(0), node.shape(1)
         if len(first) != len(second) or len(first) < 2 or first[:-2] != second[:-2]:
             raise ConversionError(f"operands {list(first)} and {list(second)}: netspec's MatMul takes two of one rank "
-                              "whose leading axes agree")
+                                  "whose leading axes agree")
         b.layer("MatMul", node.name, node.inputs[:2], node.outputs[:1])
         return
     matrix = _constant_input(node, 1, "weights")
@@ -288,7 +288,7 @@ def batch_normalization(b: Builder, node: Node) -> None:
     """BatchNormalization (inference): a BatchNorm with stored statistics and a Scale with bias, in place."""
     if node.attr("training_mode", 0) or any(node.outputs[1:]):
         raise ConversionError("training mode (batch statistics and running averages as outputs): import the model "
-                          "exported for inference")
+                              "exported for inference")
     scale, shift, mean, variance = (_constant_input(node, i, what) for i, what in
                                     ((1, "scale"), (2, "bias"), (3, "mean"), (4, "variance")))
     output = node.outputs[0]
@@ -359,7 +359,7 @@ def _span(constant: numpy.ndarray, shape: tuple[int, ...]) -> tuple[int, numpy.n
     makes the result larger than the tensor."""
     if constant.ndim > len(shape) or numpy.broadcast_shapes(constant.shape, shape) != tuple(shape):
         raise ConversionError(f"a constant of shape {list(constant.shape)} broadcasts a tensor of shape {list(shape)} "
-                          "to a larger one")
+                              "to a larger one")
     aligned = constant.reshape((1,) * (len(shape) - constant.ndim) + constant.shape)
     varying = [axis for axis, size in enumerate(aligned.shape) if size != 1]
     if not varying:
@@ -397,19 +397,52 @@ def _with_constant(b: Builder, node: Node, x: int) -> None:
 
 def arithmetic(b: Builder, node: Node) -> None:
     """Add, Sub, Mul, Div: of two computed tensors of one shape an Eltwise (SUM, SUM with coefficients 1 and
-    -1, PROD); with a constant, Power, Bias or Scale."""
+    -1, PROD; a quotient as a product with the reciprocal, Power); of a tensor and a smaller one it broadcasts
+    over, Bias or Scale with that one as their second bottom; with a constant, Power, Bias or Scale."""
     computed = node.computed()
     if len(computed) == 1:
         _with_constant(b, node, computed[0])
         return
-    if node.shape(0) != node.shape(1):
-        raise ConversionError(f"operands of shapes {list(node.shape(0))} and {list(node.shape(1))} broadcast: "
-                          "Eltwise takes tensors of one shape")
-    if node.op == "Div":
-        raise ConversionError("the quotient of two computed tensors: no netspec layer divides one blob by another")
-    params = {"Add": {"operation": "SUM"}, "Sub": {"operation": "SUM", "coeff": [1.0, -1.0]},
-              "Mul": {"operation": "PROD"}}[node.op]
-    b.layer("Eltwise", node.name, node.inputs[:2], node.outputs[:1], eltwise_param=params)
+    first, second = node.inputs[:2]
+    if node.shape(0) == node.shape(1) and node.op != "Div":
+        params = {"Add": {"operation": "SUM"}, "Sub": {"operation": "SUM", "coeff": [1.0, -1.0]},
+                  "Mul": {"operation": "PROD"}}[node.op]
+        b.layer("Eltwise", node.name, [first, second], node.outputs[:1], eltwise_param=params)
+        return
+    if node.op in ("Sub", "Div"):  # (the second negated or inverted, then added or multiplied)
+        turned = b.temporary(node.name)
+        b.layer("Power", f"{node.name}/{'negate' if node.op == 'Sub' else 'invert'}", [second], [turned],
+                power_param={"scale": -1.0} if node.op == "Sub" else {"power": -1.0})
+        node.shapes[turned] = node.shape(1)
+        second = turned
+    add = node.op in ("Add", "Sub")
+    if node.shape(0) == node.shape(1):
+        b.layer("Eltwise", node.name, [first, second], node.outputs[:1], eltwise_param={"operation": "PROD"})
+        return
+    out = node.output_shape()
+    big, small = (first, second) if node.shape(0) == out else (second, first)
+    if node.shapes[big] != out:
+        raise ConversionError(f"operands of shapes {list(node.shape(0))} and {list(node.shape(1))} broadcast each "
+                              "other: netspec broadcasts one blob over the axes of the other")
+    axis, span = _broadcast_span(node.shapes[small], out)
+    if tuple(node.shapes[small]) != span:  # (its size-1 axes around the span dropped)
+        spanned = b.temporary(node.name)
+        b.layer("Reshape", f"{node.name}/span", [small], [spanned], reshape_param={"shape": {"dim": list(span)}})
+        small = spanned
+    b.layer("Bias" if add else "Scale", node.name, [big, small], node.outputs[:1],
+            **{"bias_param" if add else "scale_param": {"axis": axis}})
+
+
+def _broadcast_span(shape: tuple[int, ...], out: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
+    """Where a tensor of ``shape`` broadcast to ``out`` varies: ``(first axis, the sizes from there to the last
+    axis it does not broadcast along)``; ConversionError where it broadcasts along an axis inside that span."""
+    aligned = (1,) * (len(out) - len(shape)) + tuple(shape)
+    varying = [axis for axis, size in enumerate(aligned) if size != 1] or [len(out) - 1]
+    first, last = varying[0], varying[-1] + 1
+    if any(aligned[axis] != out[axis] for axis in range(first, last)):
+        raise ConversionError(f"a tensor of shape {list(shape)} broadcast to {list(out)} along an axis between "
+                              "others: netspec broadcasts a blob over the axes before and after it")
+    return first, tuple(out[first:last])
 
 
 def variadic(operation: str) -> Callable[[Builder, Node], None]:
@@ -457,6 +490,191 @@ def identity(b: Builder, node: Node) -> None:
     b.alias(node.outputs[0], node.inputs[0])
 
 
+def conv_transpose(b: Builder, node: Node) -> None:
+    """ConvTranspose: a Deconvolution (Caffe's weights are ONNX's: C, num_output/group, kh, kw)."""
+    shape = _require_2d(node, "transposed convolution")
+    weights = _constant_input(node, 1, "weights")
+    strides = node.attr("strides", [1, 1])
+    dilations = node.attr("dilations", [1, 1])
+    if any(node.attr("output_padding", [0, 0])):
+        raise ConversionError("output_padding: Deconvolution's output size is Caffe's, stride*(H-1) + "
+                              "dilation*(kernel-1) + 1 - 2*pad")
+    if node.attr("output_shape") is not None or node.attr("auto_pad", "NOTSET") not in ("NOTSET", ""):
+        out, kernel = node.output_shape()[2:], weights.shape[2:]
+        total = [s * (size - 1) + d * (k - 1) + 1 - o for size, k, s, d, o in zip(shape[2:], kernel, strides,
+                                                                                   dilations, out)]
+        before, after = [t // 2 for t in total], [t - t // 2 for t in total]
+    else:
+        pads = node.attr("pads", [0, 0, 0, 0])
+        before, after = pads[:2], pads[2:]
+    pad = _symmetric(node, before, after)
+    bias = node.constant(2)
+    if node.given(2) and bias is None:
+        _constant_input(node, 2, "bias")
+    group = int(node.attr("group", 1))
+    params = {"num_output": int(weights.shape[1] * group), **_pair("kernel_size", weights.shape[2:]),
+              **_pair("stride", strides, skip=1), **_pair("pad", pad, skip=0), **_pair("dilation", dilations, skip=1),
+              **({"group": group} if group != 1 else {}), **({} if bias is not None else {"bias_term": False})}
+    b.layer("Deconvolution", node.name, node.inputs[:1], node.outputs[:1],
+            [weights] if bias is None else [weights, bias], convolution_param=params)
+
+
+def layer_normalization(b: Builder, node: Node) -> None:
+    """LayerNormalization: LayerNorm over the axes from ``axis`` on, its scale and bias of their shape."""
+    shape = node.shape(0)
+    axis = int(node.attr("axis", -1)) % len(shape)
+    normalised = shape[axis:]
+    scale = numpy.broadcast_to(_constant_input(node, 1, "scale"), normalised)
+    shift = node.constant(2) if node.given(2) else numpy.zeros(normalised)
+    if shift is None:
+        _constant_input(node, 2, "bias")
+    b.layer("LayerNorm", node.name, node.inputs[:1], node.outputs[:1],
+            [scale, numpy.broadcast_to(shift, normalised)],
+            layer_norm_param={"axis": axis, "eps": float(node.attr("epsilon", 1e-5))})
+
+
+def gelu(b: Builder, node: Node) -> None:
+    """Gelu (opset 20, or the exporters' Div-Erf-Add-Mul pattern recognised as it): GELU."""
+    b.layer("GELU", node.name, node.inputs[:1], node.outputs[:1],
+            gelu_param={"approximate": node.attr("approximate", "none")})
+
+
+def _axes(node: Node, index: int) -> list[int] | None:
+    """The ``axes`` attribute, or constant input ``index`` where later opsets moved it (None: not given)."""
+    axes = node.attr("axes")
+    if axes is None and node.given(index):
+        axes = _constant_input(node, index, "axes").tolist()
+    return None if axes is None else [int(axis) % len(node.shape(0)) for axis in axes]
+
+
+def reduce(b: Builder, node: Node) -> None:
+    """ReduceMean, ReduceSum: a Reduction over the trailing axes (the axes reduced moved there first by a
+    Permute), and a Reshape where the reduced axes are kept."""
+    shape = node.shape(0)
+    axes = _axes(node, 1)
+    if axes is None or not axes:
+        if axes is not None and node.attr("noop_with_empty_axes", 0):
+            b.alias(node.outputs[0], node.inputs[0])
+            return
+        axes = list(range(len(shape)))
+    axes = sorted(set(axes))
+    source = node.inputs[0]
+    kept = [axis for axis in range(len(shape)) if axis not in axes]
+    if kept != list(range(len(kept))):  # (the reduced axes are not the last ones)
+        moved = b.temporary(node.name)
+        b.layer("Permute", f"{node.name}/order", [source], [moved], permute_param={"order": kept + axes})
+        source = moved
+    operation = {"ReduceMean": "MEAN", "ReduceSum": "SUM", "ReduceSumSquare": "SUMSQ", "ReduceL1": "ASUM"}[node.op]
+    reduced = b.temporary(node.name) if node.attr("keepdims", 1) else node.outputs[0]
+    b.layer("Reduction", node.name, [source], [reduced], reduction_param={"operation": operation,
+                                                                           "axis": len(kept)})
+    if reduced != node.outputs[0]:
+        b.layer("Reshape", f"{node.name}/keep", [reduced], node.outputs[:1],
+                reshape_param={"shape": {"dim": list(node.output_shape())}})
+
+
+def _cut(b: Builder, node: Node, source: str, axis: int, pieces: list[tuple[int, int]], tops: list[str]) -> None:
+    """A Slice of ``source`` along ``axis`` whose pieces ``(start, stop)`` (in order, not overlapping) go to
+    ``tops``; the parts between them go to a Silence."""
+    size = node.shapes[source][axis]
+    points, names, unused = [], [], []
+    position = 0
+    for (start, stop), top in zip(pieces, tops):
+        if start > position:
+            points.append(start)
+            unused.append(b.temporary(node.name))
+            names.append(unused[-1])
+        names.append(top)
+        if stop < size:
+            points.append(stop)
+        position = stop
+    if position < size:
+        unused.append(b.temporary(node.name))
+        names.append(unused[-1])
+    if len(names) == 1:
+        b.alias(tops[0], source)
+        return
+    b.layer("Slice", node.name, [source], names, slice_param={"axis": axis, "slice_point": points})
+    if unused:
+        b.layer("Silence", f"{node.name}/unused", unused, [])
+
+
+def split(b: Builder, node: Node) -> None:
+    """Split: a Slice at the sizes given (or into equal parts)."""
+    shape = node.shape(0)
+    axis = int(node.attr("axis", 0)) % len(shape)
+    sizes = node.attr("split")
+    if sizes is None and node.given(1):
+        sizes = _constant_input(node, 1, "sizes").tolist()
+    if sizes is None:
+        count = len(node.outputs)
+        sizes = [-(-shape[axis] // count)] * (count - 1)
+        sizes.append(shape[axis] - sum(sizes))
+    bounds = numpy.cumsum([0, *sizes]).tolist()
+    tops = [top or b.temporary(node.name) for top in node.outputs]
+    _cut(b, node, node.inputs[0], axis, list(zip(bounds[:-1], bounds[1:])), tops)
+
+
+def slice_(b: Builder, node: Node) -> None:
+    """Slice (steps of 1): a Slice a sliced axis, the rest of each axis silenced."""
+    shape = node.shape(0)
+    if node.opset < 10:
+        starts, ends, axes = node.attr("starts"), node.attr("ends"), node.attr("axes")
+        steps = None
+    else:
+        starts, ends = (_constant_input(node, i, what).tolist() for i, what in ((1, "starts"), (2, "ends")))
+        axes = _constant_input(node, 3, "axes").tolist() if node.given(3) else None
+        steps = _constant_input(node, 4, "steps").tolist() if node.given(4) else None
+    axes = list(range(len(starts))) if axes is None else [int(a) % len(shape) for a in axes]
+    if steps is not None and any(step != 1 for step in steps):
+        raise ConversionError(f"steps {steps}: netspec's Slice cuts contiguous pieces")
+    source = node.inputs[0]
+    for number, (axis, start, stop) in enumerate(zip(axes, starts, ends)):
+        start, stop, _ = slice(int(start), int(stop)).indices(shape[axis])
+        last = number == len(axes) - 1
+        top = node.outputs[0] if last else b.temporary(node.name)
+        _cut(b, node, source, axis, [(start, stop)], [top])
+        node.shapes[top] = (*node.shapes[source][:axis], stop - start, *node.shapes[source][axis + 1:])
+        source = top
+
+
+def gather(b: Builder, node: Node) -> None:
+    """Gather of a constant index (a class token): a Slice of that position and a Reshape dropping the axis."""
+    index = _constant_input(node, 1, "index")
+    shape = node.shape(0)
+    axis = int(node.attr("axis", 0)) % len(shape)
+    if index.ndim > 1 or (index.ndim == 1 and index.size != 1) or node.constant(0) is not None:
+        raise ConversionError("indices other than one constant position: netspec picks rows of computed blobs "
+                              "with BatchReindex, and looks up constant tables with Embed")
+    position = int(index.reshape(-1)[0]) % shape[axis]
+    piece = b.temporary(node.name)
+    _cut(b, node, node.inputs[0], axis, [(position, position + 1)], [piece])
+    b.layer("Reshape", f"{node.name}/drop", [piece], node.outputs[:1],
+            reshape_param={"shape": {"dim": list(node.output_shape())}})
+
+
+def einsum(b: Builder, node: Node) -> None:
+    """Einsum where it is a (batched) product of two matrices, either transposed: MatMul."""
+    equation = node.attr("equation").replace(" ", "")
+    operands, _, out = equation.partition("->")
+    parts = operands.split(",")
+    refused = ConversionError(f"equation '{equation}': netspec computes Einsum only as a product of two matrices")
+    if len(parts) != 2 or len(out) < 2 or len({len(part) for part in (*parts, out)}) != 1:
+        raise refused
+    a, c = parts
+    batch, (i, k) = out[:-2], out[-2:]
+    summed = (set(a) & set(c)) - set(out)
+    if len(summed) != 1:
+        raise refused
+    j = summed.pop()
+    if a[:-2] != batch or c[:-2] != batch or set(a[-2:]) != {i, j} or set(c[-2:]) != {j, k}:
+        raise refused
+    if node.computed() != [0, 1]:
+        raise ConversionError("a constant operand: write the product as MatMul by a matrix")
+    b.layer("MatMul", node.name, node.inputs[:2], node.outputs[:1],
+            mat_mul_param={"transpose_a": a[-2:] == j + i, "transpose_b": c[-2:] == k + j})
+
+
 CONVERTERS: dict[str, Callable[[Builder, Node], None]] = {
     "Conv": conv, "MaxPool": max_pool, "AveragePool": average_pool,
     "GlobalAveragePool": _global_pool("AVE"), "GlobalMaxPool": _global_pool("MAX"), "LRN": lrn,
@@ -476,11 +694,13 @@ CONVERTERS: dict[str, Callable[[Builder, Node], None]] = {
     "Sum": variadic("SUM"), "Max": variadic("MAX"), "Concat": concat,
     "Flatten": reshape, "Reshape": reshape, "Squeeze": reshape, "Unsqueeze": reshape, "Transpose": transpose,
     "Identity": identity, "Dropout": identity,
+    "ConvTranspose": conv_transpose, "LayerNormalization": layer_normalization, "Gelu": gelu,
+    "ReduceMean": reduce, "ReduceSum": reduce, "ReduceSumSquare": reduce, "ReduceL1": reduce,
+    "Split": split, "Slice": slice_, "Gather": gather, "Einsum": einsum,
 }
 
 NEAREST = {  # operators with no converter yet, and what to do instead
     "LogSoftmax": "Softmax followed by Log (less precise for tiny probabilities)",
-    "ConvTranspose": "Deconvolution, once its converter exists",
     "Resize": "Deconvolution with a bilinear filler for 2x bilinear upsampling",
     "Upsample": "Deconvolution with a bilinear filler for 2x bilinear upsampling",
 }
