@@ -33,6 +33,7 @@ from netspec.layers import (  # noqa: F401 - imported to register the layer type
     matmul,
     memory_data,
     mvn,
+    pad,
     parameter,
     pooling,
     python_layer,

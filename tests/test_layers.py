@@ -471,6 +471,22 @@ def deconv(id, x, **p):
     return Case(id, "Deconvolution", [x], lambda b, w, q: ref_deconv(b, w, p), {"convolution_param": p})
 
 
+def ref_pad(bottoms, params, p):
+    """numpy.pad of the axes from ``axis`` on (ONNX's modes are numpy's)."""
+    x = bottoms[0]
+    axis = p.get("axis", 2) % x.ndim
+    count = x.ndim - axis
+    sizes = {key: (p.get(key, [0]) * count if len(p.get(key, [0])) == 1 else p[key]) for key in ("before", "after")}
+    widths = [(0, 0)] * axis + list(zip(sizes["before"], sizes["after"]))
+    mode = p.get("mode", "CONSTANT").lower()
+    extra = {"constant_values": p.get("value", 0.0)} if mode == "constant" else {}
+    return [np.pad(x, widths, mode=mode, **extra)]
+
+
+def pad(id, x, **p):
+    return Case(id, "Pad", [x], lambda b, w, q: ref_pad(b, w, p), {"pad_param": p})
+
+
 def ref_crop(bottoms, params, p):
     x, reference = bottoms
     offsets = p.get("offset", [0])
@@ -515,6 +531,10 @@ CASES = [
     deconv("deconv_stride_over_kernel", rand(2, 2, 2, 3), num_output=3, kernel_size=2, stride=3),
     Case("crop_spatial", "Crop", [rand(2, 3, 6, 7), rand(2, 3, 4, 3)],
          lambda b, w, q: ref_crop(b, w, {"offset": [1, 2]}), {"crop_param": {"offset": [1, 2]}}),
+    pad("pad_constant_asymmetric", rand(2, 3, 4, 5), before=[0, 1], after=[1, 2], value=0.5),
+    pad("pad_reflect", rand(2, 2, 4, 5), before=[2, 1], after=[3, 4], mode="REFLECT"),
+    pad("pad_edge_one_size", rand(1, 3, 3, 2), before=[2], after=[1], mode="EDGE"),
+    pad("pad_reflect_axis1", rand(2, 4, 3), axis=1, before=[1, 0], after=[2, 2], mode="REFLECT"),
     Case("crop_axis1_one_offset", "Crop", [rand(2, 5, 6, 6), rand(2, 3, 4, 4)],
          lambda b, w, q: ref_crop(b, w, {"axis": 1, "offset": [1]}), {"crop_param": {"axis": 1, "offset": 1}}),
     pool("pool_max_ceil", rand(2, 2, 7, 7), pool="MAX", kernel_size=3, stride=2),

@@ -150,6 +150,10 @@ layers:
   - {name: spp_one, type: SPP, bottom: data, top: spp_one, spp_param: {pyramid_height: 1}}
   - {name: tile, type: Tile, bottom: data, top: tile, tile_param: {tiles: 3}}
   - {name: tile_w, type: Tile, bottom: data, top: tile_w, tile_param: {axis: -1, tiles: 2}}
+  - {name: padded, type: Pad, bottom: data, top: padded, pad_param: {before: [1, 0], after: [0, 2], value: -1.5}}
+  - {name: mirrored, type: Pad, bottom: data, top: mirrored, pad_param: {axis: 1, before: 1, after: 2,
+                                                                          mode: REFLECT}}
+  - {name: edges, type: Pad, bottom: data, top: edges, pad_param: {before: 2, mode: EDGE}}
   - {name: halves, type: Slice, bottom: tile, top: [first, rest], slice_param: {slice_point: [2]}}
   - {name: thirds, type: Slice, bottom: data, top: [a, b, c], slice_param: {axis: 2, slice_point: [3, 7]}}
   - {name: pairs, type: Slice, bottom: data, top: [left, right], slice_param: {axis: -1, slice_point: [4]}}
@@ -324,7 +328,7 @@ def test_spp_tile_slice_and_argmax_export(tmp_path, opset):
     check_with_onnxruntime(tmp_path, SHAPES_AND_SEARCH, opset=opset)
     operators = Counter(node.op_type for node in onnx.load(tmp_path / "m.onnx").graph.node)
     assert operators["MaxPool"] + operators["GlobalMaxPool"] == 4 and operators["Split"] == 3
-    assert operators["TopK"] == 4 and operators["Tile"] == 2
+    assert operators["TopK"] == 4 and operators["Tile"] == 2 and operators["Pad"] == 3 + 2  # (2: padded AVE levels)
 
 
 def test_argmax_exports_caffes_order_of_equal_values(tmp_path):  # (the larger index first; TopK's is the lower)

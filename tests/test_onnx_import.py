@@ -82,6 +82,34 @@ def test_conv(name, bias):
     assert kinds(compare(model_of([node], {"x": x}, constants))) == ["Convolution"]
 
 
+def test_uneven_padding_is_a_pad_first():
+    """TensorFlow's SAME for stride 2 on an even map pads one more after than before."""
+    node = helper.make_node("Conv", ["x", "w"], ["y"], auto_pad="SAME_UPPER", strides=[2, 2])
+    assert kinds(compare(model_of([node], {"x": (1, 2, 8, 8)}, {"w": weights(3, 2, 3, 3)}))) == ["Pad", "Convolution"]
+    node = helper.make_node("Conv", ["x", "w"], ["y"], auto_pad="SAME_LOWER", strides=[2, 2])
+    compare(model_of([node], {"x": (1, 2, 8, 8)}, {"w": weights(3, 2, 3, 3)}))
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 0, 2, 1])
+    assert kinds(compare(model_of([node], {"x": (1, 2, 6, 6)}))) == ["Pad", "Pooling"]
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], pads=[0, 1, 1, 2], count_include_pad=1)
+    assert kinds(compare(model_of([node], {"x": (1, 2, 6, 6)}))) == ["Pad", "Pooling"]
+
+
+@pytest.mark.parametrize("opset, mode, value", [(9, "constant", 1.5), (13, "reflect", None), (13, "edge", None),
+                                                (18, "constant", -2.0)])
+def test_pad(opset, mode, value):
+    if opset < 11:
+        node, constants = helper.make_node("Pad", ["x"], ["y"], pads=[0, 0, 1, 2, 0, 0, 3, 0], mode=mode,
+                                           value=value), {}
+    elif opset < 18:
+        node = helper.make_node("Pad", ["x", "pads"], ["y"], mode=mode)
+        constants = {"pads": np.array([0, 1, 1, 2, 0, 0, 2, 1], dtype=np.int64)}
+    else:
+        node = helper.make_node("Pad", ["x", "pads", "value", "axes"], ["y"], mode=mode)
+        constants = {"pads": np.array([1, 2, 0, 3], dtype=np.int64), "value": np.float32(value),
+                     "axes": np.array([-1, 1], dtype=np.int64)}
+    assert kinds(compare(model_of([node], {"x": (2, 3, 4, 5)}, constants, opset=opset))) == ["Pad"]
+
+
 POOLS = {
     "max, floor": ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2]), (1, 2, 8, 8)),
     "max, ceil": ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1), (1, 2, 8, 8)),
@@ -336,9 +364,9 @@ def test_what_netspec_cannot_express_is_named_with_the_node(tmp_path):
     outer = helper.make_node("Add", ["a", "b"], ["y"], name="outer")
     assert "node 'outer' (Add; inputs a [2, 1], b [1, 3]): operands of shapes [2, 1] and [1, 3] broadcast each " \
         "other" in refused(tmp_path, model_of([outer], {"a": (2, 1), "b": (1, 3)}))
-    asymmetric = helper.make_node("Conv", ["x", "w"], ["y"], auto_pad="SAME_UPPER", strides=[2, 2])
-    assert "padding [0, 0] before and [1, 1] after the spatial axes differs" in refused(
-        tmp_path, model_of([asymmetric], {"x": (1, 2, 8, 8)}, {"w": weights(3, 2, 3, 3)}))
+    uneven = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 0, 2, 1], name="uneven")
+    assert "node 'uneven' (AveragePool; inputs x [1, 2, 6, 6]): padding [1, 0] before and [2, 1] after the " \
+        "spatial axes differs, and leaves" in refused(tmp_path, model_of([uneven], {"x": (1, 2, 6, 6)}))
 
 
 def test_dynamic_axes_need_their_sizes(tmp_path):

@@ -536,6 +536,16 @@ def _tile(b: _Builder, node, layer, x: str, y: str) -> None:
     b.add("Tile", [x, b.constant(f"{node.name}/repeats", repeats)], [y], node.name)
 
 
+def _pad(b: _Builder, node, layer, x: str, y: str) -> None:
+    """Pad with the sizes before every axis then after, the mode and the constant."""
+    p = layer.block("pad_param")
+    widths = layer.widths(node.bottom_shapes[0])
+    inputs = [x, b.constant(f"{node.name}/pads", [before for before, _ in widths] + [after for _, after in widths])]
+    if p.mode == "CONSTANT":
+        inputs.append(b.constant(f"{node.name}/value", numpy.float32(p.value)))
+    b.add("Pad", inputs, [y], node.name, mode=p.mode.lower())
+
+
 def _rows(b: _Builder, name: str, indices: str) -> str:
     """Row indices stored as floats (netspec checks they are whole numbers in range) cast to int64."""
     return b.intermediate("Cast", [indices], name, to=b.onnx.TensorProto.INT64)
@@ -604,7 +614,8 @@ ONE_INPUT = {"Convolution": _convolution("Conv"), "Deconvolution": _convolution(
              "HardSwish": _simple("HardSwish"), "Swish": _swish, "LayerNorm": _layer_norm, "GELU": _gelu,
              "Permute": _permute, "Reduction": _reduction, "ELU": _simple("Elu", "elu_param", "alpha"),
              "PReLU": _prelu, "BNLL": _simple("Softplus"), "Exp": _exp, "Log": _log, "Power": _power, "Clip": _clip,
-             "Threshold": _threshold, "MVN": _mvn, "ArgMax": _argmax, "Tile": _tile, "Embed": _embed}
+             "Threshold": _threshold, "MVN": _mvn, "ArgMax": _argmax, "Tile": _tile, "Embed": _embed,
+             "Pad": _pad}
 # export(builder, node, layer, [every bottom's tensor], y)
 MANY_INPUTS = {"Eltwise": _eltwise, "Concat": _concat, "MatMul": _matmul, "MultiHeadAttention": _attention,
                "Scale": _scale, "Bias": _bias, "BatchReindex": _batch_reindex, "Parameter": _parameter}

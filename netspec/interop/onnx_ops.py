@@ -167,19 +167,31 @@ def conv(b: Builder, node: Node) -> None:
     strides = node.attr("strides", [1, 1])
     dilations = node.attr("dilations", [1, 1])
     before, after = _spatial_pads(node, shape[2:], weights.shape[2:], strides, dilations)
-    pad = _symmetric(node, before, after)
+    source = node.inputs[0]
+    if before != after:  # (TensorFlow's SAME with an even map: zeros added first, by a Pad)
+        source, before = _padded(b, node, source, before, after, 0.0), [0, 0]
     bias = node.constant(2)
     if node.given(2) and bias is None:
         _constant_input(node, 2, "bias")
     params = {"num_output": int(weights.shape[0]), **_pair("kernel_size", weights.shape[2:]),
-              **_pair("stride", strides, skip=1), **_pair("pad", pad, skip=0), **_pair("dilation", dilations, skip=1)}
+              **_pair("stride", strides, skip=1), **_pair("pad", before, skip=0),
+              **_pair("dilation", dilations, skip=1)}
     group = int(node.attr("group", 1))
     if group != 1:
         params["group"] = group
     if bias is None:
         params["bias_term"] = False
-    b.layer("Convolution", node.name, node.inputs[:1], node.outputs[:1],
+    b.layer("Convolution", node.name, [source], node.outputs[:1],
             [weights] if bias is None else [weights, bias], convolution_param=params)
+
+
+def _padded(b: Builder, node: Node, source: str, before: list[int], after: list[int], value: float) -> str:
+    """A Pad of ``source``'s spatial axes by ``before`` and ``after`` with ``value``: the padded blob."""
+    padded = b.temporary(node.name)
+    b.layer("Pad", f"{node.name}/pad", [source], [padded],
+            pad_param={"axis": 2, "before": [int(v) for v in before], "after": [int(v) for v in after],
+                       "value": value})
+    return padded
 
 
 def _pool(b: Builder, node: Node, pool: str) -> None:
@@ -198,16 +210,23 @@ def _pool(b: Builder, node: Node, pool: str) -> None:
                 pooling_param={"pool": pool, "global_pooling": True})
         return
     ceil = bool(node.attr("ceil_mode", 0))
-    if before != after and _rounded_up(shape[2:], kernel, strides, before) == node.output_shape()[2:] and \
-            (pool == "MAX" or not (include_pad or any(before))):
-        ceil = True  # (padding after that only rounds the last window up: Caffe's CEIL, which pads it alike)
-    else:
-        before = _symmetric(node, before, after)
+    source = node.inputs[0]
+    if before != after:
+        if _rounded_up(shape[2:], kernel, strides, before) == node.output_shape()[2:] and \
+                (pool == "MAX" or not (include_pad or any(before))):
+            ceil = True  # (padding after that only rounds the last window up: Caffe's CEIL, which pads it alike)
+        elif pool == "MAX" or include_pad:  # (padding no maximum picks, or that counts: a Pad first)
+            source = _padded(b, node, source, before, after, -numpy.inf if pool == "MAX" else 0.0)
+            before = [0, 0]
+        else:
+            raise ConversionError(f"padding {before} before and {after} after the spatial axes differs, and leaves "
+                                  "the average's divisor (count_include_pad 0): netspec's AVE pools pad each axis "
+                                  "alike on both sides")
     params = {"pool": pool, **_pair("kernel_size", kernel), **_pair("stride", strides, skip=1),
               **_pair("pad", before, skip=0), "round_mode": "CEIL" if ceil else "FLOOR"}
     if pool == "AVE" and not include_pad and any(before):
         params["count_include_pad"] = False
-    b.layer("Pooling", node.name, node.inputs[:1], node.outputs[:1], pooling_param=params)
+    b.layer("Pooling", node.name, [source], node.outputs[:1], pooling_param=params)
 
 
 def _rounded_up(spatial, kernel, strides, pad) -> tuple[int, ...]:
@@ -490,6 +509,35 @@ def identity(b: Builder, node: Node) -> None:
     b.alias(node.outputs[0], node.inputs[0])
 
 
+def pad(b: Builder, node: Node) -> None:
+    """Pad (constant, reflect, edge): a Pad of the axes from the first padded one on."""
+    shape = node.shape(0)
+    if node.opset < 11:
+        pads, value = node.attr("pads"), float(node.attr("value", 0.0))
+    else:
+        pads = _constant_input(node, 1, "sizes").tolist()
+        value = float(node.constant(2)) if node.given(2) and node.constant(2) is not None else 0.0
+        if node.given(2) and node.constant(2) is None:
+            _constant_input(node, 2, "constant value")
+    axes = _axes(node, 3) if node.opset >= 18 else None
+    axes = list(range(len(shape))) if axes is None else axes
+    before, after = [0] * len(shape), [0] * len(shape)
+    for axis, start, end in zip(axes, pads[:len(axes)], pads[len(axes):]):
+        before[axis], after[axis] = int(start), int(end)
+    mode = node.attr("mode", "constant")
+    if mode not in ("constant", "reflect", "edge") or min(before + after) < 0:
+        raise ConversionError(f"mode {mode} with sizes {pads}: netspec's Pad adds (constant, reflect, edge)")
+    padded = [axis for axis in range(len(shape)) if before[axis] or after[axis]]
+    if not padded:
+        b.alias(node.outputs[0], node.inputs[0])
+        return
+    first = padded[0]
+    params = {"axis": first, "before": before[first:], "after": after[first:], "mode": mode.upper()}
+    if mode == "constant" and value:
+        params["value"] = value
+    b.layer("Pad", node.name, node.inputs[:1], node.outputs[:1], pad_param=params)
+
+
 def conv_transpose(b: Builder, node: Node) -> None:
     """ConvTranspose: a Deconvolution (Caffe's weights are ONNX's: C, num_output/group, kh, kw)."""
     shape = _require_2d(node, "transposed convolution")
@@ -696,7 +744,7 @@ CONVERTERS: dict[str, Callable[[Builder, Node], None]] = {
     "Identity": identity, "Dropout": identity,
     "ConvTranspose": conv_transpose, "LayerNormalization": layer_normalization, "Gelu": gelu,
     "ReduceMean": reduce, "ReduceSum": reduce, "ReduceSumSquare": reduce, "ReduceL1": reduce,
-    "Split": split, "Slice": slice_, "Gather": gather, "Einsum": einsum,
+    "Split": split, "Slice": slice_, "Gather": gather, "Einsum": einsum, "Pad": pad,
 }
 
 NEAREST = {  # operators with no converter yet, and what to do instead
