@@ -1,4 +1,4 @@
-"""Softmax along one axis."""
+"""Softmax along one axis, and its logarithm (LogSoftmax)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,12 @@ def softmax(xp, x, out) -> None:
     xp.subtract(x, x.max(axis=1, keepdims=True), out=out)
     xp.exp(out, out=out)
     out /= out.sum(axis=1, keepdims=True)
+
+
+def log_softmax(xp, x, out) -> None:
+    """Write the log-softmax of (outer, classes, inner) ``x`` over axis 1 into ``out``, stably."""
+    xp.subtract(x, x.max(axis=1, keepdims=True), out=out)
+    out -= xp.log(xp.exp(out).sum(axis=1, keepdims=True))
 
 
 @register_layer
@@ -69,3 +75,44 @@ class Softmax(Layer):
             y, dy = top[0].data.reshape(view), top[0].diff.reshape(view)
             dot = (dy * y).sum(axis=1, keepdims=True)
             self.xp.multiply(y, dy - dot, out=bottom[0].diff.reshape(view))
+
+
+@register_layer
+class LogSoftmax(Layer):
+    """LogSoftmax: ``y_k = x_k - log sum_j exp(x_j)`` along ``axis``, computed as ``x_k - m - log sum_j exp(x_j -
+    m)`` with ``m`` the maximum (PyTorch's ``log_softmax``, ONNX's LogSoftmax): the logarithm of Softmax's
+    output, without its rounding to 0 for the unlikely classes.  The gradient is ``dy_k - exp(y_k) sum_j dy_j``.
+
+    Bottom/top: any shape.  Not in place.  On the CPU in float32 oneDNN's log-softmax runs it.
+
+    Example::
+
+        - {name: log_prob, type: LogSoftmax, bottom: fc8, top: log_prob, softmax_param: {axis: 1}}
+    """
+
+    type = "LogSoftmax"
+    param_blocks = {"softmax_param": SoftmaxParams}
+
+    def top_shapes(self, bottom_shapes):
+        softmax_view(bottom_shapes[0], self.block("softmax_param").axis)
+        return [bottom_shapes[0]]
+
+    def reshape(self, bottom, top):
+        super().reshape(bottom, top)
+        view = softmax_view(bottom[0].shape, self.block("softmax_param").axis)
+        self.fast = onednn.attempt(self, lambda lib: onednn.Softmax(lib, view, 1, log=True))
+
+    def forward(self, bottom, top):
+        if self.fast is not None:
+            self.fast.forward(bottom[0].data, top[0].data)
+            return
+        view = softmax_view(bottom[0].shape, self.block("softmax_param").axis)
+        log_softmax(self.xp, bottom[0].data.reshape(view), top[0].data.reshape(view))
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0] and self.fast is not None:
+            self.fast.backward(None, top[0].data, top[0].diff, bottom[0].diff)
+        elif propagate_down[0]:
+            view = softmax_view(bottom[0].shape, self.block("softmax_param").axis)
+            y, dy = top[0].data.reshape(view), top[0].diff.reshape(view)
+            self.xp.subtract(dy, self.xp.exp(y) * dy.sum(axis=1, keepdims=True), out=bottom[0].diff.reshape(view))

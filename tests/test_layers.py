@@ -669,6 +669,9 @@ CASES = [
          {"reshape_param": {"shape": {"dim": [0, 2, -1]}}}),
     Case("softmax", "Softmax", [rand(3, 4)], lambda b, w, p: [ref_softmax(b[0])]),
     Case("softmax_4d", "Softmax", [rand(2, 3, 2, 2)], lambda b, w, p: [ref_softmax(b[0])]),
+    Case("log_softmax", "LogSoftmax", [rand(3, 4) * 20], lambda b, w, p: [np.log(ref_softmax(b[0]))]),
+    Case("log_softmax_last_axis", "LogSoftmax", [rand(2, 3, 5)],
+         lambda b, w, p: [np.log(ref_softmax(b[0], axis=-1))], {"softmax_param": {"axis": -1}}),
     Case("argmax", "ArgMax", [rand(3, 6)], lambda b, w, p: ref_argmax(b, w, {"top_k": 2, "out_max_val": True}),
          {"argmax_param": {"top_k": 2, "out_max_val": True}}, grad=False),
     Case("argmax_ties_4d", "ArgMax", [np.floor(rand(2, 3, 2, 2) * 1.5)],  # (values -2..1: ties everywhere)

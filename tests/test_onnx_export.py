@@ -63,6 +63,8 @@ layers:
   - {name: swish, type: Swish, bottom: wide, top: d, swish_param: {beta: 1.5}}
   - {name: silu, type: Swish, bottom: wide, top: e}
   - {name: ln, type: LayerNorm, bottom: wide, top: f, layer_norm_param: {axis: 1}}
+  - {name: log_prob, type: LogSoftmax, bottom: wide, top: g}
+  - {name: log_last, type: LogSoftmax, bottom: wide, top: h, softmax_param: {axis: -1}}
 """
 
 GELU_ADAPTIVE_MATMUL = """name: gelu_adaptive_matmul

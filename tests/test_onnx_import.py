@@ -197,10 +197,12 @@ def test_prelu(slope):
     assert kinds(compare(model_of([node], {"x": (2, 3, 4, 4)}, {"a": weights(*slope)}))) == ["PReLU"]
 
 
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
 @pytest.mark.parametrize("opset, axis", [(11, 1), (13, 1), (13, -1), (11, 3)])
-def test_softmax(opset, axis):
+def test_softmax(op, opset, axis):
     """Before opset 13 Softmax normalises over every axis from ``axis`` on, flattened."""
-    compare(model_of([helper.make_node("Softmax", ["x"], ["y"], axis=axis)], {"x": (2, 3, 4, 5)}, opset=opset))
+    imported = compare(model_of([helper.make_node(op, ["x"], ["y"], axis=axis)], {"x": (2, 3, 4, 5)}, opset=opset))
+    assert op in kinds(imported)
 
 
 def test_lrn():
@@ -496,3 +498,39 @@ def test_the_exporters_erf_subgraph_is_one_gelu(half_first):
     imported = compare(model_of(nodes, {"x": (2, 3, 6)}, constants, opset=13))
     assert kinds(imported) == ["InnerProduct", "GELU"]
     assert "GELU recognised in 1 Erf subgraph(s)" in imported.summary()[-1]
+
+
+def test_a_graph_of_absurdly_many_nodes_is_refused_before_anything_is_read():
+    nodes = [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"]) for i in range(100_001)]
+    model = model_of(nodes, {"t0": (1, 2)})
+    with pytest.raises(ModelImportError, match="the model: 100,001 nodes, more than the 100,000 netspec reads"):
+        import_onnx(model)
+
+
+def test_attention_exported_as_plain_operators_imports():
+    """A head of scaled dot-product attention as PyTorch writes it: MatMul, Transpose, Div, Softmax, MatMul."""
+    nodes = [helper.make_node("MatMul", ["x", "wq"], ["q"]), helper.make_node("MatMul", ["x", "wk"], ["k"]),
+             helper.make_node("MatMul", ["x", "wv"], ["v"]),
+             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]), helper.make_node("Div", ["s", "scale"], ["scaled"]),
+             helper.make_node("Add", ["scaled", "mask"], ["masked"]),
+             helper.make_node("Softmax", ["masked"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["y"])]
+    mask = np.triu(np.full((5, 5), -1e4, dtype=np.float32), 1)
+    constants = {"wq": weights(8, 8), "wk": weights(8, 8), "wv": weights(8, 8), "scale": np.float32(np.sqrt(8)),
+                 "mask": mask}
+    imported = compare(model_of(nodes, {"x": (2, 5, 8)}, constants), atol=1e-4)
+    assert kinds(imported).count("MatMul") == 2 and "Softmax" in kinds(imported)
+
+
+def test_batch_normalization_folds_into_the_convolution_where_asked():
+    constants = {"w": weights(4, 3, 3, 3), "c": weights(4), "s": weights(4), "b": weights(4), "m": weights(4),
+                 "v": weights(4, positive=True)}
+    nodes = [helper.make_node("Conv", ["x", "w", "c"], ["conv"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["conv", "s", "b", "m", "v"], ["y"], epsilon=1e-3)]
+    model = model_of(nodes, {"x": (2, 3, 5, 5)}, constants)
+    assert kinds(compare(model)) == ["Convolution", "BatchNorm", "Scale"]
+    folded = compare(model, fold_batchnorm=True)
+    assert kinds(folded) == ["Convolution"] and "folded into the convolution before it: 1" in folded.summary()[-1]
+    kept = model_of([*nodes, helper.make_node("Relu", ["conv"], ["r"])], {"x": (2, 3, 5, 5)}, constants,
+                    outputs=["y", "r"])  # (the convolution's output read twice: nothing folds)
+    assert "BatchNorm" in kinds(compare(kept, fold_batchnorm=True))

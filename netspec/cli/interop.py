@@ -115,10 +115,12 @@ def import_caffe_solver(prototxt, out, caffe_root):
               "dynamic, or to change it)")
 @click.option("--input-shape", type=Dims(None), default=None,
               help="the inputs' other axes where the model leaves them dynamic, e.g. 3,224,224")
+@click.option("--fold-batchnorm", is_flag=True, help="fold each BatchNormalization after a convolution into its "
+              "weights and bias [default: BatchNorm and Scale layers, which fine-tuning can train]")
 @user_errors
-def import_onnx_command(model, out, weights, batch, input_shape):
+def import_onnx_command(model, out, weights, batch, input_shape, fold_batchnorm):
     """Convert an ONNX model (from PyTorch, TensorFlow/Keras, Caffe2...) into a netspec net and its weights."""
-    out, weights, imported = import_onnx_file(model, out, weights, batch, input_shape)
+    out, weights, imported = import_onnx_file(model, out, weights, batch, input_shape, fold_batchnorm)
     inputs = [layer for layer in imported.net["layers"] if layer["type"] == "Input"]
     click.echo(f"wrote {out} ({len(imported.net['layers']) - len(inputs)} layers, opset {imported.opset}"
                f"{', from ' + imported.producer if imported.producer else ''}) and {weights}; inputs "

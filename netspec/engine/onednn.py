@@ -53,7 +53,7 @@ ELTWISE_CLIP_V2_USE_DST = 0x106
 BINARY_ADD, BINARY_MUL = 0x1FFF0, 0x1FFF1
 POOLING_MAX, POOLING_AVG_INCLUDE_PADDING = 0x1FF, 0x2FF
 LRN_ACROSS_CHANNELS, LRN_WITHIN_CHANNEL = 0xAFF, 0xBFF
-SOFTMAX_ACCURATE = 0x30000  # (the maximum subtracted before exp)
+SOFTMAX_ACCURATE, SOFTMAX_LOG = 0x30000, 0x30001  # (the maximum subtracted before exp; the log-softmax)
 ARG_SRC, ARG_DST, ARG_WEIGHTS, ARG_BIAS = 1, 17, 33, 41
 ARG_SRC_1 = 2  # a binary operation's second input
 ARG_POST_OPS = 32768  # the post-op i's arguments are ARG_POST_OPS * (i + 1) | its argument
@@ -896,16 +896,18 @@ class Elementwise(Unary):
 
 class Softmax(Unary):
     """oneDNN's softmax, ``y_k = exp(x_k - max_j x_j) / sum_j exp(x_j - max_j x_j)`` along ``axis`` of plain
-    float32 arrays of one shape, forward and backward (from the output: it runs in place)."""
+    float32 arrays of one shape (with ``log``: its logarithm, ``x_k - max_j x_j - log sum_j exp(x_j - max_j
+    x_j)``), forward and backward (from the output: it runs in place)."""
 
     backward_reads = ARG_DST
 
-    def __init__(self, lib: Library, shape, axis: int):
+    def __init__(self, lib: Library, shape, axis: int, log: bool = False):
         data = lib.memory_desc(tuple(shape))
+        algorithm = SOFTMAX_LOG if log else SOFTMAX_ACCURATE
         forward, backward = Handle(), Handle()
         lib.call("dnnl_softmax_forward_primitive_desc_create", ctypes.byref(forward), lib.engine, FORWARD_TRAINING,
-                 SOFTMAX_ACCURATE, data, data, ctypes.c_int(axis), None)
-        lib.call("dnnl_softmax_backward_primitive_desc_create", ctypes.byref(backward), lib.engine, SOFTMAX_ACCURATE,
+                 algorithm, data, data, ctypes.c_int(axis), None)
+        lib.call("dnnl_softmax_backward_primitive_desc_create", ctypes.byref(backward), lib.engine, algorithm,
                  data, data, data, ctypes.c_int(axis), forward, None)
         self.bind(lib, shape, forward, backward)
 

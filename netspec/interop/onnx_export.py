@@ -464,7 +464,8 @@ def _layer_norm(b: _Builder, node, layer, x: str, y: str) -> None:
 
 
 def _softmax(b: _Builder, node, layer, x: str, y: str) -> None:
-    b.add("Softmax", [x], [y], node.name, axis=layer.block("softmax_param").axis)
+    """Softmax or LogSoftmax (ONNX's names are netspec's) along the axis."""
+    b.add(layer.type, [x], [y], node.name, axis=layer.block("softmax_param").axis)
 
 
 def _permute(b: _Builder, node, layer, x: str, y: str) -> None:
@@ -607,7 +608,7 @@ def _slice(b: _Builder, node, layer, x: str, ys: list[str]) -> None:
 # layer type -> export(builder, node, layer, x, y): x the bottom's tensor, y the top's
 ONE_INPUT = {"Convolution": _convolution("Conv"), "Deconvolution": _convolution("ConvTranspose"), "Crop": _crop,
              "InnerProduct": _inner_product, "Pooling": _pooling, "SPP": _spp,
-             "BatchNorm": _batch_norm, "LRN": _lrn, "ReLU": _relu, "Softmax": _softmax,
+             "BatchNorm": _batch_norm, "LRN": _lrn, "ReLU": _relu, "Softmax": _softmax, "LogSoftmax": _softmax,
              "Sigmoid": _simple("Sigmoid"), "TanH": _simple("Tanh"), "AbsVal": _simple("Abs"),
              "Dropout": _simple("Identity"), "Flatten": _reshape, "Reshape": _reshape, "ReLU6": _relu6,
              "HardSigmoid": _simple("HardSigmoid", "hard_sigmoid_param", "alpha", "beta"),

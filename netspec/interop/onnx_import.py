@@ -26,6 +26,7 @@ from netspec.engine.net import Net, load_net
 from netspec.engine.outputs import OutputFolder
 from netspec.errors import ModelImportError
 from netspec.interop.onnx_ops import CONVERTERS, NEAREST, Builder, ConversionError, Node
+from netspec.interop.onnx_patterns import fold_batchnorm as fold_batchnorm_into_convolutions
 from netspec.interop.onnx_patterns import recognise
 
 OPSETS = range(9, 22)  # the default domain's versions read
@@ -123,12 +124,15 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def import_onnx(source, batch: int | None = None, input_shape: tuple[int, ...] | None = None) -> OnnxImport:
+def import_onnx(source, batch: int | None = None, input_shape: tuple[int, ...] | None = None,
+                fold_batchnorm: bool = False) -> OnnxImport:
     """Import an ONNX model (a path, or an ``onnx.ModelProto``) as a netspec net and its weights.
 
     ``batch`` sets the first axis of every input, ``input_shape`` the others
-    (C, H, W) where the model leaves them dynamic.  ModelImportError, in one
-    line naming the node, for anything netspec cannot express.
+    (C, H, W) where the model leaves them dynamic.  ``fold_batchnorm`` folds
+    each BatchNormalization after a convolution into its weights and bias
+    (a faster net, with no BatchNorm left to fine-tune).  ModelImportError,
+    in one line naming the node, for anything netspec cannot express.
     """
     _onnx()
     where = source if isinstance(source, str) else "the model"
@@ -147,8 +151,13 @@ def import_onnx(source, batch: int | None = None, input_shape: tuple[int, ...] |
     remaining = _fold(nodes, shapes, constants, opset, result, where)
     if len(remaining) < len(nodes):  # (shapes that depended on folded values are known now)
         shapes = _infer(model, inputs, constants, remaining, where)
-    remaining, notes = recognise(remaining, constants, {output.name for output in graph.output})
+    outputs = {output.name for output in graph.output}
+    remaining, notes = recognise(remaining, constants, outputs)
     result.notes.extend(notes)
+    if fold_batchnorm:
+        remaining, notes = fold_batchnorm_into_convolutions(remaining, constants, outputs)
+        result.notes.extend(notes)
+        shapes.update({name: value.shape for name, value in constants.items() if name not in shapes})
     builder = Builder(names={*inputs})
     for name, shape in inputs.items():
         builder.layers.append({"name": name, "type": "Input", "top": [name],
@@ -397,11 +406,12 @@ def _check_shapes(result: OnnxImport, shapes, builder: Builder, where: str) -> N
 
 
 def import_onnx_file(path: str, out: str | None = None, weights: str | None = None, batch: int | None = None,
-                     input_shape: tuple[int, ...] | None = None) -> tuple[str, str, OnnxImport]:
-    """Import the ONNX model ``path`` and write its net (``out``, default beside it with ``.yaml``) and weights
-    (``weights``, default beside the net with ``.weights.h5``), the weights first: nothing is written unless the
-    whole model imports.  Returns both paths and the import."""
-    imported = import_onnx(path, batch, input_shape)
+                     input_shape: tuple[int, ...] | None = None,
+                     fold_batchnorm: bool = False) -> tuple[str, str, OnnxImport]:
+    """Import the ONNX model ``path`` (:func:`import_onnx`) and write its net (``out``, default beside it with
+    ``.yaml``) and weights (``weights``, default beside the net with ``.weights.h5``), the weights first: nothing
+    is written unless the whole model imports.  Returns both paths and the import."""
+    imported = import_onnx(path, batch, input_shape, fold_batchnorm)
     out = out or os.path.splitext(path)[0] + ".yaml"
     weights = weights or os.path.splitext(out)[0] + ".weights.h5"
     text = imported.text(os.path.basename(path))

@@ -358,16 +358,16 @@ def prelu(b: Builder, node: Node) -> None:
 
 
 def softmax(b: Builder, node: Node) -> None:
-    """Softmax along an axis (before opset 13: over all the axes from ``axis`` on, flattened)."""
+    """Softmax, LogSoftmax along an axis (before opset 13: over all the axes from ``axis`` on, flattened)."""
     shape = node.shape(0)
     axis = int(node.attr("axis", 1 if node.opset < 13 else -1)) % len(shape)
     if node.opset >= 13 or math.prod(shape[axis + 1:]) == 1:  # (then the axes flattened are this one alone)
-        b.layer("Softmax", node.name, node.inputs[:1], node.outputs[:1], softmax_param={"axis": axis})
+        b.layer(node.op, node.name, node.inputs[:1], node.outputs[:1], softmax_param={"axis": axis})
         return
     flat, rows = b.temporary(node.name), b.temporary(node.name)
     b.layer("Reshape", f"{node.name}/flatten", node.inputs[:1], [flat],
             reshape_param={"shape": {"dim": [*shape[:axis], -1]}})
-    b.layer("Softmax", node.name, [flat], [rows], softmax_param={"axis": axis})
+    b.layer(node.op, node.name, [flat], [rows], softmax_param={"axis": axis})
     b.layer("Reshape", f"{node.name}/unflatten", [rows], node.outputs[:1],
             reshape_param={"shape": {"dim": list(shape)}})
 
@@ -737,7 +737,7 @@ CONVERTERS: dict[str, Callable[[Builder, Node], None]] = {
     "Sqrt": _activation("Power", "power_param", lambda n: {"power": 0.5}),
     "Reciprocal": _activation("Power", "power_param", lambda n: {"power": -1.0}),
     "Neg": _activation("Power", "power_param", lambda n: {"scale": -1.0}),
-    "Clip": clip, "PRelu": prelu, "Softmax": softmax,
+    "Clip": clip, "PRelu": prelu, "Softmax": softmax, "LogSoftmax": softmax,
     "Add": arithmetic, "Sub": arithmetic, "Mul": arithmetic, "Div": arithmetic,
     "Sum": variadic("SUM"), "Max": variadic("MAX"), "Concat": concat,
     "Flatten": reshape, "Reshape": reshape, "Squeeze": reshape, "Unsqueeze": reshape, "Transpose": transpose,
@@ -748,7 +748,6 @@ CONVERTERS: dict[str, Callable[[Builder, Node], None]] = {
 }
 
 NEAREST = {  # operators with no converter yet, and what to do instead
-    "LogSoftmax": "Softmax followed by Log (less precise for tiny probabilities)",
     "Resize": "Deconvolution with a bilinear filler for 2x bilinear upsampling",
     "Upsample": "Deconvolution with a bilinear filler for 2x bilinear upsampling",
 }

@@ -1,6 +1,7 @@
-"""Subgraphs of ONNX operators that exporters write for one function netspec has as a layer, rewritten as that
-function's own operator before conversion: GELU, which exporters before opset 20 write as
-``x * 0.5 * (1 + erf(x / sqrt(2)))`` (Div or Mul, Erf, Add, Mul, Mul).
+"""Subgraphs of ONNX operators rewritten before conversion: those exporters write for one function netspec has as
+a layer, as that function's own operator (GELU, which exporters before opset 20 write as
+``x * 0.5 * (1 + erf(x / sqrt(2)))``: Div or Mul, Erf, Add, Mul, Mul), and, where asked, a BatchNormalization
+folded into the convolution before it.
 """
 
 from __future__ import annotations
@@ -75,6 +76,36 @@ def _gelu(graph: _Graph, erf) -> tuple[list, object] | None:
     else:
         return None
     return nodes, helper.make_node("Gelu", [x], [last.output[0]], name=erf.name or last.name)
+
+
+def fold_batchnorm(nodes: list, constants: dict, outputs: set[str]) -> tuple[list, list[str]]:
+    """``nodes`` with each inference BatchNormalization that alone reads a Conv's output (weights and statistics
+    constant) folded into that Conv's weights and bias (new constants in ``constants``); a note of how many."""
+    from onnx import helper
+
+    graph = _Graph(nodes, constants, outputs)
+    folded: dict[int, object] = {}
+    for norm in nodes:
+        conv = graph.producer.get(norm.input[0]) if norm.op_type == "BatchNormalization" else None
+        if conv is None or conv.op_type != "Conv" or graph.only_reader(conv.output[0], norm.op_type) is not norm:
+            continue
+        values = [constants.get(name) for name in (*conv.input[1:2], *norm.input[1:5])]
+        bias = constants.get(conv.input[2]) if len(conv.input) > 2 and conv.input[2] else 0.0
+        training = any(attr.name == "training_mode" and attr.i for attr in norm.attribute)
+        if any(value is None for value in values) or bias is None or training or any(norm.output[1:]):
+            continue
+        weights, scale, shift, mean, variance = (value.astype(numpy.float64) for value in values)
+        epsilon = next((attr.f for attr in norm.attribute if attr.name == "epsilon"), 1e-5)
+        factor = scale / numpy.sqrt(variance + epsilon)
+        names = [f"{norm.output[0]}/folded_weights", f"{norm.output[0]}/folded_bias"]
+        constants[names[0]] = (weights * factor.reshape(-1, *[1] * (weights.ndim - 1))).astype(numpy.float32)
+        constants[names[1]] = ((bias - mean) * factor + shift).astype(numpy.float32)
+        replacement = helper.make_node("Conv", [conv.input[0], *names], [norm.output[0]], name=conv.name)
+        replacement.attribute.extend(conv.attribute)
+        folded[id(conv)], folded[id(norm)] = replacement, None
+    result = [folded.get(id(node), node) for node in nodes if folded.get(id(node), node) is not None]
+    count = sum(1 for node in folded.values() if node is not None)
+    return result, [f"BatchNormalization folded into the convolution before it: {count}"] if count else []
 
 
 def recognise(nodes: list, constants: dict, outputs: set[str]) -> tuple[list, list[str]]:
