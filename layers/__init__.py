@@ -41,6 +41,7 @@ from netspec.layers import (  # noqa: F401 - imported to register the layer type
     recurrent,
     reduction,
     reshaping,
+    resize,
     scale_bias,
     selection,
     softmax,

@@ -487,6 +487,44 @@ def pad(id, x, **p):
     return Case(id, "Pad", [x], lambda b, w, q: ref_pad(b, w, p), {"pad_param": p})
 
 
+def ref_resize(bottoms, params, p):
+    """Each output at its place in the input (ONNX's coordinate transformations), rounded or bilinear, naively."""
+    x = bottoms[0]
+    n, c, h, w = x.shape
+    scale = p.get("scale", [])
+    scale = scale * 2 if len(scale) == 1 else scale
+    out = (p["height"], p["width"]) if "height" in p else tuple(int(math.floor(s * f)) for s, f in zip((h, w), scale))
+    scale = scale or [o / s for o, s in zip(out, (h, w))]
+    coordinates = p.get("coordinates", "HALF_PIXEL")
+
+    def place(o, size, count, factor):
+        if coordinates == "ALIGN_CORNERS":
+            return o * (size - 1) / (count - 1) if count > 1 else 0.0
+        if coordinates == "ASYMMETRIC":
+            return o / factor
+        return 0.0 if coordinates == "PYTORCH_HALF_PIXEL" and count == 1 else (o + 0.5) / factor - 0.5
+
+    def taps(position, size):
+        if p.get("mode", "NEAREST") == "NEAREST":
+            rounded = {"ROUND_PREFER_FLOOR": math.ceil(position - 0.5), "ROUND_PREFER_CEIL": math.floor(position + 0.5),
+                       "FLOOR": math.floor(position), "CEIL": math.ceil(position)}[p.get("nearest", "ROUND_PREFER_FLOOR")]
+            return [(min(max(rounded, 0), size - 1), 1.0)]
+        low = math.floor(position)
+        return [(min(max(low, 0), size - 1), 1 - (position - low)), (min(max(low + 1, 0), size - 1), position - low)]
+
+    y = np.zeros((n, c, *out))
+    for oy in range(out[0]):
+        for ox in range(out[1]):
+            for iy, wy in taps(place(oy, h, out[0], scale[0]), h):
+                for ix, wx in taps(place(ox, w, out[1], scale[1]), w):
+                    y[:, :, oy, ox] += wy * wx * x[:, :, iy, ix]
+    return [y]
+
+
+def resize(id, x, **p):
+    return Case(id, "Resize", [x], lambda b, w, q: ref_resize(b, w, p), {"resize_param": p})
+
+
 def ref_crop(bottoms, params, p):
     x, reference = bottoms
     offsets = p.get("offset", [0])
@@ -535,6 +573,16 @@ CASES = [
     pad("pad_reflect", rand(2, 2, 4, 5), before=[2, 1], after=[3, 4], mode="REFLECT"),
     pad("pad_edge_one_size", rand(1, 3, 3, 2), before=[2], after=[1], mode="EDGE"),
     pad("pad_reflect_axis1", rand(2, 4, 3), axis=1, before=[1, 0], after=[2, 2], mode="REFLECT"),
+    resize("resize_nearest_2x", rand(2, 2, 3, 4), scale=[2]),
+    resize("resize_nearest_ties", rand(1, 2, 3, 3), scale=[2], coordinates="ASYMMETRIC"),  # (positions o / 2)
+    resize("resize_nearest_floor_asymmetric", rand(1, 2, 4, 5), height=7, width=3, coordinates="ASYMMETRIC",
+           nearest="FLOOR"),
+    resize("resize_nearest_ceil_down", rand(1, 1, 6, 6), scale=[0.5, 0.75], nearest="ROUND_PREFER_CEIL"),
+    resize("resize_linear_half_pixel", rand(2, 2, 3, 4), scale=[2, 1.5], mode="LINEAR"),
+    resize("resize_linear_align_corners", rand(1, 2, 4, 3), height=7, width=5, mode="LINEAR",
+           coordinates="ALIGN_CORNERS"),
+    resize("resize_linear_pytorch_to_one", rand(1, 2, 4, 5), height=1, width=3, mode="LINEAR",
+           coordinates="PYTORCH_HALF_PIXEL"),
     Case("crop_axis1_one_offset", "Crop", [rand(2, 5, 6, 6), rand(2, 3, 4, 4)],
          lambda b, w, q: ref_crop(b, w, {"axis": 1, "offset": [1]}), {"crop_param": {"axis": 1, "offset": 1}}),
     pool("pool_max_ceil", rand(2, 2, 7, 7), pool="MAX", kernel_size=3, stride=2),

@@ -156,6 +156,9 @@ layers:
   - {name: mirrored, type: Pad, bottom: data, top: mirrored, pad_param: {axis: 1, before: 1, after: 2,
                                                                           mode: REFLECT}}
   - {name: edges, type: Pad, bottom: data, top: edges, pad_param: {before: 2, mode: EDGE}}
+  - {name: nearer, type: Resize, bottom: data, top: nearer, resize_param: {scale: [1.5, 2]}}
+  - {name: smooth, type: Resize, bottom: data, top: smooth, resize_param: {height: 5, width: 17, mode: LINEAR,
+                                                                         coordinates: ALIGN_CORNERS}}
   - {name: halves, type: Slice, bottom: tile, top: [first, rest], slice_param: {slice_point: [2]}}
   - {name: thirds, type: Slice, bottom: data, top: [a, b, c], slice_param: {axis: 2, slice_point: [3, 7]}}
   - {name: pairs, type: Slice, bottom: data, top: [left, right], slice_param: {axis: -1, slice_point: [4]}}

@@ -534,3 +534,33 @@ def test_batch_normalization_folds_into_the_convolution_where_asked():
     kept = model_of([*nodes, helper.make_node("Relu", ["conv"], ["r"])], {"x": (2, 3, 5, 5)}, constants,
                     outputs=["y", "r"])  # (the convolution's output read twice: nothing folds)
     assert "BatchNorm" in kinds(compare(kept, fold_batchnorm=True))
+
+
+RESIZES = {
+    "Upsample, nearest (opset 9)": (9, "Upsample", dict(mode="nearest"), "scales", [1, 1, 2, 2]),
+    "Upsample, linear": (9, "Upsample", dict(mode="linear"), "scales", [1, 1, 2, 1.5]),
+    "Resize-10, nearest": (10, "Resize", dict(mode="nearest"), "scales", [1, 1, 1.5, 2]),
+    "nearest, half pixel, round_prefer_floor": (13, "Resize", dict(mode="nearest"), "scales", [1, 1, 2, 2]),
+    "nearest, asymmetric, floor (PyTorch's)": (13, "Resize", dict(mode="nearest", nearest_mode="floor",
+                                                                 coordinate_transformation_mode="asymmetric"),
+                                              "sizes", [2, 3, 9, 7]),
+    "linear, half pixel (PyTorch's bilinear)": (13, "Resize", dict(mode="linear"), "scales", [1, 1, 2, 2]),
+    "linear, align corners": (13, "Resize", dict(mode="linear", coordinate_transformation_mode="align_corners"),
+                              "sizes", [2, 3, 7, 9]),
+    "linear, pytorch half pixel, down": (13, "Resize", dict(mode="linear",
+                                                            coordinate_transformation_mode="pytorch_half_pixel"),
+                                         "sizes", [2, 3, 1, 3]),
+}
+
+
+@pytest.mark.parametrize("name", RESIZES)
+def test_resize(name):
+    opset, op, attrs, kind, values = RESIZES[name]
+    if opset < 10 or op == "Resize" and opset == 10:
+        inputs, constants = ["x", "scales"], {"scales": np.array(values, dtype=np.float32)}
+    elif kind == "scales":
+        inputs, constants = ["x", "", "scales"], {"scales": np.array(values, dtype=np.float32)}
+    else:
+        inputs, constants = ["x", "", "", "sizes"], {"sizes": np.array(values, dtype=np.int64)}
+    node = helper.make_node(op, inputs, ["y"], **attrs)
+    assert kinds(compare(model_of([node], {"x": (2, 3, 4, 5)}, constants, opset=opset))) == ["Resize"]

@@ -547,6 +547,19 @@ def _pad(b: _Builder, node, layer, x: str, y: str) -> None:
     b.add("Pad", inputs, [y], node.name, mode=p.mode.lower())
 
 
+def _resize(b: _Builder, node, layer, x: str, y: str) -> None:
+    """Resize by the layer's scales where it has them (its positions depend on them), else to its sizes."""
+    p = layer.block("resize_param")
+    (height, width), _ = layer.geometry(node.bottom_shapes[0])
+    scale = list(p.scale) * 2 if len(p.scale) == 1 else list(p.scale)
+    if scale:
+        inputs = [x, "", b.constant(f"{node.name}/scales", numpy.array([1.0, 1.0, *scale], dtype=numpy.float32))]
+    else:
+        inputs = [x, "", "", b.constant(f"{node.name}/sizes", [*node.bottom_shapes[0][:2], height, width])]
+    b.add("Resize", inputs, [y], node.name, mode=p.mode.lower(), coordinate_transformation_mode=p.coordinates.lower(),
+          nearest_mode=p.nearest.lower())
+
+
 def _rows(b: _Builder, name: str, indices: str) -> str:
     """Row indices stored as floats (netspec checks they are whole numbers in range) cast to int64."""
     return b.intermediate("Cast", [indices], name, to=b.onnx.TensorProto.INT64)
@@ -616,7 +629,7 @@ ONE_INPUT = {"Convolution": _convolution("Conv"), "Deconvolution": _convolution(
              "Permute": _permute, "Reduction": _reduction, "ELU": _simple("Elu", "elu_param", "alpha"),
              "PReLU": _prelu, "BNLL": _simple("Softplus"), "Exp": _exp, "Log": _log, "Power": _power, "Clip": _clip,
              "Threshold": _threshold, "MVN": _mvn, "ArgMax": _argmax, "Tile": _tile, "Embed": _embed,
-             "Pad": _pad}
+             "Pad": _pad, "Resize": _resize}
 # export(builder, node, layer, [every bottom's tensor], y)
 MANY_INPUTS = {"Eltwise": _eltwise, "Concat": _concat, "MatMul": _matmul, "MultiHeadAttention": _attention,
                "Scale": _scale, "Bias": _bias, "BatchReindex": _batch_reindex, "Parameter": _parameter}

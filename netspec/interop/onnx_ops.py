@@ -538,6 +538,40 @@ def pad(b: Builder, node: Node) -> None:
     b.layer("Pad", node.name, node.inputs[:1], node.outputs[:1], pad_param=params)
 
 
+def resize(b: Builder, node: Node) -> None:
+    """Resize, Upsample (nearest or linear, of H and W): Resize."""
+    shape = _require_2d(node, "resize")
+    mode = node.attr("mode", "nearest")
+    if node.op == "Upsample" or node.opset < 11:  # (their positions are o / scale, nearest rounding down)
+        coordinates, nearest = "asymmetric", "floor"
+        scales = node.attr("scales") if node.attr("scales") is not None else _constant_input(node, 1, "scales")
+    else:
+        coordinates = node.attr("coordinate_transformation_mode", "half_pixel")
+        nearest = node.attr("nearest_mode", "round_prefer_floor")
+        scales = node.constant(2) if node.given(2) else None
+        if node.given(2) and scales is None:
+            _constant_input(node, 2, "scales")
+        if scales is not None and not numpy.asarray(scales).size:
+            scales = None
+        if node.attr("antialias", 0) or node.attr("axes") is not None or \
+                node.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
+            raise ConversionError("antialias, axes or a kept aspect ratio: netspec's Resize stretches H and W")
+    if mode not in ("nearest", "linear", "bilinear") or coordinates in ("tf_half_pixel_for_nn", "tf_crop_and_resize"):
+        raise ConversionError(f"mode {mode} with coordinate_transformation_mode {coordinates}: netspec's Resize "
+                              "is nearest or (bi)linear, with half_pixel, pytorch_half_pixel, align_corners or "
+                              "asymmetric positions")
+    params = {"height": int(node.output_shape()[2]), "width": int(node.output_shape()[3])}
+    if scales is not None:
+        scales = [float(value) for value in numpy.asarray(scales).reshape(-1)]
+        if len(scales) != len(shape) or scales[:2] != [1.0, 1.0]:
+            raise ConversionError(f"scales {scales}: netspec's Resize scales H and W alone")
+        params["scale"] = scales[2:]
+    params.update({"mode": "NEAREST" if mode == "nearest" else "LINEAR", "coordinates": coordinates.upper()})
+    if mode == "nearest":
+        params["nearest"] = nearest.upper()
+    b.layer("Resize", node.name, node.inputs[:1], node.outputs[:1], resize_param=params)
+
+
 def conv_transpose(b: Builder, node: Node) -> None:
     """ConvTranspose: a Deconvolution (Caffe's weights are ONNX's: C, num_output/group, kh, kw)."""
     shape = _require_2d(node, "transposed convolution")
@@ -745,9 +779,9 @@ CONVERTERS: dict[str, Callable[[Builder, Node], None]] = {
     "ConvTranspose": conv_transpose, "LayerNormalization": layer_normalization, "Gelu": gelu,
     "ReduceMean": reduce, "ReduceSum": reduce, "ReduceSumSquare": reduce, "ReduceL1": reduce,
     "Split": split, "Slice": slice_, "Gather": gather, "Einsum": einsum, "Pad": pad,
+    "Resize": resize, "Upsample": resize,
 }
 
-NEAREST = {  # operators with no converter yet, and what to do instead
-    "Resize": "Deconvolution with a bilinear filler for 2x bilinear upsampling",
-    "Upsample": "Deconvolution with a bilinear filler for 2x bilinear upsampling",
+NEAREST: dict[str, str] = {  # operators with no converter yet, and what to do instead
+    "TopK": "ArgMax (with out_max_val for the values)",
 }
