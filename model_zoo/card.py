@@ -80,6 +80,17 @@ class CaffeOrigin:
 
 
 @dataclass
+class ImportOrigin:
+    """The file of another framework the weights were converted from (``netspec import onnx``)."""
+
+    format: str = required(doc="the file's format (onnx)")
+    file: str = required(doc="its name")
+    sha256: str = required(doc="its SHA-256")
+    producer: str = doc("", "the program that wrote it, and its version")
+    opset: int | None = doc(None, "its ONNX opset")
+
+
+@dataclass
 class Provenance:
     """Where a model came from."""
 
@@ -89,6 +100,7 @@ class Provenance:
     iterations: int | None = doc(None, "training iterations of the weights")
     date: str = doc("", "publication date, ISO 8601")
     caffe: CaffeOrigin | None = doc(None, "for a model imported from Caffe's Model Zoo: where it came from")
+    imported: ImportOrigin | None = doc(None, "for weights converted from another framework's file: which")
 
 
 @dataclass
@@ -287,6 +299,13 @@ def readme(card: ModelCard) -> str:
         lines.append(f"- training data sha256 {p.dataset_sha256[:16]}...")
     if p.caffe:
         lines += _caffe_lines(card, p.caffe)
+    if p.imported:
+        i = p.imported
+        lines.append(f"- converted from {i.format.upper()}: {i.file}, SHA-256 {i.sha256[:16]}..."
+                     + (f", written by {i.producer}" if i.producer else "") + (f", opset {i.opset}" if i.opset else ""))
+        if card.train_net:
+            lines.append(f"- {card.train_net} and {card.solver} are made from the deploy net for fine-tuning "
+                         f"(netspec zoo finetune {card.name} DATASET --out RUN)")
     lines += ["", "## Use", "", "```bash", f"netspec zoo download {card.ref}",
               f"netspec predict {card.name} image.png", "```", "", "## Files", "",
               "| file | bytes | sha256 |", "|---|---|---|"]

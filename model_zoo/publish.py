@@ -9,17 +9,21 @@ import shutil
 from dataclasses import dataclass, field
 
 import h5py
+import yaml
 
+from netspec.atomic import write_bytes
 from netspec.data.dataset import read_manifest
-from netspec.engine.deploy import deploy_net_yaml, derive_deploy_net
+from netspec.engine.deploy import deploy_net_yaml, derive_deploy_net, finetune_solver, train_net_from_deploy
 from netspec.engine.net import Net, compile_net
 from netspec.engine.outputs import OutputFolder, check_sandbox
 from netspec.engine.registry import layer_class, layer_schemas
+from netspec.engine.weights import weights_origin
 from netspec.errors import NetspecError
 from netspec.graph.compiler import included
 from netspec.model_zoo.card import (
     CARD,
     CaffeOrigin,
+    ImportOrigin,
     InputSpec,
     ModelCard,
     ModelFile,
@@ -270,9 +274,17 @@ def _build_card(request: PublishRequest, net, shape, sources: dict, staged: str)
         labels = _label_names(request.labels_file)
     _check_label_count(labels, net, request)
     with h5py.File(os.path.join(staged, WEIGHTS), "r") as handle:
-        provenance.iterations = None if request.caffe else int(handle.attrs.get("iteration", 0))  # Caffe's: unknown
+        origin = weights_origin(handle)
+        imported = origin.get("format") == "onnx"
+        provenance.iterations = None if request.caffe or imported else int(handle.attrs.get("iteration", 0))
         provenance.config_hash = str(handle.attrs.get("config_hash", ""))
     provenance.caffe = request.caffe
+    if imported:
+        provenance.imported = ImportOrigin(format="onnx", file=origin.get("file", ""), sha256=origin.get("sha256", ""),
+                                           producer=origin.get("producer", ""),
+                                           opset=int(origin["opset"]) if origin.get("opset") else None)
+        if not request.run_dir and not extra:
+            extra = _fine_tuning_configs(staged)
 
     provenance.netspec_version = __version__
     provenance.date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
@@ -286,6 +298,18 @@ def _build_card(request: PublishRequest, net, shape, sources: dict, staged: str)
     card.files = [ModelFile(path=name, size=os.path.getsize(os.path.join(staged, name)),
                             sha256=file_sha256(os.path.join(staged, name))) for name in sorted(os.listdir(staged))]
     return card
+
+
+def _fine_tuning_configs(staged: str) -> dict[str, str]:
+    """For an imported classifier: a train/val net made from its deploy net and a solver, written into ``staged``
+    so that ``netspec zoo finetune`` can train it (the card's fields naming them)."""
+    train = train_net_from_deploy(render_net(os.path.join(staged, DEPLOY)))
+    write_bytes(os.path.join(staged, CONFIGS["train_net"]),
+                ("# made from the deploy net for fine-tuning (the Data layers' sources are placeholders)\n"
+                 + net_yaml(train)).encode("utf-8"))
+    solver = yaml.safe_dump(finetune_solver(CONFIGS["train_net"]), sort_keys=False)
+    write_bytes(os.path.join(staged, CONFIGS["solver"]), solver.encode("utf-8"))
+    return dict(CONFIGS)
 
 
 def _check_label_count(labels: list[str], net, request: PublishRequest) -> None:

@@ -564,3 +564,45 @@ def test_resize(name):
         inputs, constants = ["x", "", "", "sizes"], {"sizes": np.array(values, dtype=np.int64)}
     node = helper.make_node(op, inputs, ["y"], **attrs)
     assert kinds(compare(model_of([node], {"x": (2, 3, 4, 5)}, constants, opset=opset))) == ["Resize"]
+
+
+def test_an_imported_classifier_publishes_with_its_origin_and_fine_tunes_without_code(tmp_path):
+    """import onnx, zoo publish (the card names the ONNX file; a train net and solver are made from the deploy
+    net), zoo finetune on a dataset of another class count, and netspec train."""
+    from PIL import Image
+
+    nodes = [helper.make_node("Conv", ["image", "w1", "b1"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]), helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+             helper.make_node("Flatten", ["p"], ["f"]), helper.make_node("Gemm", ["f", "w2", "b2"], ["logits"], transB=1),
+             helper.make_node("Softmax", ["logits"], ["prob"], axis=1)]
+    constants = {"w1": weights(6, 1, 3, 3), "b1": weights(6), "w2": weights(5, 6), "b2": weights(5)}
+    model = model_of(nodes, {"image": ("N", 1, 8, 8)}, constants)
+    model.producer_name, model.producer_version = "pytorch", "2.11"
+    onnx.save(model, tmp_path / "tiny.onnx")
+    rng = np.random.default_rng(0)
+    for index in range(24):
+        (tmp_path / "images" / str(index % 3)).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 255, (8, 8), dtype=np.uint8)).save(tmp_path / "images" / str(index % 3) /
+                                                                           f"{index}.png")
+    env = {**os.environ, "NETSPEC_ZOO": str(tmp_path / "zoo")}
+
+    def command(*arguments):
+        run = subprocess.run([sys.executable, "-m", "netspec", *map(str, arguments)], capture_output=True, text=True,
+                             cwd=tmp_path, env=env)
+        assert run.returncode == 0, run.stderr
+        return run.stdout
+
+    command("import", "onnx", "tiny.onnx", "--batch", "1")
+    command("zoo", "publish", "--name", "tiny", "--net", "tiny.yaml", "--weights", "tiny.weights.h5",
+            "--scale", "0.00390625")
+    folder = tmp_path / "zoo" / "models" / "tiny" / "1"
+    card = (folder / "model.yaml").read_text()
+    assert "format: onnx" in card and "file: tiny.onnx" in card and "opset: 17" in card and "pytorch 2.11" in card
+    assert "converted from ONNX: tiny.onnx" in (folder / "README.md").read_text()
+    assert "type: SoftmaxWithLoss" in (folder / "train_net.yaml").read_text()
+    command("convert", "imageset", "images", "data", "--gray", "--val-fraction", "0.25")
+    prepared = command("zoo", "finetune", "tiny", "data", "--out", "run")
+    assert "Gemm_4 re-made for 3 classes as Gemm_4_finetune" in prepared
+    trained = command("train", "run/finetune/solver.yaml", "--weights", folder / "weights.h5", "--out", "run",
+                      "--max-iter", "4")
+    assert "optimization done at iteration 4" in trained

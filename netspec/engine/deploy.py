@@ -1,4 +1,5 @@
-"""A deploy net derived from a train/val net, as DIGITS made them.
+"""A deploy net derived from a train/val net, as DIGITS made them; and the inverse, a train/val net made from a
+deploy net (an imported classifier's) for fine-tuning.
 
 The TEST phase of the net is taken; each data layer becomes an ``Input`` of
 its first top (the images), sized from what the layer produces or from a
@@ -61,6 +62,42 @@ def derive_deploy_net(path: str, input_shape: tuple[int, ...] | None = None, bat
         if head:
             kept.append({"name": "prob", "type": head, "bottom": output, "top": "prob"})
     return {"name": written.get("name", spec.name), "layers": kept}
+
+
+TRAIN_BATCH = 32  # the batch of a train/val net made from a deploy net (fine-tuning changes the data layers' source)
+
+
+def train_net_from_deploy(net: dict) -> dict:
+    """A train/val net for fine-tuning a classifier given as the deploy net ``net`` (plain data, such as
+    ``netspec import onnx`` writes): its ``Input`` becomes a Data layer in each phase (sources ``train`` and
+    ``val``, which ``netspec zoo finetune`` points at a dataset), giving the labels too; a final Softmax or
+    LogSoftmax gives way to a SoftmaxWithLoss on the scores it read, with an Accuracy in the TEST phase.
+    ValueError where the net has no single image Input."""
+    layers = copy.deepcopy(net["layers"])
+    inputs = [layer for layer in layers if layer["type"] == "Input"]
+    if len(inputs) != 1 or len(inputs[0]["input_param"]["shape"][0]["dim"]) != 4:
+        raise ValueError("a classifier to fine-tune takes one image input (an Input of N, C, H, W)")
+    image = inputs[0]["top"][0] if isinstance(inputs[0]["top"], list) else inputs[0]["top"]
+    data = [{"name": f"{image}_{phase.lower()}", "type": "Data", "top": [image, "label"], "include": {"phase": phase},
+             "data_param": {"source": {"TRAIN": "train", "TEST": "val"}[phase], "batch_size": TRAIN_BATCH}}
+            for phase in ("TRAIN", "TEST")]
+    body = [layer for layer in layers if layer["type"] != "Input"]
+    scores = body[-1]["top"][0] if isinstance(body[-1]["top"], list) else body[-1]["top"]
+    if body[-1]["type"] in ("Softmax", "LogSoftmax"):
+        bottom = body.pop()["bottom"]
+        scores = bottom[0] if isinstance(bottom, list) else bottom
+    heads = [{"name": "loss", "type": "SoftmaxWithLoss", "bottom": [scores, "label"], "top": "loss"},
+             {"name": "accuracy", "type": "Accuracy", "bottom": [scores, "label"], "top": "accuracy",
+              "include": {"phase": "TEST"}}]
+    return {"name": net.get("name", "net"), "layers": data + body + heads}
+
+
+def finetune_solver(net_file: str) -> dict:
+    """A solver for fine-tuning ``net_file`` made by :func:`train_net_from_deploy`: SGD at a small rate with
+    momentum, testing every epoch's worth of batches over the whole validation set."""
+    return {"net": net_file, "type": "SGD", "base_lr": 0.001, "momentum": 0.9, "weight_decay": 5e-4,
+            "lr_policy": "step", "gamma": 0.1, "stepsize": 2000, "max_iter": 5000, "test_iter": "epoch",
+            "test_interval": 500, "display": 50, "snapshot": 1000, "snapshot_prefix": "finetune"}
 
 
 def deploy_net_yaml(net: dict, source: str) -> str:

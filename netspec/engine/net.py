@@ -566,9 +566,9 @@ class Net:
         return loss
 
     # ---- weights ----------------------------------------------------------------------------
-    def save_weights(self, path: str | os.PathLike, iteration: int = 0) -> None:
-        """Write the weights to an HDF5 file atomically."""
-        weights.save_weights(self, path, iteration)
+    def save_weights(self, path: str | os.PathLike, iteration: int = 0, origin: dict[str, str] | None = None) -> None:
+        """Write the weights to an HDF5 file atomically (``origin``: where they came from, kept with them)."""
+        weights.save_weights(self, path, iteration, origin)
 
     def load_weights(self, path: str | os.PathLike, strict: bool = True) -> weights.LoadReport:
         """Copy weights from an HDF5 file by layer name; returns what was copied and what was not.

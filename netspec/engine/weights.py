@@ -51,8 +51,9 @@ class LoadReport:
         return "; ".join(parts)
 
 
-def save_weights(net, path: str | os.PathLike, iteration: int = 0) -> None:
-    """Write every owned parameter blob of ``net`` to ``path`` atomically (OSError when the disk refuses).
+def save_weights(net, path: str | os.PathLike, iteration: int = 0, origin: dict[str, str] | None = None) -> None:
+    """Write every owned parameter blob of ``net`` to ``path`` atomically (OSError when the disk refuses), with
+    ``origin`` (where imported weights came from: :func:`weights_origin` reads it back) among the file's attributes.
 
     The file is built in memory and written in one piece, so a full disk fails
     cleanly in Python rather than inside the HDF5 library.
@@ -64,12 +65,22 @@ def save_weights(net, path: str | os.PathLike, iteration: int = 0) -> None:
         handle.attrs["net_name"] = net.graph.name
         handle.attrs["config_hash"] = net.graph.config_hash
         handle.attrs["iteration"] = int(iteration)
+        for key, value in (origin or {}).items():
+            handle.attrs[f"{ORIGIN}{key}"] = str(value)
         for name, blobs in net.owned_params().items():
             group = handle.create_group(escape_name(name))
             group.attrs["type"] = net.layer_by_name[name].type
             for index, blob in blobs:
                 group.create_dataset(str(index), data=net.backend.to_host(blob.data))
     write_bytes(path, image.getbuffer())
+
+
+ORIGIN = "origin_"  # the prefix of the attributes saying where imported weights came from
+
+
+def weights_origin(handle) -> dict[str, str]:
+    """Where the weights of an open weights file came from (``save_weights``' ``origin``; empty for trained ones)."""
+    return {key[len(ORIGIN):]: str(value) for key, value in handle.attrs.items() if key.startswith(ORIGIN)}
 
 
 @contextlib.contextmanager

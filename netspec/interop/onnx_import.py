@@ -15,6 +15,7 @@ blobs' shapes checked against ONNX's, and its weights set.
 from __future__ import annotations
 
 import collections
+import hashlib
 import os
 from dataclasses import dataclass, field
 
@@ -416,6 +417,9 @@ def import_onnx_file(path: str, out: str | None = None, weights: str | None = No
     weights = weights or os.path.splitext(out)[0] + ".weights.h5"
     text = imported.text(os.path.basename(path))
     net = imported.build()
-    net.save_weights(weights)
+    with open(path, "rb") as handle:
+        digest = hashlib.file_digest(handle, "sha256").hexdigest()
+    net.save_weights(weights, origin={"format": "onnx", "file": os.path.basename(path), "sha256": digest,
+                                      "producer": imported.producer, "opset": str(imported.opset)})
     write_bytes(out, text.encode("utf-8"))
     return out, weights, imported
