@@ -676,6 +676,8 @@ CASES = [
     Case("dropout_train", "Dropout", [rand(4, 6)], None, {"dropout_param": {"dropout_ratio": 0.3}}, inplace=True),
     Case("lrn_across", "LRN", [rand(2, 6, 3, 3)], lambda b, w, p: ref_lrn(b, w, {"local_size": 3, "alpha": 0.5, "k": 2.0}),
          {"lrn_param": {"local_size": 3, "alpha": 0.5, "k": 2.0}}),
+    Case("lrn_window_of_one", "LRN", [rand(2, 3, 3, 3)], lambda b, w, p: ref_lrn(b, w, {"local_size": 1, "alpha": 0.5}),
+         {"lrn_param": {"local_size": 1, "alpha": 0.5}}),  # (oneDNN 3.2 crashes on it: NumPy runs it)
     Case("lrn_within", "LRN", [rand(2, 2, 4, 4)],
          lambda b, w, p: ref_lrn(b, w, {"alpha": 0.5, "local_size": 3, "norm_region": "WITHIN_CHANNEL"}),
          {"lrn_param": {"local_size": 3, "alpha": 0.5, "norm_region": "WITHIN_CHANNEL"}}),

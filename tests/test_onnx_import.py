@@ -606,3 +606,70 @@ def test_an_imported_classifier_publishes_with_its_origin_and_fine_tunes_without
     trained = command("train", "run/finetune/solver.yaml", "--weights", folder / "weights.h5", "--out", "run",
                       "--max-iter", "4")
     assert "optimization done at iteration 4" in trained
+
+
+def test_ceil_mode_windows_onnx_counts_otherwise_are_refused_in_a_line(tmp_path):
+    """ONNX's shape inference keeps a last window that would start past the input; its runtime drops it."""
+    for pads, size in (([0, 0, 1, 1], 6), ([1, 1, 1, 1], 7)):
+        node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2], pads=pads, ceil_mode=1)
+        assert "ceil_mode with a last window that would start past the input" in refused(
+            tmp_path, model_of([node], {"x": (1, 1, size, size)}, opset=19))
+
+
+def test_reductions_of_no_axes_and_one_element_constants():
+    empty = {"axes": np.array([], dtype=np.int64)}
+    for op in ("ReduceSumSquare", "ReduceL1", "ReduceMean"):
+        node = helper.make_node(op, ["x", "axes"], ["y"], noop_with_empty_axes=1)
+        compare(model_of([node], {"x": (2, 3)}, empty, opset=18))
+    compare(model_of([helper.make_node("ReduceSum", ["x"], ["y"], noop_with_empty_axes=1)], {"x": (2, 3)}, opset=13))
+    pad = helper.make_node("Pad", ["x", "p", "v"], ["y"])
+    compare(model_of([pad], {"x": (2, 3)}, {"p": np.array([0, 1, 0, 2], dtype=np.int64),
+                                            "v": np.array([2.5], dtype=np.float32)}, opset=13))
+    clip = helper.make_node("Clip", ["x", "lo"], ["y"])
+    compare(model_of([clip], {"x": (2, 3)}, {"lo": np.array([0.1], dtype=np.float32)}, opset=13))
+
+
+def test_inputs_that_are_outputs_and_names_the_importer_would_make():
+    relu = helper.make_node("Relu", ["x"], ["y"])
+    compare(model_of([relu], {"x": (2, 3)}, outputs=["y", "x"]))
+    nodes = [helper.make_node("Relu", ["x"], ["s/step"]),  # (the name of the importer's step inside node 's')
+             helper.make_node("Sub", ["s/step", "b"], ["y"], name="s")]
+    compare(model_of(nodes, {"x": (2, 3, 4), "b": (4,)}))
+
+
+def test_more_bad_models_are_refused_in_a_line(tmp_path):
+    divide = helper.make_node("Div", ["x", "zero"], ["y"])
+    assert "a division by a constant zero" in refused(tmp_path, model_of([divide], {"x": (2,)}, {"zero": np.float32(0)}))
+    norm = helper.make_node("LayerNormalization", ["x", "g"], ["y"], axis=-1)
+    assert "does not fit the normalised axes [4]" in refused(
+        tmp_path, model_of([norm], {"x": (2, 3, 4)}, {"g": weights(3, 4)}))
+    lrn = helper.make_node("LRN", ["x"], ["y"], alpha=1e-4)
+    assert "a malformed attribute or input" in refused(tmp_path, model_of([lrn], {"x": (1, 3, 2, 2)}))
+    loud = model_of([helper.make_node("Relu", ["x"], ["y"])], {"x": (1, 2)})
+    loud.producer_name = "evil\nforce_backward: true\n#"
+    path = tmp_path / "loud.onnx"
+    onnx.save(loud, path)
+    run = subprocess.run([sys.executable, "-m", "netspec", "import", "onnx", str(path)], capture_output=True,
+                         text=True)
+    assert run.returncode == 0, run.stderr
+    text = (tmp_path / "loud.yaml").read_text()
+    assert text.splitlines()[0].startswith("# imported from loud.onnx") and "\\nforce_backward" in text.splitlines()[0]
+    assert "\nforce_backward" not in text
+    nowhere = subprocess.run([sys.executable, "-m", "netspec", "import", "onnx", str(path), "-o",
+                              str(tmp_path / "absent" / "net.yaml")], capture_output=True, text=True)
+    assert nowhere.returncode == 1 and "its folder does not exist" in nowhere.stderr
+    assert not (tmp_path / "absent").exists() and not (tmp_path / "absent.weights.h5").exists()
+
+
+def test_external_data_of_an_in_memory_model_and_odd_locations_are_refused(tmp_path):
+    model = model_of([helper.make_node("Add", ["x", "w"], ["y"])], {"x": (2, 3)}, {"w": weights(2, 3)})
+    tensor = model.graph.initializer[0]
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    entry = tensor.external_data.add()
+    entry.key, entry.value = "location", "secret\x00.bin"
+    with pytest.raises(ModelImportError, match="give its path, so that only files beside it are read"):
+        import_onnx(model)
+    onnx.save(model, tmp_path / "odd.onnx")
+    with pytest.raises(ModelImportError, match="outside the model's folder or not a file there"):
+        import_onnx(str(tmp_path / "odd.onnx"))

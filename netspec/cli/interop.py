@@ -122,8 +122,8 @@ def import_onnx_command(model, out, weights, batch, input_shape, fold_batchnorm)
     """Convert an ONNX model (from PyTorch, TensorFlow/Keras, Caffe2...) into a netspec net and its weights."""
     out, weights, imported = import_onnx_file(model, out, weights, batch, input_shape, fold_batchnorm)
     inputs = [layer for layer in imported.net["layers"] if layer["type"] == "Input"]
-    click.echo(f"wrote {out} ({len(imported.net['layers']) - len(inputs)} layers, opset {imported.opset}"
-               f"{', from ' + imported.producer if imported.producer else ''}) and {weights}; inputs "
-               + ", ".join(f"{layer['name']} {layer['input_param']['shape'][0]['dim']}" for layer in inputs))
+    echo(f"wrote {out} ({len(imported.net['layers']) - len(inputs)} layers, opset {imported.opset}"
+         f"{', from ' + imported.producer if imported.producer else ''}) and {weights}; inputs "
+         + ", ".join(f"{layer['name']} {layer['input_param']['shape'][0]['dim']}" for layer in inputs))
     for line in imported.summary():
         echo(f"  {line}")

@@ -979,6 +979,8 @@ class LocalResponseNormalization(Passes):
 
     def __init__(self, lib: Library, shape, across: bool, size: int, alpha: float, beta: float, k: float,
                  training: bool = True, layout: Handle | None = None):
+        if size < 2:  # (oneDNN 3.2 crashes the process on a window of one)
+            raise OneDnnError("oneDNN's LRN takes windows of 2 and more")
         self.lib = lib
         shape = tuple(shape)
         algorithm = LRN_ACROSS_CHANNELS if across else LRN_WITHIN_CHANNEL

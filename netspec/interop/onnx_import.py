@@ -25,13 +25,14 @@ import yaml
 from netspec.atomic import write_bytes
 from netspec.engine.net import Net, load_net
 from netspec.engine.outputs import OutputFolder
-from netspec.errors import ModelImportError
+from netspec.errors import ConfigError, ModelImportError, ShapeError
 from netspec.interop.onnx_ops import CONVERTERS, NEAREST, Builder, ConversionError, Node
 from netspec.interop.onnx_patterns import fold_batchnorm as fold_batchnorm_into_convolutions
 from netspec.interop.onnx_patterns import recognise
 
 OPSETS = range(9, 22)  # the default domain's versions read
 MAX_NODES = 100_000  # more is a malformed (or hostile) model, not a network
+MAX_FOLDED_BYTES = 4 << 30  # the values constant subgraphs may make (a zoo model's weights drawn by ConstantOfShape)
 CONTROL_FLOW = {"If", "Loop", "Scan"}
 QUANTISED = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
              "ConvInteger", "MatMulInteger", "QLinearAdd", "QLinearMul"}
@@ -54,9 +55,11 @@ class OnnxImport:
     notes: list[str] = field(default_factory=list)
 
     def text(self, source: str) -> str:
-        """The net as the YAML text of a net file, headed by where it came from."""
-        return (f"# imported from {source} by netspec import onnx (opset {self.opset}"
-                f"{', ' + self.producer if self.producer else ''})\n"
+        """The net as the YAML text of a net file, headed by where it came from (on one comment line, whatever
+        the file's name and the model's producer hold)."""
+        origin = printable(f"{source} by netspec import onnx (opset {self.opset}"
+                           f"{', ' + self.producer if self.producer else ''})")
+        return (f"# imported from {origin}\n"
                 + yaml.safe_dump(self.net, sort_keys=False, default_flow_style=None, width=120))
 
     def summary(self) -> list[str]:
@@ -109,15 +112,25 @@ def read_model(path: str):
         if not external_data_helper.uses_external_data(tensor):
             continue
         location = external_data_helper.ExternalDataInfo(tensor).location
-        target = os.path.realpath(os.path.join(folder, location))
-        if os.path.isabs(location) or os.path.commonpath([folder, target]) != folder or not os.path.isfile(target):
-            raise ModelImportError(f"{path}: tensor '{tensor.name}' keeps its data in '{location}', outside the "
-                                   "model's folder or not a file there: a model may read only files beside it")
+        try:
+            target = os.path.realpath(os.path.join(folder, location))
+        except ValueError:  # (a NUL byte)
+            target = ""
+        if not target or os.path.isabs(location) or os.path.commonpath([folder, target]) != folder or \
+                not os.path.isfile(target):
+            raise ModelImportError(f"{path}: tensor '{printable(tensor.name)}' keeps its data in "
+                                   f"'{printable(location)}', outside the model's folder or not a file there: a "
+                                   "model may read only files beside it")
     try:
         external_data_helper.load_external_data_for_model(model, folder)
     except Exception as exc:  # noqa: BLE001 - onnx's checker and the file system raise several types
         raise ModelImportError(f"{path}: its external data cannot be read ({_first_line(exc)})") from None
     return model
+
+
+def printable(text: str) -> str:
+    """``text`` with its line breaks and other control characters escaped (a model's names are someone else's)."""
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in str(text))
 
 
 def _first_line(exc: BaseException) -> str:
@@ -135,9 +148,22 @@ def import_onnx(source, batch: int | None = None, input_shape: tuple[int, ...] |
     (a faster net, with no BatchNorm left to fine-tune).  ModelImportError,
     in one line naming the node, for anything netspec cannot express.
     """
-    _onnx()
+    onnx = _onnx()
     where = source if isinstance(source, str) else "the model"
     model = read_model(source) if isinstance(source, str) else source
+    if not isinstance(source, str) and any(onnx.external_data_helper.uses_external_data(tensor) for tensor in
+                                           onnx.external_data_helper._get_all_tensors(model)):
+        raise ModelImportError(f"{where}: keeps tensors in external files: give its path, so that only files beside "
+                               "it are read")
+    try:
+        return _import(model, where, batch, input_shape, fold_batchnorm)
+    except MemoryError:
+        raise ModelImportError(f"{where}: out of memory while importing it (its constants, folded, are too large "
+                               "for this machine)") from None
+
+
+def _import(model, where: str, batch, input_shape, fold_batchnorm: bool) -> OnnxImport:
+    """:func:`import_onnx` of a model read."""
     graph = model.graph
     if len(graph.node) > MAX_NODES:
         raise ModelImportError(f"{where}: {len(graph.node):,} nodes, more than the {MAX_NODES:,} netspec reads")
@@ -159,7 +185,8 @@ def import_onnx(source, batch: int | None = None, input_shape: tuple[int, ...] |
         remaining, notes = fold_batchnorm_into_convolutions(remaining, constants, outputs)
         result.notes.extend(notes)
         shapes.update({name: value.shape for name, value in constants.items() if name not in shapes})
-    builder = Builder(names={*inputs})
+    builder = Builder(names={*inputs}, tensors={*inputs, *constants, *(name for node in nodes for name in
+                                                                      (*node.input, *node.output))})
     for name, shape in inputs.items():
         builder.layers.append({"name": name, "type": "Input", "top": [name],
                                "input_param": {"shape": [{"dim": list(shape)}]}})
@@ -278,7 +305,7 @@ def _infer(model, inputs, constants, nodes, where: str) -> dict[str, tuple[int, 
         list(nodes), "inferred",
         [helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, shape) for name, shape in inputs.items()]
         + declared, [helper.make_tensor_value_info(output.name, output.type.tensor_type.elem_type, None)
-                     for output in model.graph.output],  # (without the shapes declared: --batch may change them)
+                     for output in model.graph.output if output.name not in inputs],  # (the shapes left to --batch)
         [numpy_helper.from_array(value, name) for name, value in small.items()])
     # (from IR 4 on, initializers need not be listed as inputs to count: older models' may not be)
     probe = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=max(model.ir_version, 4))
@@ -301,7 +328,7 @@ def _fold(nodes, shapes, constants, opset: int, result: OnnxImport, where: str) 
     ``constants``; the nodes that remain."""
     from onnx.reference import ReferenceEvaluator
 
-    remaining = []
+    remaining, folded_bytes = [], 0
     for node in nodes:
         inputs = [name for name in node.input if name]
         label = node.name or node.op_type
@@ -320,6 +347,10 @@ def _fold(nodes, shapes, constants, opset: int, result: OnnxImport, where: str) 
                                        f"reference implementation ({_first_line(exc)})") from None
             for name, value in zip(node.output, values):
                 constants[name] = _float32(numpy.asarray(value))
+            folded_bytes += sum(constants[name].nbytes for name in node.output if name in constants)
+            if folded_bytes > MAX_FOLDED_BYTES:
+                raise ModelImportError(f"{where}: its constant subgraphs make more than {MAX_FOLDED_BYTES >> 30} GiB "
+                                       f"of values (node '{label}')")
         else:
             remaining.append(node)
             continue
@@ -367,7 +398,11 @@ def _convert(builder: Builder, proto, index: int, opset: int, shapes, constants,
     try:
         convert(builder, node)
     except ConversionError as exc:
-        raise ModelImportError(f"{where}: node '{label}' ({proto.op_type}; inputs {described}): {exc}") from None
+        raise ModelImportError(f"{where}: node '{printable(label)}' ({proto.op_type}; inputs {described}): "
+                               f"{printable(exc)}") from None
+    except (TypeError, ValueError, KeyError, IndexError, ZeroDivisionError) as exc:  # (attributes of wrong types)
+        raise ModelImportError(f"{where}: node '{printable(label)}' ({proto.op_type}; inputs {described}): a "
+                               f"malformed attribute or input ({printable(_first_line(exc))})") from None
     kinds = [layer["type"] for layer in builder.layers[before:]]
     if kinds:
         result.mapped.append((label, proto.op_type, kinds))
@@ -399,7 +434,10 @@ def _check_shapes(result: OnnxImport, shapes, builder: Builder, where: str) -> N
     from netspec.engine.registry import layer_schemas
     from netspec.spec.net_spec import parse_net
 
-    graph = compile_net(parse_net(yaml.safe_dump(result.net, sort_keys=False), layer_schemas()), phase="TEST")
+    try:
+        graph = compile_net(parse_net(yaml.safe_dump(result.net, sort_keys=False), layer_schemas()), phase="TEST")
+    except (ConfigError, ShapeError) as exc:
+        raise ModelImportError(f"{where}: the net made from it is refused: {printable(_first_line(exc))}") from None
     for name, shape in graph.blob_shapes.items():
         if name in shapes and tuple(shape) != shapes[name]:
             raise ModelImportError(f"{where}: netspec computes {list(shape)} for tensor '{name}', ONNX "
@@ -419,7 +457,17 @@ def import_onnx_file(path: str, out: str | None = None, weights: str | None = No
     net = imported.build()
     with open(path, "rb") as handle:
         digest = hashlib.file_digest(handle, "sha256").hexdigest()
-    net.save_weights(weights, origin={"format": "onnx", "file": os.path.basename(path), "sha256": digest,
-                                      "producer": imported.producer, "opset": str(imported.opset)})
-    write_bytes(out, text.encode("utf-8"))
+    origin = {"format": "onnx", "file": os.path.basename(path), "sha256": digest, "producer": imported.producer,
+              "opset": str(imported.opset)}
+    for target in (out, weights):
+        if not os.path.isdir(os.path.dirname(os.path.abspath(target))):
+            raise ModelImportError(f"{target}: its folder does not exist")
+    new = not os.path.exists(weights)
+    try:
+        net.save_weights(weights, origin=origin)
+        write_bytes(out, text.encode("utf-8"))
+    except OSError as exc:  # (a full disk: the weights written for the net go too)
+        if new and os.path.isfile(weights):
+            os.remove(weights)
+        raise ModelImportError(f"{exc.filename or out}: cannot write it ({exc.strerror})") from None
     return out, weights, imported

@@ -70,7 +70,8 @@ class Builder:
     layers: list[dict] = field(default_factory=list)
     weights: dict[str, list[numpy.ndarray]] = field(default_factory=dict)
     aliases: dict[str, str] = field(default_factory=dict)
-    names: set[str] = field(default_factory=set)
+    names: set[str] = field(default_factory=set)  # the layers'
+    tensors: set[str] = field(default_factory=set)  # the blobs' (every tensor of the model, and the ones made)
 
     def blob(self, tensor: str) -> str:
         """The blob that holds ``tensor``."""
@@ -82,13 +83,15 @@ class Builder:
         """``tensor`` is ``source`` under another name (no layer computes it)."""
         self.aliases[tensor] = source
 
-    def unique(self, name: str) -> str:
-        """``name``, or ``name_2``, ``name_3``... where a layer or blob already has it; reserved from now on."""
+    def unique(self, name: str, taken: set[str] | None = None) -> str:
+        """``name``, or ``name_2``, ``name_3``... where a layer (or in ``taken``, a blob) already has it; reserved
+        from now on."""
+        taken = self.names if taken is None else taken
         candidate, count = name, 1
-        while candidate in self.names:
+        while candidate in taken:
             count += 1
             candidate = f"{name}_{count}"
-        self.names.add(candidate)
+        taken.add(candidate)
         return candidate
 
     def layer(self, kind: str, name: str, bottoms: list[str], tops: list[str],
@@ -106,8 +109,8 @@ class Builder:
             self.weights[name] = [numpy.asarray(array, dtype=numpy.float32) for array in weights]
 
     def temporary(self, base: str) -> str:
-        """A fresh blob name for a result between two layers of one node."""
-        return self.unique(f"{base}/step")
+        """A fresh blob name (no tensor of the model has it) for a result between two layers of one node."""
+        return self.unique(f"{base}/step", self.tensors)
 
 
 def _pair(key: str, values, skip=None) -> dict:
@@ -150,6 +153,14 @@ def _require_2d(node: Node, what: str) -> tuple[int, ...]:
     if len(shape) != 4:
         raise ConversionError(f"a {len(shape) - 2}-D {what}: netspec's {what} is 2-D (N, C, H, W)")
     return shape
+
+
+def _scalar(value, what: str) -> float:
+    """A constant of one element as a float; ConversionError for more."""
+    value = numpy.asarray(value)
+    if value.size != 1:
+        raise ConversionError(f"a {what} of shape {list(value.shape)}, where one value is expected")
+    return float(value.reshape(-1)[0])
 
 
 def _constant_input(node: Node, index: int, what: str) -> numpy.ndarray:
@@ -198,43 +209,64 @@ def _pool(b: Builder, node: Node, pool: str) -> None:
     shape = _require_2d(node, "pooling")
     if len(node.outputs) > 1 and node.outputs[1]:
         raise ConversionError("its second output (the indices of the maxima) has no netspec equivalent")
-    kernel = node.attr("kernel_shape")
+    kernel = [int(k) for k in node.attr("kernel_shape", [])]
     strides = node.attr("strides", [1, 1])
-    if any(d != 1 for d in node.attr("dilations", [1, 1])):
-        raise ConversionError("dilated pooling: netspec's Pooling windows are dense")
+    if len(kernel) != 2 or any(d != 1 for d in node.attr("dilations", [1, 1])):
+        raise ConversionError(f"kernel_shape {kernel} or dilation: netspec's Pooling windows are dense and 2-D")
     before, after = _spatial_pads(node, shape[2:], kernel, strides, [1, 1])
     include_pad = bool(node.attr("count_include_pad", 0))
-    if node.output_shape()[2:] == (1, 1) and all(q <= 0 and k - q >= size for q, k, size in
-                                                 zip(before, kernel, shape[2:])) and (pool == "MAX" or not include_pad):
+    ceil = bool(node.attr("ceil_mode", 0))
+    out = tuple(_onnx_pooled(size, k, s, q, e, ceil) for size, k, s, q, e in zip(shape[2:], kernel, strides, before,
+                                                                                 after))
+    if out != node.output_shape()[2:]:
+        raise ConversionError(f"ceil_mode with a last window that would start past the input: ONNX's shape inference "
+                              f"makes {list(node.output_shape()[2:])} outputs, its runtime {list(out)}; export "
+                              "the model without ceil_mode, or with padding the windows fit")
+    if out == (1, 1) and all(q <= 0 and k - q >= size for q, k, size in zip(before, kernel, shape[2:])) and \
+            (pool == "MAX" or not include_pad):
         b.layer("Pooling", node.name, node.inputs[:1], node.outputs[:1],  # (one window over the whole map)
                 pooling_param={"pool": pool, "global_pooling": True})
         return
-    ceil = bool(node.attr("ceil_mode", 0))
-    source = node.inputs[0]
+    source, spatial = node.inputs[0], shape[2:]
     if before != after:
-        if _rounded_up(shape[2:], kernel, strides, before) == node.output_shape()[2:] and \
+        if _caffe_pooled(spatial, kernel, strides, before, True) == out and \
                 (pool == "MAX" or not (include_pad or any(before))):
             ceil = True  # (padding after that only rounds the last window up: Caffe's CEIL, which pads it alike)
         elif pool == "MAX" or include_pad:  # (padding no maximum picks, or that counts: a Pad first)
             source = _padded(b, node, source, before, after, -numpy.inf if pool == "MAX" else 0.0)
+            spatial = tuple(size + q + e for size, q, e in zip(spatial, before, after))
             before = [0, 0]
         else:
             raise ConversionError(f"padding {before} before and {after} after the spatial axes differs, and leaves "
                                   "the average's divisor (count_include_pad 0): netspec's AVE pools pad each axis "
                                   "alike on both sides")
+    rounding = next((mode for mode in ("FLOOR", "CEIL") if _caffe_pooled(spatial, kernel, strides, before,
+                                                                         mode == "CEIL") == out), None)
+    if rounding is None:
+        raise ConversionError(f"ceil_mode windows that Caffe's rounding counts otherwise ({list(out)} outputs): "
+                              "export the model without ceil_mode")
     params = {"pool": pool, **_pair("kernel_size", kernel), **_pair("stride", strides, skip=1),
-              **_pair("pad", before, skip=0), "round_mode": "CEIL" if ceil else "FLOOR"}
+              **_pair("pad", before, skip=0), "round_mode": rounding}
     if pool == "AVE" and not include_pad and any(before):
         params["count_include_pad"] = False
     b.layer("Pooling", node.name, [source], node.outputs[:1], pooling_param=params)
 
 
-def _rounded_up(spatial, kernel, strides, pad) -> tuple[int, ...]:
-    """The output size of Caffe's CEIL pooling (the last window starting inside the padded input)."""
+def _onnx_pooled(size: int, kernel: int, stride: int, before: int, after: int, ceil: bool) -> int:
+    """The outputs of ONNX's pooling along an axis, as its runtime counts them: with ceil_mode, a last window that
+    would start past the input and the padding before it is dropped."""
+    span = size + before + after - kernel
+    count = (-(-span // stride) if ceil else span // stride) + 1
+    return count - 1 if ceil and (count - 1) * stride >= size + before else count
+
+
+def _caffe_pooled(spatial, kernel, strides, pad, ceil: bool) -> tuple[int, ...]:
+    """The outputs of netspec's Pooling (Caffe's rounding: with CEIL, the last window starting inside the padded
+    input, on both axes once either is padded)."""
     sizes = []
     for size, k, s, q in zip(spatial, kernel, strides, pad):
-        n = math.ceil((size + 2 * q - k) / s) + 1
-        sizes.append(n - 1 if any(pad) and (n - 1) * s >= size + q else n)
+        n = (math.ceil if ceil else math.floor)((size + 2 * q - k) / s) + 1
+        sizes.append(n - 1 if ceil and any(pad) and (n - 1) * s >= size + q else n)
     return tuple(sizes)
 
 
@@ -277,7 +309,11 @@ def gemm(b: Builder, node: Node) -> None:
     if node.given(2) and bias is None:
         _constant_input(node, 2, "bias")
     if bias is not None:
-        rows = numpy.broadcast_to(bias, (node.shape(0)[0], outputs))
+        bias = numpy.asarray(bias)
+        if bias.ndim > 2 or (bias.ndim and bias.shape[-1] not in (1, outputs)):
+            raise ConversionError(f"a bias of shape {list(bias.shape)} for {outputs} outputs")
+        rows = numpy.broadcast_to(bias.reshape(-1, bias.shape[-1]) if bias.ndim == 2 else bias.reshape(1, -1),
+                                  (bias.shape[0] if bias.ndim == 2 else 1, outputs))
         if not (rows == rows[:1]).all():
             raise ConversionError("a bias that differs from row to row: InnerProduct adds one bias per output")
         bias = float(node.attr("beta", 1.0)) * rows[0]
@@ -327,9 +363,9 @@ def _activation(kind: str, block: str | None = None, params: Callable[[Node], di
 def clip(b: Builder, node: Node) -> None:
     """Clip: ReLU6 for [0, 6], ReLU for [0, inf), else Clip."""
     if node.opset < 11:
-        low, high = node.attr("min", -numpy.inf), node.attr("max", numpy.inf)
+        low, high = float(node.attr("min", -numpy.inf)), float(node.attr("max", numpy.inf))
     else:
-        low, high = (float(value) if value is not None else bound for value, bound in
+        low, high = (_scalar(value, "bound") if value is not None else bound for value, bound in
                      ((node.constant(1), -numpy.inf), (node.constant(2), numpy.inf)))
         for index in (1, 2):
             if node.given(index) and node.constant(index) is None:
@@ -396,6 +432,8 @@ def _with_constant(b: Builder, node: Node, x: int) -> None:
     span = _span(value, node.shape(x))
     if span is None:
         k = float(value.reshape(-1)[0])
+        if k == 0 and op == "Div":
+            raise ConversionError("a division by a constant zero")
         power = {("Add", 0): {"shift": k}, ("Add", 1): {"shift": k}, ("Sub", 0): {"shift": -k},
                  ("Sub", 1): {"scale": -1.0, "shift": k}, ("Mul", 0): {"scale": k}, ("Mul", 1): {"scale": k},
                  ("Div", 0): {"scale": 1 / k}, ("Div", 1): {"power": -1.0, "scale": 1 / k}}[op, x]
@@ -506,6 +544,9 @@ def identity(b: Builder, node: Node) -> None:
     """Identity, and Dropout in inference: the output is the input."""
     if node.op == "Dropout" and len(node.outputs) > 1 and node.outputs[1]:
         raise ConversionError("its mask output: netspec's Dropout gives none")
+    training = node.constant(2) if node.op == "Dropout" else None
+    if training is not None and bool(numpy.asarray(training).reshape(-1)[0]):
+        raise ConversionError("training mode (random at every pass): import the model exported for inference")
     b.alias(node.outputs[0], node.inputs[0])
 
 
@@ -516,7 +557,7 @@ def pad(b: Builder, node: Node) -> None:
         pads, value = node.attr("pads"), float(node.attr("value", 0.0))
     else:
         pads = _constant_input(node, 1, "sizes").tolist()
-        value = float(node.constant(2)) if node.given(2) and node.constant(2) is not None else 0.0
+        value = _scalar(node.constant(2), "constant value") if node.given(2) and node.constant(2) is not None else 0.0
         if node.given(2) and node.constant(2) is None:
             _constant_input(node, 2, "constant value")
     axes = _axes(node, 3) if node.opset >= 18 else None
@@ -606,12 +647,17 @@ def layer_normalization(b: Builder, node: Node) -> None:
     shape = node.shape(0)
     axis = int(node.attr("axis", -1)) % len(shape)
     normalised = shape[axis:]
-    scale = numpy.broadcast_to(_constant_input(node, 1, "scale"), normalised)
+    if any(node.outputs[1:]):
+        raise ConversionError("its mean and inverse deviation outputs: netspec's LayerNorm gives only the result")
+    scale = _constant_input(node, 1, "scale")
     shift = node.constant(2) if node.given(2) else numpy.zeros(normalised)
     if shift is None:
         _constant_input(node, 2, "bias")
+    if any(numpy.broadcast_shapes(value.shape, normalised) != tuple(normalised) for value in (scale, shift)):
+        raise ConversionError(f"a scale or bias of shape {list(scale.shape)} or {list(shift.shape)} that does not "
+                              f"fit the normalised axes {list(normalised)}")
     b.layer("LayerNorm", node.name, node.inputs[:1], node.outputs[:1],
-            [scale, numpy.broadcast_to(shift, normalised)],
+            [numpy.broadcast_to(scale, normalised), numpy.broadcast_to(shift, normalised)],
             layer_norm_param={"axis": axis, "eps": float(node.attr("epsilon", 1e-5))})
 
 
@@ -634,10 +680,14 @@ def reduce(b: Builder, node: Node) -> None:
     Permute), and a Reshape where the reduced axes are kept."""
     shape = node.shape(0)
     axes = _axes(node, 1)
-    if axes is None or not axes:
-        if axes is not None and node.attr("noop_with_empty_axes", 0):
+    if not axes and node.attr("noop_with_empty_axes", 0):  # (nothing reduced: the value of each element alone)
+        if node.op in ("ReduceMean", "ReduceSum"):
             b.alias(node.outputs[0], node.inputs[0])
-            return
+        else:
+            b.layer("AbsVal" if node.op == "ReduceL1" else "Power", node.name, node.inputs[:1], node.outputs[:1],
+                    **({} if node.op == "ReduceL1" else {"power_param": {"power": 2.0}}))
+        return
+    if not axes:
         axes = list(range(len(shape)))
     axes = sorted(set(axes))
     source = node.inputs[0]
@@ -728,7 +778,10 @@ def gather(b: Builder, node: Node) -> None:
     if index.ndim > 1 or (index.ndim == 1 and index.size != 1) or node.constant(0) is not None:
         raise ConversionError("indices other than one constant position: netspec picks rows of computed blobs "
                               "with BatchReindex, and looks up constant tables with Embed")
-    position = int(index.reshape(-1)[0]) % shape[axis]
+    position = int(index.reshape(-1)[0])
+    if not -shape[axis] <= position < shape[axis]:
+        raise ConversionError(f"index {position} outside the {shape[axis]} positions of axis {axis}")
+    position %= shape[axis]
     piece = b.temporary(node.name)
     _cut(b, node, node.inputs[0], axis, [(position, position + 1)], [piece])
     b.layer("Reshape", f"{node.name}/drop", [piece], node.outputs[:1],
