@@ -673,3 +673,27 @@ def test_external_data_of_an_in_memory_model_and_odd_locations_are_refused(tmp_p
     onnx.save(model, tmp_path / "odd.onnx")
     with pytest.raises(ModelImportError, match="outside the model's folder or not a file there"):
         import_onnx(str(tmp_path / "odd.onnx"))
+
+
+def test_a_vision_transformers_tokens_and_a_decomposed_layer_norm():
+    """ViT at opset 13: the class token expanded to the batch and joined to the patches, the position embedding
+    added, LayerNorm as PyTorch decomposed it before opset 17, the class token's output taken by Gather."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]), helper.make_node("Gather", ["shape", "zero"], ["n"]),
+             helper.make_node("Unsqueeze", ["n", "axis0"], ["n1"]),
+             helper.make_node("Concat", ["n1", "ones"], ["target"], axis=0),
+             helper.make_node("Expand", ["cls", "target"], ["tokens0"]),
+             helper.make_node("Concat", ["tokens0", "x"], ["tokens"], axis=1),
+             helper.make_node("Add", ["tokens", "position"], ["t"]),
+             helper.make_node("ReduceMean", ["t"], ["mean"], axes=[-1]), helper.make_node("Sub", ["t", "mean"], ["d"]),
+             helper.make_node("Pow", ["d", "two"], ["d2"]), helper.make_node("ReduceMean", ["d2"], ["var"], axes=[-1]),
+             helper.make_node("Add", ["var", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["std"]),
+             helper.make_node("Div", ["d", "std"], ["normed"]), helper.make_node("Mul", ["normed", "gamma"], ["g"]),
+             helper.make_node("Add", ["g", "beta"], ["ln"]),
+             helper.make_node("Gather", ["ln", "zero"], ["first"], axis=1),
+             helper.make_node("Gemm", ["first", "head"], ["logits"], transB=1)]
+    constants = {"zero": np.array(0, dtype=np.int64), "axis0": np.array([0], dtype=np.int64),
+                 "ones": np.array([1, 1], dtype=np.int64), "cls": weights(1, 1, 8), "position": weights(1, 5, 8),
+                 "two": np.float32(2), "eps": np.float32(1e-5), "gamma": weights(8), "beta": weights(8),
+                 "head": weights(3, 8)}
+    imported = compare(model_of(nodes, {"x": (2, 4, 8)}, constants, opset=13), atol=1e-4)
+    assert "Parameter" in kinds(imported)

@@ -108,6 +108,14 @@ class Builder:
         if weights:
             self.weights[name] = [numpy.asarray(array, dtype=numpy.float32) for array in weights]
 
+    def constant(self, node: Node, tensor: str) -> str:
+        """A blob holding the constant ``tensor``: a Parameter's top, its value the Parameter's weights (which
+        fine-tuning trains, as it does every constant the import turns into weights)."""
+        value = node.constants[tensor]
+        top = self.unique(f"{node.name}/{tensor}", self.tensors)
+        self.layer("Parameter", top, [], [top], [value], parameter_param={"shape": {"dim": list(value.shape)}})
+        return top
+
     def temporary(self, base: str) -> str:
         """A fresh blob name (no tensor of the model has it) for a result between two layers of one node."""
         return self.unique(f"{base}/step", self.tensors)
@@ -517,11 +525,19 @@ def variadic(operation: str) -> Callable[[Builder, Node], None]:
 
 
 def concat(b: Builder, node: Node) -> None:
-    """Concat along an axis."""
-    if len(node.computed()) != len(node.inputs):
-        raise ConversionError("a constant operand: Concat joins computed blobs")
+    """Concat along an axis; a constant operand (a class token) is a Parameter's top."""
     axis = int(node.attr("axis")) % len(node.shape(0))
-    b.layer("Concat", node.name, node.inputs, node.outputs[:1], concat_param={"axis": axis})
+    inputs = [name if name not in node.constants else b.constant(node, name) for name in node.inputs if name]
+    b.layer("Concat", node.name, inputs, node.outputs[:1], concat_param={"axis": axis})
+
+
+def power(b: Builder, node: Node) -> None:
+    """Pow by a constant exponent: Power."""
+    exponent = node.constant(1)
+    if exponent is None or node.constant(0) is not None:
+        raise ConversionError("a computed exponent, or a constant base: netspec's Power raises blobs to a constant")
+    b.layer("Power", node.name, node.inputs[:1], node.outputs[:1],
+            power_param={"power": _scalar(exponent, "exponent")})
 
 
 def reshape(b: Builder, node: Node) -> None:
@@ -832,7 +848,7 @@ CONVERTERS: dict[str, Callable[[Builder, Node], None]] = {
     "ConvTranspose": conv_transpose, "LayerNormalization": layer_normalization, "Gelu": gelu,
     "ReduceMean": reduce, "ReduceSum": reduce, "ReduceSumSquare": reduce, "ReduceL1": reduce,
     "Split": split, "Slice": slice_, "Gather": gather, "Einsum": einsum, "Pad": pad,
-    "Resize": resize, "Upsample": resize,
+    "Resize": resize, "Upsample": resize, "Pow": power,
 }
 
 NEAREST: dict[str, str] = {  # operators with no converter yet, and what to do instead
