@@ -697,3 +697,20 @@ def test_a_vision_transformers_tokens_and_a_decomposed_layer_norm():
                  "head": weights(3, 8)}
     imported = compare(model_of(nodes, {"x": (2, 4, 8)}, constants, opset=13), atol=1e-4)
     assert "Parameter" in kinds(imported)
+
+
+def test_shapes_of_tensors_reshaped_by_folded_values_fold_too():
+    """PyTorch's attention: a Reshape to a shape computed from the input, whose output's Shape is read again."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "zero"], ["n"]),
+             helper.make_node("Unsqueeze", ["n", "axis0"], ["n1"]),
+             helper.make_node("Concat", ["n1", "rest"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"]),
+             helper.make_node("Shape", ["y"], ["ys"]), helper.make_node("Gather", ["ys", "one"], ["m"]),
+             helper.make_node("Unsqueeze", ["m", "axis0"], ["m1"]),
+             helper.make_node("Concat", ["n1", "m1", "minus_one"], ["target2"], axis=0),
+             helper.make_node("Reshape", ["y", "target2"], ["z"])]
+    constants = {"zero": np.array(0, dtype=np.int64), "one": np.array(1, dtype=np.int64),
+                 "axis0": np.array([0], dtype=np.int64), "rest": np.array([6, -1], dtype=np.int64),
+                 "minus_one": np.array([-1], dtype=np.int64)}
+    imported = compare(model_of(nodes, {"x": (2, 3, 4, 4)}, constants))
+    assert kinds(imported) == ["Reshape", "Reshape"]

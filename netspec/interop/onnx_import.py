@@ -172,12 +172,14 @@ def _import(model, where: str, batch, input_shape, fold_batchnorm: bool) -> Onnx
     nodes = _in_order(graph.node, where)
     _refuse(nodes, where)
     inputs = _inputs(graph, nodes, constants, batch, input_shape, where)
-    shapes = _infer(model, inputs, constants, nodes, where)
     result = OnnxImport(net={"name": graph.name or "imported", "layers": []}, weights={}, opset=opset,
                         producer=" ".join(filter(None, (model.producer_name, model.producer_version))))
-    remaining = _fold(nodes, shapes, constants, opset, result, where)
-    if len(remaining) < len(nodes):  # (shapes that depended on folded values are known now)
-        shapes = _infer(model, inputs, constants, remaining, where)
+    remaining, shapes = nodes, _infer(model, inputs, constants, nodes, where)
+    while True:  # (a shape computed from folded values can let more fold: PyTorch's attention reshapes)
+        folded = _fold(remaining, shapes, constants, opset, result, where)
+        if len(folded) == len(remaining):
+            break
+        remaining, shapes = folded, _infer(model, inputs, constants, folded, where)
     outputs = {output.name for output in graph.output}
     remaining, notes = recognise(remaining, constants, outputs)
     result.notes.extend(notes)
