@@ -630,23 +630,28 @@ def resize(b: Builder, node: Node) -> None:
 
 
 def conv_transpose(b: Builder, node: Node) -> None:
-    """ConvTranspose: a Deconvolution (Caffe's weights are ONNX's: C, num_output/group, kh, kw)."""
+    """ConvTranspose: a Deconvolution (Caffe's weights are ONNX's: C, num_output/group, kh, kw), padded alike on
+    both sides; where ONNX crops one side more (uneven pads, output_padding, output_shape), a Slice after it."""
     shape = _require_2d(node, "transposed convolution")
     weights = _constant_input(node, 1, "weights")
-    strides = node.attr("strides", [1, 1])
-    dilations = node.attr("dilations", [1, 1])
-    if any(node.attr("output_padding", [0, 0])):
-        raise ConversionError("output_padding: Deconvolution's output size is Caffe's, stride*(H-1) + "
-                              "dilation*(kernel-1) + 1 - 2*pad")
-    if node.attr("output_shape") is not None or node.attr("auto_pad", "NOTSET") not in ("NOTSET", ""):
-        out, kernel = node.output_shape()[2:], weights.shape[2:]
-        total = [s * (size - 1) + d * (k - 1) + 1 - o for size, k, s, d, o in zip(shape[2:], kernel, strides,
-                                                                                   dilations, out)]
-        before, after = [t // 2 for t in total], [t - t // 2 for t in total]
+    strides, dilations = node.attr("strides", [1, 1]), node.attr("dilations", [1, 1])
+    extra = node.attr("output_padding", [0, 0])
+    full = [s * (size - 1) + d * (k - 1) + 1 for size, k, s, d in zip(shape[2:], weights.shape[2:], strides,
+                                                                      dilations)]
+    auto = node.attr("auto_pad", "NOTSET")
+    if node.attr("output_shape") is not None or auto not in ("NOTSET", "", "VALID"):
+        total = [f + e - o for f, e, o in zip(full, extra, node.output_shape()[2:])]
+        small = [t // 2 for t in total]
+        before = small if auto == "SAME_UPPER" else [t - h for t, h in zip(total, small)]
+        after = [t - q for t, q in zip(total, before)]
     else:
-        pads = node.attr("pads", [0, 0, 0, 0])
-        before, after = pads[:2], pads[2:]
-    pad = _symmetric(node, before, after)
+        pads = node.attr("pads", [0, 0, 0, 0]) if auto != "VALID" else [0, 0, 0, 0]
+        before, after = list(pads[:2]), list(pads[2:])
+    cropped = [a - e for a, e in zip(after, extra)]  # (output_padding crops less at the end)
+    if min(cropped) < 0:
+        raise ConversionError(f"output_padding {extra} beyond the padding after {after}: netspec's Deconvolution "
+                              "makes no outputs past its kernels' reach")
+    pad = [min(q, c) for q, c in zip(before, cropped)]
     bias = node.constant(2)
     if node.given(2) and bias is None:
         _constant_input(node, 2, "bias")
@@ -654,8 +659,20 @@ def conv_transpose(b: Builder, node: Node) -> None:
     params = {"num_output": int(weights.shape[1] * group), **_pair("kernel_size", weights.shape[2:]),
               **_pair("stride", strides, skip=1), **_pair("pad", pad, skip=0), **_pair("dilation", dilations, skip=1),
               **({"group": group} if group != 1 else {}), **({} if bias is not None else {"bias_term": False})}
-    b.layer("Deconvolution", node.name, node.inputs[:1], node.outputs[:1],
-            [weights] if bias is None else [weights, bias], convolution_param=params)
+    uneven = before != cropped
+    top = b.temporary(node.name) if uneven else node.outputs[0]
+    b.layer("Deconvolution", node.name, node.inputs[:1], [top], [weights] if bias is None else [weights, bias],
+            convolution_param=params)
+    if not uneven:
+        return
+    sizes = [f - 2 * p for f, p in zip(full, pad)]
+    node.shapes[top] = (shape[0], params["num_output"], *sizes)
+    for axis, (q, c, p, size) in enumerate(zip(before, cropped, pad, sizes), start=2):
+        last = axis == 3
+        piece = node.outputs[0] if last else b.temporary(node.name)
+        _cut(b, node, top, axis, [(q - p, size - (c - p))], [piece])
+        node.shapes[piece] = (*node.shapes[top][:axis], size - (q - p) - (c - p), *node.shapes[top][axis + 1:])
+        top = piece
 
 
 def layer_normalization(b: Builder, node: Node) -> None:
