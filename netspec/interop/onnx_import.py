@@ -452,18 +452,18 @@ def import_onnx_file(path: str, out: str | None = None, weights: str | None = No
     """Import the ONNX model ``path`` (:func:`import_onnx`) and write its net (``out``, default beside it with
     ``.yaml``) and weights (``weights``, default beside the net with ``.weights.h5``), the weights first: nothing
     is written unless the whole model imports.  Returns both paths and the import."""
-    imported = import_onnx(path, batch, input_shape, fold_batchnorm)
     out = out or os.path.splitext(path)[0] + ".yaml"
     weights = weights or os.path.splitext(out)[0] + ".weights.h5"
+    for target in (out, weights):  # (before the work)
+        if not os.path.isdir(os.path.dirname(os.path.abspath(target))):
+            raise ModelImportError(f"{target}: its folder does not exist")
+    imported = import_onnx(path, batch, input_shape, fold_batchnorm)
     text = imported.text(os.path.basename(path))
     net = imported.build()
     with open(path, "rb") as handle:
         digest = hashlib.file_digest(handle, "sha256").hexdigest()
     origin = {"format": "onnx", "file": os.path.basename(path), "sha256": digest, "producer": imported.producer,
               "opset": str(imported.opset)}
-    for target in (out, weights):
-        if not os.path.isdir(os.path.dirname(os.path.abspath(target))):
-            raise ModelImportError(f"{target}: its folder does not exist")
     new = not os.path.exists(weights)
     try:
         net.save_weights(weights, origin=origin)
