@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
-import time
 
 # isort: off
 import netspec  # before NumPy, so that it sizes the math libraries' thread pools (netspec.threads)
@@ -24,6 +22,7 @@ import numpy
 # isort: on
 
 import yaml
+from layers_vs_pytorch import median_ms  # (a script beside this one)
 
 from netspec.engine.net import load_net
 
@@ -44,18 +43,6 @@ def dropout(shape: list[int]):
     layers = [{"name": "data", "type": "Input", "top": "data", "input_param": {"shape": [{"dim": shape}]}},
               {"name": "drop", "type": "Dropout", "bottom": "data", "top": "out"}]
     return load_net(yaml.safe_dump({"layers": layers}), phase="TRAIN", seed=0)
-
-
-def median_ms(function, repeats: int) -> float:
-    """The median wall time of ``function()`` over ``repeats`` runs, after two warm-up runs."""
-    for _ in range(2):
-        function()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
 
 
 def main() -> None:

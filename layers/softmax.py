@@ -50,6 +50,7 @@ class Softmax(Layer):
 
     type = "Softmax"
     param_blocks = {"softmax_param": SoftmaxParams}
+    log = False  # (LogSoftmax: the logarithm of the softmax)
 
     def top_shapes(self, bottom_shapes):
         softmax_view(bottom_shapes[0], self.block("softmax_param").axis)
@@ -58,27 +59,29 @@ class Softmax(Layer):
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
         view = softmax_view(bottom[0].shape, self.block("softmax_param").axis)
-        self.fast = onednn.attempt(self, lambda lib: onednn.Softmax(lib, view, 1))
+        self.fast = onednn.attempt(self, lambda lib: onednn.Softmax(lib, view, 1, log=self.log))
 
     def forward(self, bottom, top):
         if self.fast is not None:
             self.fast.forward(bottom[0].data, top[0].data)
             return
         view = softmax_view(bottom[0].shape, self.block("softmax_param").axis)
-        softmax(self.xp, bottom[0].data.reshape(view), top[0].data.reshape(view))
+        (log_softmax if self.log else softmax)(self.xp, bottom[0].data.reshape(view), top[0].data.reshape(view))
 
     def backward(self, top, propagate_down, bottom):
         if propagate_down[0] and self.fast is not None:
             self.fast.backward(None, top[0].data, top[0].diff, bottom[0].diff)
         elif propagate_down[0]:
             view = softmax_view(bottom[0].shape, self.block("softmax_param").axis)
-            y, dy = top[0].data.reshape(view), top[0].diff.reshape(view)
-            dot = (dy * y).sum(axis=1, keepdims=True)
-            self.xp.multiply(y, dy - dot, out=bottom[0].diff.reshape(view))
+            y, dy, dx = top[0].data.reshape(view), top[0].diff.reshape(view), bottom[0].diff.reshape(view)
+            if self.log:
+                self.xp.subtract(dy, self.xp.exp(y) * dy.sum(axis=1, keepdims=True), out=dx)
+            else:
+                self.xp.multiply(y, dy - (dy * y).sum(axis=1, keepdims=True), out=dx)
 
 
 @register_layer
-class LogSoftmax(Layer):
+class LogSoftmax(Softmax):
     """LogSoftmax: ``y_k = x_k - log sum_j exp(x_j)`` along ``axis``, computed as ``x_k - m - log sum_j exp(x_j -
     m)`` with ``m`` the maximum (PyTorch's ``log_softmax``, ONNX's LogSoftmax): the logarithm of Softmax's
     output, without its rounding to 0 for the unlikely classes.  The gradient is ``dy_k - exp(y_k) sum_j dy_j``.
@@ -91,28 +94,4 @@ class LogSoftmax(Layer):
     """
 
     type = "LogSoftmax"
-    param_blocks = {"softmax_param": SoftmaxParams}
-
-    def top_shapes(self, bottom_shapes):
-        softmax_view(bottom_shapes[0], self.block("softmax_param").axis)
-        return [bottom_shapes[0]]
-
-    def reshape(self, bottom, top):
-        super().reshape(bottom, top)
-        view = softmax_view(bottom[0].shape, self.block("softmax_param").axis)
-        self.fast = onednn.attempt(self, lambda lib: onednn.Softmax(lib, view, 1, log=True))
-
-    def forward(self, bottom, top):
-        if self.fast is not None:
-            self.fast.forward(bottom[0].data, top[0].data)
-            return
-        view = softmax_view(bottom[0].shape, self.block("softmax_param").axis)
-        log_softmax(self.xp, bottom[0].data.reshape(view), top[0].data.reshape(view))
-
-    def backward(self, top, propagate_down, bottom):
-        if propagate_down[0] and self.fast is not None:
-            self.fast.backward(None, top[0].data, top[0].diff, bottom[0].diff)
-        elif propagate_down[0]:
-            view = softmax_view(bottom[0].shape, self.block("softmax_param").axis)
-            y, dy = top[0].data.reshape(view), top[0].diff.reshape(view)
-            self.xp.subtract(dy, self.xp.exp(y) * dy.sum(axis=1, keepdims=True), out=bottom[0].diff.reshape(view))
+    log = True
