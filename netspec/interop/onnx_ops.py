@@ -148,14 +148,6 @@ def _spatial_pads(node: Node, spatial, kernel, strides, dilations) -> tuple[list
     return before, after
 
 
-def _symmetric(node: Node, before: list[int], after: list[int]) -> list[int]:
-    """The padding where it is the same before and after each axis (Caffe's); ConversionError where not."""
-    if before != after:
-        raise ConversionError(f"padding {before} before and {after} after the spatial axes differs: netspec's layers "
-                              "pad each axis alike on both sides")
-    return before
-
-
 def _require_2d(node: Node, what: str) -> tuple[int, ...]:
     shape = node.shape(0)
     if len(shape) != 4:
