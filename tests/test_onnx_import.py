@@ -721,3 +721,24 @@ def test_shapes_of_tensors_reshaped_by_folded_values_fold_too():
                  "minus_one": np.array([-1], dtype=np.int64)}
     imported = compare(model_of(nodes, {"x": (2, 3, 4, 4)}, constants))
     assert kinds(imported) == ["Reshape", "Reshape"]
+
+
+def test_a_view_keeps_the_batch_free_and_sizes_the_model_fixes_are_named_when_changed(tmp_path):
+    """PyTorch's x.view(x.size(0), -1) reshapes at any batch (a fine-tuned net's); a model exported at batch 1
+    whose Reshape fixes that batch refuses --batch 3 naming the change, not as an importer's bug."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]), helper.make_node("Gather", ["shape", "zero"], ["n"]),
+             helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
+             helper.make_node("Concat", ["n1", "minus_one"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    constants = {"zero": np.array(0, dtype=np.int64), "axes": np.array([0], dtype=np.int64),
+                 "minus_one": np.array([-1], dtype=np.int64)}
+    imported = import_onnx(model_of(nodes, {"x": (2, 3, 4, 5)}, constants))
+    assert imported.net["layers"][-1]["reshape_param"] == {"shape": {"dim": [0, 60]}}
+    fixed = [helper.make_node("Reshape", ["x", "target"], ["f"]), helper.make_node("Gemm", ["f", "w"], ["y"])]
+    model = model_of(fixed, {"x": (1, 2, 3)}, {"target": np.array([1, 6], dtype=np.int64), "w": weights(6, 4)})
+    assert "input 'x' axis 0 from the model's 1 to 3: the model fixes that size in its own shapes" in \
+        refused(tmp_path, model, "--batch", "3")
+    assert "--input-shape gives 1 sizes, but input 'x' has 2 axes after the batch" in \
+        refused(tmp_path, model, "--input-shape", "5")
+    with pytest.raises(ModelImportError, match="batch and input_shape take whole numbers"):
+        import_onnx(model, input_shape="2,3")

@@ -114,15 +114,16 @@ def import_caffe_solver(prototxt, out, caffe_root):
 @click.option("--batch", type=Integer(1), default=None, help="the inputs' first axis (where the model leaves it "
               "dynamic, or to change it)")
 @click.option("--input-shape", type=Dims(None), default=None,
-              help="the inputs' other axes where the model leaves them dynamic, e.g. 3,224,224")
+              help="the inputs' other axes (needed where the model leaves them dynamic), e.g. 3,224,224")
 @click.option("--fold-batchnorm", is_flag=True, help="fold each BatchNormalization after a convolution into its "
-              "weights and bias [default: BatchNorm and Scale layers, which fine-tuning can train]")
+              "weights and bias [default: a BatchNorm, its statistics kept, and a Scale, which fine-tuning trains]")
 @user_errors
 def import_onnx_command(model, out, weights, batch, input_shape, fold_batchnorm):
     """Convert an ONNX model (from PyTorch, TensorFlow/Keras, Caffe2...) into a netspec net and its weights."""
     out, weights, imported = import_onnx_file(model, out, weights, batch, input_shape, fold_batchnorm)
     inputs = [layer for layer in imported.net["layers"] if layer["type"] == "Input"]
-    echo(f"wrote {out} ({len(imported.net['layers']) - len(inputs)} layers, opset {imported.opset}"
+    echo(f"wrote {out} ({len(inputs)} input(s) and {len(imported.net['layers']) - len(inputs)} layers, opset "
+         f"{imported.opset}"
          f"{', from ' + imported.producer if imported.producer else ''}) and {weights}; inputs "
          + ", ".join(f"{layer['name']} {layer['input_param']['shape'][0]['dim']}" for layer in inputs))
     for line in imported.summary():

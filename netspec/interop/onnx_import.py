@@ -53,6 +53,15 @@ class OnnxImport:
     mapped: list[tuple[str, str, list[str]]] = field(default_factory=list)  # (node, operator, layer types)
     folded: list[tuple[str, str]] = field(default_factory=list)  # (node, operator) computed once, or aliases
     notes: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)  # sizes the model fixed that batch and input_shape changed
+
+    def cause(self) -> str:
+        """Why the net's shapes could differ from the model's: a changed size the model's own shapes fix, else a
+        bug of the importer."""
+        if self.changed:
+            return (f"{'; '.join(self.changed)}: the model fixes that size in its own shapes (a Reshape to a "
+                    "constant shape); import it at its own")
+        return "a bug of the importer"
 
     def text(self, source: str) -> str:
         """The net as the YAML text of a net file, headed by where it came from (on one comment line, whatever
@@ -81,7 +90,7 @@ class OnnxImport:
             for index, (blob, array) in enumerate(zip(net.params[name], arrays)):
                 if blob.shape != array.shape:
                     raise ModelImportError(f"layer '{name}' blob {index}: the model gives {list(array.shape)}, the "
-                                           f"layer holds {list(blob.shape)} (a bug of the importer)")
+                                           f"layer holds {list(blob.shape)} ({self.cause()})")
                 blob.data[...] = array
         return net
 
@@ -150,6 +159,14 @@ def import_onnx(source, batch: int | None = None, input_shape: tuple[int, ...] |
     """
     onnx = _onnx()
     where = source if isinstance(source, str) else "the model"
+    try:
+        batch = None if batch is None else int(batch)
+        input_shape = None if input_shape is None else tuple(int(size) for size in input_shape)
+    except (TypeError, ValueError):
+        raise ModelImportError(f"batch and input_shape take whole numbers (input_shape: a tuple such as (3, 224, "
+                               f"224)), not {batch!r} and {input_shape!r}") from None
+    if (batch is not None and batch < 1) or (input_shape and min(input_shape) < 1):
+        raise ModelImportError(f"batch and input_shape take positive sizes, not {batch} and {input_shape}")
     model = read_model(source) if isinstance(source, str) else source
     if not isinstance(source, str) and any(onnx.external_data_helper.uses_external_data(tensor) for tensor in
                                            onnx.external_data_helper._get_all_tensors(model)):
@@ -171,15 +188,21 @@ def _import(model, where: str, batch, input_shape, fold_batchnorm: bool) -> Onnx
     constants = {tensor.name: _array(tensor, where) for tensor in graph.initializer}
     nodes = _in_order(graph.node, where)
     _refuse(nodes, where)
-    inputs = _inputs(graph, nodes, constants, batch, input_shape, where)
+    inputs, changed = _inputs(graph, nodes, constants, batch, input_shape, where)
     result = OnnxImport(net={"name": graph.name or "imported", "layers": []}, weights={}, opset=opset,
-                        producer=" ".join(filter(None, (model.producer_name, model.producer_version))))
-    remaining, shapes = nodes, _infer(model, inputs, constants, nodes, where)
-    while True:  # (a shape computed from folded values can let more fold: PyTorch's attention reshapes)
-        folded = _fold(remaining, shapes, constants, opset, result, where)
-        if len(folded) == len(remaining):
-            break
-        remaining, shapes = folded, _infer(model, inputs, constants, folded, where)
+                        producer=" ".join(filter(None, (model.producer_name, model.producer_version))),
+                        changed=changed)
+    try:
+        remaining, shapes = nodes, _infer(model, inputs, constants, nodes, where)
+        while True:  # (a shape computed from folded values can let more fold: PyTorch's attention reshapes)
+            folded = _fold(remaining, shapes, constants, opset, result, where)
+            if len(folded) == len(remaining):
+                break
+            remaining, shapes = folded, _infer(model, inputs, constants, folded, where)
+    except ModelImportError as exc:
+        if not changed:
+            raise
+        raise ModelImportError(f"{exc} ({result.cause()})") from None
     outputs = {output.name for output in graph.output}
     remaining, notes = recognise(remaining, constants, outputs)
     result.notes.extend(notes)
@@ -261,10 +284,12 @@ def _refuse(nodes, where: str) -> None:
                                    "the model before quantisation)")
 
 
-def _inputs(graph, nodes, constants, batch, input_shape, where: str) -> dict[str, tuple[int, ...]]:
-    """The shape of each real input (a graph input that no initializer or node gives), dynamic axes fixed."""
+def _inputs(graph, nodes, constants, batch, input_shape, where: str) -> tuple[dict[str, tuple[int, ...]], list[str]]:
+    """The shape of each real input (a graph input that no initializer or node gives), its axes set by ``batch``
+    and ``input_shape`` where given, its dynamic ones needing them; and the sizes the model fixed that they
+    changed, in words."""
     produced = {output for node in nodes for output in node.output}
-    inputs = {}
+    inputs, changed = {}, []
     for value in graph.input:
         if value.name in constants or value.name in produced:
             continue
@@ -272,25 +297,27 @@ def _inputs(graph, nodes, constants, batch, input_shape, where: str) -> dict[str
         if tensor.elem_type not in FLOAT_TYPES:
             kind = "int8/uint8: a quantised model" if tensor.elem_type in (2, 3) else f"element type {tensor.elem_type}"
             raise ModelImportError(f"{where}: input '{value.name}' is {kind}; netspec's nets take float inputs")
+        axes = list(tensor.shape.dim)
+        if input_shape and len(input_shape) != len(axes) - 1:
+            raise ModelImportError(f"{where}: --input-shape gives {len(input_shape)} sizes, but input '{value.name}' "
+                                   f"has {len(axes) - 1} axes after the batch (give them all: C,H,W)")
         dims = []
-        for axis, dim in enumerate(tensor.shape.dim):
-            given = batch if axis == 0 else (input_shape[axis - 1] if input_shape and axis - 1 < len(input_shape)
-                                             else None)
-            if given is not None and (axis == 0 or not dim.dim_value):
+        for axis, dim in enumerate(axes):
+            given = batch if axis == 0 else input_shape[axis - 1] if input_shape else None
+            if given is not None:
                 dims.append(int(given))
+                if dim.dim_value > 0 and dim.dim_value != given:
+                    changed.append(f"input '{value.name}' axis {axis} from the model's {dim.dim_value} to {given}")
             elif dim.dim_value > 0:
                 dims.append(int(dim.dim_value))
             else:
-                option = "--batch" if axis == 0 else "--input-shape"
+                option = "--batch (batch=)" if axis == 0 else "--input-shape (input_shape=)"
                 raise ModelImportError(f"{where}: input '{value.name}' has the dynamic axis {axis} "
                                        f"('{dim.dim_param or '?'}'): give its size with {option}")
-        if input_shape and len(input_shape) != len(dims) - 1:
-            raise ModelImportError(f"{where}: --input-shape gives {len(input_shape)} sizes, input '{value.name}' has "
-                                   f"{len(dims) - 1} axes after the batch")
         inputs[value.name] = tuple(dims)
     if not inputs:
         raise ModelImportError(f"{where}: the model takes no input")
-    return inputs
+    return inputs, changed
 
 
 def _infer(model, inputs, constants, nodes, where: str) -> dict[str, tuple[int, ...]]:
@@ -439,11 +466,13 @@ def _check_shapes(result: OnnxImport, shapes, builder: Builder, where: str) -> N
     try:
         graph = compile_net(parse_net(yaml.safe_dump(result.net, sort_keys=False), layer_schemas()), phase="TEST")
     except (ConfigError, ShapeError) as exc:
-        raise ModelImportError(f"{where}: the net made from it is refused: {printable(_first_line(exc))}") from None
+        cause = f" ({result.cause()})" if result.changed else ""
+        raise ModelImportError(f"{where}: the net made from it is refused: {printable(_first_line(exc))}"
+                               f"{cause}") from None
     for name, shape in graph.blob_shapes.items():
         if name in shapes and tuple(shape) != shapes[name]:
             raise ModelImportError(f"{where}: netspec computes {list(shape)} for tensor '{name}', ONNX "
-                                   f"{list(shapes[name])} (a bug of the importer)")
+                                   f"{list(shapes[name])} ({result.cause()})")
 
 
 def import_onnx_file(path: str, out: str | None = None, weights: str | None = None, batch: int | None = None,

@@ -402,10 +402,10 @@ def softmax(b: Builder, node: Node) -> None:
         return
     flat, rows = b.temporary(node.name), b.temporary(node.name)
     b.layer("Reshape", f"{node.name}/flatten", node.inputs[:1], [flat],
-            reshape_param={"shape": {"dim": [*shape[:axis], -1]}})
+            reshape_param=_reshape(shape, (*shape[:axis], math.prod(shape[axis:]))))
     b.layer(node.op, node.name, [flat], [rows], softmax_param={"axis": axis})
     b.layer("Reshape", f"{node.name}/unflatten", [rows], node.outputs[:1],
-            reshape_param={"shape": {"dim": list(shape)}})
+            reshape_param=_reshape((*shape[:axis], math.prod(shape[axis:])), shape))
 
 
 def _span(constant: numpy.ndarray, shape: tuple[int, ...]) -> tuple[int, numpy.ndarray] | None:
@@ -484,7 +484,7 @@ def arithmetic(b: Builder, node: Node) -> None:
     axis, span = _broadcast_span(node.shapes[small], out)
     if tuple(node.shapes[small]) != span:  # (its size-1 axes around the span dropped)
         spanned = b.temporary(node.name)
-        b.layer("Reshape", f"{node.name}/span", [small], [spanned], reshape_param={"shape": {"dim": list(span)}})
+        b.layer("Reshape", f"{node.name}/span", [small], [spanned], reshape_param=_reshape(node.shapes[small], span))
         small = spanned
     b.layer("Bias" if add else "Scale", node.name, [big, small], node.outputs[:1],
             **{"bias_param" if add else "scale_param": {"axis": axis}})
@@ -539,7 +539,17 @@ def reshape(b: Builder, node: Node) -> None:
     if node.op == "Flatten" and int(node.attr("axis", 1)) % max(len(shape), 1) == 1:
         b.layer("Flatten", node.name, node.inputs[:1], node.outputs[:1])
         return
-    b.layer("Reshape", node.name, node.inputs[:1], node.outputs[:1], reshape_param={"shape": {"dim": list(out)}})
+    b.layer("Reshape", node.name, node.inputs[:1], node.outputs[:1], reshape_param=_reshape(shape, out))
+
+
+def _reshape(shape, out) -> dict:
+    """A Reshape's ``reshape_param`` from ``shape`` to ``out``: the first axis copied (Caffe's 0) where it keeps
+    its size, so that a net fine-tuned at another batch size reshapes as the model does (PyTorch's
+    ``x.view(x.size(0), -1)``), the other sizes as the model gives them."""
+    dims = [int(size) for size in out]
+    if shape and dims and shape[0] == dims[0]:
+        dims[0] = 0
+    return {"shape": {"dim": dims}}
 
 
 def transpose(b: Builder, node: Node) -> None:
@@ -727,7 +737,7 @@ def reduce(b: Builder, node: Node) -> None:
                                                                            "axis": len(kept)})
     if reduced != node.outputs[0]:
         b.layer("Reshape", f"{node.name}/keep", [reduced], node.outputs[:1],
-                reshape_param={"shape": {"dim": list(node.output_shape())}})
+                reshape_param=_reshape(tuple(shape[axis] for axis in kept), node.output_shape()))
 
 
 def _cut(b: Builder, node: Node, source: str, axis: int, pieces: list[tuple[int, int]], tops: list[str]) -> None:
@@ -810,7 +820,7 @@ def gather(b: Builder, node: Node) -> None:
     piece = b.temporary(node.name)
     _cut(b, node, node.inputs[0], axis, [(position, position + 1)], [piece])
     b.layer("Reshape", f"{node.name}/drop", [piece], node.outputs[:1],
-            reshape_param={"shape": {"dim": list(node.output_shape())}})
+            reshape_param=_reshape((*shape[:axis], 1, *shape[axis + 1:]), node.output_shape()))
 
 
 def einsum(b: Builder, node: Node) -> None:
