@@ -742,3 +742,11 @@ def test_a_view_keeps_the_batch_free_and_sizes_the_model_fixes_are_named_when_ch
         refused(tmp_path, model, "--input-shape", "5")
     with pytest.raises(ModelImportError, match="batch and input_shape take whole numbers"):
         import_onnx(model, input_shape="2,3")
+
+
+def test_a_model_given_where_a_net_is_expected_says_how_to_import_it(tmp_path):
+    path = tmp_path / "model.onnx"
+    onnx.save(model_of([helper.make_node("Relu", ["x"], ["y"])], {"x": (1, 2)}), path)
+    run = subprocess.run([sys.executable, "-m", "netspec", "check", str(path)], capture_output=True, text=True)
+    assert run.returncode == 1 and "an ONNX model, not a net file: netspec import onnx makes one of it" in \
+        run.stderr, run.stderr

@@ -165,6 +165,8 @@ def read_source(source: str | os.PathLike) -> tuple[str, str | None]:
     looks_like_path = "\n" not in text and (os.path.isfile(text) or text.endswith((".yaml", ".yml")))
     if not looks_like_path:
         return text, None
+    if text.lower().endswith(".onnx"):
+        raise ConfigError(Problem("an ONNX model, not a net file: netspec import onnx makes one of it", file=text))
     if os.path.exists(text) and (not os.path.isfile(text) or os.path.getsize(text) > MAX_FILE_BYTES):
         raise ConfigError(Problem(f"not a config file (a regular file of at most {MAX_FILE_BYTES:,} bytes)",
                                   file=text))
