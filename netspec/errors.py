@@ -135,10 +135,11 @@ def shown_name(name) -> str:
     return shown(str(name))[1:-1]
 
 
-def printable(text: str) -> str:
+def printable(text: str, one_line: bool = False) -> str:
     """``text`` safe to print on a terminal: control characters (escape sequences that clear the screen, write the
-    clipboard or retitle the window) shown escaped, as ``\x1b``; newlines and tabs kept."""
-    return "".join(char if char.isprintable() or char in "\n\t" else repr(char)[1:-1] for char in text)
+    clipboard or retitle the window) shown escaped, as ``\x1b``; newlines and tabs kept, unless ``one_line``."""
+    kept = "" if one_line else "\n\t"
+    return "".join(char if char.isprintable() or char in kept else repr(char)[1:-1] for char in str(text))
 
 
 def did_you_mean(word: str, candidates) -> str:

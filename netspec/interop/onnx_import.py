@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy
 import yaml
 
+from netspec import errors
 from netspec.atomic import write_bytes
 from netspec.engine.net import Net, load_net
 from netspec.engine.outputs import OutputFolder
@@ -137,9 +138,9 @@ def read_model(path: str):
     return model
 
 
-def printable(text: str) -> str:
-    """``text`` with its line breaks and other control characters escaped (a model's names are someone else's)."""
-    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in str(text))
+def printable(text) -> str:
+    """``text`` (a model's name, someone else's) on one line, its control characters escaped."""
+    return errors.printable(text, one_line=True)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy
 
+from netspec.errors import ParamError, ShapeError
+from netspec.layers.pooling import PoolingParams, pool_geometry
+
 
 class ConversionError(Exception):
     """A node netspec's layers cannot compute: the message says why (and what would work, where anything does)."""
@@ -260,14 +263,15 @@ def _onnx_pooled(size: int, kernel: int, stride: int, before: int, after: int, c
     return count - 1 if ceil and (count - 1) * stride >= size + before else count
 
 
-def _caffe_pooled(spatial, kernel, strides, pad, ceil: bool) -> tuple[int, ...]:
-    """The outputs of netspec's Pooling (Caffe's rounding: with CEIL, the last window starting inside the padded
-    input, on both axes once either is padded)."""
-    sizes = []
-    for size, k, s, q in zip(spatial, kernel, strides, pad):
-        n = (math.ceil if ceil else math.floor)((size + 2 * q - k) / s) + 1
-        sizes.append(n - 1 if ceil and any(pad) and (n - 1) * s >= size + q else n)
-    return tuple(sizes)
+def _caffe_pooled(spatial, kernel, strides, pad, ceil: bool) -> tuple[int, ...] | None:
+    """The outputs of netspec's Pooling for this geometry (its own rule, Caffe's), None where it refuses it."""
+    params = PoolingParams(kernel_h=int(kernel[0]), kernel_w=int(kernel[1]), stride_h=int(strides[0]),
+                           stride_w=int(strides[1]), pad_h=int(pad[0]), pad_w=int(pad[1]),
+                           round_mode="CEIL" if ceil else "FLOOR")
+    try:
+        return pool_geometry(params, (1, 1, *spatial)).out
+    except (ParamError, ShapeError):
+        return None
 
 
 def max_pool(b: Builder, node: Node) -> None:
