@@ -1,34 +1,33 @@
-"""Cards of the reference architectures in ``configs/`` (nets only, no weights): ``netspec zoo list --builtin``."""
+"""Cards of the reference architectures in ``netspec.configs`` (nets, no weights): ``netspec zoo list --builtin``."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 
+from netspec.configs import FOLDER
 from netspec.errors import ConfigError, Problem
 from netspec.model_zoo.card import InputSpec
 from netspec.spec.schema import Context, doc, read_block, required
 from netspec.spec.yaml_lines import YamlList, load_yaml, read_source
 
 BUILTIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "builtin.yaml")
-# configs/ sits beside the package folders in a source checkout (and an editable install)
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @dataclass
 class BuiltinCard:
-    """A reference architecture: its deploy net in configs/ and what it takes."""
+    """A reference architecture: its deploy net among the reference configs and what it takes."""
 
     name: str = required(doc="model name")
     summary: str = required(doc="one line for people")
-    net: str = required(doc="deploy net, relative to the repository root")
+    net: str = required(doc="deploy net, relative to the reference configs' folder (resnet50/resnet50_deploy.yaml)")
     input: InputSpec = required(doc="what the net takes")
     task: str = doc("image-classification", "what the model does")
 
     @property
     def net_path(self) -> str:
-        """The deploy net's path in this checkout."""
-        return os.path.join(REPOSITORY, self.net)
+        """The deploy net's path in this installation."""
+        return os.path.join(FOLDER, self.net)
 
 
 def builtin_cards() -> list[BuiltinCard]:

@@ -154,3 +154,36 @@ def test_small_nets_run_forward_and_backward(name):
     loss = net.forward_backward()
     assert np.isfinite(loss) and loss > 0
     assert all(np.isfinite(b.diff).all() for blobs in net.params.values() for b in blobs)
+
+
+def test_the_index_names_every_reference_config_folder():
+    from netspec.tools.configs import reference_configs
+
+    folders = {p.name for p in CONFIGS_DIR.iterdir() if p.is_dir() and any(p.glob("*.yaml"))}
+    assert set(reference_configs()) == folders
+
+
+def test_a_copied_config_stands_alone_and_builds(tmp_path):
+    from test_cli import fails, ok
+
+    assert "resnet152  " in ok("configs")
+    out = tmp_path / "mine"
+    assert ok("configs", "copy", "resnet152", out) == (
+        f"copied resnet152 into {out}: resnet_blocks.yaml, resnet152_deploy.yaml, resnet152_timing.yaml\n")
+    assert (out / "resnet_blocks.yaml").read_text() == (CONFIGS_DIR / "resnet50" / "resnet_blocks.yaml").read_text()
+    assert "include: resnet_blocks.yaml\n" in (out / "resnet152_deploy.yaml").read_text()
+    graph = compile_net(parse_net(str(out / "resnet152_deploy.yaml"), layer_schemas()), phase="TEST")
+    assert graph.nodes[-1].name == "prob"
+    # a second copy replaces nothing unless asked; a link in the way is never written through
+    assert fails("configs", "copy", "resnet152", out) == (
+        f"error: {out}/resnet_blocks.yaml exists; copy into another folder, or give --overwrite to replace these 3 files")
+    victim = tmp_path / "victim.yaml"
+    victim.write_text("kept")
+    (out / "resnet152_deploy.yaml").unlink()
+    (out / "resnet152_deploy.yaml").symlink_to(victim)
+    ok("configs", "copy", "resnet152", out, "--overwrite")
+    assert victim.read_text() == "kept" and not (out / "resnet152_deploy.yaml").is_symlink()
+    assert fails("configs", "copy", "resnt50") == (
+        "error: no reference config 'resnt50'; did you mean 'resnet50'? (netspec configs lists them)")
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    assert fails("configs", "copy", "lenet", tmp_path / "link").startswith(f"error: cannot copy lenet into {tmp_path}/link: ")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from netspec.cli import dashboard, data, features, interop, nets, train, zoo
+from netspec.cli import configs, dashboard, data, features, interop, nets, train, zoo
 
 
 @click.group()
@@ -20,7 +20,7 @@ for command in (
     nets.check, nets.layers, nets.solvers, nets.render, nets.deploy_net, nets.draw, nets.time_command,
     nets.test_command, nets.device_query, features.extract_features_command,
     train.train, train.plot, train.lr_plot,
-    data.convert, data.compute_mean_command, data.data,
+    data.convert, data.compute_mean_command, data.data, configs.configs,
     zoo.zoo, zoo.predict,
     interop.export, interop.import_group,
     dashboard.dashboard,

@@ -1,4 +1,4 @@
-"""One sample as bytes: the record format of netspec's LMDB datasets (DESIGN.md section 6).
+"""One sample as bytes: the record format of netspec's LMDB datasets (docs/pages/concepts/file-formats.md).
 
 A record is::
 

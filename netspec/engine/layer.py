@@ -1,4 +1,4 @@
-"""The layer contract shared by every layer type (DESIGN.md section 3).
+"""The layer contract shared by every layer type (docs/pages/concepts/layer-contract.md).
 
 A subclass declares its ``type``, its parameter blocks, how many bottoms and
 tops it takes, whether it may run in place, whether it is a loss, and which

@@ -1,4 +1,4 @@
-"""Weight files: HDF5, one group per layer, one dataset per learnable blob (DESIGN.md section 6).
+"""Weight files: HDF5, one group per layer, one dataset per learnable blob (docs/pages/concepts/file-formats.md).
 
 Layout::
 

@@ -123,7 +123,8 @@ def first_line(cls) -> str:
     return (inspect.getdoc(cls) or "").splitlines()[0] if cls.__doc__ else ""
 
 
-def _default_text(spec: dataclasses.Field) -> str:
+def default_text(spec: dataclasses.Field) -> str:
+    """A field's default as the docs show it: ``required``, ``none``, a value or the changed keys of a mapping."""
     if spec.metadata.get("required"):
         return "required"
     if spec.default_factory is not dataclasses.MISSING:
@@ -141,13 +142,14 @@ def _default_text(spec: dataclasses.Field) -> str:
 def params_doc(block_name: str, cls) -> str:
     """A parameter list for one params dataclass: name, type, default, description."""
     hints = typing.get_type_hints(cls)
-    rows = [[f.name, type_name(hints[f.name]), _default_text(f), f.metadata.get("doc", "")]
+    rows = [[f.name, type_name(hints[f.name]), default_text(f), f.metadata.get("doc", "")]
             for f in dataclasses.fields(cls)]
     return f"{block_name}:\n" + "\n".join(
         "  " + line for line in format_table(["name", "type", "default", "meaning"], rows).splitlines())
 
 
-def _count_text(bounds: tuple[int, int | None]) -> str:
+def count_text(bounds: tuple[int, int | None]) -> str:
+    """A bottom or top count: ``2``, ``1-3`` or ``1+``."""
     low, high = bounds
     return str(low) if low == high else f"{low}+" if high is None else f"{low}-{high}"
 
@@ -156,7 +158,7 @@ def layer_doc(cls) -> str:
     """Everything ``netspec layers TYPE`` prints: the docstring, counts, in-place, parameters."""
     parts = [
         inspect.getdoc(cls) or cls.type,
-        f"bottoms: {_count_text(cls.num_bottoms)}   tops: {_count_text(cls.num_tops)}   "
+        f"bottoms: {count_text(cls.num_bottoms)}   tops: {count_text(cls.num_tops)}   "
         f"in place: {'yes' if cls.inplace_ok else 'no'}"
         + ("   loss: yes (loss_weight 1)" if cls.is_loss else ""),
     ]

@@ -37,9 +37,29 @@ from netspec.spec.placeholders import PLACEHOLDER, strings_in, substitute
 from netspec.spec.schema import Context
 from netspec.spec.yaml_lines import YamlList, YamlMap, load_yaml, read_source, to_plain
 
-MODULE_KEYS = ("params", "inputs", "outputs", "layers")
-USE_KEYS = ("use", "name", "bottom", "top", "with")
-REPEAT_KEYS = ("count", "start", "use", "name", "bottom", "top", "with")
+# The keys of a net file's module declarations, uses and repeats, with what each means.
+FILE_KEYS = {
+    "include": "files whose modules this net uses: a path or a list, relative to this file",
+    "modules": "named groups of layers: a mapping of module names to declarations",
+}
+MODULE_KEYS = {
+    "params": "the module's parameters and their defaults (~ makes one required)",
+    "inputs": "formal bottom names, replaced by each use's bottoms",
+    "outputs": "formal top names, replaced by each use's tops",
+    "layers": "the module's layers (and further uses and repeats)",
+}
+USE_KEYS = {
+    "use": "the module to expand here",
+    "name": "the use's name, ${name} inside the module",
+    "bottom": "the blobs that replace the module's inputs",
+    "top": "the blobs that replace the module's outputs",
+    "with": "values of the module's parameters",
+}
+REPEAT_KEYS = {
+    "count": "how many copies, each reading the previous copy's top",
+    "start": "the first copy's ${index} (default 0); ${number} is index + 1, ${letter} a, b, ...",
+    **USE_KEYS,
+}
 INDEX_NAMES = ("index", "number", "letter")
 MAX_DEPTH = 32
 MAX_LAYERS = 100_000  # layers a net may expand to; ResNet-152 has about 500
@@ -61,7 +81,7 @@ class Module:
 def uses_modules(tree: YamlMap) -> bool:
     """True when the net needs expanding (modules, includes, uses or repeats)."""
     layers = tree.get("layers")
-    return ("modules" in tree or "include" in tree
+    return (any(key in tree for key in FILE_KEYS)
             or isinstance(layers, list) and any(isinstance(n, dict) and ("use" in n or "repeat" in n) for n in layers))
 
 
@@ -75,7 +95,7 @@ def expand_net(tree: YamlMap, ctx: Context) -> YamlMap:
     if isinstance(expanded, YamlList):
         expanded.line = layers.line
         expanded.item_lines = [getattr(node, "line", layers.line) for node in expanded]
-    result = YamlMap({k: v for k, v in tree.items() if k not in ("modules", "include")})
+    result = YamlMap({k: v for k, v in tree.items() if k not in FILE_KEYS})
     result.line, result.key_lines = tree.line, dict(tree.key_lines)
     if "layers" in tree:
         result["layers"] = expanded

@@ -35,9 +35,9 @@ class ParamSpec:
 class NetStateRule:
     """A condition on the net state, used by ``include``/``exclude``."""
 
-    phase: Literal["TRAIN", "TEST"] | None = None
-    min_level: int | None = None
-    max_level: int | None = None
+    phase: Literal["TRAIN", "TEST"] | None = doc(None, "the phase the net must be built for")
+    min_level: int | None = doc(None, "the net's level must be at least this")
+    max_level: int | None = doc(None, "the net's level must be at most this")
     stage: list[str] = doc([], "every listed stage must be active")
     not_stage: list[str] = doc([], "no listed stage may be active")
 
@@ -58,8 +58,8 @@ class NetStateRule:
 class NetState:
     """The phase, level and stages a net is built for."""
 
-    phase: Literal["TRAIN", "TEST"] = "TEST"
-    level: int = 0
+    phase: Literal["TRAIN", "TEST"] = doc("TEST", "TRAIN or TEST")
+    level: int = doc(0, "a number that include and exclude rules compare with min_level and max_level")
     stage: list[str] = doc([], "active stages")
 
     def describe(self) -> str:
@@ -117,9 +117,24 @@ class NetSpec:
 
 MAX_NAME = 256  # characters of a layer or blob name
 
-_LAYER_KEYS = ("name", "type", "bottom", "top", "param", "include", "exclude",
-               "loss_weight", "propagate_down")
-_NET_KEYS = ("name", "layers", "force_backward", "state")
+# The keys of a layer and of a net, with what each means (the reference pages print these).
+LAYER_KEYS = {
+    "name": "the layer's name, unique in the net; weights are saved and loaded by it",
+    "type": "the layer type (netspec layers lists them)",
+    "bottom": "the blob(s) it reads: a name or a list",
+    "top": "the blob(s) it writes: a name or a list; top i named as bottom i runs in place",
+    "param": "one mapping per learnable blob: name (to share it), lr_mult, decay_mult, share_mode",
+    "include": "build the layer only in these states (one mapping or a list: any may match)",
+    "exclude": "leave the layer out in these states (one mapping or a list: any may match)",
+    "loss_weight": "weight of each top in the loss (a number or one per top; loss layers: 1)",
+    "propagate_down": "per bottom, whether the gradient goes back to it (true or false each)",
+}
+NET_KEYS = {
+    "name": "the net's name",
+    "layers": "the layers, run in file order (and module uses and repeats)",
+    "force_backward": "compute every gradient, even those no loss needs",
+    "state": "the phase, level and stages the net is built for when nothing else says",
+}
 
 
 def _read_list(node, key: str, item_tp, ctx: Context, line: int):
@@ -155,7 +170,7 @@ def parse_layer(node, index: int, layer_schemas: dict[str, dict[str, type]], ctx
                 " (netspec layers lists them)", node.line_of("type"), "type")
     else:
         schema = layer_schemas[type_name]
-    known_keys = list(_LAYER_KEYS) + list(schema)
+    known_keys = list(LAYER_KEYS) + list(schema)
     for key in node:
         if key in known_keys:
             continue
@@ -234,8 +249,8 @@ def read_net(tree, ctx: Context, layer_schemas: dict[str, dict[str, type]], line
     if uses_modules(tree):
         tree = expand_net(tree, ctx)
     for key in tree:
-        if key not in _NET_KEYS:
-            ctx.add(f"unknown key '{key}'{did_you_mean(key, _NET_KEYS)}", tree.line_of(key))
+        if key not in NET_KEYS:
+            ctx.add(f"unknown key '{key}'{did_you_mean(key, NET_KEYS)}", tree.line_of(key))
     name = tree.get("name", "")
     if not isinstance(name, str):
         ctx.add("expected a string", tree.line_of("name"), "name")

@@ -36,7 +36,11 @@ WARMUP_FORMULA = ("with warmup_iter W > 0, for iter < W: "
                   "warmup_start_lr + (lr_policy(W) - warmup_start_lr) * iter / W")
 TEST_EPOCH = "epoch"  # a test_iter value: one pass over the test data, every record once
 EPOCH_KEYS = {"max_epoch": "max_iter", "test_interval_epochs": "test_interval", "snapshot_epochs": "snapshot"}
-NET_KEYS = ("net", "train_net", "test_net")
+NET_KEYS = {
+    "net": "the net to train and test (its TRAIN and TEST phases): a path relative to this file, or a net inline",
+    "train_net": "the net to train, when the test nets are other files (a path or a net inline)",
+    "test_net": "with train_net: the test nets, one per test_iter value (paths or nets inline)",
+}
 
 
 @dataclass

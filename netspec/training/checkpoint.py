@@ -1,4 +1,4 @@
-"""Snapshots of a training run and continuing from one (DESIGN.md section 6).
+"""Snapshots of a training run and continuing from one (docs/pages/concepts/file-formats.md).
 
 A snapshot is two files named by :mod:`netspec.training.run_folder`: the
 weights and a solver state (:mod:`netspec.training.solver_state`) holding

@@ -1,4 +1,4 @@
-"""The training loop shared by every update rule (DESIGN.md section 4), with testing, snapshots and resume.
+"""The training loop shared by every update rule (docs/pages/concepts/semantics.md), with testing, snapshots and resume.
 
 One iteration, in Caffe's order: test when due, forward/backward ``iter_size``
 times with parameter diffs accumulating, log when due, then the update

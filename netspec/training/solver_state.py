@@ -1,4 +1,4 @@
-"""Solver state files: what a resumed run needs besides the weights (DESIGN.md section 6).
+"""Solver state files: what a resumed run needs besides the weights (docs/pages/concepts/file-formats.md).
 
 Layout (HDF5, written atomically beside its weights file)::
 
