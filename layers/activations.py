@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from netspec.engine import onednn
+from netspec.engine import onednn, primitives
 from netspec.engine.fillers import FillerParams, constant
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
@@ -48,7 +48,7 @@ class OneDnnElementwise(Elementwise):
         algorithm = self.onednn_algorithm()
         self.fast = None if algorithm is None else onednn.attempt_in(
             self, onednn.layout_of(bottom[0].values),
-            lambda lib, layout: onednn.Elementwise(lib, bottom[0].shape, *algorithm, layout=layout))
+            lambda lib, layout: primitives.Elementwise(lib, bottom[0].shape, *algorithm, layout=layout))
         if self.fast is not None:
             onednn.hold_outputs(self.fast, top)
 
@@ -435,7 +435,7 @@ class HardSigmoid(OneDnnElementwise):
         # taken from the output instead, as a clip's to [0, 1] (passing where 0 < y < 1) times alpha
         super().reshape(bottom, top)
         self.clip = None if self.fast is None else onednn.attempt(
-            self, lambda lib: onednn.Elementwise(lib, bottom[0].shape, onednn.ELTWISE_CLIP_V2_USE_DST, 0.0, 1.0))
+            self, lambda lib: primitives.Elementwise(lib, bottom[0].shape, onednn.ELTWISE_CLIP_V2_USE_DST, 0.0, 1.0))
         if self.clip is None:
             self.fast = None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from netspec.engine import onednn
+from netspec.engine import onednn, primitives
 from netspec.engine.fillers import FillerParams
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
@@ -39,9 +39,9 @@ class AttentionPrimitives:
     """MultiHeadAttention's oneDNN primitives: the input projections (an inner product for each of
     :meth:`MultiHeadAttention.sources`), the output projection, and the softmax over the key positions."""
 
-    projections: list[onednn.InnerProduct]
-    output: onednn.InnerProduct
-    softmax: onednn.Softmax
+    projections: list[primitives.InnerProduct]
+    output: primitives.InnerProduct
+    softmax: primitives.Softmax
 
 
 @register_layer
@@ -149,9 +149,10 @@ class MultiHeadAttention(Layer):
         sources = self.sources(len(bottom))
         self.source_rows = [slice(first * e, (first + parts) * e) for _, first, parts in sources]  # of in_proj
         bias, heads = self.params.bias_term, self.params.num_heads
+        product = primitives.InnerProduct
         self.fast = onednn.attempt(self, lambda lib: AttentionPrimitives(
-            [onednn.InnerProduct(lib, n * bottom[index].shape[1], e, parts * e, bias) for index, _, parts in sources],
-            onednn.InnerProduct(lib, n * tq, e, e, bias), onednn.Softmax(lib, (n, heads, tq, tk), 3)))
+            [product(lib, n * bottom[index].shape[1], e, parts * e, bias) for index, _, parts in sources],
+            product(lib, n * tq, e, e, bias), primitives.Softmax(lib, (n, heads, tq, tk), 3)))
 
     def projection(self, source: int | None) -> tuple:
         """The input projection of ``source`` (an index into :meth:`sources`), or the output projection (None):

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy
 
-from netspec.engine import onednn
+from netspec.engine import onednn, primitives
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
 from netspec.errors import ShapeError
@@ -84,7 +84,7 @@ class BatchNorm(Layer):
         if self.fast is not None:
             onednn.hold_outputs(self.fast, top)
 
-    def _onednn(self, shape) -> onednn.Normalization | None:
+    def _onednn(self, shape) -> primitives.Normalization | None:
         """oneDNN's primitives for this shape and the layers absorbed, or None for the NumPy path."""
         p = self.block("batch_norm_param")
         if not 2 <= len(shape) <= 5 or (p.sync and self.backend.comm.size > 1):
@@ -92,7 +92,7 @@ class BatchNorm(Layer):
         flags = onednn.NORMALIZE_GLOBAL_STATS if self.global_stats else 0
         if self.scale_layer is not None:
             flags |= onednn.NORMALIZE_SCALE | (onednn.NORMALIZE_SHIFT if len(self.scale_layer.blobs) > 1 else 0)
-        fast = onednn.attempt_in(self, self.layout, lambda lib, layout: onednn.Normalization(
+        fast = onednn.attempt_in(self, self.layout, lambda lib, layout: primitives.Normalization(
             lib, shape, p.eps, flags, keeps_input=not self.inference, layout=layout))
         if fast is None:
             return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from netspec.engine import onednn
+from netspec.engine import onednn, primitives
 from netspec.engine.layer import Layer, canonical_axis
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError, ShapeError
@@ -178,7 +178,8 @@ class Split(Layer):
         super().reshape(bottom, top)
         shape = bottom[0].shape  # copies forward, the sum of the tops' gradients backward, on every thread
         self.fast, self.fast_copy = onednn.attempt_in(self, onednn.layout_of(bottom[0].values), lambda lib, layout: (
-            onednn.Sum(lib, shape, [1.0] * len(top), layout), onednn.Sum(lib, shape, [1.0], layout))) or (None, None)
+            primitives.Sum(lib, shape, [1.0] * len(top), layout), primitives.Sum(lib, shape, [1.0], layout))
+        ) or (None, None)
         if self.fast is not None:
             onednn.hold_outputs(self.fast, top)
 

@@ -7,7 +7,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from netspec.engine import kernels, onednn
+from netspec.engine import kernels, onednn, primitives
 from netspec.engine.fillers import FillerParams
 from netspec.engine.layer import Layer, weighted_flops
 from netspec.engine.registry import register_layer
@@ -344,19 +344,19 @@ class Convolution(Layer):
         """The blob the pass writes last: the top, or the top of an absorbed Eltwise."""
         return self.absorbed[-1][2][0] if self.absorbed else self.top_blob
 
-    def _onednn(self, bottom_shape, top_shape) -> onednn.Convolution | None:
+    def _onednn(self, bottom_shape, top_shape) -> primitives.Convolution | None:
         """oneDNN's primitives for this geometry, or None when they cannot run it (the im2col path does)."""
         geo, p = self.geo, self.params
         geometry = (bottom_shape, self.blobs[0].shape, top_shape, p.group, geo.stride, geo.pad, geo.dilation,
                     p.bias_term)
         if not self.absorbed:
             return onednn.attempt_in(self, onednn.layout_of(self.bottom_blob.values),
-                                     lambda lib, layout: onednn.Convolution(lib, *geometry, layout=layout))
+                                     lambda lib, layout: primitives.Convolution(lib, *geometry, layout=layout))
         steps = [("affine", None)] if self.absorbed[0][0].type in ("BatchNorm", "Scale") else []
         steps += [("relu", layer.block("relu_param").negative_slope) if layer.type == "ReLU" else ("add", None)
                   for layer, _, _ in self.absorbed if layer.type in ("ReLU", "Eltwise")]
         return onednn.attempt_in(self, onednn.layout_of(self.output.values), lambda lib, layout: (
-            onednn.FusedConvolution(lib, *geometry, steps=steps, layout=layout)))  # (the output's, held)
+            primitives.FusedConvolution(lib, *geometry, steps=steps, layout=layout)))  # (the output's, held)
 
     def absorb(self, following):
         """In an inference net, the layers that follow, each optional, in this order: a BatchNorm (stored

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from netspec.engine import onednn
+from netspec.engine import onednn, primitives
 from netspec.engine.layer import Layer, canonical_axis
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError, ShapeError
@@ -67,9 +67,10 @@ class Crop(Layer):
         super().reshape(bottom, top)
         self.cut = self.window(bottom[0].shape, bottom[1].shape)
         window = bottom[0].data[self.cut]  # (on oneDNN: a copy of the window on every thread, either way)
+        strides = primitives.element_strides
         self.fast, self.fast_back = onednn.attempt(self, lambda lib: (
-            onednn.Copy(lib, window.shape, onednn.element_strides(window), onednn.element_strides(top[0].data)),
-            onednn.Copy(lib, window.shape, onednn.element_strides(top[0].data), onednn.element_strides(window)))
+            primitives.Copy(lib, window.shape, strides(window), strides(top[0].data)),
+            primitives.Copy(lib, window.shape, strides(top[0].data), strides(window)))
         ) or (None, None)
 
     def forward(self, bottom, top):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from netspec.engine import onednn
+from netspec.engine import onednn, primitives
 from netspec.engine.layer import Layer, weighted_flops
 from netspec.engine.registry import register_layer
 from netspec.errors import ShapeError
@@ -96,7 +96,7 @@ class Deconvolution(Layer):
         self.geo = for_device(self.geometry(bottom[0].shape), self.xp)
         p = self.params
         # the convolution from the top's shape to the bottom's, its passes used the other way round
-        self.fast = onednn.attempt(self, lambda lib: onednn.Convolution(
+        self.fast = onednn.attempt(self, lambda lib: primitives.Convolution(
             lib, top[0].shape, self.blobs[0].shape, bottom[0].shape, p.group, self.geo.stride, self.geo.pad,
             self.geo.dilation, bias=False))
 

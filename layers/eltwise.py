@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from netspec.engine import onednn
+from netspec.engine import onednn, primitives
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError, ShapeError
@@ -67,7 +67,8 @@ class Eltwise(Layer):
             # the sum, and each bottom's gradient as a scaled copy of the top's
             self.fast, self.fast_gradients = onednn.attempt_in(
                 self, onednn.common_layout([blob.values for blob in bottom]), lambda lib, layout: (
-                    onednn.Sum(lib, shape, coeffs, layout), [onednn.Sum(lib, shape, [c], layout) for c in coeffs])
+                    primitives.Sum(lib, shape, coeffs, layout),
+                    [primitives.Sum(lib, shape, [c], layout) for c in coeffs])
             ) or (None, None)
             if self.fast is not None:
                 onednn.hold_outputs(self.fast, top)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from netspec.engine import onednn
+from netspec.engine import onednn, primitives
 from netspec.engine.fillers import FillerParams
 from netspec.engine.layer import Layer, canonical_axis
 from netspec.engine.registry import register_layer
@@ -81,12 +81,12 @@ class InnerProduct(Layer):
         super().reshape(bottom, top)
         self.fast = self._onednn(bottom[0].shape)
 
-    def _onednn(self, bottom_shape) -> onednn.InnerProduct | None:
+    def _onednn(self, bottom_shape) -> primitives.InnerProduct | None:
         """oneDNN's primitives for this shape, or None when they cannot run it (NumPy does)."""
         if self.params.transpose:
             return None
         _, m, k = self.split(bottom_shape)
-        return onednn.attempt(self, lambda lib: onednn.InnerProduct(lib, m, k, self.params.num_output,
+        return onednn.attempt(self, lambda lib: primitives.InnerProduct(lib, m, k, self.params.num_output,
                                                                     self.params.bias_term))
 
     def weight_matrix(self):

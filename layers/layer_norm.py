@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy
 
-from netspec.engine import onednn
+from netspec.engine import onednn, primitives
 from netspec.engine.fillers import FillerParams, constant
 from netspec.engine.layer import Layer, canonical_axis
 from netspec.engine.registry import register_layer
@@ -69,7 +69,7 @@ class LayerNorm(Layer):
         super().reshape(bottom, top)
         rows, width = self.rows(bottom[0].shape)
         flags = (onednn.NORMALIZE_SCALE | onednn.NORMALIZE_SHIFT) if self.blobs else 0
-        self.fast = onednn.attempt(self, lambda lib: onednn.LayerNormalization(
+        self.fast = onednn.attempt(self, lambda lib: primitives.LayerNormalization(
             lib, rows, width, self.block("layer_norm_param").eps, flags))
         if self.fast is not None:  # each row's statistics, which forward writes for backward
             self.statistics = {onednn.ARG_MEAN: numpy.empty(rows, self.dtype),

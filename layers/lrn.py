@@ -8,7 +8,7 @@ from typing import Literal
 import numpy
 
 from netspec import threads
-from netspec.engine import kernels, onednn
+from netspec.engine import kernels, onednn, primitives
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError
@@ -84,7 +84,7 @@ class LRN(Layer):
         p = self.block("lrn_param")
         across = p.norm_region == "ACROSS_CHANNELS"
         self.fast = onednn.attempt_in(self, onednn.layout_of(bottom[0].values), lambda lib, layout:
-                                      onednn.LocalResponseNormalization(
+                                      primitives.LocalResponseNormalization(
                                           lib, bottom[0].shape, across, p.local_size, p.alpha, p.beta,
                                           p.k if across else 1.0, training=not self.inference, layout=layout))
         if self.fast is not None:

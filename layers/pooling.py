@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from netspec.engine import kernels, onednn
+from netspec.engine import kernels, onednn, primitives
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError, ShapeError
@@ -183,7 +183,7 @@ class Pooling(Layer):
         if self.fast is not None and self.rescale is None:  # (a rescaled top is written plain anyway)
             onednn.hold_outputs(self.fast, top)
 
-    def _onednn(self, bottom_shape, top_shape, maximum: bool, layout) -> onednn.Pooling | None:
+    def _onednn(self, bottom_shape, top_shape, maximum: bool, layout) -> primitives.Pooling | None:
         """oneDNN's primitives for this geometry (taking the bottom in ``layout``, where it is held in one), or
         None when they cannot run it (NumPy does).
 
@@ -191,7 +191,7 @@ class Pooling(Layer):
         divisor differs (None where none does).
         """
         geo = self.geo
-        fast = onednn.attempt_in(self, layout, lambda lib, layout: onednn.Pooling(
+        fast = onednn.attempt_in(self, layout, lambda lib, layout: primitives.Pooling(
             lib, bottom_shape, top_shape, geo.kernel, geo.stride, geo.pad, geo.far_pad, maximum, layout))
         if fast is not None and not maximum:
             self.rescale = self._rescale(geo.kernel[0] * geo.kernel[1])

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from netspec.engine import onednn
+from netspec.engine import onednn, primitives
 from netspec.engine.fillers import FillerParams
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
@@ -351,10 +351,10 @@ class LSTM(Recurrent):
         inputs += static or 0
         size = self.hidden()
         # oneDNN's LSTM, and the product of the gates' inputs (stacked) and weights that backward recomputes after it
-        primitives = onednn.attempt(self, lambda lib: (
-            onednn.LongShortTermMemory(lib, steps, batch, inputs, size),
-            onednn.InnerProduct(lib, steps * batch, inputs + size, 4 * size, bias=True)))
-        self.fast, self.replayer = primitives or (None, None)
+        built = onednn.attempt(self, lambda lib: (
+            primitives.LongShortTermMemory(lib, steps, batch, inputs, size),
+            primitives.InnerProduct(lib, steps * batch, inputs + size, 4 * size, bias=True)))
+        self.fast, self.replayer = built or (None, None)
 
     def onednn_order(self):
         """The rows of Caffe's gate-major blobs (i, f, o, g) in oneDNN's gate order (i, f, g, o)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from netspec.engine import onednn
+from netspec.engine import onednn, primitives
 from netspec.engine.layer import Layer, canonical_axis
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError, ShapeError
@@ -199,7 +199,7 @@ class Tile(Layer):
         super().reshape(bottom, top)
         self.copies = outer, tiles, inner = self.split(bottom[0].shape)
         # on oneDNN: one copy on every thread from the bottom read again for each tile (a stride of 0)
-        self.fast = onednn.attempt(self, lambda lib: onednn.Copy(lib, self.copies, (inner, 0, 1),
+        self.fast = onednn.attempt(self, lambda lib: primitives.Copy(lib, self.copies, (inner, 0, 1),
                                                                    (tiles * inner, inner, 1)))
 
     def forward(self, bottom, top):

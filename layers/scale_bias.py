@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy
 
-from netspec.engine import onednn
+from netspec.engine import onednn, primitives
 from netspec.engine.fillers import FillerParams, constant
 from netspec.engine.layer import Layer, canonical_axis
 from netspec.engine.registry import register_layer
@@ -117,7 +117,7 @@ class Scale(BroadcastOperand):
         return (len(self.spec.bottoms) == 1 and self.view[:2] == tuple(self.bottom_shape[:2])
                 and self.blobs[0].shape == (self.bottom_shape[1],))
 
-    def _onednn(self, shape, layout) -> onednn.Normalization | None:
+    def _onednn(self, shape, layout) -> primitives.Normalization | None:
         """A learned scale per channel (axis 1) on oneDNN: a batch normalisation with mean 0, variance 1, eps 0
         and the given statistics is exactly ``y = s * x + b``, and its backward gives all three gradients (in
         ``layout``, the bottom's, where it is held in one)."""
@@ -128,7 +128,7 @@ class Scale(BroadcastOperand):
                                                                            else 0)
         self.identity = {onednn.ARG_MEAN: numpy.zeros(shape[1], self.dtype),
                          onednn.ARG_VARIANCE: numpy.ones(shape[1], self.dtype)}
-        return onednn.attempt_in(self, layout, lambda lib, layout: onednn.Normalization(
+        return onednn.attempt_in(self, layout, lambda lib, layout: primitives.Normalization(
             lib, shape, 0.0, flags, keeps_input=not self.inference, layout=layout))
 
     def forward(self, bottom, top):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from netspec.engine import onednn
+from netspec.engine import onednn, primitives
 from netspec.engine.layer import Layer, canonical_axis
 from netspec.engine.registry import register_layer
 from netspec.spec.schema import doc
@@ -59,7 +59,7 @@ class Softmax(Layer):
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
         view = softmax_view(bottom[0].shape, self.block("softmax_param").axis)
-        self.fast = onednn.attempt(self, lambda lib: onednn.Softmax(lib, view, 1, log=self.log))
+        self.fast = onednn.attempt(self, lambda lib: primitives.Softmax(lib, view, 1, log=self.log))
 
     def forward(self, bottom, top):
         if self.fast is not None:

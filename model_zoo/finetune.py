@@ -30,7 +30,7 @@ from netspec.model_zoo.card import ModelCard, read_card
 from netspec.model_zoo.predict import model_folder
 from netspec.model_zoo.zoo import ZooError, include_problems, verify_folder
 from netspec.spec.modules import net_yaml, render_net
-from netspec.spec.net_spec import LayerSpec, NetSpec, in_phase, parse_net
+from netspec.spec.net_spec import LayerSpec, NetConfig, in_phase, parse_net
 from netspec.spec.solver_spec import NET_KEYS, TEST_EPOCH, parse_solver
 from netspec.spec.yaml_lines import YamlMap, load_yaml, read_source, to_plain
 from netspec.training import run_folder
@@ -212,7 +212,7 @@ def scored_classes(card: ModelCard, folder: str) -> int:
     return graph.blob_shapes[graph.outputs[0]][1] if graph.outputs else len(card.input.label_names)
 
 
-def class_score_layers(spec: NetSpec, where: str) -> list[LayerSpec]:
+def class_score_layers(spec: NetConfig, where: str) -> list[LayerSpec]:
     """The layers making the class scores that the TRAIN phase's losses compare with labels.
 
     From each such loss, its scores are followed back through layers of one

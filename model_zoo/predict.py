@@ -22,13 +22,11 @@ import numpy
 from netspec.data.files import regular_file
 from netspec.data.images import decode_image, read_image_file, resized
 from netspec.data.transform import Transformer, TransformParams
-from netspec.engine.net import Net, compile_net
-from netspec.engine.outputs import OutputFolder, check_sandbox
-from netspec.engine.registry import layer_schemas
+from netspec.engine.net import Net, load_net
+from netspec.engine.trust import SHARED, Trust
 from netspec.errors import DataError
 from netspec.model_zoo.card import CARD, ModelCard, read_card
 from netspec.model_zoo.zoo import Zoo, ZooError, verify_folder
-from netspec.spec.net_spec import parse_net
 
 
 def model_folder(name_or_path: str, zoo: str | None = None) -> str:
@@ -50,8 +48,7 @@ def model_folder(name_or_path: str, zoo: str | None = None) -> str:
 
 
 def load(name_or_path: str, zoo: str | None = None, device: str = "cpu", batch_size: int | None = None,
-         dtype=numpy.float32, allow_side_effects: bool = False, outputs_anywhere: bool = False,
-         allow_missing_weights: bool = False, allow_python_layers: bool = False) -> Model:
+         dtype=numpy.float32, trust: Trust = SHARED, allow_missing_weights: bool = False) -> Model:
     """The model, ready to predict: its deploy net with its weights (frozen: :meth:`netspec.Net.freeze`), and its
     card; every file is verified first.
 
@@ -59,11 +56,11 @@ def load(name_or_path: str, zoo: str | None = None, device: str = "cpu", batch_s
     ``batch_size`` sets the input's first axis (default: the deploy net's).
     ``netspec.model_zoo.load("digits").predict("digit.png")`` is the whole of using one.
 
-    A model is someone else's code: a deploy net with layers that write files
-    is refused unless ``allow_side_effects`` (their files then go inside the
-    current directory, or anywhere with ``outputs_anywhere``), and weights that leave a learnable layer at its
-    fillers are refused unless ``allow_missing_weights``, and Python layers (their modules' code would run)
-    unless ``allow_python_layers``.
+    A model is someone else's code: by default (``trust``: :meth:`Trust.shared
+    <netspec.engine.trust.Trust.shared>`) a deploy net with layers that write files or with Python layers (their
+    modules' code would run) is refused; a trust allowing side effects lets its files go inside the current
+    directory (or anywhere, with ``outputs_anywhere``).  Weights that leave a learnable layer at its fillers are
+    refused unless ``allow_missing_weights``.
     """
     folder = model_folder(name_or_path, zoo)
     card = read_card(folder)
@@ -72,17 +69,8 @@ def load(name_or_path: str, zoo: str | None = None, device: str = "cpu", batch_s
         raise ZooError(f"{folder}: the model does not match its card: " + "; ".join(problems))
     if not card.weights:
         raise ZooError(f"{card.ref} is a config-only card: it has no weights to predict with")
-    spec = parse_net(os.path.join(folder, card.deploy_net), layer_schemas())
-    if batch_size:
-        for layer in spec.layers:
-            if layer.type == "Input":
-                layer.blocks["input_param"].shape[0].dim[0] = batch_size
-                break
-    graph = compile_net(spec, phase="TEST", python_layers=allow_python_layers)
-    if not allow_side_effects:
-        check_sandbox(graph, os.path.join(folder, card.deploy_net))
-    net = Net(graph, device=device, dtype=dtype, output_folder=OutputFolder(anywhere=outputs_anywhere), inference=True,
-              reuse_memory=True)
+    net = load_net(os.path.join(folder, card.deploy_net), "TEST", device, batch_size=batch_size or None, trust=trust,
+                   dtype=dtype, inference=True, reuse_memory=True)
     scores_blob(net, os.path.join(folder, card.deploy_net))
     report = net.load_weights(os.path.join(folder, card.weights))
     if report.missing and not allow_missing_weights:

@@ -15,8 +15,9 @@ from netspec.atomic import write_bytes
 from netspec.data.dataset import read_manifest
 from netspec.engine.deploy import deploy_net_yaml, derive_deploy_net, finetune_solver, train_net_from_deploy
 from netspec.engine.net import Net, compile_net
-from netspec.engine.outputs import OutputFolder, check_sandbox
+from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_class, layer_schemas
+from netspec.engine.trust import SHARED, Trust
 from netspec.engine.weights import weights_origin
 from netspec.errors import NetspecError
 from netspec.graph.compiler import included
@@ -48,6 +49,8 @@ DEPLOY, WEIGHTS = "deploy.yaml", "weights.h5"  # the names of the two files in a
 CONFIGS = {"solver": "solver.yaml", "train_net": "train_net.yaml"}  # and of its training configs, by card field
 
 
+PYTHON_REFUSAL = "the zoo does not carry its module, so the model would not run elsewhere"
+
 @dataclass
 class PublishRequest:
     """What ``netspec zoo publish`` was asked."""
@@ -66,7 +69,8 @@ class PublishRequest:
     channels: str | None = None
     channel_order: str = "RGB"  # of a 3-channel input when neither channels nor the run's transform_param says
     force: bool = False
-    allow_side_effects: bool = False  # publish a net with layers that write files (its users must allow them too)
+    trust: Trust = SHARED  # side_effects: publish a net with layers that write files (its users must allow
+    # them too); its Python layers are refused whatever it says, since the zoo does not carry their modules
     train_net: str | None = None  # the train net to include [default: the run's]
     solver: str | None = None  # the solver to include [default: the run's]
     caffe: CaffeOrigin | None = None  # the Caffe Model Zoo directory the net and weights were imported from
@@ -168,14 +172,8 @@ def publish(request: PublishRequest, zoo: Zoo) -> ModelCard:
     deploy = request.net or run_deploy_net(request.run_dir, sources)
     weights = request.weights or run_weights(request.run_dir)
     net_label = request.net or "the deploy net derived from the run"
-    spec = parse_net(deploy, layer_schemas())
-    python = [layer.name for layer in spec.layers if layer.type == "Python"]
-    if python:
-        raise ZooError(f"the deploy net has Python layer(s) {', '.join(python)}: the zoo does not carry their "
-                       "modules, so the model would not run elsewhere")
-    graph = compile_net(spec, phase="TEST")
-    if not request.allow_side_effects:
-        check_sandbox(graph, net_label)
+    trust = dataclasses.replace(request.trust, python_layers=False, python_refusal=PYTHON_REFUSAL)
+    graph = compile_net(parse_net(deploy, layer_schemas()), phase="TEST", trust=trust, where=net_label)
     net = Net(graph, output_folder=OutputFolder(remedy="since its users run it in folders of their own"))
     report = net.load_weights(weights)
     missing = [name for name in report.missing if net.params.get(name)]

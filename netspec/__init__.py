@@ -4,22 +4,18 @@
 >>> net = netspec.load_net("configs/lenet/lenet_timing.yaml", phase="TRAIN")
 >>> loss = net.forward(); net.backward()
 
-Importing netspec registers the built-in layer types and update rules
-(``netspec.layers``, ``netspec.solvers``); ARCHITECTURE.md maps the packages.
+Importing netspec is cheap: the names below and the subpackages
+(``netspec.model_zoo``...) load when first used, and the layer types and
+update rules register on the registry's first lookup
+(:mod:`netspec.engine.registry`).  ARCHITECTURE.md maps the packages.
 """
 
 import importlib
-import warnings
 
 from netspec import threads
 
-threads.size_pools()  # before anything below imports NumPy
+threads.size_pools()  # before anything imports NumPy
 
-from netspec import layers, solvers  # noqa: F401 - importing them registers the built-in types
-from netspec.engine.builder import L, NetSpec
-from netspec.engine.net import Net, load_net
-from netspec.engine.outputs import OutputFolder
-from netspec.engine.registry import load_plugins
 from netspec.errors import (
     ConfigError,
     DataError,
@@ -29,25 +25,38 @@ from netspec.errors import (
     TrainingError,
     WeightsError,
 )
-from netspec.layers.python_layer import PythonLayer
-from netspec.training.solver import Solver, load_solver
 from netspec.version import __version__
+
+# the public names that load a module of their own, by the module that defines them
+LAZY = {
+    "L": "netspec.engine.builder",
+    "NetSpec": "netspec.engine.builder",
+    "Net": "netspec.engine.net",
+    "load_net": "netspec.engine.net",
+    "OutputFolder": "netspec.engine.outputs",
+    "PythonLayer": "netspec.layers.python_layer",
+    "Solver": "netspec.training.solver",
+    "load_solver": "netspec.training.solver",
+}
+# netspec.<name> after a bare `import netspec`
+SUBMODULES = ("cli", "configs", "dashboard", "data", "engine", "graph", "inspect", "interop", "layers", "model_zoo",
+              "solvers", "spec", "testing", "tools", "training")
 
 __all__ = ["ConfigError", "DataError", "L", "Net", "NetSpec", "NetspecError", "OutputFolder", "PythonLayer",
            "ShapeError", "Solver", "StateError", "TrainingError", "WeightsError", "load_net", "load_solver",
            "__version__"]
 
-# netspec.<name> after a bare `import netspec` (imported when first used)
-SUBMODULES = ("cli", "dashboard", "data", "engine", "graph", "inspect", "interop", "layers", "model_zoo", "solvers",
-              "spec", "testing", "tools", "training")
-
 
 def __getattr__(name: str):
-    """The submodule ``name`` (``netspec.model_zoo``...), imported when first asked for."""
+    """A public name or a submodule (``netspec.load_net``, ``netspec.model_zoo``...), imported when first asked for."""
+    if name in LAZY:
+        value = getattr(importlib.import_module(LAZY[name]), name)
+        globals()[name] = value
+        return value
     if name in SUBMODULES:
         return importlib.import_module(f"netspec.{name}")
     raise AttributeError(f"module 'netspec' has no attribute {name!r}")
 
 
-for _failure in load_plugins():  # layer types installed packages add (entry-point group netspec.layers), last
-    warnings.warn(_failure, stacklevel=1)
+def __dir__():
+    return sorted({*globals(), *LAZY, *SUBMODULES})

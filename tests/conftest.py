@@ -4,11 +4,18 @@ are skipped, with the reason.  Every netspec a test starts runs on every core (`
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
 from netspec import threads
 from netspec.engine import gpu_standin
+
+# The tests sit in one folder per package they test (tests/layers/, tests/training/...), and a test module imports
+# helpers from another by its name (from test_cli import run; names are unique): every folder on the import path.
+sys.path[:0] = [str(folder) for folder in sorted(Path(__file__).parent.iterdir())
+                if folder.is_dir() and any(folder.glob("test_*.py"))]
 
 
 def pytest_configure(config):

@@ -15,7 +15,7 @@ from netspec.cli.options import (
 )
 from netspec.cli.progress import progress_bar
 from netspec.engine.net import load_net
-from netspec.engine.outputs import OutputFolder
+from netspec.engine.trust import Trust
 from netspec.inspect.features import blob_list, check_blobs, extract_features, pass_size, refuse_existing, shape_text
 
 
@@ -45,8 +45,8 @@ def extract_features_command(net_file, weights, blobs, out, iterations, phase, s
     names = blob_list(blobs)
     refuse_existing(out, overwrite)  # (before the net is built and run)
     net = load_net(net_file, phase=phase.upper(), device=device, stages=stages or None, level=level,
-                   output_folder=OutputFolder(anywhere=outputs_anywhere), inference=True, python_layers=True,
-                   reuse_memory=True, keep=tuple(names))  # (the chosen blobs keep arrays of their own)
+                   trust=Trust.own(outputs_anywhere=outputs_anywhere), inference=True, reuse_memory=True,
+                   keep=tuple(names))  # (the chosen blobs keep arrays of their own)
     try:
         check_blobs(net, names)
         net.load_weights(weights)

@@ -8,7 +8,7 @@ from netspec.cli.errors import user_errors
 from netspec.cli.options import Dims, Integer, level_option, python_layers_option, stage_option
 from netspec.cli.output import echo
 from netspec.engine.net import load_net
-from netspec.engine.outputs import OutputFolder
+from netspec.engine.trust import Trust
 from netspec.interop.caffe_files import import_caffemodel_file, import_net_file, import_solver_file
 from netspec.interop.onnx_export import export_onnx
 from netspec.interop.onnx_import import import_onnx_file
@@ -34,7 +34,7 @@ def export():
 def export_onnx_command(net_file, weights, out, opset, unfolded, stages, level, allow_python_layers):
     """Export NET_FILE's inference (TEST) graph with its weights as an ONNX model."""
     net = load_net(net_file, phase="TEST", stages=stages or None, level=level, inference=not unfolded,
-                   output_folder=OutputFolder(anywhere=True), python_layers=allow_python_layers)  # never run here
+                   trust=Trust(python_layers=allow_python_layers, outputs_anywhere=True))  # never run here
     if weights:
         net.load_weights(weights)
     else:

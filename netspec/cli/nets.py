@@ -26,17 +26,16 @@ from netspec.engine import onednn
 from netspec.engine.backend import gpu_report
 from netspec.engine.classes import class_problems
 from netspec.engine.deploy import deploy_net_yaml, derive_deploy_net
-from netspec.engine.net import Net, compile_net, load_net
+from netspec.engine.net import Net, compile_file, load_net
 from netspec.engine.one_pass import OnePass
-from netspec.engine.outputs import OutputFolder
-from netspec.engine.registry import layer_class, layer_schemas, layer_types, solver_class, solver_types
+from netspec.engine.registry import layer_class, layer_types, solver_class, solver_types
+from netspec.engine.trust import Trust
 from netspec.errors import ConfigError, NetspecError
 from netspec.inspect.confusion import Confusion, check_png
 from netspec.inspect.drawing import draw as draw_graph
 from netspec.inspect.report import first_line, format_table, layer_doc, net_summary, solver_doc
 from netspec.inspect.timing import time_net
 from netspec.spec.modules import net_yaml, render_net
-from netspec.spec.net_spec import parse_net
 from netspec.threads import thread_counts
 from netspec.training.log import format_outputs
 
@@ -52,9 +51,8 @@ from netspec.training.log import format_outputs
 @user_errors
 def check(net_file, phase, stages, level, weights, allow_python_layers):
     """Validate NET_FILE and print every layer's tops, parameters and memory."""
-    spec = parse_net(net_file, layer_schemas())
-    graph = compile_net(spec, phase=phase.upper() if phase else None, stages=stages or None, level=level,
-                        python_layers=allow_python_layers)
+    graph = compile_file(net_file, phase.upper() if phase else None, stages or None, level,
+                         trust=Trust(python_layers=allow_python_layers))
     errors, warnings = class_problems(graph)
     if errors:
         raise ConfigError(errors)
@@ -62,7 +60,7 @@ def check(net_file, phase, stages, level, weights, allow_python_layers):
     for line in warnings:
         echo(line)
     if weights:
-        net = Net(graph, output_folder=OutputFolder(anywhere=True))  # checked, never run
+        net = Net(graph, output_folder=Trust(outputs_anywhere=True).output_folder())  # checked, never run
         click.echo(net.load_weights(weights).summary(weights))
 
 
@@ -142,8 +140,8 @@ def deploy_net(net_file, out, input_shape, batch_size, stages, level):
 @user_errors
 def draw(net_file, out, phase, stages, level, rankdir, allow_python_layers):
     """Draw NET_FILE's layer graph with blob shapes on the edges (.svg/.png need Graphviz's dot)."""
-    graph = compile_net(parse_net(net_file, layer_schemas()), phase=phase.upper() if phase else None,
-                        stages=stages or None, level=level, python_layers=allow_python_layers)
+    graph = compile_file(net_file, phase.upper() if phase else None, stages or None, level,
+                         trust=Trust(python_layers=allow_python_layers))
     draw_graph(graph, out, rankdir)
     click.echo(f"wrote {out} ({len(graph.nodes)} layers)")
 
@@ -164,8 +162,8 @@ def draw(net_file, out, phase, stages, level, rankdir, allow_python_layers):
 @user_errors
 def time_command(net_file, iterations, warmup, phase, stages, level, device, seed, as_json, outputs_anywhere):
     """Time forward and backward passes of NET_FILE, layer by layer."""
-    net = load_net(net_file, phase=phase.upper(), device=device, stages=stages or None, level=level, seed=seed,
-                   python_layers=True, reuse_memory=True, output_folder=OutputFolder(anywhere=outputs_anywhere))
+    net = load_net(net_file, phase=phase.upper(), device=device, stages=stages or None, level=level,
+                   trust=Trust.own(outputs_anywhere=outputs_anywhere), seed=seed, reuse_memory=True)
     try:
         result = time_net(net, iterations=iterations, warmup=warmup)
     finally:
@@ -226,8 +224,8 @@ def test_command(net_file, weights, iterations, phase, stages, level, device, as
         check_png(out)
     # (a report reads the scores after each pass, so no blob may reuse their memory)
     load = functools.partial(load_net, net_file, phase=phase.upper(), device=device, stages=stages or None,
-                             level=level, output_folder=OutputFolder(anywhere=outputs_anywhere), inference=True,
-                             python_layers=True, reuse_memory=not report)
+                             level=level, trust=Trust.own(outputs_anywhere=outputs_anywhere), inference=True,
+                             reuse_memory=not report)
     net = load()
     one_pass = None
     try:

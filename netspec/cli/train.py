@@ -10,6 +10,7 @@ import click
 from netspec.cli.errors import rank_errors, user_errors
 from netspec.cli.options import Integer, Real, level_option, outputs_anywhere_option, stage_option, threads_option
 from netspec.engine.comm import SingleProcess
+from netspec.engine.trust import Trust
 from netspec.inspect.plots import plot_learning_rate, plot_metrics
 from netspec.training.distributed import MPICommunicator, launch
 from netspec.training.run import TrainOptions, read_solver, schedule_params
@@ -79,8 +80,9 @@ def train(solver_file, device, weights, resume, force, max_iter, base_lr, batch_
     options = TrainOptions(device=device, weights=weights, resume=resume, force=force, max_iter=max_iter,
                            base_lr=base_lr, batch_size=batch_size, seed=seed, stages=stages, level=level,
                            run_dir=run_dir, sigint_effect=sigint_effect, sighup_effect=sighup_effect,
-                           outputs_anywhere=outputs_anywhere, debug_info=debug_info, tensorboard=tensorboard,
-                           python_layers=not no_python_layers)
+                           debug_info=debug_info, tensorboard=tensorboard,
+                           trust=Trust.own(python_layers=not no_python_layers, outputs_anywhere=outputs_anywhere,
+                                           python_refusal="this training was started with --no-python-layers"))
     with rank_errors(comm):
         solver = train_run(solver_file, options, comm, say=click.echo)
         if solver.interrupted:

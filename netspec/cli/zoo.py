@@ -21,6 +21,7 @@ from netspec.cli.options import (
 )
 from netspec.cli.output import echo
 from netspec.cli.progress import progress_bar
+from netspec.engine.trust import Trust
 from netspec.errors import NetspecError
 from netspec.inspect.report import format_table
 from netspec.model_zoo.builtin import builtin_cards
@@ -86,7 +87,7 @@ def zoo_publish(name, version, net_file, weights, run_dir, labels_file, license_
     request = PublishRequest(name=name, version=version, net=net_file, weights=weights, run_dir=run_dir,
                              labels_file=labels_file, license=license_, summary=summary, authors=list(authors),
                              scale=scale, mean_value=parse_floats(mean_value, "--mean-value"), channels=channels,
-                             force=force, allow_side_effects=allow_side_effects)
+                             force=force, trust=Trust.shared(side_effects=allow_side_effects))
     target = Zoo(zoo_dir)
     card = publish(request, target)
     metrics = ", ".join(f"{k} {v:.4g}" for k, v in card.metrics.items())
@@ -268,9 +269,10 @@ def predict(model, inputs, top_k, as_json, device, allow_side_effects, outputs_a
     prepared, adjustments = read_inputs(list(inputs), read_card(folder))
     if adjustments:
         echo(str(adjustments), err=True)
-    loaded = load(folder, device=device, batch_size=min(len(prepared), 64), allow_side_effects=allow_side_effects,
-                  outputs_anywhere=outputs_anywhere, allow_missing_weights=allow_missing_weights,
-                  allow_python_layers=allow_python_layers)
+    trust = Trust.shared(python_layers=allow_python_layers, side_effects=allow_side_effects,
+                         outputs_anywhere=outputs_anywhere)
+    loaded = load(folder, device=device, batch_size=min(len(prepared), 64), trust=trust,
+                  allow_missing_weights=allow_missing_weights)
     try:
         results = loaded.classify(prepared, top_k)
     finally:

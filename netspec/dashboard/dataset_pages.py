@@ -1,4 +1,5 @@
-"""The Datasets pages' HTML: the list with the New dataset form and the conversions, and one dataset's page."""
+"""The Datasets pages: the list with the New dataset form and the conversions, and one dataset's page; their HTML
+and the handlers that serve them (``/datasets``, ``/dataset``, ``/api/datasets/...``)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,25 @@ import json
 import urllib.parse
 from html import escape
 
-from netspec.dashboard.datasets import ENCODINGS
+import anyio
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+
+from netspec.dashboard.datasets import (
+    ENCODINGS,
+    ConversionRequest,
+    folders_for_datasets,
+    histogram,
+    record_png,
+    samples,
+    summary,
+)
+from netspec.dashboard.forms import parse_form
 from netspec.dashboard.pages import page, refused_message
+from netspec.dashboard.state import Dashboard
+from netspec.dashboard.workspace import RefusedPathError
 from netspec.data.dataset import BACKENDS, Dataset
+from netspec.errors import NetspecError
 
 
 def dataset_link(path: str) -> str:
@@ -109,3 +126,55 @@ def dataset_page(path: str, dataset: Dataset, histogram: list[dict], samples: li
 <h2>Manifest</h2>
 <pre>{escape(json.dumps(manifest, indent=2))}</pre>
 </section>""")
+
+
+def datasets_response(dashboard: Dashboard, form: dict[str, str] | None = None, message: str = "",
+                      status: int = 200) -> HTMLResponse:
+    """The Datasets page, its form holding ``form``, with ``message`` saying why the last conversion was refused."""
+    datasets, sources = folders_for_datasets(dashboard.workspace)
+    rows = [(path, summary(dashboard.workspace.folder(path))) for path in datasets]
+    return HTMLResponse(datasets_page(rows, sources, dashboard.conversions.views(), form or {}, message),
+                        status_code=status)
+
+
+def show_datasets(request: Request) -> HTMLResponse:
+    """``/datasets``: the dataset folders, the New dataset form and the conversions."""
+    return datasets_response(Dashboard.of(request))
+
+
+async def start_conversion(request: Request) -> Response:
+    """``POST /datasets``: start converting an image folder, or show why not."""
+    dashboard = Dashboard.of(request)
+    form = parse_form(await request.body())
+    try:
+        await anyio.to_thread.run_sync(dashboard.conversions.start, ConversionRequest.from_form(form))
+    except NetspecError as exc:
+        return datasets_response(dashboard, form, str(exc), getattr(exc, "status", 400))
+    return RedirectResponse("datasets#conversions", status_code=303)
+
+
+def list_conversions(request: Request) -> JSONResponse:
+    """``/api/datasets/conversions``: the conversions' progress."""
+    return JSONResponse(Dashboard.of(request).conversions.views())
+
+
+def show_dataset(request: Request) -> HTMLResponse:
+    """``/dataset?path=PATH``: a dataset's manifest, label histogram and records."""
+    path, dataset = Dashboard.of(request).dataset(request)
+    try:
+        return HTMLResponse(dataset_page(path, dataset, histogram(dataset), samples(dataset)))
+    finally:
+        dataset.close()
+
+
+def record_image(request: Request) -> Response:
+    """``/api/datasets/record.png?path=PATH&index=N``: one record drawn as a PNG."""
+    _, dataset = Dashboard.of(request).dataset(request)
+    index = request.query_params.get("index", "")
+    try:
+        if not (index.isascii() and index.isdigit() and len(index) <= 18):  # (int() of 5000 digits fails)
+            raise RefusedPathError(f"index: {index!r} is not a record number", 400)
+        return Response(record_png(dataset, int(index)), media_type="image/png",
+                        headers={"cache-control": "max-age=60"})
+    finally:
+        dataset.close()

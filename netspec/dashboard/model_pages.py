@@ -1,5 +1,6 @@
-"""The Models pages' HTML: the local zoo's cards, one model (its card, how to get it, predictions on an
-uploaded image), and the form publishing a run."""
+"""The Models pages: the local zoo's cards, one model (its card, how to get it, predictions on an uploaded
+image), and the form publishing a run; their HTML and the handlers that serve them (``/models``, ``/model``,
+``/publish``, ``/api/models/predict``)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,17 @@ import re
 import urllib.parse
 from html import escape
 
-from netspec.dashboard.models import LICENSES
-from netspec.dashboard.pages import PerClass, page, per_class_section, publish_link, refused_message, run_link, value
+import anyio
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+
+from netspec.dashboard.forms import parse_form
+from netspec.dashboard.models import LICENSES, PublishForm, models, publish_run, publishable
+from netspec.dashboard.pages import page, per_class_section, publish_link, refused_message, run_link, value
+from netspec.dashboard.runs import PerClass
+from netspec.dashboard.state import Dashboard
+from netspec.dashboard.workspace import RefusedPathError
+from netspec.errors import NetspecError
 from netspec.model_zoo.card import ModelCard
 from netspec.model_zoo.zoo import default_zoo
 
@@ -132,3 +142,53 @@ card records its last test values, preprocessing, label names and provenance, as
 the run's data was scaled beforehand (HDF5 files of values in [0, 1] need 0.00392, that is 1/255).</p>
 <button type="submit"{" disabled" if problem else ""}>Publish</button>
 </form>""")
+
+
+def model_ref(request: Request) -> str:
+    """The ``ref`` query parameter: a model of the zoo."""
+    ref = request.query_params.get("ref")
+    if ref is None:
+        raise RefusedPathError("name a model: ?ref=NAME@VERSION", 400)
+    return ref
+
+
+def show_models(request: Request) -> HTMLResponse:
+    """``/models``: the zoo's cards."""
+    zoo = Dashboard.of(request).zoo
+    return HTMLResponse(models_page(zoo.root, models(zoo)))
+
+
+def show_model(request: Request) -> HTMLResponse:
+    """``/model?ref=NAME@VERSION``: a model's card, how to get it, and predictions on an image."""
+    zoo = Dashboard.of(request).zoo
+    return HTMLResponse(model_page(zoo.root, zoo.card(model_ref(request))))
+
+
+async def predict(request: Request) -> JSONResponse:
+    """``POST /api/models/predict?ref=NAME@VERSION&name=FILE``: the body's image classified, top classes as JSON."""
+    ref, name = model_ref(request), request.query_params.get("name", "image")
+    predictors = Dashboard.of(request).predictors
+    try:
+        answer = await anyio.to_thread.run_sync(predictors.predict, ref, await request.body(), name)
+    except NetspecError as exc:
+        return JSONResponse({"error": str(exc)}, status_code=400)
+    return JSONResponse(answer)
+
+
+def show_publish(request: Request) -> HTMLResponse:
+    """``/publish?run=PATH``: the form publishing a run to the zoo."""
+    run, folder = Dashboard.of(request).run(request)
+    return HTMLResponse(publish_page(run, publishable(folder), {}))
+
+
+async def publish(request: Request) -> Response:
+    """``POST /publish?run=PATH``: publish the run and lead to the model's page, or show why not."""
+    dashboard = Dashboard.of(request)
+    run, folder = dashboard.run(request)
+    form = parse_form(await request.body())
+    try:
+        card = await anyio.to_thread.run_sync(publish_run, dashboard.zoo, folder, PublishForm.from_form(form))
+    except NetspecError as exc:
+        page_text = publish_page(run, publishable(folder), form, str(exc))
+        return HTMLResponse(page_text, status_code=getattr(exc, "status", 400))
+    return RedirectResponse(model_link(card.ref), status_code=303)

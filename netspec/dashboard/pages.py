@@ -1,14 +1,45 @@
-"""The dashboard's HTML pages, written as Python string templates; every value from a file or a client is escaped."""
+"""The dashboard's layout, and its runs and New run pages: their HTML and the handlers that serve them.
+
+The HTML is written as Python string templates; every value from a file or a
+client is escaped.  The handlers answer ``/`` (the runs), ``/run``, ``/new``
+and the runs' API (``/api/runs...``: the list, a run's metrics and their
+stream of server-sent events, its net drawn, snapshot and stop).
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 import urllib.parse
-from dataclasses import dataclass
 from html import escape
 
+import anyio
+from starlette.requests import Request
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+
+from netspec.dashboard import new_run, runs
+from netspec.dashboard.datasets import dataset_folders, training_sets
+from netspec.dashboard.forms import parse_form
+from netspec.dashboard.metrics import Position, current, read_from
+from netspec.dashboard.models import finetunable, models
+from netspec.dashboard.runs import PerClass
+from netspec.dashboard.state import Dashboard
+from netspec.errors import NetspecError
+from netspec.model_zoo.zoo import ZooError
+from netspec.training import run_folder
 from netspec.training.run_folder import EVENT_KEYS
+
+POLL_SECONDS = 0.5  # how often a stream looks for new metrics lines
+KEEPALIVE_SECONDS = 15.0  # a stream with nothing new sends a comment this often, to find closed connections
 
 LOWEST_SHARE = 5  # a per-class table marks the lowest fifth of its classes' accuracies (at least one class)
 
@@ -136,18 +167,6 @@ def charts() -> str:
     return "\n".join(boxes)
 
 
-@dataclass
-class PerClass:
-    """One table of each class's accuracy in a test pass (None: the pass held no record of the class), by class
-    index; ``names`` name the classes (their numbers are shown unless there are as many names as figures);
-    ``previous`` holds the figures of the pass before for a change column ([]: there was none; None: no column)."""
-
-    caption: str
-    figures: list[float | None]
-    names: list[str]
-    previous: list[float | None] | None = None
-
-
 def per_class_section(tables: list[PerClass], note: str) -> str:
     """The Per class section: ``tables``, under a line saying what they hold, ``note`` ending it; an empty hidden
     section when there are none (a run page fills it in when its next test pass has figures)."""
@@ -268,3 +287,146 @@ def new_run_page(solvers: list[str], models: list[str], datasets: list[str], for
 layers are started in a terminal only.  Fine-tuning writes the model's train net and solver, pointed at the
 dataset (and its classifier re-made when the dataset has another number of classes), into the run folder's
 <code>finetune/</code>, as <code>netspec zoo finetune</code> does, then trains starting with its weights.</p>""")
+
+
+def show_runs(request: Request) -> HTMLResponse:
+    """``/``: the runs list."""
+    dashboard = Dashboard.of(request)
+    return HTMLResponse(runs_page(dashboard.workspace.root, dashboard.rows()))
+
+
+def list_runs(request: Request) -> JSONResponse:
+    """``/api/runs``: the runs list as JSON."""
+    return JSONResponse(Dashboard.of(request).rows())
+
+
+def show_run(request: Request) -> HTMLResponse:
+    """``/run?run=PATH[&with=PATH...]``: a run, other runs overlaid."""
+    dashboard = Dashboard.of(request)
+    run, folder = dashboard.run(request)
+    overlaid = [other for other in request.query_params.getlist("with") if other != run]
+    for other in overlaid:
+        dashboard.workspace.run(other)
+    _, damaged, _ = dashboard.cache.events_json(run_folder.metrics_path(folder))
+    others = [other for other in dashboard.workspace.runs() if other != run]
+    return HTMLResponse(run_page(run, runs.row(run, folder, dashboard.cache), overlaid, others, damaged,
+                                 dashboard.drawings.drawing(folder), runs.config_files(folder),
+                                 runs.snapshots(folder), runs.per_class(folder, dashboard.cache)))
+
+
+def run_metrics(request: Request) -> Response:
+    """``/api/runs/metrics?run=PATH``: every event and damaged line, and the position after them."""
+    dashboard = Dashboard.of(request)
+    run, folder = dashboard.run(request)
+    events, damaged, position = dashboard.cache.events_json(run_folder.metrics_path(folder))
+    body = (f'{{"run":{json.dumps(run)},"events":{events},"damaged":{json.dumps(damaged)},'
+            f'"position":"{position.token}"}}')
+    return Response(body, media_type="application/json")
+
+
+def run_stream(request: Request) -> StreamingResponse:
+    """``/api/runs/stream?run=PATH&since=POSITION``: the metrics lines appended after the position, as they come."""
+    _, folder = Dashboard.of(request).run(request)
+    since = Position.parse(request.headers.get("last-event-id") or request.query_params.get("since", ""))
+    return StreamingResponse(tail(run_folder.metrics_path(folder), since), media_type="text/event-stream",
+                             headers={"cache-control": "no-cache"})
+
+
+async def tail(path: str, position: Position):
+    """Server-sent events of the metrics lines appended after ``position``, as they are written.
+
+    Each message is ``event: metrics`` with ``{"events": [...], "damaged": [...]}`` and the new
+    position as its id (a reconnecting browser sends it back); ``event: reset`` when the file was
+    replaced or shrank (a resumed run rewrote it): the page then reads it again from the start.
+    """
+    quiet = 0.0
+    while True:
+        fresh = await anyio.to_thread.run_sync(current, path, position)
+        if fresh is None and (position.offset or os.path.exists(path)):
+            yield "event: reset\ndata: {}\n\n"
+            return
+        if fresh is not None:
+            chunk = await anyio.to_thread.run_sync(read_from, path, fresh)
+            position = chunk.position
+            if chunk.events or chunk.damaged:
+                data = json.dumps({"events": chunk.events, "damaged": chunk.damaged}, separators=(",", ":"))
+                yield f"id: {position.token}\nevent: metrics\ndata: {data}\n\n"
+                quiet = 0.0
+        if quiet >= KEEPALIVE_SECONDS:
+            yield ": keep-alive\n\n"
+            quiet = 0.0
+        await anyio.sleep(POLL_SECONDS)
+        quiet += POLL_SECONDS
+
+
+def run_net_svg(request: Request) -> Response:
+    """``/api/runs/net.svg?run=PATH``: the run's train net drawn."""
+    dashboard = Dashboard.of(request)
+    run, folder = dashboard.run(request)
+    drawing = dashboard.drawings.drawing(folder)
+    if drawing.svg is None:
+        return PlainTextResponse(drawing.message or f"{run}: no drawing", status_code=404)
+    return Response(drawing.svg, media_type="image/svg+xml")
+
+
+def snapshot_run(request: Request) -> PlainTextResponse:
+    """``POST /api/runs/snapshot?run=PATH``: SIGHUP to the run's training, as a terminal would send."""
+    return signal_run(request, signal.SIGHUP, "a snapshot")
+
+
+def stop_run(request: Request) -> PlainTextResponse:
+    """``POST /api/runs/stop?run=PATH``: SIGINT to the run's training, as Ctrl-C would send."""
+    return signal_run(request, signal.SIGINT, "a stop")
+
+
+def signal_run(request: Request, number: signal.Signals, wanted: str) -> PlainTextResponse:
+    """Send the training of the request's run ``number``, which asks it for ``wanted``.
+
+    SIGHUP waits until the training is in its loop: before, it would end the process.
+    """
+    run, folder = Dashboard.of(request).run(request)
+    pid = run_folder.lock_holder(folder)
+    if pid is None:
+        return PlainTextResponse(f"{run} is not running", status_code=409)
+    if number == signal.SIGHUP and not run_folder.loop_started(folder):
+        return PlainTextResponse(f"{run} has not started training yet: ask again in a moment", status_code=409)
+    if not run_folder.is_training(pid):
+        return PlainTextResponse(f"{run}: its lock is held by pid {pid}, which is no netspec training: "
+                                 "nothing sent", status_code=409)
+    try:
+        os.kill(pid, number)
+    except ProcessLookupError:
+        return PlainTextResponse(f"{run} is not running", status_code=409)
+    except PermissionError:
+        return PlainTextResponse(f"{run}: its training (pid {pid}) belongs to another user", status_code=403)
+    return PlainTextResponse(f"asked {run} (pid {pid}) for {wanted} ({number.name})")
+
+
+def new_run_response(dashboard: Dashboard, form: dict[str, str], message: str = "",
+                     status: int = 200) -> HTMLResponse:
+    """The New run page holding ``form``, with ``message`` saying why the last start was refused."""
+    try:
+        tunable, zoo_problem = finetunable(models(dashboard.zoo)), ""
+    except ZooError as exc:
+        tunable, zoo_problem = [], str(exc)
+    workspace = dashboard.workspace
+    page = new_run_page(new_run.solver_files(workspace), tunable, training_sets(dataset_folders(workspace)),
+                        form, message, zoo_problem)
+    return HTMLResponse(page, status_code=status)
+
+
+def show_new_run(request: Request) -> HTMLResponse:
+    """``/new``: the New run form (its fields filled from the query)."""
+    return new_run_response(Dashboard.of(request), dict(request.query_params))
+
+
+async def start_run(request: Request) -> Response:
+    """``POST /new``: start a training and lead to its run page, or show why not."""
+    dashboard = Dashboard.of(request)
+    form = parse_form(await request.body())
+    try:
+        wanted = new_run.Start.from_form(form)
+        run = await anyio.to_thread.run_sync(new_run.start, dashboard.workspace, wanted, dashboard.zoo)
+    except NetspecError as exc:
+        return new_run_response(dashboard, form, str(exc), getattr(exc, "status", 400))
+    return RedirectResponse(run_link(run), status_code=303)

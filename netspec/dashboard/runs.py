@@ -10,7 +10,6 @@ import threading
 from dataclasses import dataclass
 
 from netspec.dashboard.metrics import MetricsCache
-from netspec.dashboard.pages import PerClass
 from netspec.engine.net import compile_net
 from netspec.engine.registry import layer_schemas
 from netspec.errors import NetspecError
@@ -38,6 +37,18 @@ def row(run: str, folder: str, cache: MetricsCache) -> dict:
     return {"run": run, "state": state, "message": message, "iter": summary.last_iter,
             "loss": train.get("smoothed_loss"), "lr": train.get("lr"), "tests": tests,
             "snapshots": len(snapshots(folder))}
+
+
+@dataclass
+class PerClass:
+    """One table of each class's accuracy in a test pass (None: the pass held no record of the class), by class
+    index; ``names`` name the classes (their numbers are shown unless there are as many names as figures);
+    ``previous`` holds the figures of the pass before for a change column ([]: there was none; None: no column)."""
+
+    caption: str
+    figures: list[float | None]
+    names: list[str]
+    previous: list[float | None] | None = None
 
 
 def per_class(folder: str, cache: MetricsCache) -> list[PerClass]:

@@ -16,11 +16,12 @@ from netspec.engine.blob import Blob
 from netspec.engine.buffers import SharedBuffers, flat_view
 from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_schemas, layer_types
+from netspec.engine.trust import LIBRARY, Trust
 from netspec.errors import ConfigError, DataError, DeviceError, ParamError, WeightsError
 from netspec.graph.compiler import compile_graph
 from netspec.graph.graph import Graph
 from netspec.graph.memory import ParamGroups, Plan, data_plan, diff_blobs, diff_plan, param_groups, split_aliases
-from netspec.spec.net_spec import NetSpec, parse_net, with_batch_size
+from netspec.spec.net_spec import NetConfig, parse_net, with_batch_size
 
 
 class LearnableParam(NamedTuple):
@@ -591,42 +592,41 @@ def _listed(names: list[str], separator: str = ", ", of: str = "") -> str:
     return f"{len(names)} {of}: {shown}" if of else shown
 
 
-def compile_net(spec: NetSpec, phase: str | None = None, stages=None, level: int | None = None,
-                python_layers: bool = False, refusal: str = "pass --allow-python-layers if you trust this file"
-                ) -> Graph:
-    """Compile ``spec`` with the registered layer types; phase/stages/level default to the file's ``state``.
+def compile_net(config: NetConfig, phase: str | None = None, stages=None, level: int | None = None,
+                trust: Trust = LIBRARY, where: str | None = None) -> Graph:
+    """Compile a parsed net with the registered layer types; phase/stages/level default to the file's ``state``.
 
-    Without ``python_layers`` a net with Python layers is refused before any
-    of their modules is imported (importing runs the module's code), the
-    error ending with ``refusal``: only nets the user runs as their own
-    (training, ``netspec time`` and ``test``) or allows pass it.
+    ``trust`` says what the net may do (:class:`~netspec.engine.trust.Trust`): its Python layers are refused
+    before any of their modules is imported unless it allows them, and layers with side effects once compiled
+    (the message naming ``where``, default: the net's file).
     """
-    if not python_layers:
-        named = [layer.problem(f"a Python layer imports module '{layer.blocks['python_param'].module}', which runs "
-                               f"its code: {refusal}", "type")
-                 for layer in spec.layers if layer.type == "Python"]
-        if named:
-            raise ConfigError(named)
-    return compile_graph(spec, layer_types(), phase=phase, stages=stages, level=level)
+    trust.check_config(config)
+    graph = compile_graph(config, layer_types(), phase=phase, stages=stages, level=level)
+    trust.check_graph(graph, where or config.file or config.name)
+    return graph
+
+
+def compile_file(source, phase: str | None = None, stages=None, level: int | None = None,
+                 batch_size: int | None = None, trust: Trust = LIBRARY) -> Graph:
+    """The one way from a net file (a path or YAML text) to its compiled graph: read, validated, its batch size
+    set (``batch_size`` replaces that of the data and Input layers ``phase`` includes), compiled under ``trust``."""
+    config = parse_net(source, layer_schemas())
+    if batch_size is not None:
+        config = with_batch_size(config, batch_size, phase or config.state.phase)
+    return compile_net(config, phase=phase, stages=stages, level=level, trust=trust)
 
 
 def load_net(source, phase: str | None = None, device: str = "cpu", stages=None, level: int | None = None,
-             dtype=numpy.float32, seed: int | None = None, output_folder: OutputFolder | None = None,
-             inference: bool = False, python_layers: bool = False, reuse_memory: bool = False,
-             keep: tuple[str, ...] = (), batch_size: int | None = None) -> Net:
+             batch_size: int | None = None, trust: Trust = LIBRARY, **options) -> Net:
     """Read, compile and instantiate a net from a YAML path or YAML text.
 
     ``phase`` (TRAIN/TEST), ``stages`` and ``level`` select layers by their
-    include/exclude rules; they default to the file's ``state``.  Layers that
-    write files write inside ``output_folder`` (default: the current directory).  With ``inference`` the net
-    runs forward passes only, and its fast paths fuse more (a convolution with the BatchNorm, Scale and ReLU
-    after it).  ``python_layers`` lets Python layers import their modules (:func:`compile_net`).
-    ``reuse_memory`` lets blobs share buffers where their lifetimes allow, but those in ``keep`` (:class:`Net`).
-    ``batch_size`` replaces that of the data layers the phase includes.
+    include/exclude rules; they default to the file's ``state``.  ``batch_size`` replaces that of the data
+    layers the phase includes; ``trust`` says what the net may do (Python layers, files written anywhere:
+    :class:`~netspec.engine.trust.Trust`).  The ``options`` go to :class:`Net`: ``inference`` (forward passes
+    only, and fast paths that fuse more), ``reuse_memory`` and ``keep``, ``dtype``, ``seed``, and
+    ``output_folder`` (default: the current directory, or anywhere if ``trust`` says so).
     """
-    spec = parse_net(source, layer_schemas())
-    if batch_size is not None:
-        spec = with_batch_size(spec, batch_size, phase or spec.state.phase)
-    graph = compile_net(spec, phase=phase, stages=stages, level=level, python_layers=python_layers)
-    return Net(graph, device=device, dtype=dtype, seed=seed, output_folder=output_folder, inference=inference,
-               reuse_memory=reuse_memory, keep=keep)
+    graph = compile_file(source, phase, stages, level, batch_size, trust)
+    options.setdefault("output_folder", trust.output_folder())
+    return Net(graph, device=device, **options)

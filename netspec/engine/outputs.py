@@ -1,15 +1,12 @@
-"""Where layers that write files may write, and which nets may hold such layers at all.
+"""Where layers that write files may write.
 
 A layer type that writes files (``HDF5Output``) declares ``writes_files``.
 Its paths go through the net's :class:`OutputFolder`: a relative path
 resolves inside the folder (the run folder when training, the current
 directory for ``netspec test`` and ``predict``); an absolute path, or a
 relative one that climbs out with ``..``, is refused unless the user allows
-writing anywhere.
-
-A net from someone else (a zoo model, an imported Caffe net) runs as an
-inference sandbox: :func:`check_sandbox` refuses it while it holds a layer
-with side effects, unless the user allows them.
+writing anywhere.  Whether a net may hold such layers at all is the user's
+:class:`netspec.engine.trust.Trust`.
 """
 
 from __future__ import annotations
@@ -17,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from netspec.errors import ConfigError, ParamError
+from netspec.errors import ParamError
 
 ALLOW_ANYWHERE = "or allow writing anywhere (--allow-absolute-outputs)"
 
@@ -52,16 +49,3 @@ class OutputFolder:
             raise ParamError(key, f"'{path}' leads out of the output folder {root} (through '..' or a link); write "
                                   f"a path inside it, {self.remedy}")
         return resolved
-
-
-def side_effect_layers(graph) -> list[str]:
-    """``'name' (type)`` of each layer of ``graph`` that writes files or otherwise acts outside the net."""
-    return [f"'{node.name}' ({node.layer.type})" for node in graph.nodes if node.layer.writes_files]
-
-
-def check_sandbox(graph, where: str) -> None:
-    """Refuse ``graph`` (a net from someone else, read from ``where``) when it has layers with side effects."""
-    found = side_effect_layers(graph)
-    if found:
-        raise ConfigError(f"{where}: layer {', '.join(found)} writes files; a net shared through a zoo runs "
-                          "without side effects unless its user allows them (--allow-side-effects)")

@@ -1,21 +1,49 @@
 """Registries of layer types and solver types (update rules), with "did you mean" lookups.
 
-Types register themselves with a decorator when their module is imported;
-importing :mod:`netspec` imports the built-in ones (``netspec.layers``,
-``netspec.solvers``), so they are here before any lookup.
+Types register themselves with a decorator when their module is imported.
+The registries fill on first use: the first registration or lookup imports
+the built-in types (``netspec.layers``, ``netspec.solvers``) and the layer
+plug-ins other packages declare, so ``import netspec`` stays cheap.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
+import threading
+import warnings
 
 from netspec.errors import NetspecError, did_you_mean
 
 _LAYERS: dict[str, type] = {}
 _SOLVERS: dict[str, type] = {}
+BUILTIN = ("netspec.layers", "netspec.solvers")  # the packages whose modules register the built-in types
+_lock = threading.RLock()
+_stage = "empty"  # then "filling" while the built-in modules are imported (they register), then "filled"
+
+
+def _fill() -> None:
+    """Import the built-in types and the plug-ins, once; a call while they load (their registrations) returns."""
+    global _stage
+    if _stage == "filled":
+        return
+    with _lock:
+        if _stage != "empty":  # filled by another thread meanwhile, or this thread is filling
+            return
+        _stage = "filling"
+        try:
+            for package in BUILTIN:
+                importlib.import_module(package)
+            for failure in load_plugins():
+                warnings.warn(failure, stacklevel=3)
+        except BaseException:
+            _stage = "empty"
+            raise
+        _stage = "filled"
 
 
 def _register(table: dict[str, type], kind: str, cls):
+    _fill()  # the built-in types first, so that a class taking one's name is refused, not the built-in one
     existing = table.get(cls.type)
     if existing is not None and existing is not cls:
         raise NetspecError(f"{kind} type '{cls.type}' is registered twice "
@@ -51,6 +79,7 @@ def load_plugins(group: str = "netspec.layers") -> list[str]:
 
 def layer_types() -> dict[str, type]:
     """Every registered layer type, by name, sorted."""
+    _fill()
     return dict(sorted(_LAYERS.items()))
 
 
@@ -70,6 +99,7 @@ def layer_schemas() -> dict[str, dict[str, type]]:
 
 def solver_types() -> dict[str, type]:
     """Every registered solver type (update rule), by name, sorted."""
+    _fill()
     return dict(sorted(_SOLVERS.items()))
 
 

@@ -1,4 +1,4 @@
-"""Compilation: pure passes from a validated NetSpec to a static :class:`Graph`, in Caffe's order.
+"""Compilation: pure passes from a validated NetConfig to a static :class:`Graph`, in Caffe's order.
 
 NetState filtering, producer/consumer checks with in-place detection,
 automatic Split insertion at fan-out, static shape and FLOP inference, weight
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from netspec.errors import ConfigError, ParamError, Problem, ShapeError, did_you_mean
 from netspec.graph.graph import Graph, Node
-from netspec.spec.net_spec import LayerSpec, NetSpec, NetState, ParamSpec
+from netspec.spec.net_spec import LayerSpec, NetConfig, NetState, ParamSpec
 
 MAX_DIMENSION = 2 ** 31 - 1  # of a blob's axis (Caffe's int)
 MAX_VALUES = 2 ** 47  # in one blob: 512 TiB of float32, more than any machine holds
@@ -68,7 +68,7 @@ def _split_spec(base: LayerSpec, blob: str, top_index: int, fan_out: int) -> Lay
 
 
 class _Compiler:
-    def __init__(self, spec: NetSpec, state: NetState, layer_types: Mapping[str, type]):
+    def __init__(self, spec: NetConfig, state: NetState, layer_types: Mapping[str, type]):
         self.spec = spec
         self.state = state
         self.layer_types = layer_types
@@ -352,7 +352,7 @@ def _blob_hint(blob: str, current: dict[str, int]) -> str:
     return f" (available: {', '.join(sorted(current))})" if current else ""
 
 
-def compile_graph(spec: NetSpec, layer_types: Mapping[str, type], phase: str | None = None, stages=None,
+def compile_graph(spec: NetConfig, layer_types: Mapping[str, type], phase: str | None = None, stages=None,
                   level: int | None = None) -> Graph:
     """Compile ``spec`` for a NetState; phase/stages/level default to the file's ``state``.
 

@@ -14,8 +14,8 @@ import yaml
 from netspec.atomic import write_bytes
 from netspec.data.transform import save_mean
 from netspec.engine.net import Net, load_net
-from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_class, layer_schemas
+from netspec.engine.trust import Trust
 from netspec.errors import ConfigError
 from netspec.interop.caffe_import import (
     CaffePaths,
@@ -139,7 +139,7 @@ def import_caffemodel_file(net_file: str, caffemodel: str, out: str,
         spec, _ = import_net(read_prototxt(net_file))
         source = yaml.safe_dump(spec, sort_keys=False)
     # the net's weights are copied, it is never run
-    net = load_net(source, phase="TEST", output_folder=OutputFolder(anywhere=True))
+    net = load_net(source, phase="TEST", trust=Trust(outputs_anywhere=True))
     missing, unused = copy_caffemodel(net, read_caffemodel(caffemodel), where or caffemodel)
     net.save_weights(out)
     return net, missing, unused

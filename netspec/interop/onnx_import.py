@@ -25,7 +25,7 @@ import yaml
 from netspec import errors
 from netspec.atomic import write_bytes
 from netspec.engine.net import Net, load_net
-from netspec.engine.outputs import OutputFolder
+from netspec.engine.trust import Trust
 from netspec.errors import ConfigError, ModelImportError, ShapeError
 from netspec.interop.onnx_ops import CONVERTERS, NEAREST, Builder, ConversionError, Node
 from netspec.interop.onnx_patterns import fold_batchnorm as fold_batchnorm_into_convolutions
@@ -85,8 +85,7 @@ class OnnxImport:
 
     def build(self) -> Net:
         """The net (TEST phase, never run here) with the imported weights in its blobs."""
-        net = load_net(yaml.safe_dump(self.net, sort_keys=False), phase="TEST",
-                       output_folder=OutputFolder(anywhere=True))
+        net = load_net(yaml.safe_dump(self.net, sort_keys=False), phase="TEST", trust=Trust(outputs_anywhere=True))
         for name, arrays in self.weights.items():
             for index, (blob, array) in enumerate(zip(net.params[name], arrays)):
                 if blob.shape != array.shape:

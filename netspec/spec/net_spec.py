@@ -1,7 +1,7 @@
 """Net files: the layers as written, validated against their types' parameter blocks.
 
 :func:`parse_net` reads a net from a path or YAML text (expanding modules,
-repeats and includes first) and returns a :class:`NetSpec`, or raises one
+repeats and includes first) and returns a :class:`NetConfig`, or raises one
 ConfigError listing every problem with its file:line.
 """
 
@@ -99,8 +99,8 @@ class LayerSpec:
 
 
 @dataclass
-class NetSpec:
-    """A whole net file, validated."""
+class NetConfig:
+    """A whole net file (or a net written inline in a solver file), parsed and validated."""
 
     name: str
     layers: list[LayerSpec]
@@ -220,7 +220,7 @@ def config_hash(tree) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def parse_net(source, layer_schemas: dict[str, dict[str, type]]) -> NetSpec:
+def parse_net(source, layer_schemas: dict[str, dict[str, type]]) -> NetConfig:
     """Read and validate a net from a path or YAML text.
 
     ``layer_schemas`` maps each layer type to ``{block name: params dataclass}``.
@@ -238,7 +238,7 @@ def parse_net(source, layer_schemas: dict[str, dict[str, type]]) -> NetSpec:
     return spec
 
 
-def read_net(tree, ctx: Context, layer_schemas: dict[str, dict[str, type]], line: int) -> NetSpec | None:
+def read_net(tree, ctx: Context, layer_schemas: dict[str, dict[str, type]], line: int) -> NetConfig | None:
     """Validate a parsed net mapping (a whole file, or a net written inline in a solver file).
 
     Problems are recorded in ``ctx``; returns None when ``tree`` is not a mapping.
@@ -269,7 +269,7 @@ def read_net(tree, ctx: Context, layer_schemas: dict[str, dict[str, type]], line
         spec = parse_layer(node, index, layer_schemas, ctx, layer_nodes.line_of(index))
         if spec is not None:
             layers.append(spec)
-    return NetSpec(name=name, layers=layers, force_backward=force_backward,
+    return NetConfig(name=name, layers=layers, force_backward=force_backward,
                    state=state if state is not INVALID else NetState(),
                    file=ctx.file, config_hash=config_hash(tree))
 
@@ -282,12 +282,12 @@ def in_phase(layer: LayerSpec, phase: str) -> bool:
     return not any(rule.phase == phase for rule in layer.exclude)
 
 
-def with_batch_size(net: NetSpec, batch_size: int, phase: str) -> NetSpec:
+def with_batch_size(net: NetConfig, batch_size: int, phase: str) -> NetConfig:
     """A copy of ``net`` whose data layers in ``phase`` read ``batch_size`` rows a batch (the other phase's
     keep theirs).
 
-    Its data layers are those with a ``batch_size`` parameter that ``phase`` includes, by their phase rules; a
-    net with none is refused (NetspecError).
+    Its data layers are those with a ``batch_size`` parameter, and Input layers (the first axis of each shape),
+    that ``phase`` includes, by their phase rules; a net with none is refused (NetspecError).
     """
     layers, changed = [], False
     for layer in net.layers:
@@ -295,8 +295,13 @@ def with_batch_size(net: NetSpec, batch_size: int, phase: str) -> NetSpec:
         if block is not None and in_phase(layer, phase):
             blocks = {**layer.blocks, block: dataclasses.replace(layer.blocks[block], batch_size=batch_size)}
             layer, changed = dataclasses.replace(layer, blocks=blocks), True
+        elif layer.type == "Input" and in_phase(layer, phase):
+            params = layer.blocks["input_param"]
+            shapes = [dataclasses.replace(shape, dim=[batch_size, *shape.dim[1:]]) for shape in params.shape]
+            blocks = {**layer.blocks, "input_param": dataclasses.replace(params, shape=shapes)}
+            layer, changed = dataclasses.replace(layer, blocks=blocks), True
         layers.append(layer)
     if not changed:
-        raise NetspecError(f"{net.file or net.name}: no data layer with a batch_size in the {phase} phase, so a "
-                           "batch size cannot be set")
+        raise NetspecError(f"{net.file or net.name}: no data layer with a batch_size, nor an Input layer, in the "
+                           f"{phase} phase, so a batch size cannot be set")
     return dataclasses.replace(net, layers=layers)

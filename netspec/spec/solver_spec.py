@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from netspec.errors import ConfigError, Problem, did_you_mean, shown
-from netspec.spec.net_spec import NetSpec, NetState, config_hash, read_net
+from netspec.spec.net_spec import NetConfig, NetState, config_hash, read_net
 from netspec.spec.schema import Context, FilePath, doc, read_block, required
 from netspec.spec.yaml_lines import YamlList, YamlMap, load_yaml, read_source
 
@@ -116,8 +116,8 @@ class SolverSpec:
     """A whole solver file, validated: hyper-parameters, the train net and the test nets."""
 
     params: SolverParams
-    train_net: NetSpec
-    test_nets: list[NetSpec]
+    train_net: NetConfig
+    test_nets: list[NetConfig]
     file: str | None
     text: str
     config_hash: str
@@ -168,7 +168,7 @@ class SolverSpec:
 
 
 def _read_net_value(value, ctx: Context, key: str, line: int, layer_schemas,
-                    net_texts: dict[str, str]) -> NetSpec | None:
+                    net_texts: dict[str, str]) -> NetConfig | None:
     """A net given as a path (relative to the solver file; its text kept in ``net_texts``) or written inline."""
     if isinstance(value, str):
         path = os.path.normpath(os.path.join(ctx.base_dir, os.path.expanduser(value)))
@@ -295,7 +295,7 @@ def parse_solver(source, layer_schemas: dict[str, dict[str, type]], solver_types
     params = read_block(SolverParams, hyper, ctx, "", 1)
     net_texts: dict[str, str] = {}
 
-    def net_at(key: str, value, line: int) -> NetSpec | None:
+    def net_at(key: str, value, line: int) -> NetConfig | None:
         return _read_net_value(value, ctx, key, line, layer_schemas, net_texts)
 
     train_net, test_nets = None, []

@@ -15,6 +15,7 @@ import numpy
 
 from netspec.engine.comm import SingleProcess
 from netspec.engine.registry import layer_schemas, solver_types
+from netspec.engine.trust import OWN, Trust
 from netspec.errors import DivergedError, NetspecError, StateError
 from netspec.spec.net_spec import with_batch_size
 from netspec.spec.solver_spec import SolverParams, SolverSpec, parse_solver
@@ -44,8 +45,7 @@ class TrainOptions:
     sighup_effect: str = "snapshot"
     debug_info: bool = False
     tensorboard: bool = False  # also write TensorBoard event files (as the solver's tensorboard: true does)
-    outputs_anywhere: bool = False  # layers that write files may write outside the run folder
-    python_layers: bool = True  # Python layers import their modules (False: a net holding one is refused)
+    trust: Trust = OWN  # Python layers import their modules; files are written inside the run folder
 
 
 def read_solver(solver_file: str, max_iter: int | None = None, base_lr: float | None = None,
@@ -128,8 +128,7 @@ def _train(spec: SolverSpec, folder: str, options: TrainOptions, comm, say: Call
         checkpoint.take_threads(options.resume)
     solver = Solver(spec, device=options.device, seed=options.seed, stages=options.stages or None,
                     level=options.level, log=log, debug_info=options.debug_info, comm=comm,
-                    outputs_anywhere=options.outputs_anywhere, reuse_memory=True,
-                    python_layers=options.python_layers)
+                    trust=options.trust, reuse_memory=True)
     try:
         if options.resume:
             solver.restore(options.resume, force=options.force)

@@ -33,8 +33,8 @@ from netspec.engine.classes import class_problems
 from netspec.engine.comm import SingleProcess
 from netspec.engine.net import Net, compile_net
 from netspec.engine.one_pass import OnePass
-from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_schemas, solver_class, solver_types
+from netspec.engine.trust import OWN, Trust
 from netspec.errors import ConfigError, DeviceError, DivergedError, EventsError, Problem
 from netspec.solvers.lr_policies import learning_rate
 from netspec.spec.net_spec import with_batch_size
@@ -63,11 +63,11 @@ class Solver:
     ``device``, ``seed``, ``stages`` and ``level`` override the solver file
     (``solver_mode``/``device_id``, ``random_seed``, ``train_state``/``test_state``).
     ``comm`` is the distributed run this process is a rank of (default: none).
-    Layers that write files write inside the run folder, or anywhere with
-    ``outputs_anywhere``.  The test nets run forward passes only (their
-    layers fused as in :func:`netspec.load_net` with ``inference``).  Python
-    layers import their modules, unless ``python_layers`` is False (then a
-    net holding one is refused: the dashboard starts its runs so).  With
+    ``trust`` says what the nets may do (:class:`~netspec.engine.trust.Trust`;
+    by default a user's own: Python layers import their modules, layers that
+    write files write inside the run folder; the dashboard starts its runs
+    with Python layers refused).  The test nets run forward passes only (their
+    layers fused as in :func:`netspec.load_net` with ``inference``).  With
     ``reuse_memory`` (as ``netspec train`` runs) the train net's diffs and the
     test nets' data share buffers where their lifetimes allow (see
     :class:`netspec.Net`); ``debug_info``, which prints every blob's diff,
@@ -76,17 +76,16 @@ class Solver:
 
     def __init__(self, spec: SolverSpec, device: str | None = None, seed: int | None = None, stages=None,
                  level: int | None = None, dtype=numpy.float32, log: TrainingLog | None = None,
-                 debug_info: bool = False, comm=None, outputs_anywhere: bool = False, reuse_memory: bool = False,
-                 python_layers: bool = True):
+                 debug_info: bool = False, comm=None, trust: Trust = OWN, reuse_memory: bool = False):
         p = spec.params
         self.spec = spec
         if seed is None and p.random_seed >= 0:
             seed = p.random_seed
         self.comm = comm = comm or SingleProcess()
         self.backend = self._backend(device, seed)
-        self.output_folder = OutputFolder(run_folder.folder_of(spec.snapshot_prefix), outputs_anywhere)
+        self.output_folder = trust.output_folder(run_folder.folder_of(spec.snapshot_prefix))
         self.reuse_memory = reuse_memory and not debug_info
-        self.python_layers = python_layers
+        self.trust = trust
         self.net = self._build(spec.train_net, "TRAIN", p.train_state, stages, level, dtype, self.backend)
         self.loss_weights = self.net.output_loss_weights
         if not self.net.has_loss():
@@ -183,8 +182,7 @@ class Solver:
             stages = state.stage
         if level is None and state is not None:
             level = state.level
-        graph = compile_net(net_spec, phase=phase, stages=stages, level=level, python_layers=self.python_layers,
-                            refusal="this training was started with --no-python-layers")
+        graph = compile_net(net_spec, phase=phase, stages=stages, level=level, trust=self.trust)
         return Net(graph, dtype=dtype, backend=backend, output_folder=self.output_folder, inference=inference,
                    reuse_memory=self.reuse_memory)
 
