@@ -144,7 +144,7 @@ class Data(RecordBatches):
     """Data: batches of records from a dataset folder, in key order, wrapping around at the end.
 
     ``source`` is a folder written by ``netspec convert imageset`` (or any
-    writer of the record format in the README's "Data formats").  Each record
+    writer of the record format in the docs' "File formats").  Each record
     passes through ``transform_param`` (crop, mirror, mean, scale, augmentation).  With
     ``shuffle_buffer: S`` each epoch reads blocks of S consecutive records in a
     random order, shuffled within each block.  A background thread makes

@@ -1,7 +1,7 @@
 """The examples of the newer layers, as a user runs them: convert their data, train a while, and learn.
 
 Each folder in configs/ holds a net and a solver whose first lines say how to run them; here each is trained
-for a few hundred iterations from a fresh copy (the README quotes the full runs' figures), and the tools
+for a few hundred iterations from a fresh copy (the examples guide quotes the full runs' figures), and the tools
 that make their data refuse bad input in one line.
 """
 
