@@ -49,7 +49,7 @@ DEPLOY, WEIGHTS = "deploy.yaml", "weights.h5"  # the names of the two files in a
 CONFIGS = {"solver": "solver.yaml", "train_net": "train_net.yaml"}  # and of its training configs, by card field
 
 
-PYTHON_REFUSAL = "the zoo does not carry its module, so the model would not run elsewhere"
+PYTHON_REFUSAL = "a published model holds none, since the zoo does not carry their modules (it would not run elsewhere)"
 
 @dataclass
 class PublishRequest:

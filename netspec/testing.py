@@ -76,7 +76,7 @@ import yaml
 
 from netspec.engine.net import Net, load_net
 from netspec.engine.registry import layer_class
-from netspec.engine.trust import Trust
+from netspec.engine.trust import OWN
 
 Reference = Callable[[list[np.ndarray], list[np.ndarray]], Sequence[np.ndarray]]
 
@@ -112,7 +112,7 @@ def one_layer_net(layer_type: str, bottom_shapes, tops: int | list[str] = 1, par
                        "input_param": {"shape": [{"dim": list(s)} for s in bottom_shapes]}})
     layers.append({"name": "under_test", "type": layer_type, "bottom": names, "top": top_names, **(params or {})})
     net = load_net(yaml.safe_dump({"force_backward": True, "layers": layers}), phase=phase, device=device,
-                   dtype=dtype, seed=seed, trust=Trust.own())  # (the layer under test is the caller's own)
+                   dtype=dtype, seed=seed, trust=OWN)  # (the layer under test is the caller's own)
     rng = np.random.default_rng(seed + 1)
     for blob, value in zip(net.bottom_blobs[-1], bottoms or []):
         blob.data[...] = net.backend.asarray(value)

@@ -122,7 +122,7 @@ USER_LAYERS = [Doubler, WrongDoubler, Scale, OverwritingScale, UnsafeSquare, Set
 @pytest.fixture(autouse=True)
 def user_layers(monkeypatch):
     """Register the layers above for one test only: other tests compare the registry with the built-in types."""
-    monkeypatch.setattr(registry, "_LAYERS", dict(registry._LAYERS))
+    monkeypatch.setattr(registry, "_LAYERS", dict(registry.layer_types()))  # (the built-in types loaded first)
     for cls in USER_LAYERS:
         register_layer(cls)
 

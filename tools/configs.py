@@ -52,7 +52,8 @@ def copy_config(name: str, destination: str | os.PathLike, overwrite: bool = Fal
     """Copy config ``name`` into the folder ``destination`` (made if missing); the paths written.
 
     Refuses, before writing anything, a file of that name already there unless
-    ``overwrite``, and any symbolic link in the way.
+    ``overwrite`` (a symbolic link there is then replaced, never written
+    through), and a destination folder that is a symbolic link.
     """
     files = config_files(name)
     folder = Path(destination)

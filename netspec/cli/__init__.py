@@ -12,8 +12,8 @@ import importlib
 
 import click
 
-# every command: its family's module, the click object's name there, and the line `netspec --help` shows for it
-# (the first line of the command's own help; a test keeps the two equal)
+# every command: its family's module, the click object's name there, and what `netspec --help` shows for it
+# (the first paragraph of the command's own help, on one line; a test keeps the two equal)
 COMMANDS = {
     "check": ("nets", "check", "Validate NET_FILE and print every layer's tops, parameters and memory."),
     "layers": ("nets", "layers", "List every layer type, or print the documentation of LAYER_TYPE."),
@@ -27,7 +27,8 @@ COMMANDS = {
     "test": ("nets", "test_command", "Score trained WEIGHTS on NET_FILE: each output averaged over one pass of its "
                                      "dataset (or N batches)."),
     "device-query": ("nets", "device_query", "Print the devices nets can run on here: the CPU (cores, NumPy, oneDNN, "
-                                             "threads) and each GPU CuPy sees"),
+                                             "threads) and each GPU CuPy sees (name, compute capability, free memory, "
+                                             "with the CuPy, CUDA and driver versions)."),
     "extract-features": ("features", "extract_features_command", "Write the values of BLOBS for every record of "
                          "NET_FILE's data, run with WEIGHTS, to an HDF5 file."),
     "train": ("train", "train", "Train the net of SOLVER_FILE, testing, logging and snapshotting as it says."),
@@ -46,7 +47,8 @@ COMMANDS = {
     "export": ("interop", "export", "Write nets in other formats."),
     "import": ("interop", "import_group", "Bring nets, solvers and weights over from Caffe and ONNX."),
     "dashboard": ("dashboard", "dashboard", "Serve WORKSPACE (default: this folder) in the browser: its runs (state, "
-                                            "live curves, configs, net),"),
+                                            "live curves, configs, net), new runs, its datasets (and new ones from "
+                                            "image folders), and the zoo's models (publish, predict)."),
 }
 
 
@@ -65,9 +67,16 @@ class LazyGroup(click.Group):
     def format_commands(self, context: click.Context, formatter: click.HelpFormatter) -> None:
         """The command list of ``netspec --help``, from the table: no command module is imported."""
         limit = formatter.width - 6 - max(map(len, COMMANDS))
-        rows = [(name, click.utils.make_default_short_help(COMMANDS[name][2], limit)) for name in sorted(COMMANDS)]
+        rows = [(name, shortened(COMMANDS[name][2], limit)) for name in sorted(COMMANDS)]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
+
+
+def shortened(text: str, limit: int) -> str:
+    """``text`` cut at a word to fit ``limit`` characters, ending in "..." when cut."""
+    if len(text) <= limit:
+        return text
+    return text[:max(limit - 3, 1)].rsplit(" ", 1)[0].rstrip(",;:") + "..."
 
 
 @click.group(cls=LazyGroup)

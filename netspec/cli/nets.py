@@ -33,7 +33,7 @@ from netspec.engine.trust import Trust
 from netspec.errors import ConfigError, NetspecError
 from netspec.inspect.confusion import Confusion, check_png
 from netspec.inspect.drawing import draw as draw_graph
-from netspec.inspect.report import first_line, format_table, layer_doc, net_summary, solver_doc
+from netspec.inspect.report import format_table, layer_doc, net_summary, solver_doc, summary
 from netspec.inspect.timing import time_net
 from netspec.spec.modules import net_yaml, render_net
 from netspec.threads import thread_counts
@@ -90,7 +90,7 @@ def echo_types(types: dict[str, type]) -> None:
     """One line per registered type: its name and the first line of its docstring."""
     width = max(len(name) for name in types)
     for name, cls in types.items():
-        click.echo(f"{name.ljust(width)}  {first_line(cls).split(':', 1)[-1].strip()}")
+        click.echo(f"{name.ljust(width)}  {summary(cls)}")
 
 
 @click.command()

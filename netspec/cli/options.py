@@ -10,13 +10,17 @@ from netspec.spec.numbers import as_int, parse_number
 from netspec.threads import use_idle_cores, use_threads
 
 
-class Integer(click.IntRange):
+class OptionalBounds:
+    """For click's range types: ``--help`` shows no ``[x<=None]`` for a number without bounds."""
+
+    def _describe_range(self) -> str:  # (click's name)
+        return "" if self.min is None and self.max is None else super()._describe_range()
+
+
+class Integer(OptionalBounds, click.IntRange):
     """A whole number as a person writes it (``1_000``, ``+2``, ``1e4``), within optional bounds."""
 
     name = "integer"
-
-    def _describe_range(self) -> str:  # (click's name: --help shows no "[x<=None]" for a number without bounds)
-        return "" if self.min is None and self.max is None else super()._describe_range()
 
     def convert(self, value, param, ctx):
         if isinstance(value, str):
@@ -30,7 +34,7 @@ class Integer(click.IntRange):
         return super().convert(value, param, ctx)
 
 
-class Real(click.FloatRange):
+class Real(OptionalBounds, click.FloatRange):
     """A finite number as a person writes it (``1e-3``, ``.5``, ``1_000``), within optional bounds."""
 
     name = "number"

@@ -602,7 +602,7 @@ def compile_net(config: NetConfig, phase: str | None = None, stages=None, level:
     """
     trust.check_config(config)
     graph = compile_graph(config, layer_types(), phase=phase, stages=stages, level=level)
-    trust.check_graph(graph, where or config.file or config.name)
+    trust.check_graph(graph, where or config.file or config.name or "<string>")
     return graph
 
 
@@ -616,7 +616,7 @@ def compile_file(source, phase: str | None = None, stages=None, level: int | Non
     return compile_net(config, phase=phase, stages=stages, level=level, trust=trust)
 
 
-def load_net(source, phase: str | None = None, device: str = "cpu", stages=None, level: int | None = None,
+def load_net(source, phase: str | None = None, device: str = "cpu", stages=None, level: int | None = None, *,
              batch_size: int | None = None, trust: Trust = LIBRARY, **options) -> Net:
     """Read, compile and instantiate a net from a YAML path or YAML text.
 
@@ -627,6 +627,10 @@ def load_net(source, phase: str | None = None, device: str = "cpu", stages=None,
     only, and fast paths that fuse more), ``reuse_memory`` and ``keep``, ``dtype``, ``seed``, and
     ``output_folder`` (default: the current directory, or anywhere if ``trust`` says so).
     """
+    moved = sorted({"python_layers", "outputs_anywhere"} & set(options))
+    if moved:
+        raise TypeError(f"load_net: {', '.join(moved)} is now part of trust= (netspec.engine.trust.Trust: "
+                        f"trust=Trust({moved[0]}=True))")
     graph = compile_file(source, phase, stages, level, batch_size, trust)
     options.setdefault("output_folder", trust.output_folder())
     return Net(graph, device=device, **options)

@@ -18,32 +18,38 @@ from netspec.errors import NetspecError, did_you_mean
 _LAYERS: dict[str, type] = {}
 _SOLVERS: dict[str, type] = {}
 BUILTIN = ("netspec.layers", "netspec.solvers")  # the packages whose modules register the built-in types
-_lock = threading.RLock()
-_stage = "empty"  # then "filling" while the built-in modules are imported (they register), then "filled"
+_plugins = threading.RLock()
+_stage = "empty"  # then "plugins" while this thread loads the plug-ins (they register), then "filled"
 
 
 def _fill() -> None:
-    """Import the built-in types and the plug-ins, once; a call while they load (their registrations) returns."""
+    """Import the built-in types, then the plug-ins, once.
+
+    The built-in packages are imported without a lock of this module held (the import system serialises them,
+    and their registrations do not wait for this), so two threads never wait on each other; the plug-ins load
+    after both packages are whole, so a plug-in can look up a built-in type and one taking a built-in's name is
+    the one refused.
+    """
     global _stage
     if _stage == "filled":
         return
-    with _lock:
-        if _stage != "empty":  # filled by another thread meanwhile, or this thread is filling
+    for package in BUILTIN:
+        importlib.import_module(package)
+    with _plugins:
+        if _stage != "empty":  # filled by another thread meanwhile, or this thread is loading the plug-ins
             return
-        _stage = "filling"
+        _stage = "plugins"
         try:
-            for package in BUILTIN:
-                importlib.import_module(package)
-            for failure in load_plugins():
-                warnings.warn(failure, stacklevel=3)
-        except BaseException:
-            _stage = "empty"
-            raise
-        _stage = "filled"
+            failures = load_plugins()
+        finally:
+            _stage = "filled"
+    for failure in failures:
+        warnings.warn(failure, stacklevel=2)
 
 
 def _register(table: dict[str, type], kind: str, cls):
-    _fill()  # the built-in types first, so that a class taking one's name is refused, not the built-in one
+    if not cls.__module__.startswith(tuple(f"{package}." for package in BUILTIN)):
+        _fill()  # the built-in types first, so that a class taking one's name is refused, not the built-in one
     existing = table.get(cls.type)
     if existing is not None and existing is not cls:
         raise NetspecError(f"{kind} type '{cls.type}' is registered twice "
@@ -78,9 +84,9 @@ def load_plugins(group: str = "netspec.layers") -> list[str]:
 
 
 def layer_types() -> dict[str, type]:
-    """Every registered layer type, by name, sorted."""
+    """Every registered layer type, by name, in alphabetical order (BatchNorm before BNLL)."""
     _fill()
-    return dict(sorted(_LAYERS.items()))
+    return dict(sorted(_LAYERS.items(), key=lambda item: item[0].lower()))
 
 
 def layer_class(type_name: str) -> type:

@@ -4,12 +4,15 @@ Three things a net can do to the machine it runs on are each allowed or not:
 a Python layer imports its module (which runs that module's code), a layer
 with side effects (``HDF5Output``) writes files, and those files may land
 outside the output folder.  A user's own nets (``netspec train``, ``time``,
-``test``) may do the first two; a net from someone else (a zoo model, an
-imported file) may do none unless the user says so.  Every way from a file to
-a net (:func:`netspec.engine.net.compile_file`, ``load_net``, the zoo's
-``load`` and ``publish``, the solver) takes a :class:`Trust` and checks it
-here: Python layers before any module is imported, side effects once the net
-is compiled.
+``test``) may do the first two (:data:`OWN`); a net from someone else (a zoo
+model) none unless the user says so (:data:`SHARED`); a library call, and
+what the commands only check, draw or convert, may write files inside the
+folder but import no module (:data:`LIBRARY`; the imports and ``export
+onnx``, which never run the net, let its paths point anywhere).  The ways from
+a file to a net (:func:`netspec.engine.net.compile_file` and ``compile_net``,
+``load_net``, the zoo's ``load`` and ``publish``, the solver) take a
+:class:`Trust` and check it here: Python layers before any module is
+imported, side effects once the net is compiled.
 """
 
 from __future__ import annotations

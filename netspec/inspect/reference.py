@@ -12,6 +12,7 @@ the code.
 from __future__ import annotations
 
 import dataclasses
+import html
 import inspect
 import re
 import textwrap
@@ -19,7 +20,7 @@ import typing
 
 import click
 
-from netspec.inspect.report import count_text, default_text, first_line
+from netspec.inspect.report import count_text, default_text, summary
 from netspec.spec import modules, net_spec, solver_spec
 from netspec.spec.schema import type_name
 
@@ -38,9 +39,27 @@ def markdown(docstring: str) -> str:
     return _LITERAL.sub(fence, docstring.rstrip() + "\n\n").rstrip() + "\n"
 
 
+# a code span: ``x`` or `x`
+_CODE = re.compile(r"(``?)(.+?)\1")
+
+
 def _cell(text: str) -> str:
-    """Text safe inside a Markdown table cell."""
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """Text safe inside a Markdown table cell: ``|`` splits no cell (a code span holding one becomes HTML code),
+    ``<`` and ``>`` are text, never tags."""
+
+    def prose(part: str) -> str:
+        return html.escape(part, quote=False).replace("|", "\\|")
+
+    def code(match: re.Match) -> str:
+        inner = match.group(2)
+        return f"<code>{html.escape(inner).replace('|', '&#124;')}</code>" if "|" in inner else match.group(0)
+
+    text = " ".join(str(text).split())
+    pieces, last = [], 0
+    for match in _CODE.finditer(text):
+        pieces += [prose(text[last:match.start()]), code(match)]
+        last = match.end()
+    return "".join(pieces + [prose(text[last:])])
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
@@ -64,10 +83,10 @@ def keys_table(keys: dict[str, str]) -> str:
 
 
 def described(cls) -> str:
-    """A layer type's or update rule's docstring as a page section: its summary without the leading ``Name:``."""
-    summary, _, body = (inspect.getdoc(cls) or "").partition("\n")
-    summary = summary.split(":", 1)[-1].strip()
-    return f"{summary[:1].upper()}{summary[1:]}\n\n{markdown(body)}"
+    """A layer type's or update rule's docstring as a page section, its summary without the leading ``Name:``."""
+    said = summary(cls)
+    body = (inspect.getdoc(cls) or "").partition("\n\n")[2]
+    return f"{said[:1].upper()}{said[1:]}\n\n{markdown(body)}"
 
 
 def layer_page(cls) -> str:
@@ -85,7 +104,7 @@ def layer_page(cls) -> str:
 
 def layers_index(types: dict[str, type]) -> str:
     """The list of layer types, each linked to its page."""
-    rows = [[f"[{name}]({name}.md)", first_line(cls).split(":", 1)[-1].strip()] for name, cls in types.items()]
+    rows = [[f"[{name}]({name}.md)", summary(cls)] for name, cls in types.items()]
     return ("# Layer types\n\nEvery layer type netspec has, as `netspec layers` lists them; each page is what "
             "`netspec layers TYPE` prints.\n\n" + table(["type", "what it computes"], rows))
 

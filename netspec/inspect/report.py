@@ -118,13 +118,16 @@ def _shape(shape) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ")" if shape else "()"
 
 
-def first_line(cls) -> str:
-    """The summary line of a class docstring."""
-    return (inspect.getdoc(cls) or "").splitlines()[0] if cls.__doc__ else ""
+def summary(cls) -> str:
+    """What a layer type or update rule does, in one line: its docstring's first paragraph, without the leading
+    ``Type:``."""
+    first = (inspect.getdoc(cls) or "").split("\n\n")[0]
+    return " ".join(first.split()).split(":", 1)[-1].strip()
 
 
 def default_text(spec: dataclasses.Field) -> str:
-    """A field's default as the docs show it: ``required``, ``none``, a value or the changed keys of a mapping."""
+    """A field's default as the docs show it: ``required``, ``none`` (nothing given: its description says what
+    then), a value or the changed keys of a mapping."""
     if spec.metadata.get("required"):
         return "required"
     if spec.default_factory is not dataclasses.MISSING:
@@ -135,7 +138,7 @@ def default_text(spec: dataclasses.Field) -> str:
                        if getattr(value, f.name) != getattr(plain, f.name)}
             shown = changed or {"type": getattr(value, "type", "")}
             return "{" + ", ".join(f"{k}: {v}" for k, v in shown.items()) + "}"
-        return str(value)
+        return str(value) if value or value in (0, False) else "none"
     return "none" if spec.default is None else str(spec.default)
 
 

@@ -286,22 +286,31 @@ def with_batch_size(net: NetConfig, batch_size: int, phase: str) -> NetConfig:
     """A copy of ``net`` whose data layers in ``phase`` read ``batch_size`` rows a batch (the other phase's
     keep theirs).
 
-    Its data layers are those with a ``batch_size`` parameter, and Input layers (the first axis of each shape),
-    that ``phase`` includes, by their phase rules; a net with none is refused (NetspecError).
+    Its data layers are those with a ``batch_size`` parameter that ``phase`` includes, by their phase rules; a
+    net with none (a deploy net) takes the batch size as the first axis of its first Input layer's shapes; a net
+    with neither is refused (NetspecError).
     """
-    layers, changed = [], False
-    for layer in net.layers:
-        block = next((name for name, params in layer.blocks.items() if hasattr(params, "batch_size")), None)
-        if block is not None and in_phase(layer, phase):
-            blocks = {**layer.blocks, block: dataclasses.replace(layer.blocks[block], batch_size=batch_size)}
-            layer, changed = dataclasses.replace(layer, blocks=blocks), True
-        elif layer.type == "Input" and in_phase(layer, phase):
-            params = layer.blocks["input_param"]
-            shapes = [dataclasses.replace(shape, dim=[batch_size, *shape.dim[1:]]) for shape in params.shape]
-            blocks = {**layer.blocks, "input_param": dataclasses.replace(params, shape=shapes)}
-            layer, changed = dataclasses.replace(layer, blocks=blocks), True
-        layers.append(layer)
-    if not changed:
+    layers = list(net.layers)
+    batched = [index for index, layer in enumerate(layers) if in_phase(layer, phase) and _batch_block(layer)]
+    for index in batched:
+        layer = layers[index]
+        block = _batch_block(layer)
+        layers[index] = dataclasses.replace(layer, blocks={
+            **layer.blocks, block: dataclasses.replace(layer.blocks[block], batch_size=batch_size)})
+    inputs = [index for index, layer in enumerate(layers) if in_phase(layer, phase) and layer.type == "Input"
+              and layer.blocks["input_param"].shape]
+    if not batched and inputs:
+        layer = layers[inputs[0]]
+        params = layer.blocks["input_param"]
+        shapes = [dataclasses.replace(shape, dim=[batch_size, *shape.dim[1:]]) for shape in params.shape]
+        layers[inputs[0]] = dataclasses.replace(layer, blocks={
+            **layer.blocks, "input_param": dataclasses.replace(params, shape=shapes)})
+    elif not batched:
         raise NetspecError(f"{net.file or net.name}: no data layer with a batch_size, nor an Input layer, in the "
                            f"{phase} phase, so a batch size cannot be set")
     return dataclasses.replace(net, layers=layers)
+
+
+def _batch_block(layer: LayerSpec) -> str | None:
+    """The name of the layer's parameter block that has a ``batch_size`` (a data layer's), or None."""
+    return next((name for name, params in layer.blocks.items() if hasattr(params, "batch_size")), None)

@@ -156,3 +156,8 @@ def test_a_module_name_must_be_a_python_name(module_dir):
     net_file.write_text(NET.format(module="../evil", layer="Doubler"))
     result = run("check", net_file, "--allow-python-layers")
     assert result.returncode == 1 and "'../evil' is not a module name" in result.stderr
+
+
+def test_the_old_python_layers_flag_of_load_net_says_where_it_went():
+    with pytest.raises(TypeError, match=r"python_layers is now part of trust= .*trust=Trust\(python_layers=True\)"):
+        netspec.load_net(NET.format(module="user_layers", layer="Doubler"), python_layers=True)
