@@ -109,11 +109,13 @@ def render(net_file):
 @click.option("--batch-size", type=Integer(min=1), default=1, show_default=True, help="the Input's first axis")
 @stage_option
 @level_option
+@python_layers_option
 @user_errors
-def deploy_net(net_file, out, input_shape, batch_size, stages, level):
+def deploy_net(net_file, out, input_shape, batch_size, stages, level, allow_python_layers):
     """Derive the deploy net of a train/val net: Input for the data, losses and accuracy dropped, Softmax added."""
     try:
-        derived = derive_deploy_net(net_file, input_shape, batch_size, stages=list(stages) or None, level=level)
+        derived = derive_deploy_net(net_file, input_shape, batch_size, stages=list(stages) or None, level=level,
+                                    trust=Trust(python_layers=allow_python_layers))
     except NetspecError as exc:
         if input_shape is not None:
             raise

@@ -17,6 +17,7 @@ import os
 
 from netspec.engine.net import compile_net
 from netspec.engine.registry import layer_class, layer_schemas
+from netspec.engine.trust import LIBRARY, Trust
 from netspec.graph.compiler import included
 from netspec.spec.modules import net_yaml, render_net
 from netspec.spec.net_spec import LayerSpec, NetState, parse_net
@@ -26,18 +27,19 @@ OUTPUT_LAYERS = {"SoftmaxWithLoss": "Softmax", "SigmoidCrossEntropyLoss": "Sigmo
 
 
 def derive_deploy_net(path: str, input_shape: tuple[int, ...] | None = None, batch_size: int = 1,
-                      stages: list[str] | None = None, level: int | None = None) -> dict:
+                      stages: list[str] | None = None, level: int | None = None, trust: Trust = LIBRARY) -> dict:
     """The deploy net of the train/val net file ``path``, as plain data ready for YAML.
 
     ``input_shape`` (C, H, W) sizes the input; without it the data layer's
-    TEST top says, which needs its data to be there (else the data layer's error).
+    TEST top says, which needs its data to be there (else the data layer's error) and the net compiled under
+    ``trust`` (its Python layers are refused unless it allows them).
     """
     spec = parse_net(path, layer_schemas())
     state = NetState(phase="TEST", stage=list(stages if stages is not None else spec.state.stage),
                      level=spec.state.level if level is None else level)
     written = render_net(path)
     chosen = [(layer, entry) for layer, entry in zip(spec.layers, written["layers"]) if included(layer, state)]
-    shapes = _input_shapes([layer for layer, _ in chosen], spec, state, input_shape)
+    shapes = _input_shapes([layer for layer, _ in chosen], spec, state, input_shape, trust)
 
     layers, gone = [], set()
     for layer, entry in chosen:
@@ -105,12 +107,13 @@ def deploy_net_yaml(net: dict, source: str) -> str:
     return f"# The deploy net of {os.path.basename(source)}, derived by netspec.\n" + net_yaml(net)
 
 
-def _input_shapes(layers: list[LayerSpec], spec, state: NetState, input_shape) -> dict[str, tuple[int, ...]]:
+def _input_shapes(layers: list[LayerSpec], spec, state: NetState, input_shape,
+                  trust: Trust) -> dict[str, tuple[int, ...]]:
     """The shape of one input (no batch axis) for the first top of every data layer."""
     tops = [layer.tops[0] for layer in layers if not layer.bottoms and layer.type != "Input"]
     if input_shape is not None:
         return {top: tuple(input_shape) for top in tops}
-    graph = compile_net(spec, phase=state.phase, stages=state.stage, level=state.level)
+    graph = compile_net(spec, phase=state.phase, stages=state.stage, level=state.level, trust=trust)
     return {top: graph.blob_shapes[top][1:] for top in tops}
 
 

@@ -461,12 +461,13 @@ class Solver:
 
 def load_solver(source, device: str | None = None, seed: int | None = None, stages=None, level: int | None = None,
                 dtype=numpy.float32, log: TrainingLog | None = None, debug_info: bool = False, comm=None,
-                reuse_memory: bool = False) -> Solver:
+                reuse_memory: bool = False, trust: Trust = OWN) -> Solver:
     """Read and validate a solver file (path or YAML text) with its nets, and build it on a device.
 
     ``comm`` (a :class:`netspec.training.distributed.MPICommunicator`) makes this process one rank of a
-    distributed run; ``reuse_memory`` lets blobs share buffers (:class:`Solver`).
+    distributed run; ``reuse_memory`` lets blobs share buffers and ``trust`` says what the nets may do
+    (:class:`Solver`).
     """
     spec = parse_solver(source, layer_schemas(), list(solver_types()))
     return Solver(spec, device=device, seed=seed, stages=stages, level=level, dtype=dtype, log=log,
-                  debug_info=debug_info, comm=comm, reuse_memory=reuse_memory)
+                  debug_info=debug_info, comm=comm, reuse_memory=reuse_memory, trust=trust)

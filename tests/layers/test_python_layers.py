@@ -113,14 +113,15 @@ def test_a_broken_user_layer_is_one_line_naming_the_layer_and_module(module_dir,
     assert f"{net_file}:4: " in result.stderr and message in result.stderr
 
 
-def test_check_refuses_python_layers_unless_allowed_and_imports_nothing_before(tmp_path):
+@pytest.mark.parametrize("command", ["check", "deploy-net"])
+def test_python_layers_are_refused_unless_allowed_and_nothing_is_imported_before(tmp_path, command):
     (tmp_path / "marker.py").write_text("open('IMPORTED', 'w').close()\n" + MODULE)
     net_file = tmp_path / "net.yaml"
     net_file.write_text(NET.format(module="marker", layer="Doubler"))
-    refused = run("check", net_file, cwd=tmp_path)
+    refused = run(command, net_file, cwd=tmp_path)
     assert refused.returncode == 1 and not (tmp_path / "IMPORTED").exists()
     assert "imports module 'marker', which runs its code: pass --allow-python-layers" in refused.stderr
-    allowed = run("check", net_file, "--allow-python-layers", cwd=tmp_path)
+    allowed = run(command, net_file, "--allow-python-layers", cwd=tmp_path)
     assert allowed.returncode == 0, allowed.stderr
     assert (tmp_path / "IMPORTED").exists()
 
