@@ -1,4 +1,5 @@
-"""The README's tour and the guides' examples, run as a user copies them; and the documentation site builds."""
+"""The README's tour and the guides' examples (nets, modules, training, data, your own images, Python, writing a layer),
+run as a user copies them; and the documentation site builds."""
 
 from __future__ import annotations
 
@@ -114,3 +115,81 @@ def test_the_site_builds_with_every_link_resolved(tmp_path):
     schema = (site / "schema" / "index.html").read_text()
     assert "keep &lt;prefix&gt;_best.weights.h5 for the best test value of an output: {output, mode: max|min}" in schema
     assert "<code>y = &#124;x&#124;</code>; the gradient" in (site / "layers" / "index.html").read_text()
+
+
+def test_the_data_guide_makes_a_dataset_and_its_mean_from_a_folder_of_photos(tmp_path):
+    save_photos(tmp_path / "photos")
+    for line in blocks(page("guides/data.md"), "bash")[0].splitlines():
+        words = shlex.split(line.split("#")[0])
+        assert words[0] == "netspec", line
+        result = run(*words[1:], cwd=tmp_path)
+        assert result.returncode == 0, (line, result.stderr)
+    assert np.load(tmp_path / "mean.npy").shape == (3, 32, 32)
+    assert Image.open(tmp_path / "samples.png").size[0] > 32
+    assert yaml.safe_load((tmp_path / "photos_db" / "train" / "manifest.json").read_text())["count"] > 0
+
+
+def test_the_nets_guide_net_checks(tmp_path):
+    (tmp_path / "net.yaml").write_text(blocks(page("guides/nets.md"), "yaml")[0])
+    result = run("check", "net.yaml", cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout.strip().endswith("outputs: pool1"), result.stderr
+
+
+def test_the_training_guide_solver_files_train_the_digits(tmp_path):
+    """The guide's solver file as it stands, then with what goes beyond Caffe (its epochs, warm-up, best
+    snapshots and early stop), each for a few iterations on the digits."""
+    solver, beyond = blocks(page("guides/training.md"), "yaml")[:2]
+    shutil.copy(ROOT / "configs" / "digits" / "digits_net.yaml", tmp_path)
+    assert run("convert", "digits", tmp_path / "data").returncode == 0
+    (tmp_path / "solver.yaml").write_text(solver)
+    (tmp_path / "beyond.yaml").write_text(solver.replace("max_iter: 1000\n", "").replace("runs/digits", "beyond/b")
+                                          + beyond)
+    for name in ("solver.yaml", "beyond.yaml"):
+        result = run("train", name, "--max-iter", "20", cwd=tmp_path)
+        assert result.returncode == 0 and "optimization done at iteration 20" in result.stdout, result.stderr
+    assert (tmp_path / "beyond" / "b_best.weights.h5").is_file()
+
+
+PYTHON_GUIDE_SETUP = """
+import subprocess, sys
+for name in ("digits", "lenet"):
+    subprocess.run([sys.executable, "-m", "netspec", "configs", "copy", name, f"configs/{name}"], check=True)
+subprocess.run([sys.executable, "-m", "netspec", "convert", "digits", "configs/digits/data"], check=True)
+"""
+
+
+def test_the_python_guide_runs_as_written(tmp_path):
+    building, running = blocks(page("guides/python.md"), "python")
+    code = PYTHON_GUIDE_SETUP + building + running + "print(netspec.load_net('lenet.yaml').blobs['prob'].shape)\n"
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "(64, 10)"
+    assert (tmp_path / "lenet.h5").is_file()
+
+
+A_DOUBLER = """
+import numpy as np
+from netspec.engine.layer import Layer
+from netspec.engine.registry import register_layer
+
+
+@register_layer
+class Doubler(Layer):
+    type = "Doubler"
+
+    def top_shapes(self, bottom_shapes):
+        return [bottom_shapes[0]]
+
+    def forward(self, bottom, top):
+        top[0].data[...] = 2 * bottom[0].data
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            bottom[0].diff[...] = 2 * top[0].diff
+"""
+
+
+def test_the_writing_a_layer_guide_checks_a_layer_as_written():
+    code = A_DOUBLER + blocks(page("guides/writing-a-layer.md"), "python")[0] + "print('checked')\n"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout == "checked\n", result.stderr
