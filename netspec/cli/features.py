@@ -8,14 +8,15 @@ from netspec.cli.errors import user_errors
 from netspec.cli.options import (
     Integer,
     level_option,
+    no_python_layers_option,
     outputs_anywhere_option,
+    own_net_trust,
     phase_option,
     stage_option,
     threads_option,
 )
 from netspec.cli.progress import progress_bar
 from netspec.engine.net import load_net
-from netspec.engine.trust import Trust
 from netspec.inspect.features import blob_list, check_blobs, extract_features, pass_size, refuse_existing, shape_text
 
 
@@ -33,9 +34,10 @@ from netspec.inspect.features import blob_list, check_blobs, extract_features, p
 @threads_option
 @click.option("--overwrite", is_flag=True, help="replace OUT if it exists (once the new file is complete)")
 @outputs_anywhere_option
+@no_python_layers_option
 @user_errors
 def extract_features_command(net_file, weights, blobs, out, iterations, phase, stages, level, device, overwrite,
-                             outputs_anywhere):
+                             outputs_anywhere, no_python_layers):
     """Write the values of BLOBS for every record of NET_FILE's data, run with WEIGHTS, to an HDF5 file.
 
     BLOBS are blob names separated by commas (conv1,ip2).  OUT gets a dataset per blob, named after it, with a row
@@ -45,8 +47,8 @@ def extract_features_command(net_file, weights, blobs, out, iterations, phase, s
     names = blob_list(blobs)
     refuse_existing(out, overwrite)  # (before the net is built and run)
     net = load_net(net_file, phase=phase.upper(), device=device, stages=stages or None, level=level,
-                   trust=Trust.own(outputs_anywhere=outputs_anywhere), inference=True, reuse_memory=True,
-                   keep=tuple(names))  # (the chosen blobs keep arrays of their own)
+                   trust=own_net_trust(no_python_layers, outputs_anywhere, "extraction"), inference=True,
+                   reuse_memory=True, keep=tuple(names))  # (the chosen blobs keep arrays of their own)
     try:
         check_blobs(net, names)
         net.load_weights(weights)

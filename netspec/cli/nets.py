@@ -15,7 +15,9 @@ from netspec.cli.options import (
     Dims,
     Integer,
     level_option,
+    no_python_layers_option,
     outputs_anywhere_option,
+    own_net_trust,
     phase_option,
     python_layers_option,
     stage_option,
@@ -161,11 +163,13 @@ def draw(net_file, out, phase, stages, level, rankdir, allow_python_layers):
 @threads_option
 @click.option("--json", "as_json", is_flag=True, help="end with one JSON line holding every figure")
 @outputs_anywhere_option
+@no_python_layers_option
 @user_errors
-def time_command(net_file, iterations, warmup, phase, stages, level, device, seed, as_json, outputs_anywhere):
+def time_command(net_file, iterations, warmup, phase, stages, level, device, seed, as_json, outputs_anywhere,
+                 no_python_layers):
     """Time forward and backward passes of NET_FILE, layer by layer."""
     net = load_net(net_file, phase=phase.upper(), device=device, stages=stages or None, level=level,
-                   trust=Trust.own(outputs_anywhere=outputs_anywhere), seed=seed, reuse_memory=True)
+                   trust=own_net_trust(no_python_layers, outputs_anywhere, "timing"), seed=seed, reuse_memory=True)
     try:
         result = time_net(net, iterations=iterations, warmup=warmup)
     finally:
@@ -216,9 +220,10 @@ DEFAULT_TEST_BATCHES = 50  # netspec test on a net whose data layer cannot tell 
 @click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
               help="with --report: also draw the confusion matrix into this PNG")
 @outputs_anywhere_option
+@no_python_layers_option
 @user_errors
 def test_command(net_file, weights, iterations, phase, stages, level, device, as_json, report, out,
-                 outputs_anywhere):
+                 outputs_anywhere, no_python_layers):
     """Score trained WEIGHTS on NET_FILE: each output averaged over one pass of its dataset (or N batches)."""
     if out is not None and not report:
         raise click.UsageError("-o draws the confusion matrix of --report: add --report")
@@ -226,8 +231,8 @@ def test_command(net_file, weights, iterations, phase, stages, level, device, as
         check_png(out)
     # (a report reads the scores after each pass, so no blob may reuse their memory)
     load = functools.partial(load_net, net_file, phase=phase.upper(), device=device, stages=stages or None,
-                             level=level, trust=Trust.own(outputs_anywhere=outputs_anywhere), inference=True,
-                             reuse_memory=not report)
+                             level=level, trust=own_net_trust(no_python_layers, outputs_anywhere, "test"),
+                             inference=True, reuse_memory=not report)
     net = load()
     one_pass = None
     try:

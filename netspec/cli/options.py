@@ -6,6 +6,7 @@ import math
 
 import click
 
+from netspec.engine.trust import Trust
 from netspec.spec.numbers import as_int, parse_number
 from netspec.threads import use_idle_cores, use_threads
 
@@ -95,6 +96,16 @@ side_effects_option = click.option(
 python_layers_option = click.option(
     "--allow-python-layers", is_flag=True,
     help="build a net with Python layers, importing (running) the modules they name: only if you trust the file")
+no_python_layers_option = click.option(
+    "--no-python-layers", is_flag=True,
+    help="refuse a net with Python layers instead of importing the modules they name (the dashboard starts its "
+         "runs so)")
+
+
+def own_net_trust(no_python_layers: bool, outputs_anywhere: bool, what: str) -> Trust:
+    """What a net the user runs as their own (``what``: "training", "timing"...) may do, as its flags say."""
+    return Trust.own(python_layers=not no_python_layers, outputs_anywhere=outputs_anywhere,
+                     python_refusal=f"this {what} was started with --no-python-layers")
 
 
 def _apply_threads(context: click.Context, parameter, value: int | None) -> None:

@@ -8,9 +8,17 @@ import sys
 import click
 
 from netspec.cli.errors import rank_errors, user_errors
-from netspec.cli.options import Integer, Real, level_option, outputs_anywhere_option, stage_option, threads_option
+from netspec.cli.options import (
+    Integer,
+    Real,
+    level_option,
+    no_python_layers_option,
+    outputs_anywhere_option,
+    own_net_trust,
+    stage_option,
+    threads_option,
+)
 from netspec.engine.comm import SingleProcess
-from netspec.engine.trust import Trust
 from netspec.inspect.plots import plot_learning_rate, plot_metrics
 from netspec.training.distributed import MPICommunicator, launch
 from netspec.training.run import TrainOptions, read_solver, schedule_params
@@ -40,9 +48,7 @@ from netspec.training.signals import exit_status
 @click.option("--sighup-effect", type=click.Choice(["snapshot", "stop", "none"]), default="snapshot",
               show_default=True, help="what SIGHUP does")
 @outputs_anywhere_option
-@click.option("--no-python-layers", is_flag=True,
-              help="refuse a net with Python layers instead of importing the modules they name (the dashboard "
-                   "starts its runs so)")
+@no_python_layers_option
 @click.option("--debug-info", is_flag=True,
               help="at every display, log each blob's mean |data| and |diff| and each parameter's update ratio")
 @click.option("--tensorboard", is_flag=True,
@@ -81,8 +87,7 @@ def train(solver_file, device, weights, resume, force, max_iter, base_lr, batch_
                            base_lr=base_lr, batch_size=batch_size, seed=seed, stages=stages, level=level,
                            run_dir=run_dir, sigint_effect=sigint_effect, sighup_effect=sighup_effect,
                            debug_info=debug_info, tensorboard=tensorboard,
-                           trust=Trust.own(python_layers=not no_python_layers, outputs_anywhere=outputs_anywhere,
-                                           python_refusal="this training was started with --no-python-layers"))
+                           trust=own_net_trust(no_python_layers, outputs_anywhere, "training"))
     with rank_errors(comm):
         solver = train_run(solver_file, options, comm, say=click.echo)
         if solver.interrupted:

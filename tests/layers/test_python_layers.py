@@ -162,3 +162,13 @@ def test_a_module_name_must_be_a_python_name(module_dir):
 def test_the_old_python_layers_flag_of_load_net_says_where_it_went():
     with pytest.raises(TypeError, match=r"python_layers is now part of trust= .*trust=Trust\(python_layers=True\)"):
         netspec.load_net(NET.format(module="user_layers", layer="Doubler"), python_layers=True)
+
+
+@pytest.mark.parametrize(("command", "what"), [(["time", "-n", "1", "--warmup", "0"], "timing"),
+                                             (["test", "--weights", "none.h5"], "test")])
+def test_the_commands_that_run_your_own_nets_refuse_python_layers_when_told(tmp_path, command, what):
+    (tmp_path / "marker.py").write_text("open('IMPORTED', 'w').close()\n" + MODULE)
+    (tmp_path / "net.yaml").write_text(NET.format(module="marker", layer="Doubler"))
+    refused = run(command[0], "net.yaml", *command[1:], "--no-python-layers", cwd=tmp_path)
+    assert refused.returncode == 1 and not (tmp_path / "IMPORTED").exists(), refused.stderr
+    assert f"which runs its code: this {what} was started with --no-python-layers" in refused.stderr
