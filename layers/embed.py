@@ -76,9 +76,8 @@ class Embed(Layer):
     def forward(self, bottom, top):
         self.indices = row_indices(self, bottom[0].data, self.params.input_dim, 0,
                                    f"the embedding (input_dim {self.params.input_dim})")
-        take_rows(self, self.blobs[0].data, self.indices, top[0].data)
-        if self.params.bias_term:
-            top[0].data += self.blobs[1].data
+        take_rows(self, self.blobs[0].data, self.indices, top[0].data,
+                  self.blobs[1].data if self.params.bias_term else None)
 
     def backward(self, top, propagate_down, bottom):
         dy = top[0].diff.reshape(-1, self.params.num_output)

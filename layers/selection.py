@@ -13,10 +13,12 @@ import math
 
 import numpy
 
+from netspec import threads
 from netspec.engine.layer import Layer, checked_indices
 from netspec.engine.registry import register_layer
 from netspec.errors import ShapeError
 
+THREADED_BYTES = 1 << 23  # rows taken from which a CPU gather runs on every core (2 cores: 4 MiB, slower)
 
 def row_indices(layer: Layer, values, rows: int, bottom: int, of_what: str):
     """``values`` (indices stored as floats, as Caffe stores them) as int64 indices into ``rows`` rows.
@@ -49,14 +51,27 @@ def whole_rows(values, rows: int):
     return values.astype(numpy.int64)  # (whole numbers in range: exact)
 
 
-def take_rows(layer: Layer, source, indices, out) -> None:
-    """``out[...] = source[indices]``: rows of ``source`` along its first axis, at ``indices`` that
-    :func:`row_indices` checked.  On the CPU NumPy's take writes them into ``out`` without a temporary (its mode
-    'clip', as 'raise' would check the indices again through a buffer; the indices are valid)."""
+def take_rows(layer: Layer, source, indices, out, bias=None) -> None:
+    """``out[...] = source[indices] (+ bias)``: rows of ``source`` along its first axis, at ``indices`` that
+    :func:`row_indices` checked, and ``bias`` added to each where given.
+
+    On the CPU NumPy's take writes them into ``out`` without a temporary (its mode 'clip', as 'raise' would check
+    the indices again through a buffer; the indices are valid), and the bias is added in place, on every core
+    (a part of the rows each) where they are many enough to pay for the hand-off (:data:`THREADED_BYTES`)."""
     if layer.backend.is_gpu:
-        out[...] = source[indices]
+        out[...] = source[indices] if bias is None else source[indices] + bias
+        return
+    picks, rows = indices.reshape(-1), out.reshape((indices.size, *source.shape[1:]))
+
+    def take(part: slice) -> None:
+        numpy.take(source, picks[part], axis=0, out=rows[part], mode="clip")
+        if bias is not None:
+            rows[part] += bias
+
+    if out.nbytes >= THREADED_BYTES:
+        threads.in_parts(picks.size, take)
     else:
-        layer.xp.take(source, indices, axis=0, out=out, mode="clip")
+        take(slice(0, picks.size))
 
 
 def add_rows(layer: Layer, target, indices, rows) -> None:

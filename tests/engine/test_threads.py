@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -113,3 +114,40 @@ def test_a_resumed_run_takes_the_threads_of_the_run_it_continues(tmp_path):
             h5py.File(tmp_path / "part" / "digits_iter_8.weights.h5") as part:
         for layer in whole:
             np.testing.assert_array_equal(whole[layer]["0"][()], part[layer]["0"][()], err_msg=layer)
+
+
+def test_parts_cover_the_batch_once_on_several_threads_and_failures_come_back():
+    seen, names = np.zeros(1000, dtype=int), set()
+
+    def count(part):
+        seen[part] += 1
+        names.add(threading.current_thread().name)
+        threads.in_parts(10, lambda inner: None)  # (a call from a part runs its parts itself: no deadlock)
+
+    threads.use_threads(2)
+    try:
+        threads.in_parts(1000, count)
+        assert (seen == 1).all() and len(names) == min(2, threads.all_cores())
+
+        def fail_late(part):
+            if part.stop == 1000:
+                raise ValueError("the last part fails")
+
+        with pytest.raises(ValueError, match="the last part fails"):
+            threads.in_parts(1000, fail_late)
+        # two callers at once each get their own parts back
+        totals = []
+        callers = [threading.Thread(target=lambda: totals.append(_summed(threads))) for _ in range(4)]
+        for caller in callers:
+            caller.start()
+        for caller in callers:
+            caller.join(30)
+        assert totals == [sum(range(5000))] * 4
+    finally:
+        threads.use_threads(None)
+
+
+def _summed(module) -> int:
+    values, parts = np.arange(5000), []
+    module.in_parts(5000, lambda part: parts.append(int(values[part].sum())))
+    return sum(parts)

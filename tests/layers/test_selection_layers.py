@@ -8,6 +8,7 @@ from test_caffe_losses import one_line_error
 
 from netspec import ConfigError, DataError
 from netspec.engine.net import load_net
+from netspec.layers import selection
 from netspec.testing import gradient_check, one_layer_net, run_forward
 
 RNG = np.random.default_rng(21)
@@ -37,6 +38,20 @@ def test_embed_looks_up_rows_and_adds_the_bias():
     (y,) = run_forward(net)
     assert y.shape == (2, 2, 2)
     np.testing.assert_array_equal(y, weights[[[3, 0], [1, 3]]] + bias)
+
+
+@pytest.mark.parametrize("threaded", [False, True])
+def test_rows_gathered_on_every_core_are_the_rows_gathered_on_one(monkeypatch, threaded):
+    """Embed (with its bias) and BatchReindex gather rows in parts on every core from THREADED_BYTES of them on;
+    the parts cover every row once, whatever the split."""
+    monkeypatch.setattr(selection, "THREADED_BYTES", 0 if threaded else 1 << 62)
+    x = RNG.integers(0, 4, (7, 5)).astype(np.float64)
+    net = embed(x)
+    weights, bias = (blob.data for blob in net.layers[-1].blobs)
+    bias[...] = RNG.uniform(-1, 1, bias.shape)
+    np.testing.assert_array_equal(run_forward(net)[0], weights[x.astype(int)] + bias)
+    rows, indices = RNG.uniform(-1, 1, (6, 3, 2)), RNG.integers(0, 6, 11).astype(np.float64)
+    np.testing.assert_array_equal(run_forward(reindex(rows, indices))[0], rows[indices.astype(int)])
 
 
 def test_embed_gradient_sums_over_repeated_indices_and_skips_the_indices():
