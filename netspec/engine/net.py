@@ -609,7 +609,8 @@ def compile_net(config: NetConfig, phase: str | None = None, stages=None, level:
 def compile_file(source, phase: str | None = None, stages=None, level: int | None = None,
                  batch_size: int | None = None, trust: Trust = LIBRARY) -> Graph:
     """The one way from a net file (a path or YAML text) to its compiled graph: read, validated, its batch size
-    set (``batch_size`` replaces that of the data and Input layers ``phase`` includes), compiled under ``trust``."""
+    set (``batch_size``: :func:`~netspec.spec.net_spec.with_batch_size`, the data layers ``phase`` includes, else
+    its first Input layer), compiled under ``trust``."""
     config = parse_net(source, layer_schemas())
     if batch_size is not None:
         config = with_batch_size(config, batch_size, phase or config.state.phase)
@@ -622,10 +623,11 @@ def load_net(source, phase: str | None = None, device: str = "cpu", stages=None,
 
     ``phase`` (TRAIN/TEST), ``stages`` and ``level`` select layers by their
     include/exclude rules; they default to the file's ``state``.  ``batch_size`` replaces that of the data
-    layers the phase includes; ``trust`` says what the net may do (Python layers, files written anywhere:
-    :class:`~netspec.engine.trust.Trust`).  The ``options`` go to :class:`Net`: ``inference`` (forward passes
-    only, and fast paths that fuse more), ``reuse_memory`` and ``keep``, ``dtype``, ``seed``, and
-    ``output_folder`` (default: the current directory, or anywhere if ``trust`` says so).
+    layers the phase includes (of its first Input layer in a net without any); ``trust`` says what the net may
+    do (Python layers, files written anywhere: :class:`~netspec.engine.trust.Trust`).  The ``options`` go to
+    :class:`Net`: ``inference`` (forward passes only, and fast paths that fuse more), ``reuse_memory`` and
+    ``keep``, ``dtype``, ``seed``, and ``output_folder`` (default: the current directory, or anywhere if
+    ``trust`` says so).
     """
     moved = sorted({"python_layers", "outputs_anywhere"} & set(options))
     if moved:

@@ -1,9 +1,10 @@
 """Registries of layer types and solver types (update rules), with "did you mean" lookups.
 
 Types register themselves with a decorator when their module is imported.
-The registries fill on first use: the first registration or lookup imports
-the built-in types (``netspec.layers``, ``netspec.solvers``) and the layer
-plug-ins other packages declare, so ``import netspec`` stays cheap.
+The registries fill on first use: the first lookup (or registration of a
+type from outside the built-in packages) imports the built-in types
+(``netspec.layers``, ``netspec.solvers``), then the layer plug-ins other
+packages declare, so ``import netspec`` stays cheap.
 """
 
 from __future__ import annotations
