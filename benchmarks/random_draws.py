@@ -7,7 +7,8 @@ gaussian, uniform or randint filler; Dropout in training) on a batch of the
 size the reference timing nets draw, and times NumPy's ``Generator``
 (PCG64) drawing the same number of float32 values with ``random`` (or
 ``standard_normal`` for the gaussian rows), as the median of N runs after a
-warm-up.  netspec's draws are a hash of (seed, rank, layer, draw, index), so
+warm-up, the two sides' runs taken in turns so that a busy moment of the
+machine slows both.  netspec's draws are a hash of (seed, rank, layer, draw, index), so
 they resume and agree across devices; NumPy's generator is stateful.
 """
 
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
+import time
 
 # isort: off
 import netspec  # before NumPy, so that it sizes the math libraries' thread pools (netspec.threads)
@@ -22,7 +25,6 @@ import numpy
 # isort: on
 
 import yaml
-from layers_vs_pytorch import median_ms  # (a script beside this one)
 
 from netspec.engine.net import load_net
 
@@ -45,6 +47,19 @@ def dropout(shape: list[int]):
     return load_net(yaml.safe_dump({"layers": layers}), phase="TRAIN", seed=0)
 
 
+def medians_in_turns(first, second, repeats: int) -> tuple[float, float]:
+    """The median wall times (ms) of ``first()`` and ``second()`` over ``repeats`` runs each, taken in turns
+    after two warm-up runs of each."""
+    times: tuple[list[float], list[float]] = ([], [])
+    for repeat in range(repeats + 2):
+        for function, kept in zip((first, second), times):
+            start = time.perf_counter()
+            function()
+            if repeat >= 2:
+                kept.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times[0]), 1000 * statistics.median(times[1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=20, help="timed runs of each side")
@@ -59,9 +74,9 @@ def main() -> None:
                 for kind, filler in FILLERS.items()]
         rows.append(("Dropout mask", dropout(shape), False))
         for name, net, normal in rows:
-            ours = median_ms(net.forward, args.repeats)
             draw = generator.standard_normal if normal else generator.random
-            theirs = median_ms(lambda: draw(count, dtype=numpy.float32), args.repeats)  # noqa: B023 - used at once
+            ours, theirs = medians_in_turns(net.forward, lambda: draw(count, dtype=numpy.float32),  # noqa: B023
+                                            args.repeats)
             print(f"{name + ', ' + batch:<34} {count:>10,} {ours:>10.2f} {theirs:>9.2f} {theirs / ours:>6.2f}")
 
 

@@ -121,9 +121,12 @@ class DummyData(Layer):
             self.refill(blob, filler)
 
     def refill(self, blob, filler: FillerParams) -> None:
-        """Draw new values for one top, on the device (from the layer's stream of random values)."""
-        drawn = fill(filler, blob.shape, DeviceGenerator(self.backend, self.name), self.dtype)
-        blob.data[...] = self.backend.asarray(drawn)
+        """Draw new values for one top, on the device (from the layer's stream of random values), in place where
+        the filler draws them there."""
+        into = blob.data if blob.data.flags.c_contiguous else None
+        drawn = fill(filler, blob.shape, DeviceGenerator(self.backend, self.name), self.dtype, out=into)
+        if drawn is not blob.data:
+            blob.data[...] = self.backend.asarray(drawn)
 
     def forward(self, bottom, top):
         for blob, filler in zip(top, self.fillers()):

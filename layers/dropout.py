@@ -44,14 +44,18 @@ class Dropout(Layer):
                 top[0].data[...] = bottom[0].data
             return
         ratio = self.block("dropout_param").dropout_ratio
-        keep = self.backend.random(bottom[0].shape, self.dtype, self.name) >= ratio
-        self.mask = keep * self.dtype.type(1.0 / (1.0 - ratio))
-        self.xp.multiply(bottom[0].data, self.mask, out=top[0].data)
+        self.keep = self.backend.random_at_least(bottom[0].shape, ratio, self.dtype, self.name)
+        self._masked(bottom[0].data, top[0].data)
+
+    def _masked(self, values, out) -> None:
+        """``out = values * keep / (1 - ratio)`` with this pass's mask (``keep``, booleans)."""
+        self.xp.multiply(values, self.keep, out=out)
+        out *= self.dtype.type(1.0 / (1.0 - self.block("dropout_param").dropout_ratio))
 
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
         if self.phase == "TRAIN":
-            self.xp.multiply(top[0].diff, self.mask, out=bottom[0].diff)
+            self._masked(top[0].diff, bottom[0].diff)
         elif top[0] is not bottom[0]:
             bottom[0].diff[...] = top[0].diff

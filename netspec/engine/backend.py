@@ -78,79 +78,125 @@ class Backend:
         words = numpy.random.SeedSequence([self._stream_seed, self.comm.rank]).generate_state(1, numpy.uint64)
         self._stream_key = int(words[0])
 
-    def random(self, shape, dtype=numpy.float32, name: str = ""):
+    def random(self, shape, dtype=numpy.float32, name: str = "", out=None):
         """Values uniform in [0, 1) of ``shape`` (a tuple, an int, or None for one value), made on the device:
         the next draw of the stream ``name`` (a layer draws from the stream of its name).
 
-        Draw n of stream ``name`` is a hash (SplitMix64's finaliser) of each
-        element's index plus a 64-bit offset mixed from (stream key, name, n):
-        it depends only on the stream seed, the rank, the name and n (a layer's
-        n counts its forward passes), never on a generator's state or on other
-        layers, so a run that restores :attr:`stream` (snapshots keep it)
-        continues with the same values on any device.  Values carry as many
-        random bits as the dtype's significand (24 for float32).
+        Draw n of stream ``name`` is made of 64-bit hashes (SplitMix64's
+        finaliser) of an index plus a 64-bit offset mixed from (stream key,
+        name, n): it depends only on the stream seed, the rank, the name and n
+        (a layer's n counts its forward passes), never on a generator's state
+        or on other layers, so a run that restores :attr:`stream` (snapshots
+        keep it) continues with the same values on any device.  Values carry
+        as many random bits as the dtype's significand: float64 value i is
+        the top 53 bits of hash i; float32 (float16) value i the top 24 (11)
+        bits of the draw's 32-bit word i, hash j making words 2j (its low
+        half) and 2j + 1 (its high half).  ``out``, a C-contiguous array of
+        ``shape`` and ``dtype``, takes the values (and is returned).
         """
         xp, dtype = self.xp, numpy.dtype(dtype)
-        shape = _shape(shape)
+        values = _output(xp, _shape(shape), dtype, out)
         offset = self.next_offset(name)
-        kept = {2: 11, 4: 24}.get(dtype.itemsize, 53)  # the bits the dtype's significand holds
+        kept = _kept_bits(dtype)
         if kernels.compiled(xp):
-            values = xp.empty(shape, dtype=dtype)
             kernels.uniform(values, offset, kept)
             return values
-        if xp is numpy:
-            values = numpy.empty(shape, dtype=dtype)
-
+        if xp is not numpy:
+            bits = _device_bits(xp, values.size, offset, words=kept < 53)
+            bits >>= bits.dtype.type(bits.dtype.itemsize * 8 - kept)
+            values[...] = (bits.astype(dtype) * dtype.type(2.0 ** -kept)).reshape(values.shape)
+            return values
+        if kept == 53:
             def draw(start: int, part: numpy.ndarray, bits: list[numpy.ndarray], spare: numpy.ndarray) -> None:
-                _hash_into(bits[0], spare, start, offset, kept)
+                hashes = _hash_into(bits[0], spare, start, offset)
+                hashes >>= numpy.uint64(11)
                 # (exact: the bits fit the significand; read as int64, which converts faster than uint64)
-                numpy.multiply(bits[0].view(numpy.int64), dtype.type(2.0 ** -kept), out=part, casting="unsafe")
+                numpy.multiply(hashes.view(numpy.int64), 2.0 ** -53, out=part)
 
             _in_chunks(values, 1, draw)
             return values
-        bits = xp.arange(math.prod(shape), dtype=numpy.uint64)
-        bits += numpy.uint64(offset)  # (wrapping past 2**64)
-        _mix_in_place(bits)
-        bits >>= numpy.uint64(64 - kept)
-        values = bits.astype(dtype)
-        values *= dtype.type(2.0 ** -kept)
-        return values.reshape(shape)
 
-    def standard_normal(self, shape, dtype=numpy.float64, name: str = ""):
-        """Values of the standard normal distribution of ``shape``, made on the device from the next two draws of
-        the stream ``name`` (:meth:`random`'s, as float64): Box-Muller's ``sqrt(-2 log(1 - u)) cos(2 pi v)``."""
-        xp, shape = self.xp, _shape(shape)
-        if kernels.compiled(xp):
-            values = xp.empty(shape, dtype=dtype)
-            kernels.standard_normal(values, self.next_offset(name), self.next_offset(name))
-            return values
-        if xp is numpy:
-            values = numpy.empty(shape, dtype=dtype)
-            radii, angles = self.next_offset(name), self.next_offset(name)
+        def draw_words(start: int, part: numpy.ndarray, bits: list[numpy.ndarray], spare: numpy.ndarray) -> None:
+            words = _hash_into(bits[0], spare, start, offset).view(numpy.uint32)[:len(part)]
+            words >>= numpy.uint32(32 - kept)
+            numpy.copyto(part, words.view(numpy.int32), casting="unsafe")  # (exact; faster than a mixed multiply)
+            part *= dtype.type(2.0 ** -kept)
+
+        _in_chunks(values, 1, draw_words, values_per_hash=2)
+        return values
+
+    def random_at_least(self, shape, threshold: float, dtype=numpy.float32, name: str = ""):
+        """``random(shape, dtype, name) >= threshold`` (booleans, the threshold in ``dtype``) from the same draw;
+        on the CPU a float32 or float16 draw compares its words with the threshold's without making the
+        values (a dropout mask)."""
+        dtype = numpy.dtype(dtype)
+        kept = _kept_bits(dtype)
+        if self.xp is not numpy or kept == 53:
+            return self.random(shape, dtype, name) >= dtype.type(threshold)
+        offset = self.next_offset(name)
+        least = math.ceil(float(dtype.type(threshold)) * 2.0 ** kept)  # the first k with k * 2**-kept >= threshold
+        mask = numpy.full(_shape(shape), least <= 0)
+        if 0 < least < 2 ** kept:
+            word = numpy.uint32(least << (32 - kept))  # (k >= least exactly where k's word >= this)
 
             def draw(start: int, part: numpy.ndarray, bits: list[numpy.ndarray], spare: numpy.ndarray) -> None:
-                radius, angle = bits  # (every array below is one of these three, for no temporaries)
-                for hashes, offset in ((radius, radii), (angle, angles)):
-                    _hash_into(hashes, spare, start, offset, 53)
-                u = numpy.multiply(radius, 2.0 ** -53, out=spare.view(numpy.float64))
-                squared = numpy.multiply(numpy.log1p(numpy.negative(u, out=u), out=u), -2.0, out=u)
-                turn = numpy.multiply(angle, 2.0 ** -53, out=radius.view(numpy.float64))
-                turn *= 2.0 * math.pi
-                if values.dtype.itemsize > 4:
-                    numpy.multiply(numpy.sqrt(squared, out=squared), numpy.cos(turn, out=turn), out=part)
-                    return
-                # (float32 runs many times faster; the logarithm in float64 keeps the radius precise at u near
-                # 0 and 1)
-                narrow = angle.view(numpy.float32)
-                length, cosine = narrow[:len(part)], narrow[len(part):]
-                numpy.copyto(length, squared, casting="same_kind")
-                numpy.copyto(cosine, turn, casting="same_kind")
-                numpy.multiply(numpy.sqrt(length, out=length), numpy.cos(cosine, out=cosine), out=part)
+                words = _hash_into(bits[0], spare, start, offset).view(numpy.uint32)[:len(part)]
+                numpy.greater_equal(words, word, out=part)
 
-            _in_chunks(values, 2, draw)
+            _in_chunks(mask, 1, draw, values_per_hash=2)
+        return mask
+
+    def standard_normal(self, shape, dtype=numpy.float64, name: str = "", out=None):
+        """Values of the standard normal distribution of ``shape``, made on the device from the next two draws of
+        the stream ``name`` (:meth:`random`'s, as float64, of half as many values): Box-Muller's pair from
+        ``u`` and ``v``, value 2j ``sqrt(-2 log(1 - u_j)) cos(2 pi v_j)`` and value 2j + 1 the same with ``sin``
+        (``out`` as :meth:`random`'s)."""
+        xp = self.xp
+        values = _output(xp, _shape(shape), numpy.dtype(dtype), out)
+        if kernels.compiled(xp):
+            kernels.standard_normal(values, self.next_offset(name), self.next_offset(name))
             return values
-        radius = xp.sqrt(-2.0 * xp.log1p(-self.random(shape, numpy.float64, name)))
-        return (radius * xp.cos(2.0 * math.pi * self.random(shape, numpy.float64, name))).astype(dtype)
+        radii, angles = self.next_offset(name), self.next_offset(name)
+        if xp is not numpy:
+            count = values.size
+            radius, turn = (_device_bits(xp, (count + 1) // 2, offset, words=False) >> numpy.uint64(11)
+                            for offset in (radii, angles))
+            radius = xp.sqrt(-2.0 * xp.log1p(-(radius.astype(numpy.float64) * 2.0 ** -53)))
+            turn = turn.astype(numpy.float64) * 2.0 ** -53
+            turn *= 2.0 * math.pi
+            pairs = xp.empty(2 * len(radius))
+            pairs[0::2], pairs[1::2] = radius * xp.cos(turn), radius * xp.sin(turn)
+            values[...] = pairs[:count].astype(values.dtype).reshape(values.shape)
+            return values
+
+        def draw(start: int, part: numpy.ndarray, bits: list[numpy.ndarray], spare: numpy.ndarray) -> None:
+            radius, angle = bits  # (every array below is one of these three, for no temporaries)
+            for hashes, offset in ((radius, radii), (angle, angles)):
+                _hash_into(hashes, spare, start, offset)
+                hashes >>= numpy.uint64(11)
+            u = numpy.multiply(radius.view(numpy.int64), 2.0 ** -53, out=spare.view(numpy.float64))
+            squared = numpy.multiply(numpy.log1p(numpy.negative(u, out=u), out=u), -2.0, out=u)
+            turn = numpy.multiply(angle.view(numpy.int64), 2.0 ** -53, out=radius.view(numpy.float64))
+            turn *= 2.0 * math.pi
+            odd = len(part) // 2  # (the values 2j + 1: one fewer than the pairs where the draw ends on a cos)
+            if values.dtype.itemsize > 4:
+                length = numpy.sqrt(squared, out=squared)
+                numpy.multiply(length, numpy.cos(turn, out=angle.view(numpy.float64)), out=part[0::2])
+                numpy.multiply(length[:odd], numpy.sin(turn, out=turn)[:odd], out=part[1::2])
+                return
+            # (float32 runs many times faster; the logarithm in float64 keeps the radius precise at u near 0 and 1)
+            pairs = len(radius)
+            narrow = angle.view(numpy.float32)
+            length, cosine = narrow[:pairs], narrow[pairs:]
+            numpy.copyto(length, squared, casting="same_kind")
+            numpy.copyto(cosine, turn, casting="same_kind")
+            numpy.sqrt(length, out=length)
+            sine = numpy.sin(cosine, out=spare.view(numpy.float32)[:pairs])
+            numpy.multiply(length, numpy.cos(cosine, out=cosine), out=part[0::2])
+            numpy.multiply(length[:odd], sine[:odd], out=part[1::2])
+
+        _in_chunks(values, 2, draw, values_per_hash=2)
+        return values
 
     def next_offset(self, name: str) -> int:
         """The 64-bit offset of the next draw of stream ``name`` (mixed from the stream key, the name and the
@@ -274,9 +320,9 @@ class DeviceGenerator:
     def __init__(self, backend: Backend, name: str = ""):
         self.backend, self.name = backend, name
 
-    def random(self, size, dtype=numpy.float64):
-        """Values uniform in [0, 1)."""
-        return self.backend.random(size, dtype, self.name)
+    def random(self, size, dtype=numpy.float64, out=None):
+        """Values uniform in [0, 1) (``out`` as :meth:`Backend.random`'s)."""
+        return self.backend.random(size, dtype, self.name, out)
 
     def uniform(self, low: float = 0.0, high: float = 1.0, size=None):
         """Values uniform in [low, high), as float64."""
@@ -285,20 +331,41 @@ class DeviceGenerator:
         values += low
         return values
 
-    def integers(self, low: int, high: int, size=None):
-        """Whole numbers low, low + 1, ..., high - 1, as int64: the floor of :meth:`uniform`'s values."""
-        xp = self.backend.xp
+    def integers(self, low: int, high: int, size=None, dtype=numpy.int64, out=None):
+        """Whole numbers low, low + 1, ..., high - 1 (at most 2**32 of them), in ``dtype`` (unlike NumPy's, a
+        float one too: DummyData's class labels), ``out`` as :meth:`Backend.random`'s: value i is
+        ``low + (w_i (high - low) >> 32)`` for the draw's 32-bit word ``w_i`` (:meth:`Backend.random`'s)."""
+        span = high - low
+        if not 0 < span <= 2 ** 32:
+            raise ValueError(f"integers needs low < high at most 2**32 apart, got {low} and {high}")
+        xp, offset = self.backend.xp, self.backend.next_offset(self.name)
+        values = _output(xp, _shape(size), numpy.dtype(dtype), out)
         if kernels.compiled(xp):
-            values = xp.empty(_shape(size), dtype=numpy.int64)
-            kernels.integers(values, self.backend.next_offset(self.name), low, high)
+            kernels.integers(values, offset, low, span)
             return values
-        drawn = self.uniform(low, high, size)
-        values = xp.floor(drawn, out=drawn).astype(numpy.int64)
-        return xp.minimum(values, high - 1, out=values)  # (a product rounded up to high)
+        if xp is not numpy:
+            words = _device_bits(xp, values.size, offset, words=True)
+            whole = ((words.astype(numpy.uint64) * numpy.uint64(span)) >> numpy.uint64(32)).astype(numpy.int64)
+            whole += low
+            values[...] = whole.reshape(values.shape)
+            return values
 
-    def standard_normal(self, size, dtype=numpy.float64):
+        def draw(start: int, part: numpy.ndarray, bits: list[numpy.ndarray], spare: numpy.ndarray) -> None:
+            words = _hash_into(bits[0], spare, start, offset).view(numpy.uint32)
+            for first in range(0, len(part), len(spare)):  # (the products of as many words as spare holds at once)
+                count = min(len(spare), len(part) - first)
+                product = spare[:count]
+                numpy.copyto(product, words[first:first + count])  # (a product of uint64s runs faster than a mix)
+                product *= numpy.uint64(span)
+                high = product.view(numpy.uint32)[1::2]  # (each product's high word: w span >> 32)
+                numpy.add(high, numpy.int64(low), out=part[first:first + count], casting="unsafe")
+
+        _in_chunks(values, 1, draw, values_per_hash=2)
+        return values
+
+    def standard_normal(self, size, dtype=numpy.float64, out=None):
         """Values of the standard normal distribution (:meth:`Backend.standard_normal`)."""
-        return self.backend.standard_normal(size, dtype, self.name)
+        return self.backend.standard_normal(size, dtype, self.name, out)
 
     def normal(self, loc: float = 0.0, scale: float = 1.0, size=None):
         """Values of the normal distribution of mean ``loc`` and standard deviation ``scale``, as float64."""
@@ -328,48 +395,80 @@ def _mixed(value: int) -> int:
     return value ^ value >> 31
 
 
-HOST_CHUNK = 65536  # values a host draw makes at a time: its arrays stay in the core's cache
-_POSITIONS = numpy.arange(HOST_CHUNK, dtype=numpy.uint64)
+def _kept_bits(dtype: numpy.dtype) -> int:
+    """The random bits a value of ``dtype`` (float16, 32 or 64) takes: its significand's."""
+    return {2: 11, 4: 24}.get(dtype.itemsize, 53)
+
+
+def _output(xp, shape: tuple[int, ...], dtype: numpy.dtype, out):
+    """``out``, checked to be a C-contiguous array of ``shape`` and ``dtype``, or a new array (a draw's values)."""
+    if out is None:
+        return xp.empty(shape, dtype=dtype)
+    if tuple(out.shape) != shape or out.dtype != dtype or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous {dtype} array of shape {shape}, got a {out.dtype} array of "
+                         f"shape {tuple(out.shape)}")
+    return out
+
+
+def _device_bits(xp, count: int, offset: int, words: bool):
+    """The first ``count`` hashes (uint64) of the draw at ``offset``, or its first ``count`` 32-bit words
+    (``words``), as array code on the device."""
+    bits = xp.arange((count + 1) // 2 if words else count, dtype=numpy.uint64)
+    bits += numpy.uint64(offset)  # (wrapping past 2**64)
+    _mix_in_place(bits)
+    return bits.view(numpy.uint32)[:count] if words else bits
+
+
+HOST_CHUNK = 65536  # hashes a host draw makes at a time: its arrays stay in the core's cache
+# positions times the mix's first multiplier: (p + c) m is p m + c m (modulo 2**64), one product a chunk fewer
+_POSITIONS_MULTIPLIED = numpy.arange(HOST_CHUNK, dtype=numpy.uint64) * numpy.uint64(MIX[0])
 THREADED_VALUES = 1 << 20  # values from which a host draw runs on every core
 
 
-def _in_chunks(values: numpy.ndarray, hashes: int, draw: Callable) -> None:
-    """``draw(start, part, bits, spare)`` over the flat ``values``, HOST_CHUNK at a time, with room for the
-    chunk's ``hashes`` arrays of hashes (``bits``, uint64) and a ``spare`` one, on every core (a part of the values
-    each: :func:`netspec.threads.in_parts`) where they are many enough to pay for the threads' start."""
+def _in_chunks(values: numpy.ndarray, hashes: int, draw: Callable, values_per_hash: int = 1) -> None:
+    """``draw(start, part, bits, spare)`` over the flat ``values``, HOST_CHUNK hashes at a time (``start`` the
+    first hash's index, ``part`` the values they make, ``values_per_hash`` each), with room for the chunk's
+    ``hashes`` arrays of hashes (``bits``, uint64) and a ``spare`` one, on every core (a part of the hashes each:
+    :func:`netspec.threads.in_parts`) where the values are many enough to pay for the threads' start."""
     flat = values.reshape(-1)
+    per = values_per_hash
 
     def run(part: slice) -> None:
         room = numpy.empty((hashes + 1, min(HOST_CHUNK, part.stop - part.start)), dtype=numpy.uint64)
         for start in range(part.start, part.stop, HOST_CHUNK):
             count = min(HOST_CHUNK, part.stop - start)
-            draw(start, flat[start:start + count], list(room[:hashes, :count]), room[hashes, :count])
+            draw(start, flat[per * start:per * (start + count)], list(room[:hashes, :count]), room[hashes, :count])
 
+    total = -(-flat.size // per)
     if flat.size < THREADED_VALUES:
-        run(slice(0, flat.size))
+        run(slice(0, total))
     else:
-        threads.in_parts(flat.size, run)
+        threads.in_parts(total, run)
 
 
-def _hash_into(bits: numpy.ndarray, spare: numpy.ndarray, start: int, offset: int, kept: int) -> None:
-    """The top ``kept`` bits of the hashes of elements ``start .. start + len(bits) - 1`` of the draw at
-    ``offset`` (:meth:`Backend.random`'s bits), written into ``bits`` (uint64; ``spare`` as large) on the host."""
-    numpy.add(_POSITIONS[:len(bits)], numpy.uint64((offset + start) & MASK64), out=bits)  # (wrapping past 2**64)
-    _mix_in_place(bits, spare, kept)
-    bits >>= numpy.uint64(64 - kept)
+def _hash_into(bits: numpy.ndarray, spare: numpy.ndarray, start: int, offset: int) -> numpy.ndarray:
+    """``bits`` (uint64; ``spare`` as large) filled with hashes ``start .. start + len(bits) - 1`` of the draw at
+    ``offset`` (:meth:`Backend.random`'s), on the host."""
+    numpy.add(_POSITIONS_MULTIPLIED[:len(bits)], numpy.uint64((offset + start) * MIX[0] & MASK64), out=bits)
+    _mix_multiplied_in_place(bits, spare)
+    return bits
 
 
-def _mix_in_place(values, spare=None, kept: int = 64) -> None:
-    """:func:`_mixed` of every value of a uint64 array, in place (products wrap modulo 2**64 on NumPy and CuPy),
-    as far as its top ``kept`` bits go: the last step changes none of the top 31, so it is left out for those.
-    ``spare`` (an array of the same shape) takes the shifted copies instead of temporaries."""
-    for step, (multiplier, shift) in enumerate(zip(MIX, (30, 27, 31))):
-        values *= numpy.uint64(multiplier)
-        if step == 2 and kept <= 31:  # (v ^ v >> 31) >> (64 - kept) is v >> (64 - kept) there
-            return
+def _mix_in_place(values) -> None:
+    """:func:`_mixed` of every value of a uint64 array, in place (products wrap modulo 2**64 on NumPy and CuPy)."""
+    values *= numpy.uint64(MIX[0])
+    _mix_multiplied_in_place(values)
+
+
+def _mix_multiplied_in_place(values, spare=None) -> None:
+    """:func:`_mix_in_place` of values already multiplied by its first multiplier.  ``spare`` (an array of the
+    same shape) takes the shifted copies instead of temporaries."""
+    for multiplier, shift in zip((*MIX[1:], None), (30, 27, 31)):
         shifted = values >> numpy.uint64(shift) if spare is None else \
             numpy.right_shift(values, numpy.uint64(shift), out=spare)
         values ^= shifted
+        if multiplier is not None:
+            values *= numpy.uint64(multiplier)
 
 
 def gpu_report() -> list[str]:

@@ -51,35 +51,38 @@ def _fan(shape, norm: str) -> float:
     return fan_in
 
 
-def fill(params: FillerParams, shape, rng, dtype=numpy.float32, key: str = "filler"):
+def fill(params: FillerParams, shape, rng, dtype=numpy.float32, key: str = "filler", out=None):
     """An array of ``shape`` filled as ``params`` says, drawn from ``rng``: a NumPy generator gives a host
     array, a :class:`netspec.engine.backend.DeviceGenerator` a device array (constant and bilinear fills are
-    host arrays either way)."""
+    host arrays either way).  ``out`` (C-contiguous, of ``shape`` and ``dtype``) takes the values of a uniform or
+    gaussian filler, and of a randint filler drawn on the device, and is then returned: DummyData refills its
+    tops in place."""
     shape = tuple(shape)
     kind = params.type
     if kind == "constant":
         return numpy.full(shape, params.value, dtype=dtype)
     if kind == "uniform":  # (in place: a large draw allocates once)
-        values = rng.random(shape, dtype=dtype)
+        values = rng.random(shape, dtype=dtype, out=out)
         values *= params.max - params.min
         values += params.min
-        return values.astype(dtype, copy=False)
+        return values
     if kind == "randint":  # whole numbers min, min+1, ..., max-1: random class labels for DummyData
         whole = all(float(bound).is_integer() and abs(bound) <= 2 ** 53 for bound in (params.min, params.max))
-        if not (whole and params.min < params.max):
-            raise ParamError(key, f"randint needs whole numbers min < max (at most 2**53), got min "
-                                  f"{float(params.min)} and max {float(params.max)}")
-        return rng.integers(int(params.min), int(params.max), size=shape).astype(dtype)
+        if not (whole and 0 < params.max - params.min <= 2 ** 32):
+            raise ParamError(key, f"randint needs whole numbers min < max (at most 2**53, and 2**32 apart), got "
+                                  f"min {float(params.min)} and max {float(params.max)}")
+        if isinstance(rng, numpy.random.Generator):  # (its integers are of an integer type only)
+            return rng.integers(int(params.min), int(params.max), size=shape).astype(dtype)
+        return rng.integers(int(params.min), int(params.max), size=shape, dtype=dtype, out=out)
     if kind == "gaussian":
-        values = rng.standard_normal(shape, dtype=dtype)
+        values = rng.standard_normal(shape, dtype=dtype, out=out)
         values *= params.std
         values += params.mean
         if params.sparse >= 0:
             if len(shape) < 2:
                 raise ParamError(key, "a sparse gaussian filler needs a blob of at least 2 axes")
-            keep = rng.random(shape) < params.sparse / shape[0]
-            values = values * keep
-        return values.astype(dtype, copy=False)
+            values *= rng.random(shape) < params.sparse / shape[0]
+        return values
     if kind == "xavier":
         scale = math.sqrt(3.0 / _fan(shape, params.variance_norm))
         return rng.uniform(-scale, scale, size=shape).astype(dtype)

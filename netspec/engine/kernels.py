@@ -57,22 +57,31 @@ __device__ unsigned long long netspec_mix(unsigned long long z) {
 
 def uniform(out, offset: int, kept: int) -> None:
     """Fill ``out`` (contiguous) with :meth:`netspec.engine.backend.Backend.random`'s values of one draw: element
-    ``i`` is the top ``kept`` bits of the mix of ``i + offset`` (modulo 2**64), times 2**-kept."""
-    kernel = _elementwise("uniform", "uint64 offset, int32 shift, float64 scale", "T out",
-                          "out = (T)((double)(netspec_mix((unsigned long long)i + offset) >> shift) * scale);",
-                          _MIX)
-    kernel(numpy.uint64(offset), 64 - kept, math.ldexp(1.0, -kept), out)
+    ``i`` is the top ``kept`` bits of the mix of ``i + offset`` (modulo 2**64) where ``kept`` is 53, else of
+    32-bit word ``i`` (the low half of the mix of ``i / 2 + offset`` for an even ``i``, the high half for an odd
+    one), times 2**-kept."""
+    body = """
+        const unsigned long long hash = netspec_mix(((unsigned long long)i >> halves) + offset);
+        const unsigned long long bits = halves ? ((i & 1) ? hash >> 32 : hash & 0xFFFFFFFFULL) : hash;
+        out = (T)((double)(bits >> shift) * scale);
+    """
+    halves = int(kept < 53)
+    kernel = _elementwise("uniform", "uint64 offset, int32 halves, int32 shift, float64 scale", "T out", body, _MIX)
+    kernel(numpy.uint64(offset), halves, (32 if halves else 64) - kept, math.ldexp(1.0, -kept), out)
 
 
 def standard_normal(out, first: int, second: int) -> None:
-    """Fill ``out`` (contiguous) with Box-Muller's transform of two float64 draws, offsets ``first`` and
-    ``second``: ``sqrt(-2 log(1 - u)) cos(2 pi v)``, as :class:`netspec.engine.backend.DeviceGenerator` computes
-    it from two :func:`uniform` draws of 53 bits."""
+    """Fill ``out`` (contiguous) with Box-Muller's pairs from two float64 draws, offsets ``first`` and ``second``:
+    element ``2j`` is ``sqrt(-2 log(1 - u_j)) cos(2 pi v_j)`` and ``2j + 1`` the same with ``sin``, as
+    :meth:`netspec.engine.backend.Backend.standard_normal` computes it from two :func:`uniform` draws of 53
+    bits."""
     body = """
         const double scale = 1.1102230246251565e-16;  // 2**-53
-        double u = (double)(netspec_mix((unsigned long long)i + first) >> 11) * scale;
-        double v = (double)(netspec_mix((unsigned long long)i + second) >> 11) * scale;
-        out = (T)(sqrt(-2.0 * log1p(-u)) * cos(6.283185307179586 * v));
+        const unsigned long long pair = (unsigned long long)i >> 1;
+        const double u = (double)(netspec_mix(pair + first) >> 11) * scale;
+        const double v = (double)(netspec_mix(pair + second) >> 11) * scale;
+        const double turn = v * 6.283185307179586;
+        out = (T)(sqrt(-2.0 * log1p(-u)) * ((i & 1) ? sin(turn) : cos(turn)));
     """
     _elementwise("standard_normal", "uint64 first, uint64 second", "T out", body, _MIX)(
         numpy.uint64(first), numpy.uint64(second), out)
@@ -83,16 +92,17 @@ def _flat(array):
     return array.reshape(-1)
 
 
-def integers(out, offset: int, low: int, high: int) -> None:
-    """Fill ``out`` (int64, contiguous) with whole numbers low to high - 1 from one 53-bit draw, as
-    :class:`netspec.engine.backend.DeviceGenerator` makes them: ``floor(low + (high - low) u)`` at most high - 1,
-    each operation rounded on its own (no fused multiply-add), as on the host."""
+def integers(out, offset: int, low: int, span: int) -> None:
+    """Fill ``out`` (contiguous, of any number type) with whole numbers low to low + span - 1 (span at most
+    2**32) from one draw, as :class:`netspec.engine.backend.DeviceGenerator` makes them: ``low + (w_i span >>
+    32)`` for the draw's 32-bit word ``w_i`` (:func:`uniform`'s)."""
     body = """
-        const double u = (double)(netspec_mix((unsigned long long)i + offset) >> 11) * 1.1102230246251565e-16;
-        out = min((long long)floor(__dadd_rn(low, __dmul_rn(high - low, u))), (long long)high - 1);
+        const unsigned long long hash = netspec_mix(((unsigned long long)i >> 1) + offset);
+        const unsigned long long word = (i & 1) ? hash >> 32 : hash & 0xFFFFFFFFULL;
+        out = (T)(low + (long long)((word * span) >> 32));
     """
-    _elementwise("integers", "uint64 offset, float64 low, float64 high", "int64 out", body, _MIX)(
-        numpy.uint64(offset), float(low), float(high), out)
+    _elementwise("integers", "uint64 offset, int64 low, uint64 span", "T out", body, _MIX)(
+        numpy.uint64(offset), numpy.int64(low), numpy.uint64(span), out)
 
 
 def channels_first(out, bias, y) -> None:

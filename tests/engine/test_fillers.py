@@ -54,5 +54,5 @@ def test_positive_unitball_rows_sum_to_one():
 def test_randint_draws_every_whole_number_below_max():
     values = fill(FillerParams(type="randint", min=2, max=5), (10_000,), np.random.default_rng(0))
     assert values.dtype == np.float32 and set(np.unique(values)) == {2.0, 3.0, 4.0}
-    with pytest.raises(ParamError, match=r"randint needs whole numbers min < max \(at most 2\*\*53\), got min 0.0 and max 9.5"):
+    with pytest.raises(ParamError, match=r"randint needs whole numbers min < max \(at most 2\*\*53, and 2\*\*32 apart\), got min 0.0 and max 9.5"):
         fill(FillerParams(type="randint", min=0, max=9.5), (3,), np.random.default_rng(0))

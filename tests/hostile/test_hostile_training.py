@@ -253,7 +253,7 @@ def test_a_randint_filler_beyond_whole_float_numbers_is_refused(tmp_path):
     net = tmp_path / "net.yaml"
     net.write_text("layers:\n  - {name: data, type: DummyData, top: x, dummy_data_param: {shape: [{dim: [2]}], "
                    "data_filler: [{type: randint, min: 0, max: 1e30}]}}\n")
-    assert "randint needs whole numbers min < max (at most 2**53)" in refuses("time", net, "-n", 1)
+    assert "randint needs whole numbers min < max (at most 2**53, and 2**32 apart)" in refuses("time", net, "-n", 1)
 
 
 def test_a_mistyped_resume_path_is_one_line_and_creates_nothing(digits, tmp_path):

@@ -957,22 +957,35 @@ def test_host_draws_are_each_index_hashed_whatever_the_chunks(threaded, monkeypa
     hash of its index in the draw, as the GPU's (and the array code's) are, and float32 normals are float64's to
     float32 precision."""
     from netspec.engine import backend
-    from netspec.engine.backend import HOST_CHUNK, _mix_in_place
+    from netspec.engine.backend import HOST_CHUNK, _mix_in_place, _mixed
 
     if threaded:
         monkeypatch.setattr(backend, "THREADED_VALUES", HOST_CHUNK)
 
-    count = 5 * (HOST_CHUNK // 2 + 1)  # (chunks of two sizes)
-    for dtype, kept in ((np.float16, 11), (np.float32, 24), (np.float64, 53)):
-        offset = Backend("cpu", seed=9).next_offset("x")
-        bits = np.arange(count, dtype=np.uint64) + np.uint64(offset)
-        _mix_in_place(bits)
-        expected = ((bits >> np.uint64(64 - kept)).astype(dtype) * dtype(2.0 ** -kept)).reshape(5, -1)
-        assert np.array_equal(Backend("cpu", seed=9).random((5, count // 5), dtype, "x"), expected), dtype
+    count = 5 * (HOST_CHUNK // 2 + 1)  # (an odd count, over chunks of two sizes)
+    shape = (5, count // 5)
+    offset = Backend("cpu", seed=9).next_offset("x")
+    hashes = np.arange(count, dtype=np.uint64) + np.uint64(offset)
+    _mix_in_place(hashes)
+    assert [int(hashes[i]) for i in (0, 5, count - 1)] == [_mixed(offset + i) for i in (0, 5, count - 1)]
+    halves = np.stack([hashes & np.uint64(2 ** 32 - 1), hashes >> np.uint64(32)], axis=1)  # (low half first)
+    words = halves.reshape(-1)[:count]
+    for dtype, bits, width, kept in ((np.float16, words, 32, 11), (np.float32, words, 32, 24),
+                                     (np.float64, hashes, 64, 53)):
+        expected = ((bits >> np.uint64(width - kept)).astype(dtype) * dtype(2.0 ** -kept)).reshape(shape)
+        assert np.array_equal(Backend("cpu", seed=9).random(shape, dtype, "x"), expected), dtype
+        # (1 - 1e-9 is 1 in float16 and float32; a drawn value is a threshold some values meet exactly)
+        for threshold in (0.3, 1 / 3, 0.0, -1.0, 1 - 1e-9, 0.9999, float(expected[1, 7])):
+            mask = Backend("cpu", seed=9).random_at_least(shape, threshold, dtype, "x")
+            assert mask.dtype == bool and np.array_equal(mask, expected >= dtype(threshold)), (dtype, threshold)
+    labels = DeviceGenerator(Backend("cpu", seed=9), "x").integers(-3, 1000, count)
+    assert labels.dtype == np.int64 and np.array_equal(labels, (words * np.uint64(1003) >> np.uint64(32)).astype(np.int64) - 3)
     wide, narrow = (Backend("cpu", seed=9).standard_normal(count, dtype, "g") for dtype in (np.float64, np.float32))
     draws = Backend("cpu", seed=9)
-    u, v = draws.random(count, np.float64, "g"), draws.random(count, np.float64, "g")
-    assert np.array_equal(wide, np.sqrt(-2.0 * np.log1p(-u)) * np.cos(2.0 * math.pi * v))
+    pairs = (count + 1) // 2
+    u, v = draws.random(pairs, np.float64, "g"), draws.random(pairs, np.float64, "g")
+    radius, turn = np.sqrt(-2.0 * np.log1p(-u)), 2.0 * math.pi * v
+    assert np.array_equal(wide, np.stack([radius * np.cos(turn), radius * np.sin(turn)], axis=1).reshape(-1)[:count])
     # (float32's cos(2 pi v) is within a few 1e-7 of float64's, times the radius: up to ~2e-6 where cos crosses 0)
     assert narrow.dtype == np.float32 and np.allclose(narrow, wide, rtol=1e-5, atol=4e-6)
     assert abs(narrow.mean()) < 0.02 and abs(narrow.std() - 1) < 0.02
@@ -1238,10 +1251,13 @@ def test_a_convolution_in_parts_of_the_batch_computes_what_it_does_whole(device,
 @pytest.mark.gpu
 def test_the_gpus_random_values_are_the_cpus():
     cpu, gpu = Backend("cpu", seed=11), Backend("gpu", seed=11)
-    for dtype in (np.float32, np.float64):
-        assert np.array_equal(gpu.to_host(gpu.random((300, 7), dtype, "drop")), cpu.random((300, 7), dtype, "drop"))
-    np.testing.assert_allclose(gpu.to_host(gpu.standard_normal(5000, np.float64, "g")),
-                               cpu.standard_normal(5000, np.float64, "g"), rtol=1e-12, atol=1e-12)
-    labels = [DeviceGenerator(backend, "labels").integers(-2, 7, (40, 50)) for backend in (cpu, gpu)]
+    for dtype in (np.float16, np.float32, np.float64):  # (an odd count: the last hash gives one word)
+        assert np.array_equal(gpu.to_host(gpu.random((301, 7), dtype, "drop")), cpu.random((301, 7), dtype, "drop"))
+        assert np.array_equal(gpu.to_host(gpu.random_at_least((301, 7), 0.3, dtype, "mask")),
+                              cpu.random_at_least((301, 7), 0.3, dtype, "mask"))
+    for count in (5000, 5001):
+        np.testing.assert_allclose(gpu.to_host(gpu.standard_normal(count, np.float64, "g")),
+                                   cpu.standard_normal(count, np.float64, "g"), rtol=1e-12, atol=1e-12)
+    labels = [DeviceGenerator(backend, "labels").integers(-2, 7, (41, 51)) for backend in (cpu, gpu)]
     assert labels[1].dtype == np.int64 and np.array_equal(gpu.to_host(labels[1]), labels[0])
-    assert gpu.stream == cpu.stream == (11, {"drop": 2, "g": 2, "labels": 1})
+    assert gpu.stream == cpu.stream == (11, {"drop": 3, "mask": 3, "g": 4, "labels": 1})
