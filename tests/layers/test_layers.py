@@ -978,8 +978,10 @@ def test_host_draws_are_each_index_hashed_whatever_the_chunks(threaded, monkeypa
         for threshold in (0.3, 1 / 3, 0.0, -1.0, 1 - 1e-9, 0.9999, float(expected[1, 7])):
             mask = Backend("cpu", seed=9).random_at_least(shape, threshold, dtype, "x")
             assert mask.dtype == bool and np.array_equal(mask, expected >= dtype(threshold)), (dtype, threshold)
-    labels = DeviceGenerator(Backend("cpu", seed=9), "x").integers(-3, 1000, count)
-    assert labels.dtype == np.int64 and np.array_equal(labels, (words * np.uint64(1003) >> np.uint64(32)).astype(np.int64) - 3)
+    for low, span in ((-3, 1003), (5, 2 ** 21), (-2 ** 40, 2 ** 21 + 1), (0, 2 ** 32)):  # (two ways to the product)
+        labels = DeviceGenerator(Backend("cpu", seed=9), "x").integers(low, low + span, count)
+        assert labels.dtype == np.int64
+        assert np.array_equal(labels, (words * np.uint64(span) >> np.uint64(32)).astype(np.int64) + low), span
     wide, narrow = (Backend("cpu", seed=9).standard_normal(count, dtype, "g") for dtype in (np.float64, np.float32))
     draws = Backend("cpu", seed=9)
     pairs = (count + 1) // 2
