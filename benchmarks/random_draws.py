@@ -67,17 +67,17 @@ def main() -> None:
     args = parser.parse_args()
     netspec.threads.use_threads(args.threads)
     generator = numpy.random.default_rng(0)
-    print(f"{'draw':<34} {'values':>10} {'netspec ms':>10} {'NumPy ms':>9} {'ratio':>6}")
+    print(f"{'draw':<44} {'values':>10} {'netspec ms':>10} {'NumPy ms':>9} {'ratio':>6}")
     for batch, shape in SHAPES.items():
         count = math.prod(shape)
         rows = [(f"DummyData {kind}", dummy_data(shape, filler), kind == "gaussian")
                 for kind, filler in FILLERS.items()]
-        rows.append(("Dropout mask", dropout(shape), False))
+        rows.append(("Dropout (mask, product)", dropout(shape), False))
         for name, net, normal in rows:
             draw = generator.standard_normal if normal else generator.random
             ours, theirs = medians_in_turns(net.forward, lambda: draw(count, dtype=numpy.float32),  # noqa: B023
                                             args.repeats)
-            print(f"{name + ', ' + batch:<34} {count:>10,} {ours:>10.2f} {theirs:>9.2f} {theirs / ours:>6.2f}")
+            print(f"{name + ', ' + batch:<44} {count:>10,} {ours:>10.2f} {theirs:>9.2f} {theirs / ours:>6.2f}")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ Layers never import numpy or cupy for array math: they use ``self.xp`` (the
 array module of their backend) and the helpers here.  Random numbers for
 initialisation always come from a numpy generator on the host, so a net starts
 from the same weights on every device; per-iteration randomness (dropout
-masks) comes from :meth:`Backend.random`, values made on the device from
-(seed, rank, layer, the layer's draw number) alone.
+masks, DummyData's fillers) comes from :meth:`Backend.random` and the draws
+built on it, values made on the device from (seed, rank, layer, the layer's
+draw number) alone.
 
 A backend also knows its process's place in a distributed run (``comm``, see
 :mod:`netspec.training.distributed`): the host generator is the same on every rank (so
@@ -117,7 +118,7 @@ class Backend:
             return values
 
         def draw_words(start: int, part: numpy.ndarray, bits: list[numpy.ndarray], spare: numpy.ndarray) -> None:
-            words = _hash_into(bits[0], spare, start, offset).view(numpy.uint32)[:len(part)]
+            words = _words_into(bits[0], spare, start, offset, len(part))
             words >>= numpy.uint32(32 - kept)
             numpy.copyto(part, words.view(numpy.int32), casting="unsafe")  # (exact; faster than a mixed multiply)
             part *= dtype.type(2.0 ** -kept)
@@ -134,14 +135,15 @@ class Backend:
         if self.xp is not numpy or kept == 53:
             return self.random(shape, dtype, name) >= dtype.type(threshold)
         offset = self.next_offset(name)
-        least = math.ceil(float(dtype.type(threshold)) * 2.0 ** kept)  # the first k with k * 2**-kept >= threshold
+        level = float(dtype.type(threshold))
+        # the first k with k * 2**-kept >= level (2**kept: none; a NaN level is met by none)
+        least = math.ceil(level * 2.0 ** kept) if 0 < level < 1 else 0 if level <= 0 else 2 ** kept
         mask = numpy.full(_shape(shape), least <= 0)
         if 0 < least < 2 ** kept:
             word = numpy.uint32(least << (32 - kept))  # (k >= least exactly where k's word >= this)
 
             def draw(start: int, part: numpy.ndarray, bits: list[numpy.ndarray], spare: numpy.ndarray) -> None:
-                words = _hash_into(bits[0], spare, start, offset).view(numpy.uint32)[:len(part)]
-                numpy.greater_equal(words, word, out=part)
+                numpy.greater_equal(_words_into(bits[0], spare, start, offset, len(part)), word, out=part)
 
             _in_chunks(mask, 1, draw, values_per_hash=2)
         return mask
@@ -332,41 +334,48 @@ class DeviceGenerator:
         return values
 
     def integers(self, low: int, high: int, size=None, dtype=numpy.int64, out=None):
-        """Whole numbers low, low + 1, ..., high - 1 (at most 2**32 of them), in ``dtype`` (unlike NumPy's, a
-        float one too: DummyData's class labels), ``out`` as :meth:`Backend.random`'s: value i is
-        ``low + (w_i (high - low) >> 32)`` for the draw's 32-bit word ``w_i`` (:meth:`Backend.random`'s)."""
+        """Whole numbers low, low + 1, ..., high - 1, in ``dtype`` (unlike NumPy's, a float one too: DummyData's
+        class labels), ``out`` as :meth:`Backend.random`'s.  With ``span = high - low`` at most WORD_SPAN, value
+        i is ``low + (w_i span >> 32)`` for the draw's 32-bit word ``w_i`` (:meth:`Backend.random`'s); up to
+        2**32, ``low + (h_i span >> 64)`` for its 64-bit hash ``h_i``: each whole number comes up within
+        span / 2**32 (span / 2**64) of its share.  ``low`` and ``high`` lie within +-2**53."""
         span = high - low
-        if not 0 < span <= 2 ** 32:
-            raise ValueError(f"integers needs low < high at most 2**32 apart, got {low} and {high}")
-        xp, offset = self.backend.xp, self.backend.next_offset(self.name)
+        if not (0 < span <= 2 ** 32 and low >= -2 ** 53 and high <= 2 ** 53):
+            raise ValueError(f"integers needs low < high within +-2**53 and at most 2**32 apart, got {low} and "
+                             f"{high}")
+        xp, words = self.backend.xp, span <= WORD_SPAN
         values = _output(xp, _shape(size), numpy.dtype(dtype), out)
+        offset = self.backend.next_offset(self.name)
         if kernels.compiled(xp):
-            kernels.integers(values, offset, low, span)
+            kernels.integers(values, offset, low, span, words)
             return values
         if xp is not numpy:
-            words = _device_bits(xp, values.size, offset, words=True)
-            whole = ((words.astype(numpy.uint64) * numpy.uint64(span)) >> numpy.uint64(32)).astype(numpy.int64)
+            bits = _device_bits(xp, values.size, offset, words)
+            whole = ((bits.astype(numpy.uint64) * numpy.uint64(span)) >> numpy.uint64(32) if words
+                     else _high_products(bits, span))
+            whole = whole.astype(numpy.int64)
             whole += low
             values[...] = whole.reshape(values.shape)
             return values
 
-        def draw(start: int, part: numpy.ndarray, bits: list[numpy.ndarray], spare: numpy.ndarray) -> None:
-            words = _hash_into(bits[0], spare, start, offset).view(numpy.uint32)
+        def draw_words(start: int, part: numpy.ndarray, bits: list[numpy.ndarray], spare: numpy.ndarray) -> None:
+            drawn = _words_into(bits[0], spare, start, offset, len(part))
             for first in range(0, len(part), len(spare)):  # (the products of as many words as spare holds at once)
                 count = min(len(spare), len(part) - first)
-                if span <= 2 ** 21:  # (w span below 2**53: exact in float64, whose passes run faster here)
-                    product = spare[:count].view(numpy.float64)
-                    numpy.copyto(product, words[first:first + count])
-                    product *= span * 2.0 ** -32
-                    whole = numpy.floor(product, out=product)
-                else:
-                    product = spare[:count]
-                    numpy.copyto(product, words[first:first + count])  # (a product of uint64s runs faster than a mix)
-                    product *= numpy.uint64(span)
-                    whole = product.view(numpy.uint32)[1::2]  # (each product's high word: w span >> 32)
-                numpy.add(whole, numpy.int64(low), out=part[first:first + count], casting="unsafe")
+                product = spare[:count].view(numpy.float64)  # (w span below 2**48: exact, and faster than uint64)
+                numpy.copyto(product, drawn[first:first + count])
+                product *= span * 2.0 ** -32
+                numpy.floor(product, out=product)
+                numpy.add(product, low, out=part[first:first + count], casting="unsafe")  # (exact: within 2**53)
 
-        _in_chunks(values, 1, draw, values_per_hash=2)
+        def draw_hashes(start: int, part: numpy.ndarray, bits: list[numpy.ndarray], spare: numpy.ndarray) -> None:
+            whole = _high_products(_hash_into(bits[0], spare, start, offset), span, spare)
+            numpy.add(whole.view(numpy.int64), numpy.int64(low), out=part, casting="unsafe")
+
+        if words:
+            _in_chunks(values, 1, draw_words, values_per_hash=2)
+        else:
+            _in_chunks(values, 1, draw_hashes)
         return values
 
     def standard_normal(self, size, dtype=numpy.float64, out=None):
@@ -411,9 +420,26 @@ def _output(xp, shape: tuple[int, ...], dtype: numpy.dtype, out):
     if out is None:
         return xp.empty(shape, dtype=dtype)
     if tuple(out.shape) != shape or out.dtype != dtype or not out.flags.c_contiguous:
+        strided = "" if out.flags.c_contiguous else ", not C-contiguous"
         raise ValueError(f"out must be a C-contiguous {dtype} array of shape {shape}, got a {out.dtype} array of "
-                         f"shape {tuple(out.shape)}")
+                         f"shape {tuple(out.shape)}{strided}")
     return out
+
+
+WORD_SPAN = 2 ** 16  # the most whole numbers DeviceGenerator.integers makes from a 32-bit word each
+
+
+def _high_products(hashes, span: int, spare=None):
+    """``h span >> 64`` of each uint64 hash ``h`` (``span`` at most 2**32), in place in ``hashes`` (``spare``, as
+    large, takes the low halves' products): ``(h_high span + (h_low span >> 32)) >> 32``, every sum below 2**64."""
+    low = numpy.bitwise_and(hashes, numpy.uint64(2 ** 32 - 1), out=spare)
+    low *= numpy.uint64(span)
+    low >>= numpy.uint64(32)
+    hashes >>= numpy.uint64(32)
+    hashes *= numpy.uint64(span)
+    hashes += low
+    hashes >>= numpy.uint64(32)
+    return hashes
 
 
 def _device_bits(xp, count: int, offset: int, words: bool):
@@ -450,6 +476,12 @@ def _in_chunks(values: numpy.ndarray, hashes: int, draw: Callable, values_per_ha
         run(slice(0, total))
     else:
         threads.in_parts(total, run)
+
+
+def _words_into(bits: numpy.ndarray, spare: numpy.ndarray, start: int, offset: int, count: int) -> numpy.ndarray:
+    """The first ``count`` 32-bit words of :func:`_hash_into`'s hashes (each hash's low half, then its high
+    half), a view of ``bits``."""
+    return _hash_into(bits, spare, start, offset).view(numpy.uint32)[:count]
 
 
 def _hash_into(bits: numpy.ndarray, spare: numpy.ndarray, start: int, offset: int) -> numpy.ndarray:

@@ -27,7 +27,8 @@ class FillerParams:
     type: Literal[FILLER_TYPES] = doc("constant", "filler type")
     value: float = doc(0.0, "constant: the value")
     min: float = doc(0.0, "uniform, randint: lower bound")
-    max: float = doc(1.0, "uniform: upper bound; randint: one past the largest value (class labels: the class count)")
+    max: float = doc(1.0, "uniform: upper bound; randint: one past the largest value (class labels: the class "
+                          "count; at most 2**32 past min)")
     mean: float = doc(0.0, "gaussian: mean")
     std: float = doc(1.0, "gaussian: standard deviation")
     sparse: int = doc(-1, "gaussian: expected non-zeros per output (-1: dense)")

@@ -92,17 +92,18 @@ def _flat(array):
     return array.reshape(-1)
 
 
-def integers(out, offset: int, low: int, span: int) -> None:
+def integers(out, offset: int, low: int, span: int, words: bool) -> None:
     """Fill ``out`` (contiguous, of any number type) with whole numbers low to low + span - 1 (span at most
-    2**32) from one draw, as :class:`netspec.engine.backend.DeviceGenerator` makes them: ``low + (w_i span >>
-    32)`` for the draw's 32-bit word ``w_i`` (:func:`uniform`'s)."""
+    2**32) from one draw, as :class:`netspec.engine.backend.DeviceGenerator` makes them: with ``words``,
+    ``low + (w_i span >> 32)`` for the draw's 32-bit word ``w_i`` (:func:`uniform`'s), else ``low + (h_i span >>
+    64)`` for its 64-bit hash ``h_i``."""
     body = """
-        const unsigned long long hash = netspec_mix(((unsigned long long)i >> 1) + offset);
+        const unsigned long long hash = netspec_mix(((unsigned long long)i >> words) + offset);
         const unsigned long long word = (i & 1) ? hash >> 32 : hash & 0xFFFFFFFFULL;
-        out = (T)(low + (long long)((word * span) >> 32));
+        out = (T)(low + (long long)(words ? (word * span) >> 32 : __umul64hi(hash, span)));
     """
-    _elementwise("integers", "uint64 offset, int64 low, uint64 span", "T out", body, _MIX)(
-        numpy.uint64(offset), numpy.int64(low), numpy.uint64(span), out)
+    _elementwise("integers", "uint64 offset, int64 low, uint64 span, int32 words", "T out", body, _MIX)(
+        numpy.uint64(offset), numpy.int64(low), numpy.uint64(span), int(words), out)
 
 
 def channels_first(out, bias, y) -> None:

@@ -928,7 +928,16 @@ def test_dummy_data_draws_its_fillers_on_the_device(device):
                {"type": "uniform", "min": -1, "max": 5}, {"type": "xavier"}]
     net = load_net(yaml.safe_dump({"layers": [{"name": "data", "type": "DummyData", "top": ["g", "r", "u", "x"],
                                                "dummy_data_param": {"shape": [{"dim": [400, 250]}],
-                                                                    "data_filler": fillers}}]}), device=device)
+                                                                    "data_filler": fillers}}]}), device=device,
+                   seed=5)
+    made = DeviceGenerator(Backend(device, seed=5), "data")  # (the layer's stream: its tops' draws in order)
+    made.standard_normal((400, 250), np.float32)
+    labels = made.integers(-2, 3, (400, 250), np.float32)
+    uniform = made.random((400, 250), np.float32)
+    uniform *= 6
+    uniform -= 1
+    for name, expected in (("r", labels), ("u", uniform)):
+        assert np.array_equal(net.backend.to_host(net.blobs[name].data), net.backend.to_host(expected)), name
     host_draws = net.backend.host_rng.bit_generator.state
     net.forward()
     assert net.backend.host_rng.bit_generator.state == host_draws  # the data order's generator is not used
@@ -975,13 +984,17 @@ def test_host_draws_are_each_index_hashed_whatever_the_chunks(threaded, monkeypa
         expected = ((bits >> np.uint64(width - kept)).astype(dtype) * dtype(2.0 ** -kept)).reshape(shape)
         assert np.array_equal(Backend("cpu", seed=9).random(shape, dtype, "x"), expected), dtype
         # (1 - 1e-9 is 1 in float16 and float32; a drawn value is a threshold some values meet exactly)
-        for threshold in (0.3, 1 / 3, 0.0, -1.0, 1 - 1e-9, 0.9999, float(expected[1, 7])):
+        for threshold in (0.3, 1 / 3, 0.0, -1.0, 1 - 1e-9, 0.9999, float(expected[1, 7]), math.nan, math.inf,
+                          -math.inf):
             mask = Backend("cpu", seed=9).random_at_least(shape, threshold, dtype, "x")
             assert mask.dtype == bool and np.array_equal(mask, expected >= dtype(threshold)), (dtype, threshold)
-    for low, span in ((-3, 1003), (5, 2 ** 21), (-2 ** 40, 2 ** 21 + 1), (0, 2 ** 32)):  # (two ways to the product)
+    for low, span in ((-3, 1003), (5, 2 ** 16)):  # (a word each)
         labels = DeviceGenerator(Backend("cpu", seed=9), "x").integers(low, low + span, count)
         assert labels.dtype == np.int64
         assert np.array_equal(labels, (words * np.uint64(span) >> np.uint64(32)).astype(np.int64) + low), span
+    for low, span in ((-2 ** 40, 2 ** 16 + 1), (0, 2 ** 32)):  # (a hash each)
+        labels = DeviceGenerator(Backend("cpu", seed=9), "x").integers(low, low + span, count)
+        assert labels.tolist() == [(int(h) * span >> 64) + low for h in hashes], span
     wide, narrow = (Backend("cpu", seed=9).standard_normal(count, dtype, "g") for dtype in (np.float64, np.float32))
     draws = Backend("cpu", seed=9)
     pairs = (count + 1) // 2
@@ -991,6 +1004,46 @@ def test_host_draws_are_each_index_hashed_whatever_the_chunks(threaded, monkeypa
     # (float32's cos(2 pi v) is within a few 1e-7 of float64's, times the radius: up to ~2e-6 where cos crosses 0)
     assert narrow.dtype == np.float32 and np.allclose(narrow, wide, rtol=1e-5, atol=4e-6)
     assert abs(narrow.mean()) < 0.02 and abs(narrow.std() - 1) < 0.02
+
+
+def test_integers_come_up_evenly_and_refuse_what_they_cannot_draw():
+    draws = DeviceGenerator(Backend("cpu", seed=2), "x")
+    for span in (3, 3 * 2 ** 30):  # (a word times 3 * 2**30 would give 0 twice the share of 1 and 2)
+        shares = np.bincount(draws.integers(0, span, 300_000) % 3) / 300_000
+        assert np.allclose(shares, 1 / 3, atol=0.005), (span, shares)
+    for low, high in ((2 ** 53, 2 ** 53 + 3), (0, 2 ** 32 + 1), (5, 5)):
+        with pytest.raises(ValueError, match="integers needs low < high within"):
+            draws.integers(low, high, 3)
+    before = draws.backend.stream
+    with pytest.raises(ValueError, match=r"got a float32 array of shape \(5,\), not C-contiguous"):
+        draws.integers(0, 9, 5, np.float32, out=np.empty(10, np.float32)[::2])
+    assert draws.backend.stream == before  # (a refused call draws nothing)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_draws_into_an_array_given_are_the_draws_made(device):
+    made, into = (Backend(device, seed=4) for _ in range(2))
+    for draw in (lambda b, **out: b.random((30, 7), np.float32, "x", **out),
+                 lambda b, **out: b.standard_normal((30, 7), np.float32, "g", **out),
+                 lambda b, **out: DeviceGenerator(b, "n").integers(-4, 70_000, (30, 7), np.float32, **out)):
+        out = into.xp.empty((30, 7), np.float32)
+        assert draw(into, out=out) is out
+        assert np.array_equal(made.to_host(draw(made)), into.to_host(out))
+
+
+def test_dropout_keeps_where_the_draw_meets_the_ratio_and_backward_takes_the_same_mask():
+    x = rand(40, 30).astype(np.float32)
+    layers = [{"name": "data", "type": "Input", "top": "x", "input_param": {"shape": [{"dim": [40, 30]}]}},
+              {"name": "drop", "type": "Dropout", "bottom": "x", "top": "y", "dropout_param": {"dropout_ratio": 0.3}}]
+    net = load_net(yaml.safe_dump({"layers": layers}), phase="TRAIN", seed=6)
+    net.blobs["x"].data[...] = x
+    net.forward()
+    keep = Backend("cpu", seed=6).random((40, 30), np.float32, "drop") >= np.float32(0.3)
+    scale = np.float32(1 / 0.7)
+    assert np.array_equal(net.blobs["y"].data, x * keep * scale)
+    net.blobs["y"].diff[...] = 2.0
+    net.layers[-1].backward(net.top_blobs[-1], [True], net.bottom_blobs[-1])
+    assert np.array_equal(net.blobs["x"].diff, np.float32(2.0) * keep * scale)
 
 
 def test_batchnorm_test_phase_uses_stored_statistics():
@@ -1260,6 +1313,9 @@ def test_the_gpus_random_values_are_the_cpus():
     for count in (5000, 5001):
         np.testing.assert_allclose(gpu.to_host(gpu.standard_normal(count, np.float64, "g")),
                                    cpu.standard_normal(count, np.float64, "g"), rtol=1e-12, atol=1e-12)
-    labels = [DeviceGenerator(backend, "labels").integers(-2, 7, (41, 51)) for backend in (cpu, gpu)]
-    assert labels[1].dtype == np.int64 and np.array_equal(gpu.to_host(labels[1]), labels[0])
-    assert gpu.stream == cpu.stream == (11, {"drop": 3, "mask": 3, "g": 4, "labels": 1})
+    np.testing.assert_allclose(gpu.to_host(gpu.standard_normal(5001, np.float32, "g")),
+                               cpu.standard_normal(5001, np.float32, "g"), rtol=1e-5, atol=4e-6)
+    for low, high, dtype in ((-2, 7, np.int64), (-3, 2 ** 20, np.float32), (-2 ** 40, 2 ** 32 - 2 ** 40, np.int64)):
+        labels = [DeviceGenerator(backend, "labels").integers(low, high, (41, 51), dtype) for backend in (cpu, gpu)]
+        assert labels[1].dtype == dtype and np.array_equal(gpu.to_host(labels[1]), labels[0]), (low, high)
+    assert gpu.stream == cpu.stream == (11, {"drop": 3, "mask": 3, "g": 6, "labels": 3})
