@@ -67,7 +67,7 @@ def main() -> None:
     args = parser.parse_args()
     netspec.threads.use_threads(args.threads)
     generator = numpy.random.default_rng(0)
-    print(f"{'draw':<44} {'values':>10} {'netspec ms':>10} {'NumPy ms':>9} {'ratio':>6}")
+    print(f"{'draw':<46} {'values':>10} {'netspec ms':>10} {'NumPy ms':>9} {'ratio':>6}")
     for batch, shape in SHAPES.items():
         count = math.prod(shape)
         rows = [(f"DummyData {kind}", dummy_data(shape, filler), kind == "gaussian")
@@ -77,7 +77,7 @@ def main() -> None:
             draw = generator.standard_normal if normal else generator.random
             ours, theirs = medians_in_turns(net.forward, lambda: draw(count, dtype=numpy.float32),  # noqa: B023
                                             args.repeats)
-            print(f"{name + ', ' + batch:<44} {count:>10,} {ours:>10.2f} {theirs:>9.2f} {theirs / ours:>6.2f}")
+            print(f"{name + ', ' + batch:<46} {count:>10,} {ours:>10.2f} {theirs:>9.2f} {theirs / ours:>6.2f}")
 
 
 if __name__ == "__main__":
