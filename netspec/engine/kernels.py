@@ -100,7 +100,7 @@ def integers(out, offset: int, low: int, span: int, words: bool) -> None:
     body = """
         const unsigned long long hash = netspec_mix(((unsigned long long)i >> words) + offset);
         const unsigned long long word = (i & 1) ? hash >> 32 : hash & 0xFFFFFFFFULL;
-        out = (T)(low + (long long)(words ? (word * span) >> 32 : __umul64hi(hash, span)));
+        out = (T)(double)(low + (long long)(words ? (word * span) >> 32 : __umul64hi(hash, span)));  // (exact)
     """
     _elementwise("integers", "uint64 offset, int64 low, uint64 span, int32 words", "T out", body, _MIX)(
         numpy.uint64(offset), numpy.int64(low), numpy.uint64(span), int(words), out)
