@@ -1,13 +1,15 @@
 """The forward time of each layer added after Caffe's core, against PyTorch's equivalent op, on the CPU.
 
-    python benchmarks/layers_vs_pytorch.py [TYPE ...] [--repeats N] [--threads T]
+    python benchmarks/layers_vs_pytorch.py [TYPE ...] [--repeats N] [--rounds R] [--threads T]
 
 Each row builds a net of one Input and the layer (float32, its weights
-drawn from +-0.1), fills the input, and times the layer's forward pass alone
+drawn from +-0.1) for forward passes only (``inference=True``, as PyTorch
+runs under no_grad), fills the input, and times the layer's forward pass alone
 against the PyTorch op that computes the same thing on the same arrays
 (eager, under no_grad), both after warm-up, as the median of N runs, with
-the same thread count, each framework in a process of its own; a row whose
-two tops differ says so.  The shapes are ones a real net feeds the layer.
+the same thread count, each framework in a process of its own, the two
+processes in turns for R rounds (``--rounds``; the ratio is the median of
+the rounds' ratios); a row whose two tops differ says so.  The shapes are ones a real net feeds the layer.
 Rows whose PyTorch op computes a little more or less say so in their note.
 PyTorch is needed only here (``pip install torch``); netspec never imports it.
 """
@@ -138,7 +140,7 @@ def build(row: Row, rng: numpy.random.Generator):
     layers = [{"name": "input", "type": "Input", "top": names,
                "input_param": {"shape": [{"dim": list(s)} for s in row.shapes]}},
               {"name": "layer", "type": row.type, "bottom": names, "top": "top", **row.params}]
-    net = load_net(yaml.safe_dump({"layers": layers}), phase="TEST", seed=0)
+    net = load_net(yaml.safe_dump({"layers": layers}), phase="TEST", inference=True, seed=0)  # (as torch's no_grad)
     for blob in net.layers[-1].blobs:
         blob.data[...] = rng.uniform(-0.1, 0.1, blob.shape)
     bottoms = []
@@ -196,26 +198,33 @@ def main() -> None:
     parser.add_argument("types", nargs="*", help="layer types to time (default: every row)")
     parser.add_argument("--repeats", type=int, default=20, help="timed runs of each side")
     parser.add_argument("--threads", type=int, default=netspec.threads.all_cores(), help="for both frameworks")
+    parser.add_argument("--rounds", type=int, default=3, help="times each side runs, in turns")
     parser.add_argument("--side", choices=["netspec", "torch"], help=argparse.SUPPRESS)  # one side, in a child
     args = parser.parse_args()
     rows = [row for row in ROWS if not args.types or row.type in args.types]
     if args.side:
         print(json.dumps(time_side(args.side, rows, args.repeats, args.threads)))
         return
-    # each framework in a process of its own: two OpenMP pools in one process slow each other down
-    sides = {}
-    for side in ("netspec", "torch"):
-        child = subprocess.run([sys.executable, __file__, *args.types, "--repeats", str(args.repeats),
-                                "--threads", str(args.threads), "--side", side],
-                               capture_output=True, text=True, check=True)
-        sides[side] = json.loads(child.stdout.splitlines()[-1])
-    print(f"{'layer':<24} {'bottom shape':<22} {'netspec ms':>10} {'torch ms':>9} {'ratio':>6}  note")
-    for row, ours, theirs in zip(rows, sides["netspec"], sides["torch"]):
+    # each framework in a process of its own (two OpenMP pools in one process slow each other down), the two in
+    # turns, round after round, so that a busy moment of the machine does not fall on one side only
+    rounds: list[dict[str, list[dict]]] = []
+    for _ in range(args.rounds):
+        rounds.append({})
+        for side in ("netspec", "torch"):
+            child = subprocess.run([sys.executable, __file__, *args.types, "--repeats", str(args.repeats),
+                                    "--threads", str(args.threads), "--side", side],
+                                   capture_output=True, text=True, check=True)
+            rounds[-1][side] = json.loads(child.stdout.splitlines()[-1])
+    print(f"{'layer':<24} {'bottom shape':<22} {'netspec ms':>10} {'torch ms':>9} {'ratio':>6}  note "
+          f"(the ratio: the median of {args.rounds} rounds')")
+    for index, row in enumerate(rows):
+        ours = statistics.median(sides["netspec"][index]["ms"] for sides in rounds)
+        theirs = statistics.median(sides["torch"][index]["ms"] for sides in rounds)
+        ratio = statistics.median(sides["torch"][index]["ms"] / sides["netspec"][index]["ms"] for sides in rounds)
+        same = all(sides["torch"][index]["same"] for sides in rounds)
         shape = "x".join(map(str, row.shapes[0]))
-        note = row.note if theirs["same"] else f"TOPS DIFFER {row.note}"
-        print(f"{row.type:<24} {shape:<22} {ours['ms']:>10.3f} {theirs['ms']:>9.3f} {theirs['ms'] / ours['ms']:>6.2f}"
-              f"  {note}")
-
+        note = row.note if same else f"TOPS DIFFER {row.note}"
+        print(f"{row.type:<24} {shape:<22} {ours:>10.3f} {theirs:>9.3f} {ratio:>6.2f}  {note}")
 
 if __name__ == "__main__":
     main()

@@ -399,7 +399,7 @@ class LSTM(Recurrent):
         final = [xp.empty_like(state) for state in (self.initial_h, self.initial_c)]
         self.fast.forward(x, w_x[order], w_h[order], b[order], first * self.initial_h, first * self.initial_c, out,
                           *final)
-        self.h = out.copy()
+        self.h = None if self.inference else out.copy()  # (backward's replay reads the outputs; no backward here)
         self.acts = None  # (the gates: replay computes them when backward needs them)
         return final
 
