@@ -163,7 +163,7 @@ class Backend:
             count = values.size
             radius, turn = (_device_bits(xp, (count + 1) // 2, offset, words=False) >> numpy.uint64(11)
                             for offset in (radii, angles))
-            radius = xp.sqrt(-2.0 * xp.log1p(-(radius.astype(numpy.float64) * 2.0 ** -53)))
+            radius = xp.sqrt(-2.0 * xp.log(1.0 - radius.astype(numpy.float64) * 2.0 ** -53))
             turn = turn.astype(numpy.float64) * 2.0 ** -53
             turn *= 2.0 * math.pi
             pairs = xp.empty(2 * len(radius))
@@ -176,8 +176,10 @@ class Backend:
             for hashes, offset in ((radius, radii), (angle, angles)):
                 _hash_into(hashes, spare, start, offset)
                 hashes >>= numpy.uint64(11)
-            u = numpy.multiply(radius.view(numpy.int64), 2.0 ** -53, out=spare.view(numpy.float64))
-            squared = numpy.multiply(numpy.log1p(numpy.negative(u, out=u), out=u), -2.0, out=u)
+            # 1 - u, exact (u is a multiple of 2**-53 below 1); its log runs twice as fast as log1p(-u) on AVX2
+            remaining = numpy.multiply(radius.view(numpy.int64), -2.0 ** -53, out=spare.view(numpy.float64))
+            remaining += 1.0
+            squared = numpy.multiply(numpy.log(remaining, out=remaining), -2.0, out=remaining)
             turn = numpy.multiply(angle.view(numpy.int64), 2.0 ** -53, out=radius.view(numpy.float64))
             turn *= 2.0 * math.pi
             odd = len(part) // 2  # (the values 2j + 1: one fewer than the pairs where the draw ends on a cos)

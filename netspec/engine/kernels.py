@@ -81,7 +81,7 @@ def standard_normal(out, first: int, second: int) -> None:
         const double u = (double)(netspec_mix(pair + first) >> 11) * scale;
         const double v = (double)(netspec_mix(pair + second) >> 11) * scale;
         const double turn = v * 6.283185307179586;
-        out = (T)(sqrt(-2.0 * log1p(-u)) * ((i & 1) ? sin(turn) : cos(turn)));
+        out = (T)(sqrt(-2.0 * log(1.0 - u)) * ((i & 1) ? sin(turn) : cos(turn)));
     """
     _elementwise("standard_normal", "uint64 first, uint64 second", "T out", body, _MIX)(
         numpy.uint64(first), numpy.uint64(second), out)

@@ -999,7 +999,7 @@ def test_host_draws_are_each_index_hashed_whatever_the_chunks(threaded, monkeypa
     draws = Backend("cpu", seed=9)
     pairs = (count + 1) // 2
     u, v = draws.random(pairs, np.float64, "g"), draws.random(pairs, np.float64, "g")
-    radius, turn = np.sqrt(-2.0 * np.log1p(-u)), 2.0 * math.pi * v
+    radius, turn = np.sqrt(-2.0 * np.log(1.0 - u)), 2.0 * math.pi * v
     assert np.array_equal(wide, np.stack([radius * np.cos(turn), radius * np.sin(turn)], axis=1).reshape(-1)[:count])
     # (float32's cos(2 pi v) is within a few 1e-7 of float64's, times the radius: up to ~2e-6 where cos crosses 0)
     assert narrow.dtype == np.float32 and np.allclose(narrow, wide, rtol=1e-5, atol=4e-6)
