@@ -132,7 +132,12 @@ def datasets_response(dashboard: Dashboard, form: dict[str, str] | None = None, 
                       status: int = 200) -> HTMLResponse:
     """The Datasets page, its form holding ``form``, with ``message`` saying why the last conversion was refused."""
     datasets, sources = folders_for_datasets(dashboard.workspace)
-    rows = [(path, summary(dashboard.workspace.folder(path))) for path in datasets]
+    rows = []
+    for path in datasets:
+        try:
+            rows.append((path, summary(dashboard.workspace.folder(path))))
+        except RefusedPathError:  # (gone since the walk)
+            continue
     return HTMLResponse(datasets_page(rows, sources, dashboard.conversions.views(), form or {}, message),
                         status_code=status)
 

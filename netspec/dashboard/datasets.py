@@ -37,10 +37,11 @@ def dataset_folders(workspace: Workspace) -> list[str]:
 
 def folders_for_datasets(workspace: Workspace) -> tuple[list[str], list[str]]:
     """In one walk of the workspace: its dataset folders (:func:`dataset_folders`), and the folders whose
-    subfolders hold images, what a conversion can take as its source; each relative to it, sorted."""
+    subfolders hold images, what a conversion can take as its source; each relative to it, sorted.  What a
+    conversion is still writing (in a ``.partial`` folder, renamed into place when complete) is neither."""
     datasets, sources = set(), set()
     for folder, entries, is_run in workspace.folders():
-        if is_run:
+        if is_run or any(part.endswith(PARTIAL) for part in workspace.relative(folder).split("/")):
             continue
         if any(entry.name == MANIFEST for entry in entries):
             datasets.add(workspace.relative(folder))

@@ -123,6 +123,23 @@ def test_a_float_dataset_and_a_damaged_one_are_shown(tmp_path):
     assert dashboard.get("/dataset", params={"path": "../x"}).status_code == 403
 
 
+def test_a_conversion_still_being_written_is_no_dataset_and_one_gone_since_the_walk_is_left_out(tmp_path,
+                                                                                               monkeypatch):
+    from netspec.dashboard import dataset_pages
+
+    for folder in ("done", "fresh.partial/train.partial"):
+        writer = DatasetWriter(str(tmp_path / folder), "hdf5")
+        writer.add(numpy.zeros((1, 2, 2), dtype=numpy.float32), 0)
+        writer.finish([], "0" * 64, {})
+    page = client(tmp_path).get("/datasets")
+    assert page.status_code == 200 and ">done<" in page.text and "partial" not in page.text
+    walked = dataset_pages.folders_for_datasets
+    monkeypatch.setattr(dataset_pages, "folders_for_datasets",  # (as if a conversion renamed one meanwhile)
+                        lambda workspace: (["done", "renamed"], walked(workspace)[1]))
+    page = client(tmp_path).get("/datasets")
+    assert page.status_code == 200 and ">done<" in page.text and "renamed" not in page.text
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
     """The digits workspace with a short finished run, runs/short, with its final snapshot."""
