@@ -201,6 +201,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="times each side runs, in turns")
     parser.add_argument("--side", choices=["netspec", "torch"], help=argparse.SUPPRESS)  # one side, in a child
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     rows = [row for row in ROWS if not args.types or row.type in args.types]
     if args.side:
         print(json.dumps(time_side(args.side, rows, args.repeats, args.threads)))
@@ -208,9 +210,9 @@ def main() -> None:
     # each framework in a process of its own (two OpenMP pools in one process slow each other down), the two in
     # turns, round after round, so that a busy moment of the machine does not fall on one side only
     rounds: list[dict[str, list[dict]]] = []
-    for _ in range(args.rounds):
+    for number in range(args.rounds):
         rounds.append({})
-        for side in ("netspec", "torch"):
+        for side in ("netspec", "torch")[::1 if number % 2 == 0 else -1]:  # (each side first in every other round)
             child = subprocess.run([sys.executable, __file__, *args.types, "--repeats", str(args.repeats),
                                     "--threads", str(args.threads), "--side", side],
                                    capture_output=True, text=True, check=True)
@@ -225,6 +227,7 @@ def main() -> None:
         shape = "x".join(map(str, row.shapes[0]))
         note = row.note if same else f"TOPS DIFFER {row.note}"
         print(f"{row.type:<24} {shape:<22} {ours:>10.3f} {theirs:>9.3f} {ratio:>6.2f}  {note}")
+
 
 if __name__ == "__main__":
     main()

@@ -4,6 +4,7 @@ and the handlers that serve them (``/datasets``, ``/dataset``, ``/api/datasets/.
 from __future__ import annotations
 
 import json
+import os
 import urllib.parse
 from html import escape
 
@@ -135,9 +136,12 @@ def datasets_response(dashboard: Dashboard, form: dict[str, str] | None = None, 
     rows = []
     for path in datasets:
         try:
-            rows.append((path, summary(dashboard.workspace.folder(path))))
+            folder = dashboard.workspace.folder(path)
         except RefusedPathError:  # (gone since the walk)
             continue
+        row = summary(folder)
+        if "problem" not in row or os.path.isdir(folder):  # (a manifest unread as the folder moved: gone too)
+            rows.append((path, row))
     return HTMLResponse(datasets_page(rows, sources, dashboard.conversions.views(), form or {}, message),
                         status_code=status)
 

@@ -38,7 +38,8 @@ def dataset_folders(workspace: Workspace) -> list[str]:
 def folders_for_datasets(workspace: Workspace) -> tuple[list[str], list[str]]:
     """In one walk of the workspace: its dataset folders (:func:`dataset_folders`), and the folders whose
     subfolders hold images, what a conversion can take as its source; each relative to it, sorted.  What a
-    conversion is still writing (in a ``.partial`` folder, renamed into place when complete) is neither."""
+    conversion is still writing (in a ``.partial`` folder, renamed into place when complete) is neither: names
+    ending in ``.partial`` are the conversions'."""
     datasets, sources = set(), set()
     for folder, entries, is_run in workspace.folders():
         if is_run or any(part.endswith(PARTIAL) for part in workspace.relative(folder).split("/")):

@@ -50,8 +50,15 @@ class Dashboard:
         return run, self.workspace.run(run)
 
     def rows(self) -> list[dict]:
-        """The runs list: a row for every run in the workspace."""
-        return [row(run, self.workspace.run(run), self.cache) for run in self.workspace.runs()]
+        """The runs list: a row for every run in the workspace (one removed or renamed since the walk left out)."""
+        rows = []
+        for run in self.workspace.runs():
+            try:
+                folder = self.workspace.run(run)
+            except (RefusedPathError, OSError):  # (gone since the walk)
+                continue
+            rows.append(row(run, folder, self.cache))
+        return rows
 
     def dataset(self, request: Request) -> tuple[str, Dataset]:
         """The ``path`` query parameter and its dataset, opened (the caller closes it)."""

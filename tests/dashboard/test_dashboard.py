@@ -110,6 +110,15 @@ def test_the_runs_list_shows_every_run_with_its_state_and_values(workspace):
     assert "accuracy: 0.5 <span class=\"best\">(best 0.9 at 100)</span>" in page
 
 
+def test_a_run_removed_since_the_walk_is_left_out_of_the_list(workspace, monkeypatch):
+    from netspec.dashboard.workspace import Workspace
+
+    walked = Workspace.runs
+    monkeypatch.setattr(Workspace, "runs", lambda self: [*walked(self), "moved"])  # (as if moved meanwhile)
+    rows = client(workspace).get("/api/runs")
+    assert rows.status_code == 200 and sorted(row["run"] for row in rows.json()) == ["done", "exp/blew-up", "killed"]
+
+
 def test_the_list_follows_a_growing_file_and_a_rewritten_one(workspace):
     dashboard = client(workspace)
     assert dashboard.get("/api/runs").json()[0]["iter"] == 150

@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import io
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -138,6 +139,16 @@ def test_a_conversion_still_being_written_is_no_dataset_and_one_gone_since_the_w
                         lambda workspace: (["done", "renamed"], walked(workspace)[1]))
     page = client(tmp_path).get("/datasets")
     assert page.status_code == 200 and ">done<" in page.text and "renamed" not in page.text
+    read = dataset_pages.summary
+
+    def moved_while_read(folder):  # (renamed after its folder was found, before its manifest was read)
+        if folder.endswith("done"):
+            os.rename(folder, folder + "-moved")
+        return read(folder)
+
+    monkeypatch.setattr(dataset_pages, "summary", moved_while_read)
+    page = client(tmp_path).get("/datasets")
+    assert page.status_code == 200 and ">done<" not in page.text and "no such dataset folder" not in page.text
 
 
 @pytest.fixture(scope="module")
