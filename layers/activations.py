@@ -38,6 +38,7 @@ class OneDnnElementwise(Elementwise):
     """
 
     takes_held = True
+    fast_records = True
 
     def onednn_algorithm(self) -> tuple[int, float, float] | None:
         """oneDNN's algorithm and its alpha and beta for this layer's parameters; None where it has none."""

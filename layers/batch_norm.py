@@ -51,6 +51,7 @@ class BatchNorm(Layer):
 
     type = "BatchNorm"
     takes_held = True
+    fast_records = True
     param_blocks = {"batch_norm_param": BatchNormParams}
     scale_layer = None  # the Scale absorbed (:meth:`absorb`)
     inplace_ok = True
@@ -75,6 +76,10 @@ class BatchNorm(Layer):
     def changes_blobs(self) -> bool:
         """Forward passes add to the running sums outside use_global_stats."""
         return not self.global_stats
+
+    @property
+    def records(self) -> bool:
+        return super().records and self.global_stats  # (the batch's statistics go into the running sums)
 
     def reshape(self, bottom, top):
         super().reshape(bottom, top)

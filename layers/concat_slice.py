@@ -169,6 +169,7 @@ class Split(Layer):
 
     type = "Split"
     takes_held = True
+    fast_records = True
     num_tops = (1, None)
 
     def top_shapes(self, bottom_shapes):

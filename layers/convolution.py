@@ -294,6 +294,7 @@ class Convolution(Layer):
 
     type = "Convolution"
     takes_held = True
+    fast_records = True
     param_blocks = {"convolution_param": ConvolutionParams}
 
     @property

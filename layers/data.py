@@ -63,6 +63,10 @@ class Input(Layer):
     def top_shapes(self, bottom_shapes):
         return shapes_for_tops(self.block("input_param").shape, len(self.spec.tops), "input_param.shape")
 
+    @property
+    def records(self) -> bool:
+        return True  # (nothing to run)
+
     def forward(self, bottom, top):
         pass
 

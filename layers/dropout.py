@@ -38,6 +38,10 @@ class Dropout(Layer):
             raise ParamError("dropout_param.dropout_ratio", f"must be in [0, 1), got {ratio}")
         return [bottom_shapes[0]]
 
+    @property
+    def records(self) -> bool:
+        return self.phase != "TRAIN" and self.spec.tops == self.spec.bottoms  # (nothing to run: in place, y = x)
+
     def forward(self, bottom, top):
         if self.phase != "TRAIN":
             if top[0] is not bottom[0]:

@@ -39,6 +39,7 @@ class Eltwise(Layer):
 
     type = "Eltwise"
     takes_held = True
+    fast_records = True
     computed_by = ("Convolution",)  # (a residual block's SUM, fused into the convolution before it: Convolution.absorb)
     param_blocks = {"eltwise_param": EltwiseParams}
     num_bottoms = (2, None)

@@ -47,6 +47,7 @@ class InnerProduct(Layer):
 
     type = "InnerProduct"
     param_blocks = {"inner_product_param": InnerProductParams}
+    fast_records = True
 
     @property
     def params(self) -> InnerProductParams:

@@ -50,6 +50,7 @@ class LRN(Layer):
 
     type = "LRN"
     takes_held = True
+    fast_records = True
     param_blocks = {"lrn_param": LRNParams}
 
     def top_shapes(self, bottom_shapes):

@@ -152,6 +152,7 @@ class Pooling(Layer):
 
     type = "Pooling"
     takes_held = True
+    fast_records = True
     param_blocks = {"pooling_param": PoolingParams}
 
     def flops(self, bottom_shapes, top_shapes, param_shapes):
@@ -219,6 +220,10 @@ class Pooling(Layer):
         """``x`` padded by ``pad`` before and by ``pad`` or the ceil overhang after."""
         (ph, pw), (fh, fw) = self.geo.pad, self.geo.far_pad
         return pad_hw(self.xp, x, ph, fh, pw, fw, value)
+
+    @property
+    def records(self) -> bool:
+        return super().records and self.rescale is None  # (a rescale is NumPy's)
 
     def forward(self, bottom, top):
         if self.fast is not None:

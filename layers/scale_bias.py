@@ -89,6 +89,7 @@ class Scale(BroadcastOperand):
 
     type = "Scale"
     takes_held = True
+    fast_records = True
     param_blocks = {"scale_param": ScaleParams}
     block_name = "scale_param"
 

@@ -50,6 +50,7 @@ class Softmax(Layer):
 
     type = "Softmax"
     param_blocks = {"softmax_param": SoftmaxParams}
+    fast_records = True
     log = False  # (LogSoftmax: the logarithm of the softmax)
 
     def top_shapes(self, bottom_shapes):

@@ -365,8 +365,10 @@ class DeviceGenerator:
             for first in range(0, len(part), len(spare)):  # (the products of as many words as spare holds at once)
                 count = min(len(spare), len(part) - first)
                 product = spare[:count].view(numpy.float64)  # (w span below 2**48: exact, and faster than uint64)
-                numpy.copyto(product, drawn[first:first + count])
-                product *= span * 2.0 ** -32
+                numpy.multiply(drawn[first:first + count], span * 2.0 ** -32, out=product)
+                if low == 0:  # (a pass fewer: the class labels of DummyData)
+                    numpy.floor(product, out=part[first:first + count], casting="unsafe")
+                    continue
                 numpy.floor(product, out=product)
                 numpy.add(product, low, out=part[first:first + count], casting="unsafe")  # (exact: within 2**53)
 

@@ -77,6 +77,8 @@ class Layer:
     # its oneDNN fast path (``self.fast``, where it has one) reads and writes blobs held in blocked layouts as they
     # are held (netspec.engine.onednn.hold_outputs); a net holds a blob only between such layers
     takes_held: ClassVar[bool] = False
+    # its forward pass on its oneDNN fast path (``self.fast``) makes oneDNN calls and nothing else (:attr:`records`)
+    fast_records: ClassVar[bool] = False
     # the types of the layers whose pass may compute this layer's tops in an inference net, where one of them
     # writes a bottom of this layer with only layers in place on that bottom between: its tops may then be
     # written from that layer's step on (netspec.graph.memory.data_plan)
@@ -160,6 +162,14 @@ class Layer:
         """Whether forward passes change this layer's own blobs (a BatchNorm's running sums): a frozen net
         (:meth:`netspec.engine.net.Net.freeze`) leaves them writable.  False by default."""
         return False
+
+    @property
+    def records(self) -> bool:
+        """Whether this layer's forward pass, as set up, is nothing but oneDNN calls on arrays that stay where they
+        are (its blobs', its constants', the shared scratch buffers), the same at every pass of a frozen net, so
+        that a recorded pass may make them again in its place (:mod:`netspec.engine.recorded`).  By default:
+        where its class says its fast path does no work of its own (``fast_records``) and it runs on it."""
+        return self.fast_records and getattr(self, "fast", None) is not None
 
     def absorb(self, following: list[tuple[Layer, list[Blob], list[Blob]]]) -> int:
         """Take over the work of the first layers of ``following`` (each with its bottoms and tops), fused into

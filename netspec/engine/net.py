@@ -15,6 +15,7 @@ from netspec.engine.backend import Backend
 from netspec.engine.blob import Blob
 from netspec.engine.buffers import SharedBuffers, flat_view
 from netspec.engine.outputs import OutputFolder
+from netspec.engine.recorded import RecordedPass
 from netspec.engine.registry import layer_schemas, layer_types
 from netspec.engine.trust import LIBRARY, Trust
 from netspec.errors import ConfigError, DataError, DeviceError, ParamError, WeightsError
@@ -118,6 +119,7 @@ class Net:
                 self.params[layer.name] = layer.blobs
         self.absorbed_by = self.fuse()
         self._release_holds()
+        self.recorded: RecordedPass | None = None  # a frozen net's forward passes on oneDNN (:meth:`freeze`)
 
     def _release_holds(self) -> None:
         """Keep a blob's held copies only where every layer that runs on it takes them as they are held (else
@@ -277,8 +279,10 @@ class Net:
         weights are loaded: their arrays, and the arrays they view, become read-only (a write raises ValueError;
         a layer whose passes change its blobs keeps them writable: :attr:`Layer.changes_blobs`),
         and the fast paths that compute in other layouts then reorder them once (oneDNN's primitives keep their
-        blocked copies: :func:`netspec.engine.onednn.constant`) rather than at every pass.  For inference nets
-        whose weights no other net shares (a solver's test nets follow its training weights)."""
+        blocked copies: :func:`netspec.engine.onednn.constant`) rather than at every pass.  The layers that run
+        on oneDNN alone are then run from a recording of their calls from the second pass on
+        (:class:`netspec.engine.recorded.RecordedPass`).  For inference nets whose weights no other net shares (a
+        solver's test nets follow its training weights)."""
         if not self.inference:
             raise ValueError(f"net '{self.name}' trains: only an inference net's weights can be frozen")
         for layer in self.layers:
@@ -287,6 +291,9 @@ class Net:
                 while isinstance(array, numpy.ndarray):
                     array.flags.writeable = False
                     array = array.base
+        lib = onednn.library()
+        if lib is not None and not self.backend.is_gpu and any(layer.records for layer in self.layers):
+            self.recorded = RecordedPass(self, lib)
 
     def learnable_params(self) -> list[LearnableParam]:
         """Each owned blob that trains (lr_mult != 0), in layer order."""
@@ -534,8 +541,11 @@ class Net:
 
     def device_forward(self):
         """Run every layer forward; return the weighted loss as :meth:`device_loss` does (on the device)."""
-        for index in range(len(self.layers)):
-            self.forward_layer(index)
+        if self.recorded is not None:
+            self.recorded.forward()
+        else:
+            for index in range(len(self.layers)):
+                self.forward_layer(index)
         return self.device_loss()
 
     def backward(self, after_layer: Callable[[int], None] | None = None) -> None:

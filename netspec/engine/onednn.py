@@ -84,10 +84,42 @@ class ExecArg(ctypes.Structure):
     _fields_ = [("arg", ctypes.c_int), ("memory", Handle)]
 
 
+REPLAYED_CALLS = ("dnnl_memory_set_data_handle", "dnnl_primitive_execute", "dnnl_stream_wait")
+
+
+class Recording:
+    """The oneDNN calls a stretch of a pass made (memory pointed at arrays, primitives run, the stream waited for),
+    to be made again as they were by :meth:`replay`, without the Python that chose them
+    (:class:`netspec.engine.recorded.RecordedPass`).  It keeps every array it pointed memory at, so that none is
+    freed while a replay may write or read it; ``complete`` is False where the stretch made any other call (a
+    primitive created, a layout asked for): then its calls do not stand for it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Callable, tuple]] = []  # (name, function, arguments)
+        self.arrays: list[numpy.ndarray] = []
+        self.complete = True
+
+    def note(self, name: str, function: Callable, args: tuple) -> None:
+        """Keep a call the library made (any but :data:`REPLAYED_CALLS` leaves the recording incomplete)."""
+        if name in REPLAYED_CALLS:
+            self.calls.append((name, function, args))
+        else:
+            self.complete = False
+
+    def replay(self) -> None:
+        """Make every call again, in order; OneDnnError at the first oneDNN refuses."""
+        for name, function, args in self.calls:
+            status = function(*args)
+            if status != 0:
+                raise OneDnnError(f"{name} failed (oneDNN status {status}) in a recorded pass")
+
+
 class Library:
-    """The loaded library, its CPU engine and one in-order stream."""
+    """The loaded library, its CPU engine and one in-order stream; ``recording``, where set, notes every call
+    made (:class:`Recording`)."""
 
     def __init__(self, path: str):
+        self.recording: Recording | None = None
         self.dll = ctypes.CDLL(path)
         version = self.dll.dnnl_version
         version.restype = ctypes.POINTER(ctypes.c_int * 4)
@@ -101,7 +133,10 @@ class Library:
 
     def call(self, name: str, *args) -> None:
         """Call ``name``; OneDnnError when it does not return dnnl_success."""
-        status = getattr(self.dll, name)(*args)
+        function = getattr(self.dll, name)
+        if self.recording is not None:
+            self.recording.note(name, function, args)
+        status = function(*args)
         if status != 0:
             raise OneDnnError(f"{name} failed (oneDNN status {status})")
 
@@ -160,10 +195,13 @@ class Library:
         self.point(memory, buffer)
         return memory, buffer
 
-    def point(self, memory: Handle, array: numpy.ndarray) -> None:
-        """Make ``memory`` use the buffer of ``array`` (C-contiguous) without copying it."""
-        if not array.flags.c_contiguous:
+    def point(self, memory: Handle, array: numpy.ndarray, strided: bool = False) -> None:
+        """Make ``memory`` use the buffer of ``array`` without copying it: a C-contiguous array, or with
+        ``strided`` a view laid out as the memory's descriptor says."""
+        if not strided and not array.flags.c_contiguous:
             raise OneDnnError("oneDNN takes C-contiguous arrays")
+        if self.recording is not None:
+            self.recording.arrays.append(array)
         self.call("dnnl_memory_set_data_handle", memory, Handle(array.ctypes.data))
 
     def run(self, primitive: Handle, args: dict[int, Handle]) -> None:

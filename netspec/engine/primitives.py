@@ -531,7 +531,7 @@ class Copy:
     def __call__(self, source: numpy.ndarray, target: numpy.ndarray) -> None:
         """Copy ``source`` into ``target``, arrays (or views) with the strides given."""
         for memory, array in ((self.source, source), (self.target, target)):
-            self.lib.call("dnnl_memory_set_data_handle", memory, Handle(array.ctypes.data))
+            self.lib.point(memory, array, strided=True)
         self.lib.run(self.primitive, {ARG_SRC: self.source, ARG_DST: self.target})
         self.lib.wait()
 

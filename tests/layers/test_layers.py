@@ -988,9 +988,9 @@ def test_host_draws_are_each_index_hashed_whatever_the_chunks(threaded, monkeypa
                           -math.inf):
             mask = Backend("cpu", seed=9).random_at_least(shape, threshold, dtype, "x")
             assert mask.dtype == bool and np.array_equal(mask, expected >= dtype(threshold)), (dtype, threshold)
-    for low, span in ((-3, 1003), (5, 2 ** 16)):  # (a word each)
-        labels = DeviceGenerator(Backend("cpu", seed=9), "x").integers(low, low + span, count)
-        assert labels.dtype == np.int64
+    for low, span, dtype in ((-3, 1003, np.int64), (5, 2 ** 16, np.int64), (0, 1000, np.float32)):  # (a word each)
+        labels = DeviceGenerator(Backend("cpu", seed=9), "x").integers(low, low + span, count, dtype)
+        assert labels.dtype == dtype
         assert np.array_equal(labels, (words * np.uint64(span) >> np.uint64(32)).astype(np.int64) + low), span
     for low, span in ((-2 ** 40, 2 ** 16 + 1), (0, 2 ** 32)):  # (a hash each)
         labels = DeviceGenerator(Backend("cpu", seed=9), "x").integers(low, low + span, count)
