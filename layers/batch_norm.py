@@ -79,7 +79,9 @@ class BatchNorm(Layer):
 
     @property
     def records(self) -> bool:
-        return super().records and self.global_stats  # (the batch's statistics go into the running sums)
+        # (the batch's statistics go into the running sums; the stored ones are copied with NumPy at each pass)
+        return super().records and self.global_stats and all(onednn.constant(blob.values.stored())
+                                                             for blob in self.blobs)
 
     def reshape(self, bottom, top):
         super().reshape(bottom, top)

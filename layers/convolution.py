@@ -359,15 +359,21 @@ class Convolution(Layer):
         return onednn.attempt_in(self, onednn.layout_of(self.output.values), lambda lib, layout: (
             primitives.FusedConvolution(lib, *geometry, steps=steps, layout=layout)))  # (the output's, held)
 
+    @property
+    def records(self) -> bool:
+        # (the BatchNorm and Scale absorbed are folded with NumPy at each pass: the same only from constants)
+        folded = [blob for layer, _, _ in self.absorbed if layer.type in ("BatchNorm", "Scale") for blob in layer.blobs]
+        return super().records and all(onednn.constant(blob.values.stored()) for blob in folded)
+
     def absorb(self, following):
         """In an inference net, the layers that follow, each optional, in this order: a BatchNorm (stored
         statistics), a Scale (one factor a channel) and a ReLU in place on the top; then, where oneDNN runs this
         layer and holds its top in a blocked layout (so nothing else reads it), an Eltwise SUM of the top and one
         other blob (coefficients 1) into a blob of its own, and a ReLU in place on that (a residual block's end).
         BatchNorm and Scale are folded into a scale and shift per channel of the output (from their parameters
-        at each pass, so weights loaded later count).  On oneDNN all of them run in its primitive (none when it
-        refuses them); on NumPy and CuPy the weights and bias are scaled and shifted before the product, and the
-        others run after it."""
+        at each pass, so weights loaded later count; a frozen net's are constants).  On oneDNN all of them run
+        in its primitive (none when it refuses them); on NumPy and CuPy the weights and bias are scaled and
+        shifted before the product, and the others run after it."""
         if not self.inference:
             return 0
         taken, position = [], -1

@@ -165,10 +165,11 @@ class Layer:
 
     @property
     def records(self) -> bool:
-        """Whether this layer's forward pass, as set up, is nothing but oneDNN calls on arrays that stay where they
-        are (its blobs', its constants', the shared scratch buffers), the same at every pass of a frozen net, so
-        that a recorded pass may make them again in its place (:mod:`netspec.engine.recorded`).  By default:
-        where its class says its fast path does no work of its own (``fast_records``) and it runs on it."""
+        """Whether this layer's forward pass, as set up, makes the same oneDNN calls on arrays that stay where they
+        are (its blobs', its constants', the shared scratch buffers) at every pass of a frozen net, and nothing
+        else whose result could change (work on constants only), so that a recorded pass may make those calls
+        again in its place (:mod:`netspec.engine.recorded`).  By default: where its class says its fast path
+        does no work of its own (``fast_records``) and it runs on it."""
         return self.fast_records and getattr(self, "fast", None) is not None
 
     def absorb(self, following: list[tuple[Layer, list[Blob], list[Blob]]]) -> int:

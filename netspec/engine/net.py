@@ -280,9 +280,9 @@ class Net:
         a layer whose passes change its blobs keeps them writable: :attr:`Layer.changes_blobs`),
         and the fast paths that compute in other layouts then reorder them once (oneDNN's primitives keep their
         blocked copies: :func:`netspec.engine.onednn.constant`) rather than at every pass.  The layers that run
-        on oneDNN alone are then run from a recording of their calls from the second pass on
-        (:class:`netspec.engine.recorded.RecordedPass`).  For inference nets whose weights no other net shares (a
-        solver's test nets follow its training weights)."""
+        on oneDNN alone are then run from a recording of their calls (made at the second pass) from the third
+        pass on (:class:`netspec.engine.recorded.RecordedPass`).  For inference nets whose weights no other net
+        shares (a solver's test nets follow its training weights)."""
         if not self.inference:
             raise ValueError(f"net '{self.name}' trains: only an inference net's weights can be frozen")
         for layer in self.layers:
@@ -292,7 +292,8 @@ class Net:
                     array.flags.writeable = False
                     array = array.base
         lib = onednn.library()
-        if lib is not None and not self.backend.is_gpu and any(layer.records for layer in self.layers):
+        if lib is not None and not self.backend.is_gpu and any(layer.fast_records and layer.records
+                                                               for layer in self.layers):
             self.recorded = RecordedPass(self, lib)
 
     def learnable_params(self) -> list[LearnableParam]:

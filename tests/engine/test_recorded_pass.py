@@ -81,15 +81,73 @@ def test_layers_that_do_not_record_run_between_the_recorded_stretches(monkeypatc
     assert ran[3] == ["power"]
 
 
-@needs_onednn
-def test_a_blob_given_a_new_array_is_recorded_again(monkeypatch):
-    frozen, plain = inference_net(residual_net(loss=False), True), inference_net(residual_net(loss=False), False)
-    for net in (frozen, plain):
-        for _ in range(3):
+def agree_after(text: str, change, passes: int = 3, every: bool = False) -> None:
+    """Run ``passes`` passes of the frozen net and of the same net layer by layer, ``change(net)`` both (before
+    each pass from then on, with ``every``), and four more passes, checking their outputs agree bit for bit after
+    each pass."""
+    frozen, plain = inference_net(text, True), inference_net(text, False)
+    for number in range(passes + 4):
+        if number == passes or every and number > passes:
+            change(frozen)
+            change(plain)
+        for net in (frozen, plain):
+            net.blobs["x"].data[...] = np.random.default_rng(number).standard_normal(net.blobs["x"].shape)
             net.forward()
-        net.blobs["x"].data = np.full(net.blobs["x"].shape, 0.25, dtype=np.float32)  # (not the recorded one)
-        net.forward()
-    assert np.array_equal(frozen.blobs["loss"].data, plain.blobs["loss"].data)
+        assert np.array_equal(frozen.blobs["loss"].data, plain.blobs["loss"].data), number
+
+
+@needs_onednn
+def test_a_blob_given_a_new_array_is_recorded_again():
+    def new_input(net):  # (not the array recorded)
+        net.blobs["x"].data = np.zeros(net.blobs["x"].shape, dtype=np.float32)
+
+    agree_after(residual_net(loss=False), new_input)
+
+
+@needs_onednn
+def test_a_new_array_a_layer_gives_its_top_within_a_pass_is_read_by_the_stretch_after_it(monkeypatch):
+    text = with_power_after_conv3(residual_net(loss=False))
+
+    def anew(bottom, top):  # (Power, but into an array of its own at every pass)
+        top[0].data = (bottom[0].data * 2.0 + 0.5).astype(np.float32)
+
+    def power_anew(net):
+        monkeypatch.setattr(net.layer_by_name["power"], "forward", anew)
+
+    agree_after(text, power_anew)
+
+
+@needs_onednn
+def test_weights_given_new_arrays_or_made_writable_and_changed_are_recorded_again():
+    def new_weights(net):
+        for name in ("conv1", "conv3", "fc"):
+            net.params[name][0].data = net.params[name][0].data * np.float32(-1.5)
+
+    def changed_in_place(net):  # (conv1's weights and the BatchNorm statistics folded into it)
+        weights, mean, _, factor = net.params["conv1"][0], *net.params["bn1"]
+        for blob in (weights, mean, factor):
+            blob.data.flags.writeable = True
+        weights.data[...] *= np.float32(1.5)
+        mean.data[...] += np.float32(0.25)
+        factor.data[...] = 1.0  # (0 in a new net: the statistics read as zeros)
+
+    agree_after(residual_net(loss=False), new_weights)
+    agree_after(residual_net(loss=False), changed_in_place, every=True)
+
+
+@needs_onednn
+def test_a_layer_reading_an_array_that_is_not_contiguous_is_not_recorded():
+    # (InnerProduct reads its bottom reshaped: a copy, at every pass, of an array laid out otherwise)
+    layers = [{"name": "data", "type": "Input", "top": "x", "input_param": {"shape": [{"dim": [4, 3, 5, 5]}]}},
+              {"name": "fc", "type": "InnerProduct", "bottom": "x", "top": "fc",
+               "inner_product_param": {"num_output": 5, "weight_filler": {"type": "gaussian", "std": 0.1}}},
+              {"name": "loss", "type": "Softmax", "bottom": "fc", "top": "loss"}]
+    text = yaml.safe_dump({"name": "fc", "layers": layers})
+
+    def channels_last(net):
+        net.blobs["x"].data = np.zeros((4, 5, 5, 3), dtype=np.float32).transpose(0, 3, 1, 2)
+
+    agree_after(text, channels_last)
 
 
 @needs_onednn
