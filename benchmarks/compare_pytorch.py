@@ -1,7 +1,7 @@
 """netspec against PyTorch eager on the same nets, batch and machine: training and inference speed, memory.
 
     python benchmarks/compare_pytorch.py [NET.yaml[@BATCH] ...] [--iterations N] [--threads T]
-                                         [--inference | --memory | --device gpu[:N]]
+                                         [--inference [--rounds R] | --memory | --device gpu[:N]]
 
 For each net (default: LeNet and CIFAR-10 quick) this times forward+backward
 with ``netspec time``'s code and with an equivalent PyTorch module built
@@ -10,7 +10,8 @@ from the same compiled graph, then prints both throughputs and their ratio.
 and Input tops).  ``--inference`` times forward passes of deploy nets instead
 (default: the deploy nets of LeNet, CIFAR-10 quick, AlexNet and ResNet-50),
 built for inference (folded), against PyTorch in eval mode under no_grad and
-onnxruntime (if installed) on the model ``netspec export onnx`` writes.
+onnxruntime (if installed) on the model ``netspec export onnx`` writes, each
+framework in turn for ``--rounds`` rounds (the medians printed).
 ``--memory`` runs a few training steps of each net in a process of each
 framework and prints the peak resident memory the steps took beyond the
 process's size after its imports.  ``--device gpu`` times training on the GPU
@@ -29,6 +30,7 @@ import gc
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -231,30 +233,9 @@ def compare_gpu(paths: list[str], device: str, torch, iterations: int, warmup: i
             torch.cuda.empty_cache()
 
 
-def time_forward(net, iterations: int, warmup: int) -> float:
-    """Milliseconds per forward pass of netspec's inference net."""
-    for _ in range(warmup):
-        net.forward()
-    start = time.perf_counter()
-    for _ in range(iterations):
-        net.forward()
-    return 1000 * (time.perf_counter() - start) / iterations
-
-
-def time_torch_inference(run, torch, iterations: int, warmup: int) -> float:
-    """Milliseconds per forward pass in PyTorch, eval mode, without autograd."""
-    with torch.no_grad():
-        for _ in range(warmup):
-            run()
-        start = time.perf_counter()
-        for _ in range(iterations):
-            run()
-    return 1000 * (time.perf_counter() - start) / iterations
-
-
-def time_onnxruntime(net, threads: int, iterations: int, warmup: int) -> float | None:
-    """Milliseconds per forward pass in onnxruntime of the model ``netspec export onnx`` writes (None without
-    onnxruntime)."""
+def onnxruntime_pass(net, threads: int):
+    """A function running one forward pass in onnxruntime of the model ``netspec export onnx`` writes of ``net``,
+    on its inputs (None without onnxruntime)."""
     try:
         import onnxruntime
     except ImportError:
@@ -268,32 +249,36 @@ def time_onnxruntime(net, threads: int, iterations: int, warmup: int) -> float |
         options.intra_op_num_threads = threads
         session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     feed = {name: net.blobs[name].data for name in net.data_layer().spec.tops}
-    for _ in range(warmup):
-        session.run(None, feed)
-    start = time.perf_counter()
-    for _ in range(iterations):
-        session.run(None, feed)
-    return 1000 * (time.perf_counter() - start) / iterations
+    return lambda: session.run(None, feed)
 
 
-def compare_inference(paths: list[str], torch, threads: int, iterations: int, warmup: int) -> None:
-    """Print forward images/s of each deploy net in netspec (folded), PyTorch eval and onnxruntime."""
+def compare_inference(paths: list[str], torch, threads: int, iterations: int, warmup: int, rounds: int) -> None:
+    """Print forward images/s of each deploy net in netspec (folded, frozen), PyTorch eval (without autograd) and
+    onnxruntime, and netspec's ratio to each: every framework timed over ``iterations`` passes in turn, ``rounds``
+    times (the order turned at each round, so that a slow moment of the machine falls on each), the medians of
+    the rounds' images/s and of their ratios."""
     print(f"{'net':<16} {'batch':>5} {'netspec img/s':>14} {'pytorch img/s':>14} {'ratio':>6} "
-          f"{'onnxruntime img/s':>18} {'ratio':>6}")
+          f"{'onnxruntime img/s':>18} {'ratio':>6}  (medians of {rounds} rounds)")
     for path in paths:
         net = load(path, inference=True)
         net.freeze()  # (its weights constants, as in netspec predict; onnxruntime's are too)
-        batch = net.batch_size
-        ours = batch / (time_forward(net, iterations, warmup) / 1000)
-        line = f"{net.name:<16} {batch:>5} {ours:>14.1f}"
+        sides = {"netspec": net.forward}
         if torch is not None:
             run, _ = torch_forward(net, torch)
-            theirs = batch / (time_torch_inference(run, torch, iterations, warmup) / 1000)
-            line += f" {theirs:>14.1f} {ours / theirs:>6.2f}"
-        onnx_ms = time_onnxruntime(net, threads, iterations, warmup)
-        if onnx_ms is not None:
-            theirs = batch / (onnx_ms / 1000)
-            line += f" {theirs:>18.1f} {ours / theirs:>6.2f}"
+            sides["pytorch"] = torch.no_grad()(run)
+        ours_onnx = onnxruntime_pass(net, threads)
+        if ours_onnx is not None:
+            sides["onnxruntime"] = ours_onnx
+        rates: dict[str, list[float]] = {side: [] for side in sides}
+        for number in range(rounds):
+            order = list(sides)[number % len(sides):] + list(sides)[:number % len(sides)]
+            for side in order:
+                rates[side].append(net.batch_size / (timed(sides[side], iterations, warmup) / 1000))
+        line = f"{net.name:<16} {net.batch_size:>5} {statistics.median(rates['netspec']):>14.1f}"
+        for side, width in (("pytorch", 14), ("onnxruntime", 18)):
+            if side in rates:
+                ratio = statistics.median(ours / theirs for ours, theirs in zip(rates["netspec"], rates[side]))
+                line += f" {statistics.median(rates[side]):>{width}.1f} {ratio:>6.2f}"
         print(line, flush=True)
 
 
@@ -343,9 +328,12 @@ def main() -> int:
     parser.add_argument("--memory-child", choices=["netspec", "pytorch"], help=argparse.SUPPRESS)
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3, help="with --inference: times each framework runs, in turns")
     parser.add_argument("--threads", type=int, default=netspec.threads.all_cores(), help="for both frameworks")
     parser.add_argument("--device", default="cpu", help="cpu, or gpu[:N] to compare training on a GPU")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     try:
         import torch
     except ImportError:
@@ -368,7 +356,8 @@ def main() -> int:
             return 1
         return 0
     if args.inference:
-        compare_inference(args.nets or DEFAULT_DEPLOY_NETS, torch, args.threads, args.iterations, args.warmup)
+        compare_inference(args.nets or DEFAULT_DEPLOY_NETS, torch, args.threads, args.iterations, args.warmup,
+                          args.rounds)
         return 0
     print(f"{'net':<16} {'batch':>5} {'netspec img/s':>14} {'pytorch img/s':>14} {'ratio':>6}")
     for path in args.nets or DEFAULT_NETS:
