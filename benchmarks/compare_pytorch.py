@@ -11,7 +11,8 @@ and Input tops).  ``--inference`` times forward passes of deploy nets instead
 (default: the deploy nets of LeNet, CIFAR-10 quick, AlexNet and ResNet-50),
 built for inference (folded), against PyTorch in eval mode under no_grad and
 onnxruntime (if installed) on the model ``netspec export onnx`` writes, each
-framework in turn for ``--rounds`` rounds (the medians printed).
+framework in a process of its own, the three in turn for ``--rounds`` rounds
+(the medians printed).
 ``--memory`` runs a few training steps of each net in a process of each
 framework and prints the peak resident memory the steps took beyond the
 process's size after its imports.  ``--device gpu`` times training on the GPU
@@ -252,31 +253,43 @@ def onnxruntime_pass(net, threads: int):
     return lambda: session.run(None, feed)
 
 
-def compare_inference(paths: list[str], torch, threads: int, iterations: int, warmup: int, rounds: int) -> None:
-    """Print forward images/s of each deploy net in netspec (folded, frozen), PyTorch eval (without autograd) and
-    onnxruntime, and netspec's ratio to each: every framework timed over ``iterations`` passes in turn, ``rounds``
-    times (the order turned at each round, so that a slow moment of the machine falls on each), the medians of
-    the rounds' images/s and of their ratios."""
+INFERENCE_SIDES = ("netspec", "pytorch", "onnxruntime")
+
+
+def inference_child(side: str, path: str, torch, threads: int, iterations: int, warmup: int) -> None:
+    """In a process of its own: print the forward images/s of one framework (``side``) on the deploy net ``path``
+    (folded and frozen in netspec; PyTorch in eval mode without autograd), null where it is not installed."""
+    net = load(path, inference=True)
+    net.freeze()  # (its weights constants, as in netspec predict; onnxruntime's are too)
+    if side == "netspec":
+        run = net.forward
+    elif side == "pytorch":
+        run = None if torch is None else torch.no_grad()(torch_forward(net, torch)[0])
+    else:
+        run = onnxruntime_pass(net, threads)
+    rate = None if run is None else net.batch_size / (timed(run, iterations, warmup) / 1000)
+    print(json.dumps({"rate": rate, "net": net.name, "batch": net.batch_size}))
+
+
+def compare_inference(paths: list[str], threads: int, iterations: int, warmup: int, rounds: int) -> None:
+    """Print forward images/s of each deploy net in netspec, PyTorch and onnxruntime, and netspec's ratio to each:
+    every framework timed over ``iterations`` passes in a process of its own (two thread pools in one process
+    slow each other down), the three in turn, ``rounds`` times (the order turned at each round, so that a slow
+    moment of the machine falls on each); the medians of the rounds' images/s and of their ratios."""
     print(f"{'net':<16} {'batch':>5} {'netspec img/s':>14} {'pytorch img/s':>14} {'ratio':>6} "
           f"{'onnxruntime img/s':>18} {'ratio':>6}  (medians of {rounds} rounds)")
     for path in paths:
-        net = load(path, inference=True)
-        net.freeze()  # (its weights constants, as in netspec predict; onnxruntime's are too)
-        sides = {"netspec": net.forward}
-        if torch is not None:
-            run, _ = torch_forward(net, torch)
-            sides["pytorch"] = torch.no_grad()(run)
-        ours_onnx = onnxruntime_pass(net, threads)
-        if ours_onnx is not None:
-            sides["onnxruntime"] = ours_onnx
-        rates: dict[str, list[float]] = {side: [] for side in sides}
+        rates: dict[str, list[float]] = {side: [] for side in INFERENCE_SIDES}
         for number in range(rounds):
-            order = list(sides)[number % len(sides):] + list(sides)[:number % len(sides)]
-            for side in order:
-                rates[side].append(net.batch_size / (timed(sides[side], iterations, warmup) / 1000))
-        line = f"{net.name:<16} {net.batch_size:>5} {statistics.median(rates['netspec']):>14.1f}"
+            for side in INFERENCE_SIDES[number % 3:] + INFERENCE_SIDES[:number % 3]:
+                child = subprocess.run([sys.executable, __file__, path, "--inference-child", side, "--threads",
+                                        str(threads), "--iterations", str(iterations), "--warmup", str(warmup)],
+                                       capture_output=True, text=True, check=True)
+                result = json.loads(child.stdout.splitlines()[-1])
+                rates[side].append(result["rate"])
+        line = f"{result['net']:<16} {result['batch']:>5} {statistics.median(rates['netspec']):>14.1f}"
         for side, width in (("pytorch", 14), ("onnxruntime", 18)):
-            if side in rates:
+            if None not in rates[side]:
                 ratio = statistics.median(ours / theirs for ours, theirs in zip(rates["netspec"], rates[side]))
                 line += f" {statistics.median(rates[side]):>{width}.1f} {ratio:>6.2f}"
         print(line, flush=True)
@@ -326,6 +339,7 @@ def main() -> int:
     parser.add_argument("--inference", action="store_true", help="forward passes of deploy nets, folded")
     parser.add_argument("--memory", action="store_true", help="peak training memory, each framework apart")
     parser.add_argument("--memory-child", choices=["netspec", "pytorch"], help=argparse.SUPPRESS)
+    parser.add_argument("--inference-child", choices=INFERENCE_SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3, help="with --inference: times each framework runs, in turns")
@@ -345,6 +359,9 @@ def main() -> int:
     if args.memory_child:
         peak_memory_child(args.memory_child, args.nets[0], torch)
         return 0
+    if args.inference_child:
+        inference_child(args.inference_child, args.nets[0], torch, args.threads, args.iterations, args.warmup)
+        return 0
     if args.memory:
         compare_memory(args.nets or DEFAULT_NETS)
         return 0
@@ -356,8 +373,7 @@ def main() -> int:
             return 1
         return 0
     if args.inference:
-        compare_inference(args.nets or DEFAULT_DEPLOY_NETS, torch, args.threads, args.iterations, args.warmup,
-                          args.rounds)
+        compare_inference(args.nets or DEFAULT_DEPLOY_NETS, args.threads, args.iterations, args.warmup, args.rounds)
         return 0
     print(f"{'net':<16} {'batch':>5} {'netspec img/s':>14} {'pytorch img/s':>14} {'ratio':>6}")
     for path in args.nets or DEFAULT_NETS:
