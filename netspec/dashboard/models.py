@@ -93,13 +93,15 @@ def publish_run(zoo: Zoo, folder: str, wanted: PublishForm) -> ModelCard:
 
 class Predictors:
     """The models of a zoo loaded for predictions (on the CPU): the KEPT last used, each used by one request at
-    a time (a model loading holds up only the requests for it)."""
+    a time (a model loading holds up only the requests for it), and one model's net running at a time (the nets
+    of a process share oneDNN's stream and scratch buffers)."""
 
     KEPT = 4
 
     def __init__(self, zoo: Zoo):
         self.zoo = zoo
         self._lock = threading.Lock()
+        self._running = threading.Lock()  # held while a model's net runs
         self._loaded: OrderedDict[str, Loaded] = OrderedDict()  # model folder -> its model, least recent first
 
     def predict(self, ref: str, data: bytes, name: str) -> dict:
@@ -114,7 +116,8 @@ class Predictors:
                 loaded.model = load(loaded.folder)  # checks every file against the card
             adjustments = Adjustments(loaded.model.card)
             prepared = image_input(data, name, loaded.model.card, adjustments)
-            result = loaded.model.classify([prepared], TOP_K)[0]
+            with self._running:
+                result = loaded.model.classify([prepared], TOP_K)[0]
         return {**result, "note": str(adjustments) if adjustments else ""}
 
     def _entry(self, ref: str) -> Loaded:

@@ -8,6 +8,8 @@ import io
 import json
 import os
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import numpy
@@ -16,7 +18,10 @@ from PIL import Image
 from test_cli import run
 from test_dashboard import LOCAL, TOKEN, client, digits_workspace, wait_for
 
+from netspec.dashboard.models import Predictors
 from netspec.data.dataset import DatasetWriter
+from netspec.model_zoo.predict import Model
+from netspec.model_zoo.zoo import Zoo
 from netspec.tools.digits import load_digits
 
 
@@ -187,6 +192,36 @@ def test_a_finished_run_is_published_and_predicts_on_an_uploaded_image(trained, 
     big.save(buffer, format="PNG")
     note = upload(dashboard, "my-digits@1", buffer.getvalue(), "photo.png").json()["note"]
     assert "resized 1 input(s) to 8x8" in note and "converted 1 from colour to grey" in note
+
+
+def test_two_models_predicting_at_once_run_their_nets_one_after_the_other(trained, tmp_path, monkeypatch):
+    # (the nets of a process share oneDNN's stream and scratch buffers: two at once would mix their numbers)
+    zoo = tmp_path / "zoo"
+    dashboard = client(trained, zoo=zoo, follow_redirects=False)
+    for name in ("first", "second"):
+        assert post_form(dashboard, "/publish?run=runs%2Fshort", {"name": name}).status_code == 303
+    running, most, classify = [0], [0], Model.classify
+
+    def counted(model, *args, **kwargs):
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+        time.sleep(0.05)  # (long enough for the other request to come in)
+        try:
+            return classify(model, *args, **kwargs)
+        finally:
+            running[0] -= 1
+
+    monkeypatch.setattr(Model, "classify", counted)
+    predictors = Predictors(Zoo(str(zoo)))
+    seven = (Path(__file__).parent.parent.parent / "configs" / "digits" / "seven.png").read_bytes()
+    answers: dict[str, dict] = {}
+    requests = [threading.Thread(target=lambda ref=ref: answers.update({ref: predictors.predict(ref, seven, "7.png")}))
+                for ref in ("first@1", "second@1") * 2]
+    for request in requests:
+        request.start()
+    for request in requests:
+        request.join()
+    assert most[0] == 1 and answers["first@1"]["predictions"] == answers["second@1"]["predictions"]
 
 
 def test_bad_uploads_and_unknown_models_get_a_clear_answer(trained, tmp_path):
