@@ -9,7 +9,8 @@ against the PyTorch op that computes the same thing on the same arrays
 (eager, under no_grad), both after warm-up, as the median of N runs, with
 the same thread count, each framework in a process of its own, the two
 processes in turns for R rounds (``--rounds``; the ratio is the median of
-the rounds' ratios); a row whose two tops differ says so.  The shapes are ones a real net feeds the layer.
+the rounds' ratios); a row whose two tops differ says so.  The shapes are
+ones a real net feeds the layer.
 Rows whose PyTorch op computes a little more or less say so in their note.
 PyTorch is needed only here (``pip install torch``); netspec never imports it.
 """

@@ -54,14 +54,16 @@ class RecordedPass:
                 runs.append((records, [index]))
         self.runs = runs
         self.recordings: list[Recording | None] | None = None
-        self.latest: list[list[tuple[HeldArray, str]]] = []  # per run, which copy of each held blob was newer
-        self.passes = 0  # passes made layer by layer since
+        self.latest: list[list[tuple[HeldArray, str]]] = []  # per recorded run, which copy of each held blob
+        # was the newer after it (none for the others)
+        self.passes = 0  # passes made layer by layer since the layers were split
         self.recordable = True  # False once a recorded stretch made other calls than a replay makes
 
     def _arrays(self) -> list[tuple[object, object, object, bool]]:
         """Each blob's and each layer parameter's (blob, data array, held copy, whether the array is writable)."""
         blobs = [*self.net.blobs.values(), *(blob for layer in self.net.layers for blob in layer.blobs)]
-        return [(blob, blob.values.stored(), blob.held_data, blob.values.stored().flags.writeable) for blob in blobs]
+        arrays = [blob.values.stored() for blob in blobs]
+        return [(blob, array, blob.held_data, array.flags.writeable) for blob, array in zip(blobs, arrays)]
 
     def _changed(self) -> bool:
         """Whether a blob or a parameter has another array than when the layers were split into stretches, or its
@@ -85,10 +87,11 @@ class RecordedPass:
         for recorded, indices in self.runs:
             if recorded:
                 recordings.append(self._recorded(indices))
+                self.latest.append(self._held_latest())
             else:
                 self._run(indices)
                 recordings.append(None)
-            self.latest.append(self._held_latest())
+                self.latest.append([])
         self.recordable = all(recording is None or recording.complete for recording in recordings)
         if self.recordable:
             self.recordings = recordings
