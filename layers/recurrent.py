@@ -356,11 +356,6 @@ class LSTM(Recurrent):
             primitives.InnerProduct(lib, steps * batch, inputs + size, 4 * size, bias=True)))
         self.fast, self.replayer = built or (None, None)
 
-    def onednn_order(self):
-        """The rows of Caffe's gate-major blobs (i, f, o, g) in oneDNN's gate order (i, f, g, o)."""
-        size = self.hidden()
-        return self.xp.r_[:2 * size, 3 * size:4 * size, 2 * size:3 * size]
-
     def run_forward(self, initial, out):
         self.initial_h, self.initial_c = initial
         if self.fast is not None and bool((self.cont[1:] == 1).all()):
@@ -394,11 +389,9 @@ class LSTM(Recurrent):
         xp = self.xp
         x, w_x = self.stacked(recurrent=False)
         _, b, _, w_h, _ = self.input_weights()
-        order = self.onednn_order()
         first = self.cont[0]
         final = [xp.empty_like(state) for state in (self.initial_h, self.initial_c)]
-        self.fast.forward(x, w_x[order], w_h[order], b[order], first * self.initial_h, first * self.initial_c, out,
-                          *final)
+        self.fast.forward(x, w_x, w_h, b, first * self.initial_h, first * self.initial_c, out, *final)
         self.h = None if self.inference else out.copy()  # (backward's replay reads the outputs; no backward here)
         self.acts = None  # (the gates: replay computes them when backward needs them)
         return final

@@ -70,6 +70,7 @@ from netspec.engine.onednn import (
     Library,
     OneDnnError,
     Operand,
+    constant,
     refuse_reference,
     scratch,
 )
@@ -663,14 +664,19 @@ class FusedConvolution(Passes):
 class LongShortTermMemory(Passes):
     """Inference of a one-layer LSTM over a whole sequence, left to right (oneDNN's vanilla LSTM, forward):
     input (T, N, I), initial states h_0 and c_0 and final ones (N, H) each, outputs h_t (T, N, H).  The gates
-    are stacked in oneDNN's order i, f, g (the candidate, tanh), o: the input weights (4H, I), the recurrent
-    ones (4H, H) and the bias (4H,), the weights reordered at each call into the layout the primitive computes
-    fastest in; all arrays C-contiguous float32.  Every step continues from the one before: a sequence that
-    restarts within T needs another path.  OneDnnError where only oneDNN's reference implementation would run
-    it (CPUs without AVX2)."""
+    are stacked in Caffe's order i, f, o, g (the candidate, tanh): the input weights (4H, I), the recurrent ones
+    (4H, H) and the bias (4H,), the weights reordered into oneDNN's gate order (i, f, g, o) and the layout the
+    primitive computes fastest in at each call, or once for a :func:`constant` matrix (a frozen net's); all
+    arrays C-contiguous float32.  Every step continues from the one before: a sequence that restarts within T
+    needs another path.  OneDnnError where only oneDNN's reference implementation would run it (CPUs without
+    AVX2)."""
 
     LEFT_TO_RIGHT = 1  # dnnl_unidirectional_left2right
     SRC_ITER, SRC_ITER_C, DST_ITER, DST_ITER_C, WEIGHTS_ITER = 2, 3, 18, 19, 34  # (DNNL_ARG_*)
+    # the gates as Caffe stacks them (i, f, o, g) and as oneDNN does (i, f, g, o): (Caffe's first, how many,
+    # oneDNN's first)
+    GATES = ((0, 2, 0), (3, 1, 2), (2, 1, 3))
+    BIAS_ORDER = (0, 1, 3, 2)  # (oneDNN's gates in Caffe's)
 
     def __init__(self, lib: Library, steps: int, batch: int, inputs: int, hidden: int):
         self.lib = lib
@@ -689,27 +695,49 @@ class LongShortTermMemory(Passes):
         self.primitive = lib.primitive(forward)
         self.operands = {arg: Operand(lib, shape) for arg, shape in shapes.items()}
         # each weight matrix, gate-major as given ((4, H, rows): dims (1, 1, rows, 4, H) with strides), and the
-        # primitive's layout, in a scratch buffer
-        self.weights = {}
+        # primitive's layout: a reorder of each run of gates from the one into its place in the other
+        self.weights, self.kept = {}, {}
         for index, (arg, count) in enumerate(rows.items()):
             given = Handle()
             lib.call("dnnl_memory_desc_create_with_strides", ctypes.byref(given), 5, Dims(1, 1, count, 4, hidden),
                      F32, Dims(4 * hidden * count, 4 * hidden * count, 1, hidden * count, count))
             chosen = Handle(lib.dll.dnnl_primitive_desc_query_md(forward, QUERY_WEIGHTS, index))
-            self.weights[arg] = (lib.memory(given), lib.memory(chosen), lib.reorder(given, chosen),
-                                 lib.dll.dnnl_memory_desc_get_size(chosen))
+            parts = []
+            for first, gates, target in self.GATES:
+                source, place = Handle(), Handle()
+                lib.call("dnnl_memory_desc_create_submemory", ctypes.byref(source), given,
+                         Dims(1, 1, count, gates, hidden), Dims(0, 0, 0, first, 0))
+                lib.call("dnnl_memory_desc_create_submemory", ctypes.byref(place), chosen,
+                         Dims(1, 1, count, gates, hidden), Dims(0, 0, 0, target, 0))
+                parts.append((lib.memory(source), lib.memory(place), lib.reorder(source, place)))
+            self.weights[arg] = parts, lib.memory(chosen), lib.dll.dnnl_memory_desc_get_size(chosen)
 
     def forward(self, x: numpy.ndarray, w_x: numpy.ndarray, w_h: numpy.ndarray, b: numpy.ndarray,
                 h_0: numpy.ndarray, c_0: numpy.ndarray, y: numpy.ndarray, h_t: numpy.ndarray,
                 c_t: numpy.ndarray) -> None:
         """Every step from ``h_0`` and ``c_0``: the outputs written into ``y``, the final states into ``h_t``
         and ``c_t``."""
-        ready = {}
-        for arg, matrix in ((ARG_WEIGHTS, w_x), (self.WEIGHTS_ITER, w_h)):
-            given, chosen, reorder, nbytes = self.weights[arg]
-            self.lib.point(given, matrix)
-            self.lib.point(chosen, scratch(arg, nbytes))
-            self.lib.run(reorder, {ARG_SRC: given, ARG_DST: chosen})
-            ready[arg] = chosen
+        ready = {arg: self._weights(arg, matrix) for arg, matrix in ((ARG_WEIGHTS, w_x), (self.WEIGHTS_ITER, w_h))}
+        b = b.reshape(4, -1)[list(self.BIAS_ORDER)]
         reads = {ARG_SRC: x, ARG_BIAS: b, self.SRC_ITER: h_0, self.SRC_ITER_C: c_0}
         self._run(self.primitive, reads, {ARG_DST: y, self.DST_ITER: h_t, self.DST_ITER_C: c_t}, ready)
+
+    def _weights(self, arg: int, matrix: numpy.ndarray) -> Handle:
+        """The memory holding ``matrix`` (Caffe's gate order) in oneDNN's gate order and the primitive's layout:
+        reordered into the argument's scratch buffer, or for a :func:`constant` matrix into a buffer of its own
+        at the first call for it (kept with the matrix, so that no other array takes its place in memory)."""
+        parts, chosen, nbytes = self.weights[arg]
+        buffer = scratch(arg, nbytes)
+        if constant(matrix):
+            kept = self.kept.get(arg)
+            if kept is not None and kept[0].__array_interface__ == matrix.__array_interface__:
+                self.lib.point(chosen, kept[1])
+                return chosen
+            buffer = numpy.empty(nbytes, dtype=numpy.uint8)
+            self.kept[arg] = matrix, buffer
+        for source, place, reorder in parts:
+            self.lib.point(source, matrix)
+            self.lib.point(place, buffer)
+            self.lib.run(reorder, {ARG_SRC: source, ARG_DST: place})
+        self.lib.point(chosen, buffer)
+        return chosen

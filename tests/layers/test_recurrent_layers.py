@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+import yaml
 from devices import DEVICES
 from test_layers import ref_lstm, ref_rnn
 
@@ -147,6 +148,39 @@ def test_an_lstm_on_onednn_continues_from_the_states_its_last_pass_ended_in():
     np.testing.assert_allclose(np.concatenate([y1, y2]), y, rtol=1e-5, atol=1e-6)
     numpy_net = net_of("LSTM", [x, cont], weights=weights_of(whole))
     np.testing.assert_allclose(run_forward(numpy_net)[0], y, rtol=1e-4, atol=1e-6)
+
+
+@needs_onednn
+@pytest.mark.parametrize("static", [False, True], ids=["", "static"])
+def test_a_frozen_lstm_reorders_its_constant_weights_into_onednns_gate_order_once(static):
+    """oneDNN stacks the gates i, f, g, o where Caffe's blobs stack i, f, o, g: the reorders into its layout
+    move them, at every pass, or for a frozen net's weights at its first (the input weights beside a static
+    input's are a concatenation made at each pass: reordered each time)."""
+    x, cont = rand(5, 2, 3), np.ones((5, 2))
+    cont[0] = 0
+    bottoms = [x, cont] + [rand(2, 4)] * static
+    reference = net_of("LSTM", bottoms)
+    (expected,) = run_forward(reference)
+    inputs = [{"dim": list(b.shape)} for b in bottoms]
+    text = yaml.safe_dump({"layers": [
+        {"name": "input", "type": "Input", "top": ["x", "cont", "static"][:len(bottoms)],
+         "input_param": {"shape": inputs}},
+        {"name": "lstm", "type": "LSTM", "bottom": ["x", "cont", "static"][:len(bottoms)], "top": "h",
+         "recurrent_param": {"num_output": 3}}]})
+    net = load_net(text, phase="TEST", inference=True, dtype="float32")
+    for blob, value in zip(net.layers[-1].blobs, weights_of(reference)):
+        blob.data[...] = value
+    for name, value in zip(["x", "cont", "static"], bottoms):
+        net.blobs[name].data[...] = value
+    net.freeze()
+    lstm = net.layers[-1].fast
+    net.forward()
+    np.testing.assert_allclose(net.blobs["h"].data, expected, rtol=1e-5, atol=1e-6)
+    kept = {arg: buffer for arg, (_, buffer) in lstm.kept.items()}
+    assert len(kept) == 2 - static
+    net.forward()
+    np.testing.assert_allclose(net.blobs["h"].data, expected, rtol=1e-5, atol=1e-6)
+    assert all(lstm.kept[arg][1] is buffer for arg, buffer in kept.items())
 
 
 @needs_onednn
