@@ -277,20 +277,28 @@ class Net:
     def freeze(self) -> None:
         """Make the layers' blobs (weights, biases, statistics) constants, as an inference net's are once its
         weights are loaded: their arrays, and the arrays they view, become read-only (a write raises ValueError;
-        a layer whose passes change its blobs keeps them writable: :attr:`Layer.changes_blobs`),
-        and the fast paths that compute in other layouts then reorder them once (oneDNN's primitives keep their
-        blocked copies: :func:`netspec.engine.onednn.constant`) rather than at every pass.  The layers that run
-        on oneDNN alone are then run from a recording of their calls (made at the second pass) from the third
-        pass on (:class:`netspec.engine.recorded.RecordedPass`).  For inference nets whose weights no other net
-        shares (a solver's test nets follow its training weights)."""
+        a layer whose passes change its blobs keeps them writable, and so does every layer sharing memory with
+        them: :attr:`Layer.changes_blobs`), and the fast paths that compute in other layouts then reorder them
+        once (oneDNN's primitives keep their blocked copies: :func:`netspec.engine.onednn.constant`) rather than
+        at every pass.  The layers that run on oneDNN alone are then run from a recording of their calls (made
+        at the second pass) from the third pass on (:class:`netspec.engine.recorded.RecordedPass`).  For
+        inference nets whose weights no other net shares (a solver's test nets follow its training weights).
+
+        A frozen net's weights change only by freezing it again: a weight made writable, changed and made
+        read-only again, or changed through a view of it taken before freezing, is seen at the next pass only
+        after another ``freeze()`` (which makes every blocked copy again)."""
         if not self.inference:
             raise ValueError(f"net '{self.name}' trains: only an inference net's weights can be frozen")
+        changing = [blob.data for layer in self.layers if layer.changes_blobs for blob in layer.blobs]
         for layer in self.layers:
             for blob in [] if layer.changes_blobs else layer.blobs:
                 array = blob.data
+                if any(numpy.may_share_memory(array, other) for other in changing):
+                    continue
                 while isinstance(array, numpy.ndarray):
                     array.flags.writeable = False
                     array = array.base
+        onednn.forget_constants()
         lib = onednn.library()
         if lib is not None and not self.backend.is_gpu and any(layer.fast_records and layer.records
                                                                for layer in self.layers):

@@ -455,6 +455,37 @@ def constant(array: numpy.ndarray) -> bool:
     return False
 
 
+_freezes = 0  # how many times a net was frozen in this process (ConstantCopy's copies made before are stale)
+
+
+def forget_constants() -> None:
+    """Make every :class:`ConstantCopy` made so far stale, so that the next call for it copies its array again:
+    a net frozen again (:meth:`netspec.engine.net.Net.freeze`) after its weights were made writable, changed,
+    and made read-only once more computes with their new values."""
+    global _freezes
+    _freezes += 1
+
+
+class ConstantCopy:
+    """A primitive's own copy of one :func:`constant` array in another layout, made at the first call for it and
+    kept while the same array comes (the copy keeps the array, so that no other can take its place in memory),
+    until :func:`forget_constants`."""
+
+    def __init__(self):
+        self.array: numpy.ndarray | None = None
+        self.buffer: numpy.ndarray | None = None
+        self.made = -1  # (the value of _freezes when it was made)
+
+    def buffer_for(self, array: numpy.ndarray, nbytes: int) -> tuple[numpy.ndarray, bool]:
+        """``(buffer, fresh)``: the buffer of ``nbytes`` holding ``array``'s copy, or (``fresh``) one the caller
+        fills now."""
+        if (self.made == _freezes and self.array is not None
+                and self.array.__array_interface__ == array.__array_interface__):
+            return self.buffer, False
+        self.array, self.buffer, self.made = array, numpy.empty(nbytes, dtype=numpy.uint8), _freezes
+        return self.buffer, True
+
+
 class Operand:
     """One argument of a primitive (``slot``: its oneDNN argument): the plain float32 array a layer holds or a
     blob's array (:class:`BlobArray`) and, when the primitive works faster in a blocked layout of its own choosing,
@@ -470,7 +501,7 @@ class Operand:
         self.layout = chosen if self.blocked else None
         self.writing: HeldArray | None = None  # the held array :meth:`write` gave
         self.fits: dict[HeldArray, bool] = {}  # {a held array: whether it is in this operand's layout}
-        self.kept: tuple[numpy.ndarray, numpy.ndarray] | None = None  # (a constant array, its blocked copy)
+        self.kept = ConstantCopy()  # (the blocked copy of a constant array)
         if self.blocked:
             if slot is None:
                 raise ValueError("an operand in a blocked layout needs its slot (its oneDNN argument)")
@@ -503,15 +534,13 @@ class Operand:
         return self.memory
 
     def _constant(self, array: numpy.ndarray) -> Handle:
-        """The memory holding ``array`` (a constant) in the blocked layout, reordered at the first call for it (the
-        operand keeps the array, so that no other can take its place in memory while its copy is kept)."""
-        if self.kept is None or self.kept[0].__array_interface__ != array.__array_interface__:
-            self.kept = array, numpy.empty(self.nbytes, dtype=numpy.uint8)
+        """The memory holding ``array`` (a constant) in the blocked layout, reordered at the first call for it
+        (:class:`ConstantCopy`)."""
+        buffer, fresh = self.kept.buffer_for(array, self.nbytes)
+        self.lib.point(self.memory, buffer)
+        if fresh:
             self.lib.point(self.plain, array)
-            self.lib.point(self.memory, self.kept[1])
             self.lib.run(self.to_chosen, {ARG_SRC: self.plain, ARG_DST: self.memory})
-        else:
-            self.lib.point(self.memory, self.kept[1])
         return self.memory
 
     def write(self, array: Array) -> Handle:

@@ -65,6 +65,7 @@ from netspec.engine.onednn import (
     SOFTMAX_ACCURATE,
     SOFTMAX_LOG,
     Array,
+    ConstantCopy,
     Dims,
     Handle,
     Library,
@@ -696,7 +697,7 @@ class LongShortTermMemory(Passes):
         self.operands = {arg: Operand(lib, shape) for arg, shape in shapes.items()}
         # each weight matrix, gate-major as given ((4, H, rows): dims (1, 1, rows, 4, H) with strides), and the
         # primitive's layout: a reorder of each run of gates from the one into its place in the other
-        self.weights, self.kept = {}, {}
+        self.weights, self.kept = {}, {arg: ConstantCopy() for arg in rows}
         for index, (arg, count) in enumerate(rows.items()):
             given = Handle()
             lib.call("dnnl_memory_desc_create_with_strides", ctypes.byref(given), 5, Dims(1, 1, count, 4, hidden),
@@ -725,17 +726,10 @@ class LongShortTermMemory(Passes):
     def _weights(self, arg: int, matrix: numpy.ndarray) -> Handle:
         """The memory holding ``matrix`` (Caffe's gate order) in oneDNN's gate order and the primitive's layout:
         reordered into the argument's scratch buffer, or for a :func:`constant` matrix into a buffer of its own
-        at the first call for it (kept with the matrix, so that no other array takes its place in memory)."""
+        at the first call for it (:class:`ConstantCopy`)."""
         parts, chosen, nbytes = self.weights[arg]
-        buffer = scratch(arg, nbytes)
-        if constant(matrix):
-            kept = self.kept.get(arg)
-            if kept is not None and kept[0].__array_interface__ == matrix.__array_interface__:
-                self.lib.point(chosen, kept[1])
-                return chosen
-            buffer = numpy.empty(nbytes, dtype=numpy.uint8)
-            self.kept[arg] = matrix, buffer
-        for source, place, reorder in parts:
+        buffer, fresh = self.kept[arg].buffer_for(matrix, nbytes) if constant(matrix) else (scratch(arg, nbytes), True)
+        for source, place, reorder in parts if fresh else ():
             self.lib.point(source, matrix)
             self.lib.point(place, buffer)
             self.lib.run(reorder, {ARG_SRC: source, ARG_DST: place})

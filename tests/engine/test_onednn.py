@@ -18,6 +18,7 @@ import netspec
 from netspec.engine import onednn, primitives
 from netspec.engine.net import LISTED
 from netspec.engine.registry import layer_class
+from netspec.engine.trust import Trust
 from netspec.testing import one_layer_net
 
 ROOT = Path(__file__).parent.parent.parent
@@ -505,12 +506,71 @@ def test_a_frozen_net_reorders_its_weights_once_and_refuses_writes():
     frozen, net = residual_output(inference=True, reuse_memory=True, frozen=True)
     np.testing.assert_allclose(frozen, expected, rtol=1e-5, atol=1e-5)
     weights = net.layer_by_name["b"].fast.operands[onednn.ARG_WEIGHTS]
-    kept = weights.kept[1]
+    kept = weights.kept.buffer
     net.forward()
-    assert weights.kept[1] is kept  # (the blocked copy made at the first pass, reused)
+    assert weights.kept.buffer is kept  # (the blocked copy made at the first pass, reused)
     np.testing.assert_allclose(net.blobs["out"].data, expected, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="read-only"):
         net.params["b"][0].data[...] = 0
+
+
+def change_weights(net, layer: str, index: int = 0) -> None:
+    """Make a weight and the arrays it views writable again and change it (what a frozen net's owner might do)."""
+    chain = [net.params[layer][index].data]
+    while isinstance(chain[-1].base, np.ndarray):
+        chain.append(chain[-1].base)
+    for array in reversed(chain):
+        array.flags.writeable = True
+    chain[0][...] *= -1.5
+    for array in chain:
+        array.flags.writeable = False
+
+
+@pytest.mark.parametrize("layer", ["b", "bn"], ids=["convolution", "folded batchnorm"])
+@pytest.mark.skipif(onednn.library() is None, reason=f"oneDNN is off: {onednn.why_unavailable()}")
+def test_a_net_frozen_again_computes_with_the_weights_changed_in_between(layer):
+    """A frozen net's weights change by freezing it again: its blocked copies (and its recording) are made anew
+    from the values the weights have then."""
+    _, reference = residual_output(inference=False)
+    _, net = residual_output(inference=True, reuse_memory=True, frozen=True)
+    for _ in range(3):  # (recorded at the second pass, replayed from the third)
+        net.forward()
+    for model in (reference, net):
+        change_weights(model, layer)
+    net.freeze()
+    reference.forward()
+    for _ in range(3):
+        net.forward()
+        np.testing.assert_allclose(net.blobs["out"].data, reference.blobs["out"].data, rtol=1e-5, atol=1e-5)
+
+
+def test_freezing_leaves_the_weights_a_python_layer_shares_writable(tmp_path, monkeypatch):
+    """A Python layer's passes may change its blobs: a frozen net leaves them writable, and the blobs of the
+    layers that share them too, whichever layer owns them (the Convolution then reads them at every pass)."""
+    (tmp_path / "drifting.py").write_text(
+        "import numpy as np\nimport netspec\n\n\n"
+        "class Drift(netspec.PythonLayer):\n"
+        "    def top_shapes(self, bottom_shapes):\n        return [bottom_shapes[0]]\n\n"
+        "    def param_shapes(self, bottom_shapes):\n        return [(4, 3, 3, 3)]\n\n"
+        "    def forward(self, bottom, top):\n"
+        "        top[0].data[...] = bottom[0].data\n        self.blobs[0].data[...] += np.float32(0.01)\n\n"
+        "    def backward(self, top, propagate_down, bottom):\n        pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    convolution = {"name": "conv", "type": "Convolution", "bottom": "drifted", "top": "c", "param": [{"name": "w"}],
+                   "convolution_param": {"num_output": 4, "kernel_size": 3, "bias_term": False}}
+    drift = {"name": "drift", "type": "Python", "bottom": "x", "top": "drifted", "param": [{"name": "w"}],
+             "python_param": {"module": "drifting", "layer": "Drift"}}
+    data = {"name": "data", "type": "Input", "top": "x", "input_param": {"shape": {"dim": [2, 3, 6, 6]}}}
+    for order in ([drift, convolution], [convolution | {"bottom": "x"}, drift | {"bottom": "c"}]):
+        text = yaml.safe_dump({"layers": [data, *order]})
+        nets = [netspec.load_net(text, phase="TEST", inference=True, seed=0, trust=Trust(python_layers=True))
+                for _ in range(2)]
+        nets[1].freeze()
+        for number in range(4):
+            for net in nets:
+                net.blobs["x"].data[...] = number
+                net.forward()
+            np.testing.assert_allclose(nets[1].blobs["c"].data, nets[0].blobs["c"].data, rtol=1e-5, atol=1e-5)
 
 
 def test_only_arrays_nothing_can_write_are_constants():
