@@ -127,8 +127,7 @@ class DummyData(Layer):
     def refill(self, blob, filler: FillerParams) -> None:
         """Draw new values for one top, on the device (from the layer's stream of random values), in place where
         the filler draws them there."""
-        into = blob.data if blob.data.flags.c_contiguous else None
-        drawn = fill(filler, blob.shape, DeviceGenerator(self.backend, self.name), self.dtype, out=into)
+        drawn = fill(filler, blob.shape, DeviceGenerator(self.backend, self.name), self.dtype, out=blob.data)
         if drawn is not blob.data:
             blob.data[...] = self.backend.asarray(drawn)
 

@@ -47,7 +47,7 @@ class Blob:
         self.held_diff: Held | None = None
         if data is not None and tuple(data.shape) != tuple(shape):
             raise ValueError(f"blob '{name}' is {list(shape)} but the array given for its data {list(data.shape)}")
-        self.data = self._zeros(tuple(shape), "data") if data is None else data
+        self._data = self._zeros(tuple(shape), "data") if data is None else self._checked(data, "data", shape)
         self._diff = None
 
     def _zeros(self, shape: tuple[int, ...], what: str):
@@ -67,9 +67,26 @@ class Blob:
 
     @data.setter
     def data(self, array) -> None:
+        """Give the blob another array for its values: a C-contiguous one of its shape and dtype on its device
+        (ValueError otherwise; ``blob.data[...] = values`` copies any values that convert)."""
+        self._checked(array, "data", self.shape)
         if self.held_data is not None:  # (the new array holds the values now)
             self.held_data.overwrite()
         self._data = array
+
+    def _checked(self, array, what: str, shape: tuple[int, ...]):
+        """``array``, if it can be the blob's ``what`` (data or diff) of ``shape``; else ValueError naming the
+        blob and what is wrong with it."""
+        dtype = self.xp.dtype(self.dtype)
+        problem = ("not an array" if not hasattr(array, "flags") else
+                   f"a {array.dtype} array" if array.dtype != dtype else
+                   f"an array of shape {list(array.shape)}" if tuple(array.shape) != tuple(shape) else
+                   "an array that is not C-contiguous" if not array.flags.c_contiguous else
+                   "an array on another device" if not isinstance(array, self.xp.ndarray) else None)
+        if problem is not None:
+            raise ValueError(f"blob '{self.name}' takes a C-contiguous {dtype} array of shape {list(shape)} for its "
+                             f"{what}, got {problem} (blob.{what}[...] = values copies them in)")
+        return array
 
     @property
     def diff(self):
@@ -83,6 +100,8 @@ class Blob:
 
     @diff.setter
     def diff(self, array) -> None:
+        """Give the blob another array for its gradient (as :attr:`data`'s setter)."""
+        self._checked(array, "diff", self.shape)
         if self.held_diff is not None:
             self.held_diff.overwrite()
         self._diff = array
@@ -118,11 +137,11 @@ class Blob:
         if shape == self.shape:
             return
         if math.prod(shape) == self.count:
-            self.data = self.data.reshape(shape)
+            self._data = self.data.reshape(shape)
             if self._diff is not None:
                 self._diff = self.diff.reshape(shape)
         else:
-            self.data = self._zeros(shape, "data")
+            self._data = self._zeros(shape, "data")
             self._diff = None
         self.held_data = self.held_diff = None  # (held in the old shape's layout)
 

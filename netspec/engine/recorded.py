@@ -46,12 +46,10 @@ class RecordedPass:
         for index, layer in enumerate(self.net.layers):
             if index in self.net.absorbed_by:
                 continue
-            records = layer.records and all(blob.values.stored().flags.c_contiguous  # (else a copy each pass)
-                                            for blob in self.net.bottom_blobs[index])
-            if runs and runs[-1][0] == records:
+            if runs and runs[-1][0] == layer.records:
                 runs[-1][1].append(index)
             else:
-                runs.append((records, [index]))
+                runs.append((layer.records, [index]))
         self.runs = runs
         self.recordings: list[Recording | None] | None = None
         self.latest: list[list[tuple[HeldArray, str]]] = []  # per recorded run, which copy of each held blob

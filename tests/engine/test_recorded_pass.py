@@ -136,21 +136,6 @@ def test_weights_given_new_arrays_or_made_writable_and_changed_are_recorded_agai
 
 
 @needs_onednn
-def test_a_layer_reading_an_array_that_is_not_contiguous_is_not_recorded():
-    # (InnerProduct reads its bottom reshaped: a copy, at every pass, of an array laid out otherwise)
-    layers = [{"name": "data", "type": "Input", "top": "x", "input_param": {"shape": [{"dim": [4, 3, 5, 5]}]}},
-              {"name": "fc", "type": "InnerProduct", "bottom": "x", "top": "fc",
-               "inner_product_param": {"num_output": 5, "weight_filler": {"type": "gaussian", "std": 0.1}}},
-              {"name": "loss", "type": "Softmax", "bottom": "fc", "top": "loss"}]
-    text = yaml.safe_dump({"name": "fc", "layers": layers})
-
-    def channels_last(net):
-        net.blobs["x"].data = np.zeros((4, 5, 5, 3), dtype=np.float32).transpose(0, 3, 1, 2)
-
-    agree_after(text, channels_last)
-
-
-@needs_onednn
 def test_a_layer_whose_calls_change_from_pass_to_pass_is_never_replayed(monkeypatch):
     net = inference_net(residual_net(loss=False), True)
     conv = net.layer_by_name["conv2"]
