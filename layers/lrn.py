@@ -109,8 +109,7 @@ class LRN(Layer):
         constant, multiplier = self.coefficients()
         if self.kernel:
             p = self.block("lrn_param")
-            kernels.lrn(self.xp.ascontiguousarray(x), p.local_size, constant, multiplier, p.beta, self.scale,
-                        top[0].data)
+            kernels.lrn(x, p.local_size, constant, multiplier, p.beta, self.scale, top[0].data)
             return
         y, self.scale = top[0].data, self.xp.empty_like(x)
 
@@ -138,9 +137,8 @@ class LRN(Layer):
         _, multiplier = self.coefficients()
         x, y, dy = bottom[0].data, top[0].data, top[0].diff
         if self.kernel:
-            contiguous = self.xp.ascontiguousarray
-            kernels.lrn_backward(contiguous(x), contiguous(y), contiguous(dy), self.scale,
-                                 self.block("lrn_param").local_size, multiplier, beta, bottom[0].diff)
+            kernels.lrn_backward(x, y, dy, self.scale, self.block("lrn_param").local_size, multiplier, beta,
+                                 bottom[0].diff)
             return
         dx = bottom[0].diff
 

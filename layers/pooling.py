@@ -234,7 +234,7 @@ class Pooling(Layer):
         geo = self.geo
         maximum = self.block("pooling_param").pool == "MAX"
         if kernels.compiled(self.xp) and geo.bins is None:
-            x = self.xp.ascontiguousarray(bottom[0].data)
+            x = bottom[0].data
             if maximum:
                 kernels.max_pool(x, geo, top[0].data, self.mask)
             else:
@@ -271,7 +271,7 @@ class Pooling(Layer):
             bottom[0].diff[...] = self.adaptive_backward(top[0].diff, bottom[0].shape)
             return
         if kernels.compiled(self.xp):
-            dy = self.xp.ascontiguousarray(top[0].diff)
+            dy = top[0].diff
             if self.block("pooling_param").pool == "MAX":
                 kernels.max_pool_backward(dy, self.mask, geo, bottom[0].diff)
             else:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple, Protocol
 
+import numpy
+
 
 class Held(Protocol):
     """A copy of a blob's data or diff that a fast path keeps in a layout of its own (oneDNN's channel blocks),
@@ -45,9 +47,7 @@ class Blob:
         self.dtype = dtype
         self.held_data: Held | None = None
         self.held_diff: Held | None = None
-        if data is not None and tuple(data.shape) != tuple(shape):
-            raise ValueError(f"blob '{name}' is {list(shape)} but the array given for its data {list(data.shape)}")
-        self._data = self._zeros(tuple(shape), "data") if data is None else self._checked(data, "data", shape)
+        self._data = self._zeros(tuple(shape), "data") if data is None else self._checked(data, "data", tuple(shape))
         self._diff = None
 
     def _zeros(self, shape: tuple[int, ...], what: str):
@@ -69,22 +69,23 @@ class Blob:
     def data(self, array) -> None:
         """Give the blob another array for its values: a C-contiguous one of its shape and dtype on its device
         (ValueError otherwise; ``blob.data[...] = values`` copies any values that convert)."""
-        self._checked(array, "data", self.shape)
+        array = self._checked(array, "data", self.shape)
         if self.held_data is not None:  # (the new array holds the values now)
             self.held_data.overwrite()
         self._data = array
 
     def _checked(self, array, what: str, shape: tuple[int, ...]):
-        """``array``, if it can be the blob's ``what`` (data or diff) of ``shape``; else ValueError naming the
-        blob and what is wrong with it."""
-        dtype = self.xp.dtype(self.dtype)
-        problem = ("not an array" if not hasattr(array, "flags") else
-                   f"a {array.dtype} array" if array.dtype != dtype else
-                   f"an array of shape {list(array.shape)}" if tuple(array.shape) != tuple(shape) else
-                   "an array that is not C-contiguous" if not array.flags.c_contiguous else
-                   "an array on another device" if not isinstance(array, self.xp.ndarray) else None)
+        """``array``, if it can be the blob's ``what`` (data or diff) of ``shape`` (a NumPy scalar, for a blob of
+        no axes on the CPU, as an array); else ValueError naming the blob and what is wrong with it."""
+        if isinstance(array, numpy.generic) and self.xp is numpy:  # (a Python layer's loss, say)
+            array = numpy.asarray(array)
+        dtype, kind = self.xp.dtype(self.dtype), _kind(self.xp.ndarray)
+        problem = (f"a {_kind(type(array))} where its device takes a {kind}" if not isinstance(array, self.xp.ndarray)
+                   else f"a {array.dtype} array" if array.dtype != dtype
+                   else f"an array of shape {list(array.shape)}" if tuple(array.shape) != shape
+                   else "an array that is not C-contiguous" if not array.flags.c_contiguous else None)
         if problem is not None:
-            raise ValueError(f"blob '{self.name}' takes a C-contiguous {dtype} array of shape {list(shape)} for its "
+            raise ValueError(f"blob '{self.name}' takes a C-contiguous {dtype} {kind} of shape {list(shape)} for its "
                              f"{what}, got {problem} (blob.{what}[...] = values copies them in)")
         return array
 
@@ -101,7 +102,7 @@ class Blob:
     @diff.setter
     def diff(self, array) -> None:
         """Give the blob another array for its gradient (as :attr:`data`'s setter)."""
-        self._checked(array, "diff", self.shape)
+        array = self._checked(array, "diff", self.shape)
         if self.held_diff is not None:
             self.held_diff.overwrite()
         self._diff = array
@@ -161,6 +162,12 @@ class Blob:
 
     def __repr__(self) -> str:
         return f"Blob({self.name!r}, shape={self.shape})"
+
+
+def _kind(array_type: type) -> str:
+    """A type's name as its library writes it (``numpy.ndarray``, ``cupy.ndarray``; ``list``)."""
+    library = array_type.__module__.split(".")[0]
+    return array_type.__name__ if library == "builtins" else f"{library}.{array_type.__name__}"
 
 
 class BlobArray(NamedTuple):

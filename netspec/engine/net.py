@@ -286,7 +286,8 @@ class Net:
 
         A frozen net's weights change only by freezing it again: a weight made writable, changed and made
         read-only again, or changed through a view of it taken before freezing, is seen at the next pass only
-        after another ``freeze()`` (which makes every blocked copy again)."""
+        after another ``freeze()`` (which makes every blocked copy of a constant again, those of the other
+        frozen nets of the process too, at their next pass: one reorder each)."""
         if not self.inference:
             raise ValueError(f"net '{self.name}' trains: only an inference net's weights can be frozen")
         changing = [blob.data for layer in self.layers if layer.changes_blobs for blob in layer.blobs]

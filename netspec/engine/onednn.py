@@ -501,7 +501,7 @@ class Operand:
         self.layout = chosen if self.blocked else None
         self.writing: HeldArray | None = None  # the held array :meth:`write` gave
         self.fits: dict[HeldArray, bool] = {}  # {a held array: whether it is in this operand's layout}
-        self.kept = ConstantCopy()  # (the blocked copy of a constant array)
+        self.constant_copy = ConstantCopy()  # (the blocked copy of a constant array)
         if self.blocked:
             if slot is None:
                 raise ValueError("an operand in a blocked layout needs its slot (its oneDNN argument)")
@@ -536,7 +536,7 @@ class Operand:
     def _constant(self, array: numpy.ndarray) -> Handle:
         """The memory holding ``array`` (a constant) in the blocked layout, reordered at the first call for it
         (:class:`ConstantCopy`)."""
-        buffer, fresh = self.kept.buffer_for(array, self.nbytes)
+        buffer, fresh = self.constant_copy.buffer_for(array, self.nbytes)
         self.lib.point(self.memory, buffer)
         if fresh:
             self.lib.point(self.plain, array)

@@ -675,9 +675,9 @@ class LongShortTermMemory(Passes):
     LEFT_TO_RIGHT = 1  # dnnl_unidirectional_left2right
     SRC_ITER, SRC_ITER_C, DST_ITER, DST_ITER_C, WEIGHTS_ITER = 2, 3, 18, 19, 34  # (DNNL_ARG_*)
     # the gates as Caffe stacks them (i, f, o, g) and as oneDNN does (i, f, g, o): (Caffe's first, how many,
-    # oneDNN's first)
+    # oneDNN's first), and Caffe's gate at each of oneDNN's places
     GATES = ((0, 2, 0), (3, 1, 2), (2, 1, 3))
-    BIAS_ORDER = (0, 1, 3, 2)  # (oneDNN's gates in Caffe's)
+    ONEDNN_ORDER = [first + k for first, count, _ in sorted(GATES, key=lambda run: run[2]) for k in range(count)]
 
     def __init__(self, lib: Library, steps: int, batch: int, inputs: int, hidden: int):
         self.lib = lib
@@ -697,7 +697,7 @@ class LongShortTermMemory(Passes):
         self.operands = {arg: Operand(lib, shape) for arg, shape in shapes.items()}
         # each weight matrix, gate-major as given ((4, H, rows): dims (1, 1, rows, 4, H) with strides), and the
         # primitive's layout: a reorder of each run of gates from the one into its place in the other
-        self.weights, self.kept = {}, {arg: ConstantCopy() for arg in rows}
+        self.weights, self.constant_copies = {}, {arg: ConstantCopy() for arg in rows}
         for index, (arg, count) in enumerate(rows.items()):
             given = Handle()
             lib.call("dnnl_memory_desc_create_with_strides", ctypes.byref(given), 5, Dims(1, 1, count, 4, hidden),
@@ -706,10 +706,14 @@ class LongShortTermMemory(Passes):
             parts = []
             for first, gates, target in self.GATES:
                 source, place = Handle(), Handle()
-                lib.call("dnnl_memory_desc_create_submemory", ctypes.byref(source), given,
-                         Dims(1, 1, count, gates, hidden), Dims(0, 0, 0, first, 0))
-                lib.call("dnnl_memory_desc_create_submemory", ctypes.byref(place), chosen,
-                         Dims(1, 1, count, gates, hidden), Dims(0, 0, 0, target, 0))
+                try:
+                    lib.call("dnnl_memory_desc_create_submemory", ctypes.byref(source), given,
+                             Dims(1, 1, count, gates, hidden), Dims(0, 0, 0, first, 0))
+                    lib.call("dnnl_memory_desc_create_submemory", ctypes.byref(place), chosen,
+                             Dims(1, 1, count, gates, hidden), Dims(0, 0, 0, target, 0))
+                except OneDnnError as exc:
+                    raise OneDnnError(f"oneDNN's LSTM ({lib.implementation(forward)}) keeps its weights in a layout "
+                                      f"whose gates cannot be reordered one by one ({exc})") from None
                 parts.append((lib.memory(source), lib.memory(place), lib.reorder(source, place)))
             self.weights[arg] = parts, lib.memory(chosen), lib.dll.dnnl_memory_desc_get_size(chosen)
 
@@ -719,7 +723,7 @@ class LongShortTermMemory(Passes):
         """Every step from ``h_0`` and ``c_0``: the outputs written into ``y``, the final states into ``h_t``
         and ``c_t``."""
         ready = {arg: self._weights(arg, matrix) for arg, matrix in ((ARG_WEIGHTS, w_x), (self.WEIGHTS_ITER, w_h))}
-        b = b.reshape(4, -1)[list(self.BIAS_ORDER)]
+        b = b.reshape(4, -1)[self.ONEDNN_ORDER]  # (the bias, 4H values, in oneDNN's gate order)
         reads = {ARG_SRC: x, ARG_BIAS: b, self.SRC_ITER: h_0, self.SRC_ITER_C: c_0}
         self._run(self.primitive, reads, {ARG_DST: y, self.DST_ITER: h_t, self.DST_ITER_C: c_t}, ready)
 
@@ -728,7 +732,10 @@ class LongShortTermMemory(Passes):
         reordered into the argument's scratch buffer, or for a :func:`constant` matrix into a buffer of its own
         at the first call for it (:class:`ConstantCopy`)."""
         parts, chosen, nbytes = self.weights[arg]
-        buffer, fresh = self.kept[arg].buffer_for(matrix, nbytes) if constant(matrix) else (scratch(arg, nbytes), True)
+        if constant(matrix):
+            buffer, fresh = self.constant_copies[arg].buffer_for(matrix, nbytes)
+        else:
+            buffer, fresh = scratch(arg, nbytes), True
         for source, place, reorder in parts if fresh else ():
             self.lib.point(source, matrix)
             self.lib.point(place, buffer)

@@ -9,6 +9,7 @@ import yaml
 
 import netspec
 from netspec.engine import onednn, primitives
+from netspec.engine.blob import Blob
 from netspec.engine.trust import Trust
 
 # (held layouts are oneDNN's; without it, nothing is held: the last test, which runs everywhere)
@@ -189,7 +190,7 @@ def test_an_array_given_to_a_held_blob_replaces_its_values(monkeypatch):
     (np.zeros((2, 3, 4, 4), np.float64), "got a float64 array"),
     (np.zeros((2, 3, 4, 5), np.float32), r"got an array of shape \[2, 3, 4, 5\]"),
     (np.zeros((2, 4, 4, 3), np.float32).transpose(0, 3, 1, 2), "got an array that is not C-contiguous"),
-    ([[0.0]], "got not an array")])
+    ([[0.0]], "got a list where its device takes a numpy.ndarray")])
 def test_a_blob_refuses_an_array_it_cannot_hold(given, problem):
     """A blob's arrays are C-contiguous, of its shape and dtype, on its device, as every fast path reads them; a
     write into the array it has copies any values that convert."""
@@ -198,11 +199,14 @@ def test_a_blob_refuses_an_array_it_cannot_hold(given, problem):
         {"name": "relu", "type": "ReLU", "bottom": "data", "top": "out"}]}), phase="TEST")
     blob = net.blobs["data"]
     for what in ("data", "diff"):
-        with pytest.raises(ValueError, match=rf"blob 'data' takes a C-contiguous float32 array of shape "
+        with pytest.raises(ValueError, match=rf"blob 'data' takes a C-contiguous float32 numpy.ndarray of shape "
                                              rf"\[2, 3, 4, 4\] for its {what}, {problem} \(blob.{what}\[...\] ="):
             setattr(blob, what, given)
     blob.data[...] = np.ones((2, 3, 4, 4))  # (float64 values, copied in)
     assert blob.data.dtype == np.float32 and blob.data.sum() == 96
+    scalar = Blob((), np, np.float32, "loss")
+    scalar.data = np.float32(2.5)  # (a NumPy scalar, as a Python loss layer computes one, taken as an array)
+    assert isinstance(scalar.data, np.ndarray) and scalar.data == 2.5
 
 
 def test_without_onednn_no_blob_is_held_and_the_plan_pads_nothing(monkeypatch):

@@ -506,9 +506,9 @@ def test_a_frozen_net_reorders_its_weights_once_and_refuses_writes():
     frozen, net = residual_output(inference=True, reuse_memory=True, frozen=True)
     np.testing.assert_allclose(frozen, expected, rtol=1e-5, atol=1e-5)
     weights = net.layer_by_name["b"].fast.operands[onednn.ARG_WEIGHTS]
-    kept = weights.kept.buffer
+    kept = weights.constant_copy.buffer
     net.forward()
-    assert weights.kept.buffer is kept  # (the blocked copy made at the first pass, reused)
+    assert weights.constant_copy.buffer is kept  # (the blocked copy made at the first pass, reused)
     np.testing.assert_allclose(net.blobs["out"].data, expected, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="read-only"):
         net.params["b"][0].data[...] = 0

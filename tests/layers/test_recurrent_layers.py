@@ -176,11 +176,11 @@ def test_a_frozen_lstm_reorders_its_constant_weights_into_onednns_gate_order_onc
     lstm = net.layers[-1].fast
     net.forward()
     np.testing.assert_allclose(net.blobs["h"].data, expected, rtol=1e-5, atol=1e-6)
-    kept = {arg: copy.buffer for arg, copy in lstm.kept.items() if copy.buffer is not None}
+    kept = {arg: copy.buffer for arg, copy in lstm.constant_copies.items() if copy.buffer is not None}
     assert len(kept) == 2 - static
     net.forward()
     np.testing.assert_allclose(net.blobs["h"].data, expected, rtol=1e-5, atol=1e-6)
-    assert all(lstm.kept[arg].buffer is buffer for arg, buffer in kept.items())
+    assert all(lstm.constant_copies[arg].buffer is buffer for arg, buffer in kept.items())
     for blob, changed in zip(net.layers[-1].blobs, reference.layers[-1].blobs):  # (a net frozen again: anew)
         array = blob.data
         while isinstance(array, np.ndarray):
