@@ -55,7 +55,7 @@ class Blob:
         try:
             return self.xp.zeros(shape, dtype=self.dtype)
         except MemoryError:
-            asked = math.prod(shape) * self.xp.dtype(self.dtype).itemsize
+            asked = math.prod(shape) * numpy.dtype(self.dtype).itemsize
             raise MemoryError(f"blob '{self.name}' {list(shape)} needs {asked:,} bytes for its {what}") from None
 
     @property
@@ -79,7 +79,7 @@ class Blob:
         no axes on the CPU, as an array); else ValueError naming the blob and what is wrong with it."""
         if isinstance(array, numpy.generic) and self.xp is numpy:  # (a Python layer's loss, say)
             array = numpy.asarray(array)
-        dtype, kind = self.xp.dtype(self.dtype), _kind(self.xp.ndarray)
+        dtype, kind = numpy.dtype(self.dtype), _kind(self.xp.ndarray)
         problem = (f"a {_kind(type(array))} where its device takes a {kind}" if not isinstance(array, self.xp.ndarray)
                    else f"a {array.dtype} array" if array.dtype != dtype
                    else f"an array of shape {list(array.shape)}" if tuple(array.shape) != shape
