@@ -277,7 +277,7 @@ def compare_inference(paths: list[str], threads: int, iterations: int, warmup: i
     slow each other down), the three in turn, ``rounds`` times (the order turned at each round, so that a slow
     moment of the machine falls on each); the medians of the rounds' images/s and of their ratios."""
     print(f"{'net':<16} {'batch':>5} {'netspec img/s':>14} {'pytorch img/s':>14} {'ratio':>6} "
-          f"{'onnxruntime img/s':>18} {'ratio':>6}  (medians of {rounds} rounds)")
+          f"{'onnxruntime img/s':>18} {'ratio':>6}  (medians of {rounds} round{'s' * (rounds > 1)})")
     for path in paths:
         rates: dict[str, list[float]] = {side: [] for side in INFERENCE_SIDES}
         for number in range(rounds):
@@ -306,6 +306,7 @@ def peak_memory_child(framework: str, path: str, torch) -> None:
     baseline = resident_mb()
     if framework == "netspec":
         net = load(path)
+        batch = net.batch_size
         for _ in range(3):
             net.forward_backward()
     else:
@@ -318,19 +319,21 @@ def peak_memory_child(framework: str, path: str, torch) -> None:
                 p.grad = None
             run().backward()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"mb": peak - baseline}))
+    print(json.dumps({"mb": peak - baseline, "net": net.name, "batch": batch}))
 
 
 def compare_memory(paths: list[str]) -> None:
     """Print each net's peak training memory in netspec and in PyTorch, each in a fresh process."""
-    print(f"{'net':<40} {'netspec MB':>10} {'pytorch MB':>10} {'ratio':>6}")
+    print(f"{'net':<16} {'batch':>5} {'netspec MB':>10} {'pytorch MB':>10} {'ratio':>6}")
     for path in paths:
         figures = []
         for framework in ("netspec", "pytorch"):
             child = subprocess.run([sys.executable, __file__, "--memory-child", framework, path], capture_output=True,
                                    text=True, check=True)
-            figures.append(json.loads(child.stdout.splitlines()[-1])["mb"])
-        print(f"{path:<40} {figures[0]:>10.0f} {figures[1]:>10.0f} {figures[0] / figures[1]:>6.2f}", flush=True)
+            result = json.loads(child.stdout.splitlines()[-1])
+            figures.append(result["mb"])
+        print(f"{result['net']:<16} {result['batch']:>5} {figures[0]:>10.0f} {figures[1]:>10.0f} "
+              f"{figures[0] / figures[1]:>6.2f}", flush=True)
 
 
 def main() -> int:

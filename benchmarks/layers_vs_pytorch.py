@@ -202,8 +202,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="times each side runs, in turns")
     parser.add_argument("--side", choices=["netspec", "torch"], help=argparse.SUPPRESS)  # one side, in a child
     args = parser.parse_args()
-    if args.rounds < 1:
-        parser.error("--rounds must be at least 1")
+    if args.rounds < 1 or args.repeats < 1:
+        parser.error("--rounds and --repeats must be at least 1")
+    unknown = sorted(set(args.types) - {row.type for row in ROWS})
+    if unknown:
+        parser.error(f"no row times {', '.join(unknown)}; the rows' types: "
+                     f"{', '.join(sorted({row.type for row in ROWS}))}")
     rows = [row for row in ROWS if not args.types or row.type in args.types]
     if args.side:
         print(json.dumps(time_side(args.side, rows, args.repeats, args.threads)))

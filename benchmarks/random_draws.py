@@ -65,6 +65,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20, help="timed runs of each side")
     parser.add_argument("--threads", type=int, default=netspec.threads.all_cores(), help="netspec's threads")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     netspec.threads.use_threads(args.threads)
     generator = numpy.random.default_rng(0)
     print(f"{'draw':<46} {'values':>10} {'netspec ms':>10} {'NumPy ms':>9} {'ratio':>6}")
