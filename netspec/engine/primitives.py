@@ -368,26 +368,28 @@ class Normalization(ScaledNormalization):
         self.layout = self.operands[ARG_DST].layout
         plain = lib.memory_desc(shape)
         self.input, self.keep, self.copy = lib.memory(plain), lib.reorder(plain, data), lib.reorder(data, data)
-        self.kept = lib.owned_memory(data) if keeps_input else None  # the input for backward: (memory, its buffer)
+        # the input for backward: (memory, its buffer)
+        self.saved_input = lib.owned_memory(data) if keeps_input else None
 
     def forward(self, x: Array, y: Array, channels: dict[int, numpy.ndarray]) -> None:
         """Normalise ``x`` into ``y`` (arrays, or blobs' arrays: :class:`BlobArray`; the batch statistics written
         into ``channels`` unless given there)."""
-        if self.kept is None:
+        if self.saved_input is None:
             self._run(self.forward_primitive, {ARG_SRC: x, **channels}, {ARG_DST: y})
             return
         held = self.operands[ARG_SRC].held(x)
         if held is not None and held.latest != PLAIN:
-            self.lib.run(self.copy, {ARG_SRC: held.memory, ARG_DST: self.kept[0]})
+            self.lib.run(self.copy, {ARG_SRC: held.memory, ARG_DST: self.saved_input[0]})
         else:
             self.lib.point(self.input, x.array() if isinstance(x, BlobArray) else x)
-            self.lib.run(self.keep, {ARG_SRC: self.input, ARG_DST: self.kept[0]})
-        self._run(self.forward_primitive, channels, {ARG_DST: y}, {ARG_SRC: self.kept[0]})
+            self.lib.run(self.keep, {ARG_SRC: self.input, ARG_DST: self.saved_input[0]})
+        self._run(self.forward_primitive, channels, {ARG_DST: y}, {ARG_SRC: self.saved_input[0]})
 
     def backward(self, dy: Array, dx: Array, channels: dict[int, numpy.ndarray]) -> None:
         """The input's gradient from the output's (and the scale's and shift's, into ``channels``), after
         :meth:`forward` and with the statistics it used."""
-        self._run(self.backward_primitive, {ARG_DIFF_DST: dy, **channels}, {ARG_DIFF_SRC: dx}, {ARG_SRC: self.kept[0]})
+        self._run(self.backward_primitive, {ARG_DIFF_DST: dy, **channels}, {ARG_DIFF_SRC: dx},
+                  {ARG_SRC: self.saved_input[0]})
 
 
 class LayerNormalization(ScaledNormalization):

@@ -438,7 +438,7 @@ def test_an_inference_net_normalises_without_keeping_inputs():
     for inference in (True, False):
         net = netspec.load_net(layers, phase="TEST", seed=1, inference=inference)
         assert "bn+scale, alone" in net.paths()
-        assert (net.layer_by_name["bn"].fast.kept is None) == inference
+        assert (net.layer_by_name["bn"].fast.saved_input is None) == inference
         rng = np.random.default_rng(0)
         for blobs in net.params.values():
             for blob in blobs:
