@@ -256,6 +256,12 @@ def onnxruntime_pass(net, threads: int):
 INFERENCE_SIDES = ("netspec", "pytorch", "onnxruntime")
 
 
+def in_child(*arguments: str) -> dict:
+    """This script run in a process of its own with ``arguments`` (a child mode): what its last line says."""
+    child = subprocess.run([sys.executable, __file__, *arguments], capture_output=True, text=True, check=True)
+    return json.loads(child.stdout.splitlines()[-1])
+
+
 def inference_child(side: str, path: str, torch, threads: int, iterations: int, warmup: int) -> None:
     """In a process of its own: print the forward images/s of one framework (``side``) on the deploy net ``path``
     (folded and frozen in netspec; PyTorch in eval mode without autograd), null where it is not installed."""
@@ -282,10 +288,8 @@ def compare_inference(paths: list[str], threads: int, iterations: int, warmup: i
         rates: dict[str, list[float]] = {side: [] for side in INFERENCE_SIDES}
         for number in range(rounds):
             for side in INFERENCE_SIDES[number % 3:] + INFERENCE_SIDES[:number % 3]:
-                child = subprocess.run([sys.executable, __file__, path, "--inference-child", side, "--threads",
-                                        str(threads), "--iterations", str(iterations), "--warmup", str(warmup)],
-                                       capture_output=True, text=True, check=True)
-                result = json.loads(child.stdout.splitlines()[-1])
+                result = in_child(path, "--inference-child", side, "--threads", str(threads), "--iterations",
+                                  str(iterations), "--warmup", str(warmup))
                 rates[side].append(result["rate"])
         line = f"{result['net']:<16} {result['batch']:>5} {statistics.median(rates['netspec']):>14.1f}"
         for side, width in (("pytorch", 14), ("onnxruntime", 18)):
@@ -328,9 +332,7 @@ def compare_memory(paths: list[str]) -> None:
     for path in paths:
         figures = []
         for framework in ("netspec", "pytorch"):
-            child = subprocess.run([sys.executable, __file__, "--memory-child", framework, path], capture_output=True,
-                                   text=True, check=True)
-            result = json.loads(child.stdout.splitlines()[-1])
+            result = in_child("--memory-child", framework, path)
             figures.append(result["mb"])
         print(f"{result['net']:<16} {result['batch']:>5} {figures[0]:>10.0f} {figures[1]:>10.0f} "
               f"{figures[0] / figures[1]:>6.2f}", flush=True)
