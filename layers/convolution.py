@@ -332,6 +332,7 @@ class Convolution(Layer):
         self.geo = for_device(self.geometry(bottom[0].shape), self.xp)
         self.shapes = bottom[0].shape, top[0].shape
         self.bottom_blob, self.top_blob = bottom[0], top[0]
+        self.folded = onednn.FromConstants()  # (the weights and bias oneDNN takes, where it :attr:`folds`)
         self.fast = self._onednn(*self.shapes)
         if self.fast is not None:
             onednn.hold_outputs(self.fast, top)
@@ -353,11 +354,25 @@ class Convolution(Layer):
         if not self.absorbed:
             return onednn.attempt_in(self, onednn.layout_of(self.bottom_blob.values),
                                      lambda lib, layout: primitives.Convolution(lib, *geometry, layout=layout))
-        steps = [("affine", None)] if self.absorbed[0][0].type in ("BatchNorm", "Scale") else []
-        steps += [("relu", layer.block("relu_param").negative_slope) if layer.type == "ReLU" else ("add", None)
-                  for layer, _, _ in self.absorbed if layer.type in ("ReLU", "Eltwise")]
+        steps = [("affine", None)] if self._affine() and not self.folds else []
+        steps += [("relu", layer.block("relu_param").negative_slope) if layer.type == "ReLU"
+                  else ("accumulate" if self.output.shares_data(self._shortcut(layer_bottom)) else "add", None)
+                  for layer, layer_bottom, _ in self.absorbed if layer.type in ("ReLU", "Eltwise")]
+        geometry = (*geometry[:-1], p.bias_term or self.folds)
         return onednn.attempt_in(self, onednn.layout_of(self.output.values), lambda lib, layout: (
             primitives.FusedConvolution(lib, *geometry, steps=steps, layout=layout)))  # (the output's, held)
+
+    def _affine(self) -> bool:
+        """Whether a BatchNorm or Scale is absorbed (folded into a scale and shift per channel)."""
+        return bool(self.absorbed) and self.absorbed[0][0].type in ("BatchNorm", "Scale")
+
+    @property
+    def folds(self) -> bool:
+        """Whether oneDNN's primitive takes the weights and bias with the absorbed BatchNorm and Scale folded in
+        (:meth:`folded_weights_and_bias`): where the sum is written over the shortcut, since oneDNN's fast
+        kernels add what the output holds before any other step (a frozen net's are folded once)."""
+        return self._affine() and any(layer.type == "Eltwise" and self.output.shares_data(self._shortcut(bottom))
+                                      for layer, bottom, _ in self.absorbed)
 
     @property
     def records(self) -> bool:
@@ -401,11 +416,18 @@ class Convolution(Layer):
         if layer.type != "Eltwise":
             return (bottom == tops == [output] and (layer.type != "Scale" or layer.per_channel())
                     and (layer.type != "BatchNorm" or layer.global_stats))
-        others = [blob for blob in bottom if blob is not output]  # (the sum is written as the product is: in
-        return (self.fast is not None and onednn.layout_of(output.values) is not None  # memory of its own)
+        others = [blob for blob in bottom if blob is not output]
+        # (the sum is written as the product is: into memory of its own, or over the other bottom, whose data
+        # the memory plan gave it: the product is then added to that bottom where it stands)
+        return (self.fast is not None and onednn.layout_of(output.values) is not None
                 and layer.block("eltwise_param").operation == "SUM" and len(bottom) == 2 and len(others) == 1
                 and layer.coefficients(2) == [1.0, 1.0] and tops[0] not in bottom
-                and not any(onednn.may_overlap(tops[0].values, blob.values) for blob in (self.bottom_blob, *others)))
+                and not onednn.may_overlap(tops[0].values, self.bottom_blob.values)
+                and (tops[0].shares_data(others[0]) or not onednn.may_overlap(tops[0].values, others[0].values)))
+
+    def _shortcut(self, bottom):
+        """The bottom of an absorbed Eltwise (its ``bottom``) the convolution's product is added to."""
+        return next(blob for blob in bottom if blob is not self.top_blob)
 
     def output_scale_and_shift(self):
         """The per-channel ``(scale, shift)`` of the absorbed BatchNorm and Scale (their folded parameters)."""
@@ -439,14 +461,18 @@ class Convolution(Layer):
 
     def forward(self, bottom, top):
         if self.fast is not None:
-            bias = self.blobs[1].data if self.params.bias_term else None
+            weights, bias = self.blobs[0].data, self.blobs[1].data if self.params.bias_term else None
             inputs = {}
-            if self.absorbed and self.absorbed[0][0].type in ("BatchNorm", "Scale"):
+            if self.folds:
+                sources = [blob.values.stored() for layer in [self, *(layer for layer, _, _ in self.absorbed)]
+                           for blob in layer.blobs]
+                weights, bias = self.folded.get(sources, self.folded_weights_and_bias)
+            elif self._affine():
                 inputs["scale"], inputs["shift"] = self.output_scale_and_shift()
             for layer, layer_bottom, _ in self.absorbed:
-                if layer.type == "Eltwise":  # (the other bottom added)
-                    inputs["add"] = next(blob for blob in layer_bottom if blob is not top[0]).values
-            self.fast.forward(bottom[0].values, self.blobs[0].data, bias, self.output.values, **inputs)
+                if layer.type == "Eltwise" and not self.output.shares_data(self._shortcut(layer_bottom)):
+                    inputs["add"] = self._shortcut(layer_bottom).values  # (else in the output already)
+            self.fast.forward(bottom[0].values, weights, bias, self.output.values, **inputs)
             return
         weights, bias = self.folded_weights_and_bias()
         if self.depthwise:

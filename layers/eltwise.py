@@ -56,6 +56,10 @@ class Eltwise(Layer):
                                  f"but '{name}' is {shape}")
         return [bottom_shapes[0]]
 
+    @classmethod
+    def sums_in_place(cls, spec) -> bool:
+        return spec.blocks["eltwise_param"].operation == "SUM"
+
     def coefficients(self, count: int) -> list[float]:
         """The SUM coefficient of each bottom."""
         return self.block("eltwise_param").coeff or [1.0] * count
@@ -63,12 +67,15 @@ class Eltwise(Layer):
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
         self.fast = self.fast_gradients = None
+        # the bottoms in the order the sum adds them: first the one whose data the top's is, if any (an
+        # inference net's sum written over its shortcut: netspec.graph.memory.sum_aliases)
+        self.order = sorted(range(len(bottom)), key=lambda index: not top[0].shares_data(bottom[index]))
         if self.block("eltwise_param").operation == "SUM":
             shape, coeffs = bottom[0].shape, self.coefficients(len(bottom))
             # the sum, and each bottom's gradient as a scaled copy of the top's
             self.fast, self.fast_gradients = onednn.attempt_in(
                 self, onednn.common_layout([blob.values for blob in bottom]), lambda lib, layout: (
-                    primitives.Sum(lib, shape, coeffs, layout),
+                    primitives.Sum(lib, shape, [coeffs[index] for index in self.order], layout),
                     [primitives.Sum(lib, shape, [c], layout) for c in coeffs])
             ) or (None, None)
             if self.fast is not None:
@@ -76,16 +83,17 @@ class Eltwise(Layer):
 
     def forward(self, bottom, top):
         if self.fast is not None:
-            self.fast([blob.values for blob in bottom], top[0].values)
+            self.fast([bottom[index].values for index in self.order], top[0].values)
             return
         xp = self.xp
         out = top[0].data
         operation = self.block("eltwise_param").operation
         if operation == "SUM":
             coeffs = self.coefficients(len(bottom))
-            xp.multiply(bottom[0].data, coeffs[0], out=out)
-            for blob, c in zip(bottom[1:], coeffs[1:]):
-                out += blob.data if c == 1 else c * blob.data
+            first, *rest = self.order
+            xp.multiply(bottom[first].data, coeffs[first], out=out)
+            for index in rest:
+                out += bottom[index].data if coeffs[index] == 1 else coeffs[index] * bottom[index].data
         elif operation == "PROD":
             xp.multiply(bottom[0].data, bottom[1].data, out=out)
             for blob in bottom[2:]:

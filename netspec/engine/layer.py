@@ -84,6 +84,13 @@ class Layer:
     # written from that layer's step on (netspec.graph.memory.data_plan)
     computed_by: ClassVar[tuple[str, ...]] = ()
 
+    @classmethod
+    def sums_in_place(cls, spec: LayerSpec) -> bool:
+        """Whether the layer ``spec`` describes computes its one top right when the top's data is that of one of
+        its bottoms (an element-wise sum): an inference net's memory plan may then give it that bottom's data
+        where nothing reads the bottom after it (netspec.graph.memory.sum_aliases)."""
+        return False
+
     def __init__(self, spec: LayerSpec, phase: str = "TEST"):
         self.spec = spec
         self.name = spec.name

@@ -21,7 +21,16 @@ from netspec.engine.trust import LIBRARY, Trust
 from netspec.errors import ConfigError, DataError, DeviceError, ParamError, WeightsError
 from netspec.graph.compiler import compile_graph
 from netspec.graph.graph import Graph
-from netspec.graph.memory import ParamGroups, Plan, data_plan, diff_blobs, diff_plan, param_groups, split_aliases
+from netspec.graph.memory import (
+    ParamGroups,
+    Plan,
+    data_aliases,
+    data_plan,
+    diff_blobs,
+    diff_plan,
+    param_groups,
+    split_aliases,
+)
 from netspec.spec.net_spec import NetConfig, parse_net, with_batch_size
 
 
@@ -72,6 +81,8 @@ class Net:
         self.dtype = numpy.dtype(dtype)
         self.nodes = graph.nodes
         self.split_aliases = split_aliases(graph)
+        # {blob: the blob whose data it uses}: the Split tops, and in a planned inference net its sums over a bottom
+        self.aliases = data_aliases(graph, keep) if reuse_memory and inference else self.split_aliases
         # blobs oneDNN's layers may hold in their blocked layouts (the memory plan makes room for those)
         self.holdable = set() if self.backend.is_gpu or self.dtype != numpy.float32 else onednn.holdable(graph, keep)
         self.held_diffs = set() if inference else self.holdable & diff_blobs(graph)
@@ -142,14 +153,14 @@ class Net:
                     held.plain_used = False  # (what setting up looked at: nothing written)
                     continue
                 setattr(blob, "held_diff" if diff else "held_data", None)
-                if name not in shared or (not diff and name in self.split_aliases):  # (an alias: its source's)
+                if name not in shared or (not diff and name in self.aliases):  # (an alias: its source's)
                     continue
                 array = shared.view(name)  # (back in its place in the plan)
                 if diff:
                     blob.diff = array
                     continue
                 blob.data = array
-                for alias in (top for top, source in self.split_aliases.items() if source == name):
+                for alias in (top for top, source in self.aliases.items() if source == name):
                     self.blobs[alias].data = array
 
     def _group_arrays(self) -> list[tuple[object, object]]:
@@ -188,13 +199,14 @@ class Net:
         """Make the node's new top blobs and set its layer up on them; its bottom and top blobs.
 
         A new top takes its planned arrays (``shared_data``, ``shared_diffs``),
-        or, as a Split top nothing changes in place, its bottom's data (as its bottom holds it).  A top oneDNN may
+        or, as a Split top nothing changes in place or a sum written over a bottom (:attr:`aliases`), that
+        bottom's data (as it holds it).  A top oneDNN may
         hold in a blocked layout gets room for that (:meth:`_held_buffer`).
         """
         bottom = [self.blobs[name] for name in node.bottoms]
         for name in node.tops:
             if name not in self.blobs:
-                alias = self.split_aliases.get(name)
+                alias = self.aliases.get(name)
                 data = (self.blobs[alias].data if alias is not None
                         else self.shared_data.view(name) if name in self.shared_data else None)
                 blob = self.blobs[name] = Blob(self.graph.blob_shapes[name], self.backend.xp, self.dtype, name, data)

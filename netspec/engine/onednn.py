@@ -39,6 +39,7 @@ from netspec.engine.blob import BlobArray
 CPU_ENGINE = 1
 IN_ORDER_STREAM = 1
 F32 = 3
+DATA_TYPE_UNDEF = 0  # (a post-op's data type left to oneDNN: the output's)
 FORMAT_TAGS = {1: 2, 2: 3, 3: 4, 4: 5, 5: 6}  # ndims -> the plain tag a, ab, abc, abcd, abcde
 ANY = 1  # format tag: the layout the primitive computes fastest in
 CHANNEL_BLOCKS_OF_8 = 102  # format tag aBcd8b (nChw8c): channels in blocks of 8, innermost
@@ -484,6 +485,29 @@ class ConstantCopy:
             return self.buffer, False
         self.array, self.buffer, self.made = array, numpy.empty(nbytes, dtype=numpy.uint8), _freezes
         return self.buffer, True
+
+
+class FromConstants:
+    """Arrays computed from :func:`constant` arrays (a frozen net's weights folded with its BatchNorm), computed at
+    the first call for them and kept, read-only (so constants too), while the same constants come, until
+    :func:`forget_constants`; computed at every call from arrays that may change."""
+
+    def __init__(self):
+        self.sources: list[numpy.ndarray] = []  # (kept, so that no other array can take their place in memory)
+        self.arrays: tuple[numpy.ndarray, ...] = ()
+        self.made = -1  # (the value of _freezes when they were computed)
+
+    def get(self, sources: list[numpy.ndarray], compute: Callable[[], tuple[numpy.ndarray, ...]]
+            ) -> tuple[numpy.ndarray, ...]:
+        """``compute()``'s arrays, from ``sources`` (every array it reads)."""
+        if not all(constant(array) for array in sources):
+            return compute()
+        if self.made != _freezes or [a.__array_interface__ for a in self.sources] != [
+                a.__array_interface__ for a in sources]:
+            self.sources, self.arrays, self.made = sources, compute(), _freezes
+            for array in self.arrays:
+                array.flags.writeable = False
+        return self.arrays
 
 
 class Operand:

@@ -42,6 +42,7 @@ from netspec.engine.onednn import (
     BINARY_MUL,
     CHANNEL_BLOCKS_OF_8,
     CONVOLUTION_DIRECT,
+    DATA_TYPE_UNDEF,
     ELTWISE_RELU,
     ELTWISE_RELU_USE_DST,
     F32,
@@ -601,9 +602,10 @@ class FusedConvolution(Passes):
     """Inference only: a convolution whose output goes on, in the same primitive, through ``steps`` in order:
     ``("affine", None)`` a scale and a shift per output channel (a BatchNorm and Scale folded in), ``("relu",
     slope)`` a ReLU, ``("add", None)`` the values of another array of the output's shape (an Eltwise SUM's other
-    bottom): ``y = relu(relu(s_o * (x * w + b) + t_o) + a)`` with every step optional.  Shapes and geometry as
-    :class:`Convolution`; the output, and the array added, in ``layout`` where given (the one the output's blob
-    is held in), else in the one the primitive computes fastest in."""
+    bottom) or ``("accumulate", None)`` the values the output array holds before the pass (that bottom, where the
+    sum is written over it): ``y = relu(relu(s_o * (x * w + b) + t_o) + a)`` with every step optional.  Shapes
+    and geometry as :class:`Convolution`; the output, and the array added, in ``layout`` where given (the one the
+    output's blob is held in), else in the one the primitive computes fastest in."""
 
     def __init__(self, lib: Library, input_shape, weights_shape, output_shape, group: int, stride, pad, dilation,
                  bias: bool, steps: list[tuple[str, float | None]], layout: Handle | None = None):
@@ -611,7 +613,8 @@ class FusedConvolution(Passes):
         shapes, (x, w, b, y), geometry = convolution_descriptors(lib, input_shape, weights_shape, output_shape, group,
                                                                  stride, pad, dilation, bias)
         operations = [(operation, slope) for step, slope in steps for operation in self.OPERATIONS[step]]
-        if layout is None and ("add", None) in operations:  # (the output's layout, which the added array takes)
+        if layout is None and {("add", None), ("accumulate", None)} & set(operations):  # (the output's layout,
+            # which the added array takes)
             layout = lib.chosen(self._descriptor(lib, [x, w, b, y], geometry, [], None, weights_shape[0]), QUERY_DST)
         forward = self._descriptor(lib, [x, w, b, layout or y], geometry, operations, layout, weights_shape[0])
         refuse_reference(lib, forward, layout)
@@ -623,13 +626,15 @@ class FusedConvolution(Passes):
             self.operands[ARG_BIAS] = Operand(lib, (weights_shape[0],))
         self.layout = self.operands[ARG_DST].layout
         self.arguments = {}  # {"scale", "shift" or "add": the argument of the post-op that reads that array}
+        self.accumulates = ("accumulate", None) in operations
         for index, (operation, _) in enumerate(operations):
-            if operation != "relu":
+            if operation not in ("relu", "accumulate"):
                 arg = self.arguments[operation] = ARG_POST_OPS * (index + 1) | ARG_SRC_1
                 self.operands[arg] = (Operand(lib, shapes["y"], self.layout, slot=arg) if operation == "add"
                                       else Operand(lib, (1, weights_shape[0], 1, 1)))
 
-    OPERATIONS = {"affine": ("scale", "shift"), "relu": ("relu",), "add": ("add",)}  # each step's post-ops
+    OPERATIONS = {"affine": ("scale", "shift"), "relu": ("relu",), "add": ("add",),  # each step's post-ops
+                  "accumulate": ("accumulate",)}
 
     @staticmethod
     def _descriptor(lib: Library, descriptors: list, geometry: list, operations, layout: Handle | None,
@@ -643,6 +648,8 @@ class FusedConvolution(Passes):
             if operation == "relu":
                 lib.call("dnnl_post_ops_append_eltwise", post_ops, ELTWISE_RELU, ctypes.c_float(slope),
                          ctypes.c_float(0))
+            elif operation == "accumulate":  # (oneDNN's sum post-op: the output's values, in its data type)
+                lib.call("dnnl_post_ops_append_sum", post_ops, ctypes.c_float(1), ctypes.c_int32(0), DATA_TYPE_UNDEF)
             else:
                 lib.call("dnnl_post_ops_append_binary", post_ops, BINARY_MUL if operation == "scale" else BINARY_ADD,
                          layout if operation == "add" else per_channel)
@@ -657,10 +664,13 @@ class FusedConvolution(Passes):
         return forward
 
     def forward(self, x: Array, w: numpy.ndarray, b: numpy.ndarray | None, y: Array, **inputs: Array) -> None:
-        """The fused output, written into ``y``; the post-ops' arrays by name: ``scale`` and ``shift`` (O,) with
-        an ``affine`` step, ``add`` (the output's shape) with an ``add`` step."""
+        """The fused output, written into ``y`` (added to what it holds with an ``accumulate`` step); the
+        post-ops' arrays by name: ``scale`` and ``shift`` (O,) with an ``affine`` step, ``add`` (the output's
+        shape) with an ``add`` step."""
         reads = {ARG_SRC: x, ARG_WEIGHTS: w, ARG_BIAS: b, **{self.arguments[name]: array
                                                               for name, array in inputs.items()}}
+        if self.accumulates:  # (its values brought into the memory the primitive writes)
+            reads[ARG_DST] = y
         self._run(self.primitive, {arg: array for arg, array in reads.items() if array is not None}, {ARG_DST: y})
 
 

@@ -26,7 +26,10 @@ that does not promise it (``overwrites`` false: Python layers) keep arrays
 of their own.
 
 Split tops that no layer changes in place use their bottom's data
-(:func:`split_aliases`), in every net.
+(:func:`split_aliases`), in every net.  In a net run forward only, the top of
+an element-wise sum may take the data of a bottom it is the last reader of
+(:func:`sum_aliases`: a residual block's sum written over its shortcut, which
+oneDNN's convolution before it then adds to where it stands).
 
 The learnable blobs of a net that trains lie in one flat buffer per pair of
 multipliers (:func:`param_groups`), so that an update runs a few operations
@@ -104,17 +107,53 @@ def _diff_touches(graph: Graph) -> tuple[dict[str, list[int]], set[str]]:
     return touched, own
 
 
-def data_plan(graph: Graph, keep: Iterable[str] = (), size: Callable[[str], int] | None = None) -> Plan:
-    """Shared buffers for the data of a net run forward only, keeping the outputs, the losses (the net sums them
-    after the pass) and ``keep`` apart (see the module's text).  A Split top that reads its bottom's data
-    (:func:`split_aliases`) counts as its bottom.  ``size`` as :func:`diff_plan`'s."""
-    aliases = split_aliases(graph)
+def sum_aliases(graph: Graph, keep: Iterable[str] = ()) -> dict[str, str]:
+    """``{sum's top: the blob whose data it takes}`` in a net run forward only: the top of a layer that may sum in
+    place (:meth:`~netspec.engine.layer.Layer.sums_in_place`), not in place itself, takes the data of a bottom
+    it is the last reader of (read once by it, neither of them an output, a loss, an input or in ``keep``), the
+    one no layer before it computes it from (a convolution's top, where it runs fused with that convolution:
+    the other bottom, a residual block's shortcut).  The data is its bottom's as :func:`split_aliases` reads
+    it (the blob that holds it)."""
+    splits = split_aliases(graph)
+    root = _root(splits)
+    own, _, last = _data_lifetimes(graph, keep, root)
+    aliases = {}
+    for index, node in enumerate(graph.nodes):
+        if not node.layer.sums_in_place(node.spec) or len(node.tops) != 1 or node.tops[0] in node.bottoms:
+            continue
+        computing = written_from(graph, index)
+        computed = set(graph.nodes[computing].tops) if computing != index else set()
+        roots = [root(name) for name in node.bottoms]
+        taken = [source for name, source in zip(node.bottoms, roots) if name not in computed
+                 and roots.count(source) == 1 and last.get(source) == index and source not in own]
+        if taken and root(node.tops[0]) not in own:
+            aliases[node.tops[0]] = taken[0]
+    return aliases
 
+
+def data_aliases(graph: Graph, keep: Iterable[str] = ()) -> dict[str, str]:
+    """``{blob: the blob whose data it uses}`` in a net run forward only whose data shares buffers, the Split
+    tops (:func:`split_aliases`) and the sums written over a bottom (:func:`sum_aliases`) each mapped to the
+    blob at the end of the chain (a Split of a sum's top: the sum's bottom)."""
+    aliases = split_aliases(graph) | sum_aliases(graph, keep)
+    root = _root(aliases)
+    return {name: root(name) for name in aliases}
+
+
+def _root(aliases: dict[str, str]) -> Callable[[str], str]:
+    """The blob whose data a blob uses, following ``aliases`` to the end."""
     def root(name: str) -> str:
         while name in aliases:
             name = aliases[name]
         return name
 
+    return root
+
+
+def _data_lifetimes(graph: Graph, keep: Iterable[str], root: Callable[[str], str]
+                    ) -> tuple[set[str], dict[str, int], dict[str, int]]:
+    """``(the data kept apart, {data: its first step}, {data: its last reader's step})`` of a net run forward only,
+    each blob counted as its ``root``."""
     own = {root(name) for name in [*graph.outputs, *keep]}
     first: dict[str, int] = {}
     last: dict[str, int] = {}
@@ -127,6 +166,15 @@ def data_plan(graph: Graph, keep: Iterable[str] = (), size: Callable[[str], int]
             first.setdefault(root(name), written_from(graph, index))
         for name in node.bottoms:
             last[root(name)] = index
+    return own, first, last
+
+
+def data_plan(graph: Graph, keep: Iterable[str] = (), size: Callable[[str], int] | None = None) -> Plan:
+    """Shared buffers for the data of a net run forward only, keeping the outputs, the losses (the net sums them
+    after the pass) and ``keep`` apart (see the module's text).  A blob that uses another's data
+    (:func:`data_aliases`) counts as that one.  ``size`` as :func:`diff_plan`'s."""
+    aliases = data_aliases(graph, keep)
+    own, first, last = _data_lifetimes(graph, keep, lambda name: aliases.get(name, name))
     lifetimes = {name: (start, last.get(name, start)) for name, start in first.items() if name not in own}
     return pack(lifetimes, {name: _size(graph, size, name) for name in lifetimes})
 

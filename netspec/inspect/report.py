@@ -8,7 +8,7 @@ import math
 import typing
 
 from netspec.graph.graph import Graph
-from netspec.graph.memory import data_plan, diff_blobs, diff_plan, split_aliases
+from netspec.graph.memory import data_aliases, data_plan, diff_blobs, diff_plan, split_aliases
 from netspec.spec.schema import type_name
 from netspec.spec.solver_spec import LR_FORMULAS, WARMUP_FORMULA
 
@@ -86,7 +86,7 @@ def memory_estimate(graph: Graph, itemsize: int = 4) -> tuple[int, int, int, int
     """``(data bytes, gradient bytes, bytes held, shared buffers)`` of the blobs (parameters left out): in TRAIN
     what ``netspec train`` holds with its gradients in shared buffers, else what ``netspec test`` and ``predict``
     hold with their data in shared buffers (:mod:`netspec.graph.memory`).  Split tops that read their bottom's data
-    hold none of their own."""
+    hold none of their own (nor, in ``test`` and ``predict``, sums written over a bottom)."""
     sizes = {name: math.prod(shape) * itemsize for name, shape in graph.blob_shapes.items()}
     aliases = split_aliases(graph)
     data = sum(size for name, size in sizes.items() if name not in aliases)
@@ -95,7 +95,7 @@ def memory_estimate(graph: Graph, itemsize: int = 4) -> tuple[int, int, int, int
         own = needed - set(plan.buffer_of)
         gradients = sum(sizes[name] for name in needed)
         return data, gradients, data + plan.elements() * itemsize + sum(sizes[name] for name in own), len(plan.buffers)
-    plan = data_plan(graph)
+    plan, aliases = data_plan(graph), data_aliases(graph)
     own = {name for name in sizes if name not in aliases and name not in plan.buffer_of}
     return data, 0, plan.elements() * itemsize + sum(sizes[name] for name in own), len(plan.buffers)
 

@@ -465,9 +465,9 @@ layers:
 """
 
 
-def residual_output(inference: bool, reuse_memory: bool = False, frozen: bool = False):
+def residual_output(inference: bool, reuse_memory: bool = False, frozen: bool = False, text: str = RESIDUAL):
     """The residual block's output (``out``) for fixed weights and input, and its net."""
-    net = netspec.load_net(RESIDUAL, phase="TEST", seed=1, inference=inference, reuse_memory=reuse_memory)
+    net = netspec.load_net(text, phase="TEST", seed=1, inference=inference, reuse_memory=reuse_memory)
     rng = np.random.default_rng(0)
     for name, blobs in net.params.items():
         for blob in blobs:
@@ -480,16 +480,27 @@ def residual_output(inference: bool, reuse_memory: bool = False, frozen: bool = 
     return net.blobs["out"].data.copy(), net
 
 
-@pytest.mark.parametrize("reuse_memory", [False, True])
+PLAIN_SHORTCUT = RESIDUAL.replace("bottom: data, top: a,", "bottom: data, top: a0,").replace(
+    "{name: a_relu, type: ReLU, bottom: a, top: a}", "{name: a_abs, type: AbsVal, bottom: a0, top: a}")  # (NumPy's)
+
+
+@pytest.mark.parametrize(("reuse_memory", "text"), [(False, RESIDUAL), (True, RESIDUAL), (True, PLAIN_SHORTCUT)],
+                         ids=["own-memory", "over-the-shortcut", "over-a-plain-shortcut"])
 @pytest.mark.skipif(onednn.library() is None, reason=f"oneDNN is off: {onednn.why_unavailable()}")
-def test_a_residual_sum_and_its_relu_fold_into_the_convolution_before_it(reuse_memory):
+def test_a_residual_sum_and_its_relu_fold_into_the_convolution_before_it(reuse_memory, text):
     """A residual block's end (BatchNorm, Scale, the SUM with the shortcut, ReLU) runs in the convolution's
-    primitive; with memory reuse the sum keeps memory of its own from the convolution on (the plan would
-    otherwise give it the convolution's input, which the fused primitive reads as it writes the sum)."""
-    expected, _ = residual_output(inference=False)
-    folded, net = residual_output(inference=True, reuse_memory=reuse_memory)
+    primitive; with memory reuse the sum is written over the shortcut (its last reader), the convolution adding
+    its product to the shortcut where it stands, and never over the convolution's input, which it reads as it
+    writes the sum."""
+    expected, _ = residual_output(inference=False, text=text)
+    folded, net = residual_output(inference=True, reuse_memory=reuse_memory, text=text)
     assert "c+bn+scale+sum+sum_relu" in re.split(r"[,;]? ", net.paths()), net.paths()
+    assert (onednn.layout_of(net.blobs["a"].values) is None) == (text == PLAIN_SHORTCUT)
+    assert net.layer_by_name["c"].fast.accumulates == reuse_memory == net.blobs["s"].shares_data(net.blobs["a"])
+    assert not onednn.may_overlap(net.blobs["s"].values, net.blobs["b"].values)
     np.testing.assert_allclose(folded, expected, rtol=1e-5, atol=1e-5)
+    net.forward()  # (the shortcut's values again, not the sum's)
+    np.testing.assert_allclose(net.blobs["out"].data, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_on_numpy_a_residual_sum_runs_on_its_own(monkeypatch):
@@ -507,8 +518,11 @@ def test_a_frozen_net_reorders_its_weights_once_and_refuses_writes():
     np.testing.assert_allclose(frozen, expected, rtol=1e-5, atol=1e-5)
     weights = net.layer_by_name["b"].fast.operands[onednn.ARG_WEIGHTS]
     kept = weights.constant_copy.buffer
+    folded = net.layer_by_name["c"].folded.arrays  # (its weights and bias with the BatchNorm and Scale in them)
+    assert net.layer_by_name["c"].folds and len(folded) == 2 and not folded[0].flags.writeable
     net.forward()
     assert weights.constant_copy.buffer is kept  # (the blocked copy made at the first pass, reused)
+    assert net.layer_by_name["c"].folded.arrays is folded
     np.testing.assert_allclose(net.blobs["out"].data, expected, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="read-only"):
         net.params["b"][0].data[...] = 0
@@ -542,6 +556,18 @@ def test_a_net_frozen_again_computes_with_the_weights_changed_in_between(layer):
     for _ in range(3):
         net.forward()
         np.testing.assert_allclose(net.blobs["out"].data, reference.blobs["out"].data, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(onednn.library() is None, reason=f"oneDNN is off: {onednn.why_unavailable()}")
+def test_a_net_not_frozen_folds_the_weights_each_pass_has():
+    _, reference = residual_output(inference=False)
+    _, net = residual_output(inference=True, reuse_memory=True)
+    assert net.layer_by_name["c"].folds
+    for model in (reference, net):
+        model.params["c"][0].data[...] *= -1.5
+        model.params["bn"][0].data[...] *= 2
+        model.forward()
+    np.testing.assert_allclose(net.blobs["out"].data, reference.blobs["out"].data, rtol=1e-5, atol=1e-5)
 
 
 def test_freezing_leaves_the_weights_a_python_layer_shares_writable(tmp_path, monkeypatch):

@@ -13,7 +13,16 @@ from netspec.engine.net import Net, compile_net
 from netspec.engine.outputs import OutputFolder
 from netspec.engine.registry import layer_schemas
 from netspec.engine.trust import Trust
-from netspec.graph.memory import ALIGNMENT, data_plan, diff_plan, pack, param_groups, split_aliases, written_from
+from netspec.graph.memory import (
+    ALIGNMENT,
+    data_aliases,
+    data_plan,
+    diff_plan,
+    pack,
+    param_groups,
+    sum_aliases,
+    written_from,
+)
 from netspec.inspect.report import memory_estimate
 from netspec.spec.net_spec import parse_net
 
@@ -96,7 +105,8 @@ def test_data_plan_keeps_outputs_inputs_and_what_is_asked_apart():
     graph = graph_of(NET, phase="TEST")
     plan = data_plan(graph, keep=["fc"])
     assert not {"data", "label", "loss", "aux", "accuracy", "fc"} & set(plan.buffer_of)
-    assert {"conv", "left", "right", "fc_twin", "sum"} <= set(plan.buffer_of)
+    assert {"conv", "left", "right", "fc_twin", "fc_again"} <= set(plan.buffer_of)
+    assert data_aliases(graph, keep=["fc"])["sum"] == "fc_again"  # (its last reader: the sum takes its data)
 
 
 def test_a_residual_sum_lives_from_the_convolution_that_may_compute_it():
@@ -105,17 +115,48 @@ def test_a_residual_sum_lives_from_the_convolution_that_may_compute_it():
     end = names.index("res2a")  # (Eltwise of res2a_branch1 and res2a_branch2c, after its BatchNorm and Scale)
     assert written_from(graph, end) == names.index("res2a_branch2c") == end - 3
     assert written_from(graph, names.index("res2a_relu")) == names.index("res2a_relu")
-    plan = data_plan(graph)
+    plan = data_plan(graph, keep=["res2a_branch1"])  # (the shortcut kept: the sum has data of its own)
     assert plan.buffer_of["res2a"] != plan.buffer_of["res2a_branch2b"]  # (the convolution's input)
+    aliases = data_aliases(graph)  # (else it takes the shortcut's, which lives from before the convolution)
+    assert aliases["res2a"] == aliases["res2b"] == "res2a_branch1" and "res2a" not in data_plan(graph).buffer_of
 
 
-def test_split_tops_nothing_changes_read_their_bottoms_data():
-    graph = graph_of(NET)
-    aliases = split_aliases(graph)
-    assert {"left_halves_0_split_0": "left", "sum_sum_0_split_1": "sum"}.items() <= aliases.items()
-    net = Net(graph, seed=0)
-    for top, bottom in aliases.items():
-        assert net.blobs[top].data is net.blobs[bottom].data
+SUMS = """
+layers:
+  - {name: data, type: Input, top: data, input_param: {shape: {dim: [2, 3, 4, 4]}}}
+  - {name: a, type: ReLU, bottom: data, top: a}
+  - {name: b, type: Sigmoid, bottom: a, top: b}
+  - {name: sum, type: Eltwise, bottom: [a, b], top: s}
+  - {name: out, type: TanH, bottom: s, top: out}
+"""
+
+
+@pytest.mark.parametrize(("change", "keep", "taken"), [
+    ((), (), "a"),
+    (("top: out}", "top: out}\n  - {name: later, type: TanH, bottom: a, top: later}"), (), "b"),  # a read later
+    (("bottom: [a, b]", "bottom: [data, b]"), (), "b"),  # an input's data
+    ((), ("a",), "b"),
+    ((), ("s",), None),
+    (("bottom: [a, b]", "bottom: [a, a]"), (), None),  # read twice
+    (("top: s}", "top: s, eltwise_param: {operation: PROD}}"), (), None),  # not a sum
+], ids=["first", "read-later", "input", "kept", "top-kept", "twice", "product"])
+def test_a_sum_takes_the_data_of_a_bottom_it_reads_last(change, keep, taken):
+    graph = graph_of(SUMS.replace(*change) if change else SUMS, phase="TEST")
+    assert sum_aliases(graph, keep).get("s") == taken
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["onednn", "numpy"])
+def test_a_sum_written_over_its_second_bottom_adds_it_first(fast, monkeypatch):
+    if not fast:
+        monkeypatch.setattr(onednn, "library_for", lambda layer: None)
+    text = SUMS.replace("bottom: [a, b], top: s}", "bottom: [b, a], top: s, eltwise_param: {coeff: [2, 0.5]}}")
+    text = text.replace("top: out}", "top: out}\n  - {name: later, type: TanH, bottom: b, top: later}")
+    plain, shared = twin_nets(lambda: graph_of(text, phase="TEST"), inference=True)
+    assert shared.blobs["s"].shares_data(shared.blobs["a"])
+    for net in (plain, shared):
+        net.blobs["data"].data[...] = np.linspace(-2, 2, 96).reshape(2, 3, 4, 4)
+        net.forward()
+    np.testing.assert_allclose(shared.blobs["out"].data, plain.blobs["out"].data, rtol=1e-6)
 
 
 def twin_nets(graph_factory, inference=False):
