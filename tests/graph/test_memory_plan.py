@@ -145,18 +145,20 @@ def test_a_sum_takes_the_data_of_a_bottom_it_reads_last(change, keep, taken):
     assert sum_aliases(graph, keep).get("s") == taken
 
 
-@pytest.mark.parametrize("fast", [True, False], ids=["onednn", "numpy"])
-def test_a_sum_written_over_its_second_bottom_adds_it_first(fast, monkeypatch):
-    if not fast:
+@pytest.mark.parametrize("path", ["onednn", "numpy", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_a_sum_written_over_its_second_bottom_adds_it_first(path, monkeypatch):
+    if path == "numpy":
         monkeypatch.setattr(onednn, "library_for", lambda layer: None)
     text = SUMS.replace("bottom: [a, b], top: s}", "bottom: [b, a], top: s, eltwise_param: {coeff: [2, 0.5]}}")
     text = text.replace("top: out}", "top: out}\n  - {name: later, type: TanH, bottom: b, top: later}")
-    plain, shared = twin_nets(lambda: graph_of(text, phase="TEST"), inference=True)
+    plain = Net(graph_of(text, phase="TEST"), seed=0, inference=True)
+    shared = Net(graph_of(text, phase="TEST"), device="gpu" if path == "gpu" else "cpu", seed=0, inference=True,
+                 reuse_memory=True)
     assert shared.blobs["s"].shares_data(shared.blobs["a"])
     for net in (plain, shared):
-        net.blobs["data"].data[...] = np.linspace(-2, 2, 96).reshape(2, 3, 4, 4)
+        net.blobs["data"].data[...] = net.backend.xp.asarray(np.linspace(-2, 2, 96).reshape(2, 3, 4, 4))
         net.forward()
-    np.testing.assert_allclose(shared.blobs["out"].data, plain.blobs["out"].data, rtol=1e-6)
+    np.testing.assert_allclose(shared.backend.to_host(shared.blobs["out"].data), plain.blobs["out"].data, rtol=1e-6)
 
 
 def twin_nets(graph_factory, inference=False):
