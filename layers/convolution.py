@@ -354,11 +354,15 @@ class Convolution(Layer):
         if not self.absorbed:
             return onednn.attempt_in(self, onednn.layout_of(self.bottom_blob.values),
                                      lambda lib, layout: primitives.Convolution(lib, *geometry, layout=layout))
-        steps = [("affine", None)] if self._affine() and not self.folds else []
+        # the sum written over the shortcut (the memory plan gave it the shortcut's data): the product added to
+        # what the output holds, with the BatchNorm and Scale folded into the weights (oneDNN's jit kernels take
+        # that sum only as the first of the steps after the product)
+        in_place = self._shortcut() is not None and self.output.shares_data(self._shortcut())
+        steps = [("affine", None)] if self._affine() and not in_place else []
         steps += [("relu", layer.block("relu_param").negative_slope) if layer.type == "ReLU"
-                  else ("accumulate" if self.output.shares_data(self._shortcut(layer_bottom)) else "add", None)
-                  for layer, layer_bottom, _ in self.absorbed if layer.type in ("ReLU", "Eltwise")]
-        geometry = (*geometry[:-1], p.bias_term or self.folds)
+                  else ("accumulate" if in_place else "add", None)
+                  for layer, _, _ in self.absorbed if layer.type in ("ReLU", "Eltwise")]
+        geometry = (*geometry[:-1], p.bias_term or (self._affine() and in_place))
         return onednn.attempt_in(self, onednn.layout_of(self.output.values), lambda lib, layout: (
             primitives.FusedConvolution(lib, *geometry, steps=steps, layout=layout)))  # (the output's, held)
 
@@ -366,19 +370,24 @@ class Convolution(Layer):
         """Whether a BatchNorm or Scale is absorbed (folded into a scale and shift per channel)."""
         return bool(self.absorbed) and self.absorbed[0][0].type in ("BatchNorm", "Scale")
 
+    def _adds_in_place(self) -> bool:
+        """Whether oneDNN's primitive adds the product to what the output holds (the shortcut's values)."""
+        return getattr(self.fast, "accumulates", False)
+
     @property
     def folds(self) -> bool:
         """Whether oneDNN's primitive takes the weights and bias with the absorbed BatchNorm and Scale folded in
-        (:meth:`folded_weights_and_bias`): where the sum is written over the shortcut, since oneDNN's fast
-        kernels add what the output holds before any other step (a frozen net's are folded once)."""
-        return self._affine() and any(layer.type == "Eltwise" and self.output.shares_data(self._shortcut(bottom))
-                                      for layer, bottom, _ in self.absorbed)
+        (:meth:`folded_weights_and_bias`, once in a frozen net): where it adds the product to the output's values
+        (the sum written over the shortcut)."""
+        return self._affine() and self._adds_in_place()
 
     @property
     def records(self) -> bool:
-        # (the BatchNorm and Scale absorbed are folded with NumPy at each pass: the same only from constants)
+        # (the BatchNorm and Scale absorbed are folded with NumPy at each pass: the same only from constants; the
+        # shortcut is copied into the output where a new array given to either parted them)
         folded = [blob for layer, _, _ in self.absorbed if layer.type in ("BatchNorm", "Scale") for blob in layer.blobs]
-        return super().records and all(onednn.constant(blob.values.stored()) for blob in folded)
+        return (super().records and all(onednn.constant(blob.values.stored()) for blob in folded)
+                and not (self._adds_in_place() and not self.output.shares_data(self._shortcut())))
 
     def absorb(self, following):
         """In an inference net, the layers that follow, each optional, in this order: a BatchNorm (stored
@@ -425,9 +434,10 @@ class Convolution(Layer):
                 and not onednn.may_overlap(tops[0].values, self.bottom_blob.values)
                 and (tops[0].shares_data(others[0]) or not onednn.may_overlap(tops[0].values, others[0].values)))
 
-    def _shortcut(self, bottom):
-        """The bottom of an absorbed Eltwise (its ``bottom``) the convolution's product is added to."""
-        return next(blob for blob in bottom if blob is not self.top_blob)
+    def _shortcut(self):
+        """The bottom of the absorbed Eltwise the convolution's product is added to (None without one)."""
+        return next((blob for layer, bottom, _ in self.absorbed if layer.type == "Eltwise" for blob in bottom
+                     if blob is not self.top_blob), None)
 
     def output_scale_and_shift(self):
         """The per-channel ``(scale, shift)`` of the absorbed BatchNorm and Scale (their folded parameters)."""
@@ -469,9 +479,11 @@ class Convolution(Layer):
                 weights, bias = self.folded.get(sources, self.folded_weights_and_bias)
             elif self._affine():
                 inputs["scale"], inputs["shift"] = self.output_scale_and_shift()
-            for layer, layer_bottom, _ in self.absorbed:
-                if layer.type == "Eltwise" and not self.output.shares_data(self._shortcut(layer_bottom)):
-                    inputs["add"] = self._shortcut(layer_bottom).values  # (else in the output already)
+            shortcut = self._shortcut()
+            if shortcut is not None and not self._adds_in_place():
+                inputs["add"] = shortcut.values
+            elif shortcut is not None and not self.output.shares_data(shortcut):  # (a new array given to either
+                self.output.data[...] = shortcut.data  # since the net was built: the values the product is added to)
             self.fast.forward(bottom[0].values, weights, bias, self.output.values, **inputs)
             return
         weights, bias = self.folded_weights_and_bias()

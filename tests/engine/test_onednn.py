@@ -503,6 +503,23 @@ def test_a_residual_sum_and_its_relu_fold_into_the_convolution_before_it(reuse_m
     np.testing.assert_allclose(net.blobs["out"].data, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("blob", ["s", "a"], ids=["the-sum", "the-shortcut"])
+@pytest.mark.parametrize("text", [RESIDUAL, PLAIN_SHORTCUT], ids=["held", "plain"])
+@pytest.mark.parametrize("frozen", [False, True], ids=["", "frozen"])
+@pytest.mark.skipif(onednn.library() is None, reason=f"oneDNN is off: {onednn.why_unavailable()}")
+def test_a_sum_written_over_the_shortcut_survives_a_new_array_given_to_either(blob, text, frozen):
+    """A new array given to the sum or to its shortcut parts their data: the shortcut's values are then copied
+    where the convolution adds its product."""
+    expected, _ = residual_output(inference=False, text=text)
+    _, net = residual_output(inference=True, reuse_memory=True, frozen=frozen, text=text)
+    assert net.layer_by_name["c"].fast.accumulates
+    for _ in range(2):
+        net.blobs[blob].data = np.full(net.blobs[blob].shape, 5, np.float32)
+        for _ in range(3):  # (a frozen net records its calls again, at the second pass from here)
+            net.forward()
+            np.testing.assert_allclose(net.blobs["out"].data, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_on_numpy_a_residual_sum_runs_on_its_own(monkeypatch):
     expected, _ = residual_output(inference=False)
     monkeypatch.setattr(onednn, "library_for", lambda layer: None)
