@@ -541,29 +541,6 @@ class Copy:
         self.lib.wait()
 
 
-class Repeat:
-    """``tiles`` copies of a float32 array of ``(outer, inner)`` side by side in each row of an ``(outer, tiles *
-    inner)`` one (both C-contiguous): oneDNN's concatenation of the array with itself, on every thread (it
-    copies a whole run of ``inner`` values at a time, faster than a reorder reading the array with a stride
-    of 0)."""
-
-    def __init__(self, lib: Library, outer: int, tiles: int, inner: int):
-        source, target = lib.memory_desc((outer, inner)), lib.memory_desc((outer, tiles * inner))
-        descriptor = Handle()
-        lib.call("dnnl_concat_primitive_desc_create", ctypes.byref(descriptor), lib.engine, target, tiles, 1,
-                 (Handle * tiles)(*[source] * tiles), None)
-        self.lib, self.primitive = lib, lib.primitive(descriptor)
-        self.source, self.target = lib.memory(source), lib.memory(target)
-        self.arguments = {**{ARG_MULTIPLE_SRC + i: self.source for i in range(tiles)}, ARG_DST: self.target}
-
-    def __call__(self, source: numpy.ndarray, target: numpy.ndarray) -> None:
-        """Write the copies of ``source`` into ``target``."""
-        self.lib.point(self.source, source)
-        self.lib.point(self.target, target)
-        self.lib.run(self.primitive, self.arguments)
-        self.lib.wait()
-
-
 def element_strides(array: numpy.ndarray) -> tuple[int, ...]:
     """The strides of ``array`` in elements."""
     return tuple(stride // array.itemsize for stride in array.strides)
