@@ -357,12 +357,12 @@ class Convolution(Layer):
         # the sum written over the shortcut (the memory plan gave it the shortcut's data): the product added to
         # what the output holds, with the BatchNorm and Scale folded into the weights (oneDNN's jit kernels take
         # that sum only as the first of the steps after the product)
-        in_place = self._shortcut() is not None and self.output.shares_data(self._shortcut())
-        steps = [("affine", None)] if self._affine() and not in_place else []
+        accumulate = self._shortcut() is not None and self.output.shares_data(self._shortcut())
+        steps = [("affine", None)] if self._affine() and not accumulate else []
         steps += [("relu", layer.block("relu_param").negative_slope) if layer.type == "ReLU"
-                  else ("accumulate" if in_place else "add", None)
+                  else ("accumulate" if accumulate else "add", None)
                   for layer, _, _ in self.absorbed if layer.type in ("ReLU", "Eltwise")]
-        geometry = (*geometry[:-1], p.bias_term or (self._affine() and in_place))
+        geometry = (*geometry[:-1], p.bias_term or (self._affine() and accumulate))
         return onednn.attempt_in(self, onednn.layout_of(self.output.values), lambda lib, layout: (
             primitives.FusedConvolution(lib, *geometry, steps=steps, layout=layout)))  # (the output's, held)
 
@@ -370,7 +370,7 @@ class Convolution(Layer):
         """Whether a BatchNorm or Scale is absorbed (folded into a scale and shift per channel)."""
         return bool(self.absorbed) and self.absorbed[0][0].type in ("BatchNorm", "Scale")
 
-    def _adds_in_place(self) -> bool:
+    def _accumulates(self) -> bool:
         """Whether oneDNN's primitive adds the product to what the output holds (the shortcut's values)."""
         return getattr(self.fast, "accumulates", False)
 
@@ -379,31 +379,36 @@ class Convolution(Layer):
         """Whether oneDNN's primitive takes the weights and bias with the absorbed BatchNorm and Scale folded in
         (:meth:`folded_weights_and_bias`, once in a frozen net): where it adds the product to the output's values
         (the sum written over the shortcut)."""
-        return self._affine() and self._adds_in_place()
+        return self._affine() and self._accumulates()
 
     @property
     def records(self) -> bool:
-        # (the BatchNorm and Scale absorbed are folded with NumPy at each pass: the same only from constants; the
-        # shortcut is copied into the output where a new array given to either parted them)
-        folded = [blob for layer, _, _ in self.absorbed if layer.type in ("BatchNorm", "Scale") for blob in layer.blobs]
+        # (the BatchNorm and Scale absorbed, and the weights they are folded into, are folded with NumPy at each
+        # pass: the same only from constants; the shortcut is copied into the output where a new array given to
+        # either parted them)
+        folded = self._folded_blobs() if self.folds else self._folded_blobs()[len(self.blobs):]
         return (super().records and all(onednn.constant(blob.values.stored()) for blob in folded)
-                and not (self._adds_in_place() and not self.output.shares_data(self._shortcut())))
+                and not (self._accumulates() and not self.output.shares_data(self._shortcut())))
 
     def absorb(self, following):
         """In an inference net, the layers that follow, each optional, in this order: a BatchNorm (stored
         statistics), a Scale (one factor a channel) and a ReLU in place on the top; then, where oneDNN runs this
         layer and holds its top in a blocked layout (so nothing else reads it), an Eltwise SUM of the top and one
-        other blob (coefficients 1) into a blob of its own, and a ReLU in place on that (a residual block's end).
-        BatchNorm and Scale are folded into a scale and shift per channel of the output (from their parameters
-        at each pass, so weights loaded later count; a frozen net's are constants).  On oneDNN all of them run
-        in its primitive (none when it refuses them); on NumPy and CuPy the weights and bias are scaled and
-        shifted before the product, and the others run after it."""
+        other blob (coefficients 1), and a ReLU in place on that (a residual block's end).  The sum is written
+        into a blob of its own, or, where the memory plan gave it the other blob's data (netspec.graph.memory.
+        sum_aliases), over that blob, the product then added to it where it stands (not after a ReLU: oneDNN's
+        fast kernels take that sum only first).  BatchNorm and Scale are folded into a scale and shift per
+        channel of the output, or into the weights and bias where the product is added over the other blob
+        (from their parameters at each pass, so weights loaded later count; once in a frozen net).  On oneDNN
+        all of them run in its primitive (none when it refuses them); on NumPy and CuPy the weights and bias are
+        scaled and shifted before the product, and the others run after it."""
         if not self.inference:
             return 0
         taken, position = [], -1
         for layer, bottom, tops in following:
             position = next((i for i in range(position + 1, len(self.FUSES)) if self.FUSES[i] == layer.type), None)
-            if position is None or not self._fuses(layer, bottom, tops, taken[-1][2][0] if taken else self.top_blob):
+            output = taken[-1][2][0] if taken else self.top_blob
+            if position is None or not self._fuses(layer, bottom, tops, output, [layer for layer, _, _ in taken]):
                 break
             taken.append((layer, bottom, tops))
         types = [layer.type for layer, _, _ in taken]
@@ -419,9 +424,9 @@ class Convolution(Layer):
         self.absorbed, self.fast = (), previous
         return 0
 
-    def _fuses(self, layer, bottom, tops, output) -> bool:
-        """Whether ``layer`` (with its ``bottom`` and ``tops``) can follow the layers absorbed so far, the last
-        of which writes ``output``."""
+    def _fuses(self, layer, bottom, tops, output, before: list) -> bool:
+        """Whether ``layer`` (with its ``bottom`` and ``tops``) can follow the layers absorbed so far (``before``),
+        the last of which writes ``output``."""
         if layer.type != "Eltwise":
             return (bottom == tops == [output] and (layer.type != "Scale" or layer.per_channel())
                     and (layer.type != "BatchNorm" or layer.global_stats))
@@ -432,7 +437,14 @@ class Convolution(Layer):
                 and layer.block("eltwise_param").operation == "SUM" and len(bottom) == 2 and len(others) == 1
                 and layer.coefficients(2) == [1.0, 1.0] and tops[0] not in bottom
                 and not onednn.may_overlap(tops[0].values, self.bottom_blob.values)
-                and (tops[0].shares_data(others[0]) or not onednn.may_overlap(tops[0].values, others[0].values)))
+                and (not onednn.may_overlap(tops[0].values, others[0].values)
+                     or tops[0].shares_data(others[0]) and not any(done.type == "ReLU" for done in before)))
+
+    def _folded_blobs(self) -> list:
+        """The blobs the folded weights and bias come from: this layer's, then the absorbed BatchNorm's and
+        Scale's."""
+        return [*self.blobs, *(blob for layer, _, _ in self.absorbed if layer.type in ("BatchNorm", "Scale")
+                               for blob in layer.blobs)]
 
     def _shortcut(self):
         """The bottom of the absorbed Eltwise the convolution's product is added to (None without one)."""
@@ -458,7 +470,7 @@ class Convolution(Layer):
         absorbed BatchNorm and Scale in one product."""
         weights = self.blobs[0].data
         bias = self.blobs[1].data if self.params.bias_term else None
-        if not self.absorbed or self.absorbed[0][0].type not in ("BatchNorm", "Scale"):
+        if not self._affine():
             return weights, bias
         scale, shift = self.output_scale_and_shift()
         return weights * scale.reshape(-1, 1, 1, 1), shift if bias is None else bias * scale + shift
@@ -474,13 +486,12 @@ class Convolution(Layer):
             weights, bias = self.blobs[0].data, self.blobs[1].data if self.params.bias_term else None
             inputs = {}
             if self.folds:
-                sources = [blob.values.stored() for layer in [self, *(layer for layer, _, _ in self.absorbed)]
-                           for blob in layer.blobs]
+                sources = [blob.values.stored() for blob in self._folded_blobs()]
                 weights, bias = self.folded.get(sources, self.folded_weights_and_bias)
             elif self._affine():
                 inputs["scale"], inputs["shift"] = self.output_scale_and_shift()
             shortcut = self._shortcut()
-            if shortcut is not None and not self._adds_in_place():
+            if shortcut is not None and not self._accumulates():
                 inputs["add"] = shortcut.values
             elif shortcut is not None and not self.output.shares_data(shortcut):  # (a new array given to either
                 self.output.data[...] = shortcut.data  # since the net was built: the values the product is added to)

@@ -9,6 +9,7 @@ from netspec.engine import onednn, primitives
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError, ShapeError
+from netspec.spec.net_spec import LayerSpec
 from netspec.spec.schema import doc
 
 
@@ -57,7 +58,8 @@ class Eltwise(Layer):
         return [bottom_shapes[0]]
 
     @classmethod
-    def sums_in_place(cls, spec) -> bool:
+    def may_write_over_bottom(cls, spec: LayerSpec) -> bool:
+        """A SUM may: it adds the bottom its top is written over first (:meth:`reshape`)."""
         return spec.blocks["eltwise_param"].operation == "SUM"
 
     def coefficients(self, count: int) -> list[float]:

@@ -153,7 +153,8 @@ class Blob:
         self.diff = owner.diff.reshape(shape)
 
     def shares_data(self, other: Blob) -> bool:
-        """Whether this blob's data is ``other``'s own array (a Split top the net lets read its bottom's)."""
+        """Whether this blob's data is ``other``'s own array (a Split top the net lets read its bottom's, or a sum
+        written over a bottom: :attr:`netspec.engine.net.Net.aliases`)."""
         return self._data is other._data
 
     def share_data(self, owner: Blob) -> None:

@@ -85,7 +85,7 @@ class Layer:
     computed_by: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
-    def sums_in_place(cls, spec: LayerSpec) -> bool:
+    def may_write_over_bottom(cls, spec: LayerSpec) -> bool:
         """Whether the layer ``spec`` describes computes its one top right when the top's data is that of one of
         its bottoms (an element-wise sum): an inference net's memory plan may then give it that bottom's data
         where nothing reads the bottom after it (netspec.graph.memory.sum_aliases)."""

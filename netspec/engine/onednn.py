@@ -456,11 +456,12 @@ def constant(array: numpy.ndarray) -> bool:
     return False
 
 
-_freezes = 0  # how many times a net was frozen in this process (ConstantCopy's copies made before are stale)
+_freezes = 0  # how many times a net was frozen in this process (the ConstantCopy and FromConstants made before: stale)
 
 
 def forget_constants() -> None:
-    """Make every :class:`ConstantCopy` made so far stale, so that the next call for it copies its array again:
+    """Make every :class:`ConstantCopy` and :class:`FromConstants` made so far stale, so that the next call for
+    it copies (computes) its arrays again:
     a net frozen again (:meth:`netspec.engine.net.Net.freeze`) after its weights were made writable, changed,
     and made read-only once more computes with their new values."""
     global _freezes

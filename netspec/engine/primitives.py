@@ -613,8 +613,8 @@ class FusedConvolution(Passes):
         shapes, (x, w, b, y), geometry = convolution_descriptors(lib, input_shape, weights_shape, output_shape, group,
                                                                  stride, pad, dilation, bias)
         operations = [(operation, slope) for step, slope in steps for operation in self.OPERATIONS[step]]
-        if layout is None and {("add", None), ("accumulate", None)} & set(operations):  # (the output's layout,
-            # which the added array takes)
+        if layout is None and {("add", None), ("accumulate", None)} & set(operations):  # (a layout the output
+            # and the array added share)
             layout = lib.chosen(self._descriptor(lib, [x, w, b, y], geometry, [], None, weights_shape[0]), QUERY_DST)
         forward = self._descriptor(lib, [x, w, b, layout or y], geometry, operations, layout, weights_shape[0])
         refuse_reference(lib, forward, layout)

@@ -29,7 +29,7 @@ Split tops that no layer changes in place use their bottom's data
 (:func:`split_aliases`), in every net.  In a net run forward only, the top of
 an element-wise sum may take the data of a bottom it is the last reader of
 (:func:`sum_aliases`: a residual block's sum written over its shortcut, which
-oneDNN's convolution before it then adds to where it stands).
+oneDNN's convolution before it then adds its product to where it stands).
 
 The learnable blobs of a net that trains lie in one flat buffer per pair of
 multipliers (:func:`param_groups`), so that an update runs a few operations
@@ -108,24 +108,29 @@ def _diff_touches(graph: Graph) -> tuple[dict[str, list[int]], set[str]]:
 
 
 def sum_aliases(graph: Graph, keep: Iterable[str] = ()) -> dict[str, str]:
-    """``{sum's top: the blob whose data it takes}`` in a net run forward only: the top of a layer that may sum in
-    place (:meth:`~netspec.engine.layer.Layer.sums_in_place`), not in place itself, takes the data of a bottom
-    it is the last reader of (read once by it, neither of them an output, a loss, an input or in ``keep``), the
-    one no layer before it computes it from (a convolution's top, where it runs fused with that convolution:
-    the other bottom, a residual block's shortcut).  The data is its bottom's as :func:`split_aliases` reads
-    it (the blob that holds it)."""
+    """``{sum's top: the blob whose data it takes}`` in a net run forward only.  The top of a layer that may be
+    written over one of its bottoms (:meth:`~netspec.engine.layer.Layer.may_write_over_bottom`: an element-wise
+    sum), whose top is not one of its bottoms, takes the data of the first of its bottoms that:
+
+    - it is the last reader of, and reads once;
+    - is no output, loss, input or ``keep`` blob (nor is the top);
+    - a layer before it that may compute the top (a convolution it runs fused with: :func:`written_from`)
+      neither writes nor reads: the other bottom of a residual block's sum, its shortcut.
+
+    The data is that bottom's as :func:`split_aliases` reads it (the blob that holds it)."""
     splits = split_aliases(graph)
     root = _root(splits)
     own, _, last = _data_lifetimes(graph, keep, root)
     aliases = {}
     for index, node in enumerate(graph.nodes):
-        if not node.layer.sums_in_place(node.spec) or len(node.tops) != 1 or node.tops[0] in node.bottoms:
+        if not node.layer.may_write_over_bottom(node.spec) or len(node.tops) != 1 or node.tops[0] in node.bottoms:
             continue
         computing = written_from(graph, index)
-        computed = set(graph.nodes[computing].tops) if computing != index else set()
+        touched = ({root(name) for name in (*graph.nodes[computing].tops, *graph.nodes[computing].bottoms)}
+                   if computing != index else set())
         roots = [root(name) for name in node.bottoms]
-        taken = [source for name, source in zip(node.bottoms, roots) if name not in computed
-                 and roots.count(source) == 1 and last.get(source) == index and source not in own]
+        taken = [source for source in roots if source not in touched and roots.count(source) == 1
+                 and last.get(source) == index and source not in own]
         if taken and root(node.tops[0]) not in own:
             aliases[node.tops[0]] = taken[0]
     return aliases

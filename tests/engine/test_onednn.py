@@ -520,6 +520,39 @@ def test_a_sum_written_over_the_shortcut_survives_a_new_array_given_to_either(bl
             np.testing.assert_allclose(net.blobs["out"].data, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize(("text", "fused"), [
+    (RESIDUAL.replace("{name: c, type: Convolution, bottom: b,", "{name: c, type: Convolution, bottom: a,"),
+     "c+bn+scale+sum+sum_relu"),  # (the shortcut the convolution's input: a sum of its own)
+    (RESIDUAL.replace("scale_param: {bias_term: true}}", "scale_param: {bias_term: true}}\n"
+                      "  - {name: c_relu, type: ReLU, bottom: c, top: c}"), "c+bn+scale+c_relu"),  # (the sum alone)
+], ids=["shortcut-read-by-the-convolution", "relu-before-the-sum"])
+@pytest.mark.skipif(onednn.library() is None, reason=f"oneDNN is off: {onednn.why_unavailable()}")
+def test_a_residual_sum_the_convolution_cannot_add_where_it_stands(text, fused):
+    expected, _ = residual_output(inference=False, text=text)
+    folded, net = residual_output(inference=True, reuse_memory=True, text=text)
+    assert fused in re.split(r"[,;]? ", net.paths()) and "reordered" not in net.paths(), net.paths()
+    assert not net.layer_by_name["c"].fast.accumulates
+    np.testing.assert_allclose(folded, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(onednn.library() is None, reason=f"oneDNN is off: {onednn.why_unavailable()}")
+def test_a_frozen_net_whose_folded_weights_are_made_writable_follows_them():
+    """Weights folded with a BatchNorm are recomputed at each pass while they may change (and the pass is not
+    replayed from a recording of arrays computed once)."""
+    _, reference = residual_output(inference=False)
+    _, net = residual_output(inference=True, reuse_memory=True, frozen=True)
+    assert net.layer_by_name["c"].folds
+    array = net.params["c"][0].data
+    while isinstance(array, np.ndarray):
+        array.flags.writeable = True
+        array = array.base
+    for _ in range(4):
+        for model in (reference, net):
+            model.params["c"][0].data[...] *= 1.5
+            model.forward()
+        np.testing.assert_allclose(net.blobs["out"].data, reference.blobs["out"].data, rtol=1e-5, atol=1e-5)
+
+
 def test_on_numpy_a_residual_sum_runs_on_its_own(monkeypatch):
     expected, _ = residual_output(inference=False)
     monkeypatch.setattr(onednn, "library_for", lambda layer: None)

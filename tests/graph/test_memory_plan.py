@@ -20,6 +20,7 @@ from netspec.graph.memory import (
     diff_plan,
     pack,
     param_groups,
+    split_aliases,
     sum_aliases,
     written_from,
 )
@@ -121,6 +122,15 @@ def test_a_residual_sum_lives_from_the_convolution_that_may_compute_it():
     assert aliases["res2a"] == aliases["res2b"] == "res2a_branch1" and "res2a" not in data_plan(graph).buffer_of
 
 
+def test_split_tops_nothing_changes_read_their_bottoms_data():
+    graph = graph_of(NET)
+    aliases = split_aliases(graph)
+    assert {"left_halves_0_split_0": "left", "sum_sum_0_split_1": "sum"}.items() <= aliases.items()
+    net = Net(graph, seed=0)
+    for top, bottom in aliases.items():
+        assert net.blobs[top].data is net.blobs[bottom].data
+
+
 SUMS = """
 layers:
   - {name: data, type: Input, top: data, input_param: {shape: {dim: [2, 3, 4, 4]}}}
@@ -151,10 +161,13 @@ def test_a_sum_written_over_its_second_bottom_adds_it_first(path, monkeypatch):
         monkeypatch.setattr(onednn, "library_for", lambda layer: None)
     text = SUMS.replace("bottom: [a, b], top: s}", "bottom: [b, a], top: s, eltwise_param: {coeff: [2, 0.5]}}")
     text = text.replace("top: out}", "top: out}\n  - {name: later, type: TanH, bottom: b, top: later}")
+    if path == "onednn" and onednn.library() is None:
+        pytest.skip(f"oneDNN is off: {onednn.why_unavailable()}")
     plain = Net(graph_of(text, phase="TEST"), seed=0, inference=True)
     shared = Net(graph_of(text, phase="TEST"), device="gpu" if path == "gpu" else "cpu", seed=0, inference=True,
                  reuse_memory=True)
     assert shared.blobs["s"].shares_data(shared.blobs["a"])
+    assert (shared.layer_by_name["sum"].fast is not None) == (path == "onednn")
     for net in (plain, shared):
         net.blobs["data"].data[...] = net.backend.xp.asarray(np.linspace(-2, 2, 96).reshape(2, 3, 4, 4))
         net.forward()
