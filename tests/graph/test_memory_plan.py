@@ -155,14 +155,16 @@ def test_a_sum_takes_the_data_of_a_bottom_it_reads_last(change, keep, taken):
     assert sum_aliases(graph, keep).get("s") == taken
 
 
-@pytest.mark.parametrize("path", ["onednn", "numpy", pytest.param("gpu", marks=pytest.mark.gpu)])
+WITHOUT_ONEDNN = pytest.mark.skipif(onednn.library() is None, reason=f"oneDNN is off: {onednn.why_unavailable()}")
+
+
+@pytest.mark.parametrize("path", [pytest.param("onednn", marks=WITHOUT_ONEDNN), "numpy",
+                                  pytest.param("gpu", marks=pytest.mark.gpu)])
 def test_a_sum_written_over_its_second_bottom_adds_it_first(path, monkeypatch):
     if path == "numpy":
         monkeypatch.setattr(onednn, "library_for", lambda layer: None)
     text = SUMS.replace("bottom: [a, b], top: s}", "bottom: [b, a], top: s, eltwise_param: {coeff: [2, 0.5]}}")
     text = text.replace("top: out}", "top: out}\n  - {name: later, type: TanH, bottom: b, top: later}")
-    if path == "onednn" and onednn.library() is None:
-        pytest.skip(f"oneDNN is off: {onednn.why_unavailable()}")
     plain = Net(graph_of(text, phase="TEST"), seed=0, inference=True)
     shared = Net(graph_of(text, phase="TEST"), device="gpu" if path == "gpu" else "cpu", seed=0, inference=True,
                  reuse_memory=True)
