@@ -1,7 +1,7 @@
 """netspec against PyTorch eager on the same nets, batch and machine: training and inference speed, memory.
 
     python benchmarks/compare_pytorch.py [NET.yaml[@BATCH] ...] [--iterations N] [--threads T]
-                                         [--inference [--rounds R] | --memory | --device gpu[:N]]
+                                         [--inference | --memory | --device gpu[:N]] [--rounds R]
 
 For each net (default: LeNet and CIFAR-10 quick) this times forward+backward
 with ``netspec time``'s code and with an equivalent PyTorch module built
@@ -18,9 +18,11 @@ framework and prints the peak resident memory the steps took beyond the
 process's size after its imports.  ``--device gpu`` times training on the GPU
 (default: LeNet b64, CIFAR-10 quick b100, AlexNet b128, ResNet-50 b32), data
 on the GPU, fp32 with TF32 off in both frameworks and ``cudnn.benchmark`` on in
-PyTorch, each iteration timed whole (one synchronisation per timed run), and
-prints the peak GPU memory of each (CuPy's pool, PyTorch's allocator) and the
-versions of everything involved.
+PyTorch, each iteration timed whole (one synchronisation per timed run), the
+two frameworks in turn for ``--rounds`` rounds (the medians printed: a small
+net's time is the host's, and the host's speed drifts), and prints the peak
+GPU memory of each (CuPy's pool, PyTorch's allocator) and the versions of
+everything involved.
 PyTorch is needed only here (``pip install torch``); netspec never imports it.
 """
 
@@ -195,9 +197,9 @@ def netspec_step(net):
     return step
 
 
-def compare_gpu(paths: list[str], device: str, torch, iterations: int, warmup: int) -> None:
-    """Print the versions in play, then each net's training images/s and peak GPU memory in netspec and
-    PyTorch on ``device``."""
+def compare_gpu(paths: list[str], device: str, torch, iterations: int, warmup: int, rounds: int) -> None:
+    """Print the versions in play, then each net's training images/s (the median of ``rounds`` timings taken in
+    turn with PyTorch's) and peak GPU memory in netspec and PyTorch on ``device``."""
     for line in gpu_report():
         print(line)
     if torch is not None:
@@ -210,20 +212,27 @@ def compare_gpu(paths: list[str], device: str, torch, iterations: int, warmup: i
           f"{'netspec MiB':>12} {'pytorch MiB':>12} {'ratio':>6}")
     for path in paths:
         net = load(path, device=device)
-        batch = net.batch_size
-        ours = batch / (timed(netspec_step(net), iterations, warmup, net.backend.synchronize) / 1000)
+        batch, step, times, their_times = net.batch_size, netspec_step(net), [], []
+        times.append(timed(step, iterations, warmup, net.backend.synchronize))
         memory = net.backend.peak_memory()[0] / 2 ** 20
-        line = f"{net.name:<16} {batch:>5} {ours:>14.1f}"
+        run = parameters = None
         if torch is not None:
             torch.cuda.reset_peak_memory_stats()
             run, parameters = torch_forward(net, torch)
-            theirs = batch / (timed(torch_step(run, parameters), iterations, warmup, torch.cuda.synchronize) / 1000)
+            their_step = torch_step(run, parameters)
+            their_times.append(timed(their_step, iterations, warmup, torch.cuda.synchronize))
             their_memory = torch.cuda.max_memory_allocated() / 2 ** 20
+            for _ in range(rounds - 1):
+                times.append(timed(step, iterations, warmup, net.backend.synchronize))
+                their_times.append(timed(their_step, iterations, warmup, torch.cuda.synchronize))
+        ours = batch / (statistics.median(times) / 1000)
+        line = f"{net.name:<16} {batch:>5} {ours:>14.1f}"
+        if torch is not None:
+            theirs = batch / (statistics.median(their_times) / 1000)
             line += (f" {theirs:>14.1f} {ours / theirs:>6.2f} {memory:>12.0f} {their_memory:>12.0f} "
                      f"{memory / their_memory:>6.2f}")
         else:
             line += f" {'':>14} {'':>6} {memory:>12.0f}"
-            run = parameters = None
         print(line, flush=True)
         net.close()
         pool = net.backend.xp.get_default_memory_pool()
@@ -347,7 +356,8 @@ def main() -> int:
     parser.add_argument("--inference-child", choices=INFERENCE_SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=3, help="with --inference: times each framework runs, in turns")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="with --inference or --device gpu: times each framework runs, in turns")
     parser.add_argument("--threads", type=int, default=netspec.threads.all_cores(), help="for both frameworks")
     parser.add_argument("--device", default="cpu", help="cpu, or gpu[:N] to compare training on a GPU")
     args = parser.parse_args()
@@ -372,7 +382,7 @@ def main() -> int:
         return 0
     if args.device != "cpu":
         try:
-            compare_gpu(args.nets or DEFAULT_GPU_NETS, args.device, torch, args.iterations, args.warmup)
+            compare_gpu(args.nets or DEFAULT_GPU_NETS, args.device, torch, args.iterations, args.warmup, args.rounds)
         except DeviceError as exc:
             print(f"compare_pytorch: {exc}", file=sys.stderr)
             return 1

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from netspec.engine import onednn, primitives
+from netspec.engine import kernels, onednn, primitives
 from netspec.engine.fillers import FillerParams, constant
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
@@ -118,7 +118,9 @@ class ReLU(OneDnnElementwise):
     def numpy_backward(self, top, bottom):
         slope = self.block("relu_param").negative_slope
         y = self.input if slope < 0 else top[0].data  # (for a slope >= 0, y > 0 exactly where x > 0)
-        if slope:
+        if kernels.compiled(self.xp):
+            kernels.relu_backward(top[0].diff, y, slope, bottom[0].diff)
+        elif slope:
             self.xp.copyto(bottom[0].diff, self.xp.where(y > 0, top[0].diff, top[0].diff * slope))
         else:
             self.xp.multiply(top[0].diff, y > 0, out=bottom[0].diff)

@@ -7,7 +7,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from netspec.engine import kernels, onednn, primitives
+from netspec.engine import blas, kernels, onednn, primitives
 from netspec.engine.fillers import FillerParams
 from netspec.engine.layer import Layer, weighted_flops
 from netspec.engine.registry import register_layer
@@ -537,12 +537,13 @@ class Convolution(Layer):
         for part in self.parts:
             dy_cols = xp.ascontiguousarray(dy[part].transpose(self.geo.order)).reshape(g, o // g, -1)
             if bias_diff:  # (the sum of each channel's contiguous row)
-                self.blobs[1].diff += dy_cols.reshape(o, -1).sum(axis=1)
+                rows = dy_cols.reshape(o, -1)
+                blas.sums(xp, rows, self.backend.ones(rows.shape[1], self.dtype), self.blobs[1].diff, 1, add=True)
             if self.param_propagate_down[0]:  # (group by group: a product of 2-D arrays, one transposed, runs
                 cols = self.columns(x[part]).reshape(g, -1, dy_cols.shape[2])  # several times faster on a GPU)
                 grad = self.blobs[0].diff.reshape(g, o // g, -1)
                 for group in range(g):
-                    grad[group] += dy_cols[group] @ cols[group].T
+                    blas.product(xp, dy_cols[group], cols[group], grad[group], transpose_b=True, add=True)
             if propagate_down[0]:  # (the columns' gradient where the columns were)
                 dcols = self.workspace_for(x[part].shape)
                 xp.matmul(self.grouped_weights().transpose(0, 2, 1), dy_cols,

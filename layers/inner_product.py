@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from netspec.engine import onednn, primitives
+from netspec.engine import blas, onednn, primitives
 from netspec.engine.fillers import FillerParams
 from netspec.engine.layer import Layer, canonical_axis
 from netspec.engine.registry import register_layer
@@ -90,11 +90,6 @@ class InnerProduct(Layer):
         return onednn.attempt(self, lambda lib: primitives.InnerProduct(lib, m, k, self.params.num_output,
                                                                     self.params.bias_term))
 
-    def weight_matrix(self):
-        """Weights as (K, num_output)."""
-        weights = self.blobs[0].data
-        return weights if self.params.transpose else weights.T
-
     def forward(self, bottom, top):
         _, m, k = self.split(bottom[0].shape)
         out = top[0].data.reshape(m, -1)
@@ -102,7 +97,8 @@ class InnerProduct(Layer):
             bias = self.blobs[1].data if self.params.bias_term else None
             self.fast.forward(bottom[0].data.reshape(m, k), self.blobs[0].data, bias, out)
             return
-        self.xp.matmul(bottom[0].data.reshape(m, k), self.weight_matrix(), out=out)
+        blas.product(self.xp, bottom[0].data.reshape(m, k), self.blobs[0].data, out,
+                     transpose_b=not self.params.transpose)
         if self.params.bias_term:
             out += self.blobs[1].data
 
@@ -117,10 +113,11 @@ class InnerProduct(Layer):
             return
         if self.param_propagate_down[0]:
             if self.params.transpose:
-                self.blobs[0].diff += x.T @ dy
+                blas.product(self.xp, x, dy, self.blobs[0].diff, transpose_a=True, add=True)
             else:
-                self.blobs[0].diff += dy.T @ x
+                blas.product(self.xp, dy, x, self.blobs[0].diff, transpose_a=True, add=True)
         if self.params.bias_term and self.param_propagate_down[1]:
-            self.blobs[1].diff += dy.sum(axis=0)
+            blas.sums(self.xp, dy, self.backend.ones(m, self.dtype), self.blobs[1].diff, 0, add=True)
         if propagate_down[0]:
-            self.xp.matmul(dy, self.weight_matrix().T, out=bottom[0].diff.reshape(m, k))
+            blas.product(self.xp, dy, self.blobs[0].data, bottom[0].diff.reshape(m, k),
+                         transpose_b=self.params.transpose)

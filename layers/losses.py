@@ -150,7 +150,7 @@ class SoftmaxWithLoss(Loss):
                 log_p = (1 - epsilon) * log_p + epsilon * log_prob.mean(axis=1, keepdims=True)
             losses = -log_p * self.valid
         self.norm = self.normalizer(outer, inner, self.valid)
-        top[0].data[...] = losses.sum() / self.norm
+        xp.divide(losses.sum(), self.norm, out=top[0].data)
         if len(top) > 1:
             top[1].data[...] = self.prob.reshape(top[1].shape)
 
@@ -161,7 +161,7 @@ class SoftmaxWithLoss(Loss):
         grad = bottom[0].diff.reshape(self.prob.shape)
         epsilon = self.block("label_smoothing_param").epsilon
         if kernels.compiled(xp):
-            scale = (top[0].diff / self.norm).astype(self.dtype).reshape(1)
+            scale = (top[0].diff / self.norm).astype(self.dtype, copy=False).reshape(1)
             kernels.softmax_loss_backward(self.prob, self.labels, self.valid, epsilon, scale, grad)
             return
         grad[...] = self.prob - epsilon / self.prob.shape[1]

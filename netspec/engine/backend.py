@@ -49,6 +49,7 @@ class Backend:
         self._checks: list[tuple] = []  # (failures, first value, describe) of checks not raised yet
         self.defer_checks = self.is_gpu  # whether checks wait for the next read (on a GPU: it is not waited for)
         self._workspace = None  # (see workspace)
+        self._ones: dict = {}  # dtype -> the vector of ones (see ones)
         self.seed(seed)
 
     @property
@@ -281,6 +282,15 @@ class Backend:
             self._workspace = None  # (the smaller one given back first)
             self._workspace = self.xp.empty(size, dtype=numpy.uint8)
         return self._workspace[:size].view(dtype)
+
+    def ones(self, count: int, dtype):
+        """A vector of at least ``count`` ones of ``dtype`` on this device, the one every caller shares (made once,
+        grown as needed): what :func:`netspec.engine.blas.sums` multiplies by."""
+        dtype = numpy.dtype(dtype)
+        held = self._ones.get(dtype)
+        if held is None or held.size < count:
+            held = self._ones[dtype] = self.xp.ones(count, dtype=dtype)
+        return held
 
     def address(self, array) -> int:
         """Where ``array``'s memory starts on its device (arrays sharing memory share it)."""

@@ -69,6 +69,8 @@ class Blob:
     def data(self, array) -> None:
         """Give the blob another array for its values: a C-contiguous one of its shape and dtype on its device
         (ValueError otherwise; ``blob.data[...] = values`` copies any values that convert)."""
+        if array is self._data:  # (``blob.data += x`` sets the array it read, written in place: nothing to do)
+            return
         array = self._checked(array, "data", self.shape)
         if self.held_data is not None:  # (the new array holds the values now)
             self.held_data.overwrite()
@@ -102,6 +104,8 @@ class Blob:
     @diff.setter
     def diff(self, array) -> None:
         """Give the blob another array for its gradient (as :attr:`data`'s setter)."""
+        if array is self._diff:
+            return
         array = self._checked(array, "diff", self.shape)
         if self.held_diff is not None:
             self.held_diff.overwrite()

@@ -29,6 +29,7 @@ real GPU short.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import time
 import types
@@ -378,7 +379,47 @@ def _get_elapsed_time(start: _Event, end: _Event) -> float:
     return 1000 * (end.time - start.time)
 
 
-cuda = types.SimpleNamespace(Device=_Device, runtime=_Runtime, Event=_Event, get_elapsed_time=_get_elapsed_time)
+def _host_matrix(pointer: int, rows: int, columns: int, lead: int, dtype, transposed: bool = False):
+    """The column-major ``rows`` x ``columns`` matrix of leading dimension ``lead`` at ``pointer`` (cuBLAS's way of
+    reading memory), as a NumPy view; transposed where asked."""
+    dtype = numpy.dtype(dtype)
+    size = ((columns - 1) * lead + rows) * dtype.itemsize
+    memory = (ctypes.c_char * size).from_address(pointer)
+    view = numpy.ndarray((rows, columns), dtype, memory, strides=(dtype.itemsize, lead * dtype.itemsize))
+    return view.T if transposed else view
+
+
+def _host_scalar(pointer: int, dtype):
+    """The value of ``dtype`` at the host ``pointer`` (how cuBLAS takes alpha and beta)."""
+    return numpy.ndarray((), dtype, (ctypes.c_char * numpy.dtype(dtype).itemsize).from_address(pointer))[()]
+
+
+def _gemm(dtype):
+    def gemm(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+        """cuBLAS's ``C = alpha op(A) op(B) + beta C`` on column-major matrices (C not read where beta is 0)."""
+        left = _host_matrix(a, *((k, m) if transa else (m, k)), lda, dtype, bool(transa))
+        right = _host_matrix(b, *((n, k) if transb else (k, n)), ldb, dtype, bool(transb))
+        out, scale, keep = _host_matrix(c, m, n, ldc, dtype), _host_scalar(alpha, dtype), _host_scalar(beta, dtype)
+        out[...] = scale * (left @ right) + (keep * out if keep else 0)
+    return gemm
+
+
+def _gemv(dtype):
+    def gemv(handle, trans, m, n, alpha, a, lda, x, incx, beta, y, incy):
+        """cuBLAS's ``y = alpha op(A) x + beta y`` on a column-major A (m x n) and contiguous vectors."""
+        matrix = _host_matrix(a, m, n, lda, dtype, bool(trans))
+        vector = _host_matrix(x, matrix.shape[1], 1, matrix.shape[1], dtype)
+        out, scale, keep = _host_matrix(y, matrix.shape[0], 1, matrix.shape[0], dtype), _host_scalar(alpha, dtype), \
+            _host_scalar(beta, dtype)
+        out[...] = scale * (matrix @ vector) + (keep * out if keep else 0)
+    return gemv
+
+
+# cuBLAS as CuPy's low-level wrappers call it (cupy.cuda.cublas), on the memory the device arrays point to
+_cublas = types.SimpleNamespace(sgemm=_gemm(numpy.float32), dgemm=_gemm(numpy.float64), sgemv=_gemv(numpy.float32),
+                                dgemv=_gemv(numpy.float64))
+cuda = types.SimpleNamespace(Device=_Device, runtime=_Runtime, Event=_Event, get_elapsed_time=_get_elapsed_time,
+                             cublas=_cublas, device=types.SimpleNamespace(get_cublas_handle=lambda: 0))
 ndarray = DeviceArray
 __version__ = f"stand-in (NumPy {numpy.__version__})"
 

@@ -327,6 +327,13 @@ def softmax_loss_backward(prob, labels, valid, epsilon: float, scale, grad) -> N
         prob, _flat(labels), _flat(valid), scale, classes, inner, epsilon, grad)
 
 
+def relu_backward(dy, y, slope: float, dx) -> None:
+    """ReLU's gradient by Caffe's rule: ``dx = dy * ((y > 0) + slope * (y <= 0))``, ``y`` the output (or, for a
+    negative slope, the input); one launch where array code takes a comparison and a product."""
+    _elementwise("relu_backward", "T dy, T y, float64 slope", "T dx",
+                 "dx = dy * (y > (T)0 ? (T)1 : (T)slope);")(dy, y, slope, dx)
+
+
 # One position of an (N, C, H, W) array, its channel, and the channels of its LRN window.
 _ACROSS = """
         const index_t q = (index_t)i % hw, rest = (index_t)i / hw;

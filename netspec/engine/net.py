@@ -533,12 +533,14 @@ class Net:
     def device_loss(self):
         """Weighted sum of the loss tops from the last forward pass, as a 0-d float64 array on the device: a GPU
         is not waited for."""
-        total = self.backend.xp.zeros((), dtype=numpy.float64)
+        total = None
         for node, top in zip(self.nodes, self.top_blobs):
             for blob, weight in zip(top, node.loss_weights):
-                if weight:
-                    total += weight * blob.data.sum().astype(numpy.float64)
-        return total
+                if weight:  # (a loss of one value, the usual, is taken as it is: one copy on a GPU, no sum)
+                    term = (blob.data.reshape(()) if blob.data.size == 1 else blob.data.sum()).astype(numpy.float64)
+                    term = term if weight == 1 else term * weight
+                    total = term if total is None else total + term
+        return self.backend.xp.zeros((), dtype=numpy.float64) if total is None else total
 
     def set_input_arrays(self, data, labels=None, layer: str | None = None) -> None:
         """Hand arrays to the net's MemoryData layer (``layer`` names it when the net has several).

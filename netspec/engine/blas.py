@@ -1,0 +1,75 @@
+"""Matrix products and sums written into a given array, added to it when asked: one cuBLAS call on a GPU.
+
+Caffe's layers add their parameters' gradients to what the diffs hold
+(``dW += dy^T x``, ``db += sum of dy``), so that shared parameters and
+several backward passes accumulate.  Array code makes each of those two
+launches (the product or the sum into a temporary, then the addition), and on
+a GPU each launch costs the host more time than the small nets' arithmetic.
+cuBLAS adds in the same call (``beta = 1``), and sums are products with a
+vector of ones, so on CuPy each of these is one call straight to cuBLAS (also
+cheaper to make than CuPy's ``matmul``); elsewhere (NumPy, or a type cuBLAS
+is not asked for here) array code does the same.
+
+cuBLAS reads matrices column by column: a C-order (rows, columns) array is,
+to it, the transposed matrix with a leading dimension of ``columns``, so
+``out = op(a) op(b)`` is asked of it as ``out^T = op(b)^T op(a)^T``.
+"""
+
+from __future__ import annotations
+
+import numpy
+
+_ONE = {numpy.dtype(dtype): numpy.ones((), dtype) for dtype in (numpy.float32, numpy.float64)}
+_ZERO = {dtype: numpy.zeros((), dtype) for dtype in _ONE}  # (cuBLAS reads alpha and beta from host memory)
+_OP_N, _OP_T = 0, 1  # cublasOperation_t: as stored, transposed
+
+
+def _cublas(xp, *arrays):
+    """``(cuBLAS's functions, a handle)`` where ``xp`` has cuBLAS (CuPy, or the GPU stand-in's stand-in for it)
+    and the arrays are float32 or float64 alike, else None (array code then)."""
+    library = getattr(getattr(xp, "cuda", None), "cublas", None)
+    if library is None:
+        if getattr(xp, "__name__", "") != "cupy":
+            return None
+        from cupy.cuda import cublas as library  # (only reached on CuPy)
+    dtype = arrays[0].dtype
+    if dtype not in _ONE or any(array.dtype != dtype for array in arrays):
+        return None
+    return library, xp.cuda.device.get_cublas_handle()
+
+
+def product(xp, a, b, out, transpose_a: bool = False, transpose_b: bool = False, add: bool = False) -> None:
+    """``out = op(a) @ op(b)``, or ``out += op(a) @ op(b)`` with ``add``; ``op`` transposes where asked; every
+    array 2-D and C-contiguous."""
+    blas = _cublas(xp, a, b, out)
+    if blas is None:
+        left, right = (a.T if transpose_a else a), (b.T if transpose_b else b)
+        if add:
+            out += left @ right
+        else:
+            xp.matmul(left, right, out=out)
+        return
+    library, handle = blas
+    m, n = out.shape
+    k = a.shape[0] if transpose_a else a.shape[1]
+    gemm = library.sgemm if out.dtype == numpy.float32 else library.dgemm
+    gemm(handle, _OP_T if transpose_b else _OP_N, _OP_T if transpose_a else _OP_N, n, m, k,
+         _ONE[out.dtype].ctypes.data, b.data.ptr, b.shape[1], a.data.ptr, a.shape[1],
+         (_ONE if add else _ZERO)[out.dtype].ctypes.data, out.data.ptr, n)
+
+
+def sums(xp, a, ones, out, axis: int, add: bool = False) -> None:
+    """``out = a.sum(axis)``, or ``out += a.sum(axis)`` with ``add``, for a 2-D C-contiguous ``a``; ``ones`` holds
+    at least as many ones as the axis summed (:meth:`netspec.engine.backend.Backend.ones`)."""
+    blas = _cublas(xp, a, ones, out)
+    if blas is None:
+        if add:
+            out += a.sum(axis=axis)
+        else:
+            a.sum(axis=axis, out=out)
+        return
+    library, handle = blas
+    rows, columns = a.shape  # (to cuBLAS: a (columns, rows) matrix; the rows' sums are its transpose's product)
+    gemv = library.sgemv if out.dtype == numpy.float32 else library.dgemv
+    gemv(handle, _OP_T if axis == 1 else _OP_N, columns, rows, _ONE[out.dtype].ctypes.data, a.data.ptr, columns,
+         ones.data.ptr, 1, (_ONE if add else _ZERO)[out.dtype].ctypes.data, out.data.ptr, 1)
