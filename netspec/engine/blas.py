@@ -22,6 +22,7 @@ import numpy
 _ONE = {numpy.dtype(dtype): numpy.ones((), dtype) for dtype in (numpy.float32, numpy.float64)}
 _ZERO = {dtype: numpy.zeros((), dtype) for dtype in _ONE}  # (cuBLAS reads alpha and beta from host memory)
 _OP_N, _OP_T = 0, 1  # cublasOperation_t: as stored, transposed
+_POINTER_MODE_HOST = 0  # cublasPointerMode_t: alpha and beta in host memory
 
 
 def _cublas(xp, *arrays):
@@ -35,7 +36,9 @@ def _cublas(xp, *arrays):
     dtype = arrays[0].dtype
     if dtype not in _ONE or any(array.dtype != dtype for array in arrays):
         return None
-    return library, xp.cuda.device.get_cublas_handle()
+    handle = xp.cuda.device.get_cublas_handle()
+    library.setPointerMode(handle, _POINTER_MODE_HOST)  # (CuPy sets the handle's mode to device for some calls)
+    return library, handle
 
 
 def product(xp, a, b, out, transpose_a: bool = False, transpose_b: bool = False, add: bool = False) -> None:

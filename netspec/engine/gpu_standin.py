@@ -417,7 +417,7 @@ def _gemv(dtype):
 
 # cuBLAS as CuPy's low-level wrappers call it (cupy.cuda.cublas), on the memory the device arrays point to
 _cublas = types.SimpleNamespace(sgemm=_gemm(numpy.float32), dgemm=_gemm(numpy.float64), sgemv=_gemv(numpy.float32),
-                                dgemv=_gemv(numpy.float64))
+                                dgemv=_gemv(numpy.float64), setPointerMode=lambda handle, mode: None)
 cuda = types.SimpleNamespace(Device=_Device, runtime=_Runtime, Event=_Event, get_elapsed_time=_get_elapsed_time,
                              cublas=_cublas, device=types.SimpleNamespace(get_cublas_handle=lambda: 0))
 ndarray = DeviceArray
