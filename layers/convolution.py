@@ -503,9 +503,13 @@ class Convolution(Layer):
         else:
             xp, g, x, y = self.xp, self.params.group, bottom[0].data, top[0].data
             o = y.shape[1]
+            grouped = weights.reshape(g, o // g, -1)
             for part in self.parts:
                 cols = self.columns(x[part])
-                out = xp.matmul(weights.reshape(g, o // g, -1), cols.reshape(g, -1, math.prod(cols.shape[3:])))
+                matrices = cols.reshape(g, -1, math.prod(cols.shape[3:]))
+                out = xp.empty((g, o // g, matrices.shape[2]), dtype=y.dtype)
+                for group in range(g):
+                    blas.product(xp, grouped[group], matrices[group], out[group])
                 out = out.reshape(o, -1)
                 if kernels.compiled(xp):  # (the bias added as the product moves, in one kernel)
                     kernels.channels_first(out.reshape(o, *cols.shape[3:]), bias, y[part])
@@ -546,8 +550,9 @@ class Convolution(Layer):
                     blas.product(xp, dy_cols[group], cols[group], grad[group], transpose_b=True, add=True)
             if propagate_down[0]:  # (the columns' gradient where the columns were)
                 dcols = self.workspace_for(x[part].shape)
-                xp.matmul(self.grouped_weights().transpose(0, 2, 1), dy_cols,
-                          out=dcols.reshape(g, -1, dy_cols.shape[2]))
+                grouped, matrices = self.grouped_weights(), dcols.reshape(g, -1, dy_cols.shape[2])
+                for group in range(g):
+                    blas.product(xp, grouped[group], dy_cols[group], matrices[group], transpose_a=True)
                 col2im(xp, dcols.reshape(column_shape(x[part].shape, self.geo)), x[part].shape, self.geo,
                        out=bottom[0].diff[part])
 

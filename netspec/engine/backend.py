@@ -23,6 +23,7 @@ import math
 import resource
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy
 
@@ -31,7 +32,17 @@ from netspec.engine import gpu_standin, kernels
 from netspec.engine.comm import SingleProcess
 from netspec.errors import DataError, DeviceError
 
-CHECKS_KEPT = 1000  # checks a GPU backend keeps before reading them all
+CHECKS_KEPT = 1000  # checks a GPU backend notes before reading them
+
+
+@dataclass
+class _Marks:
+    """Where the checks of one site (a layer, on values of one shape) failed first: at each position the number
+    of the first check that failed there (-1: none yet) and the value it failed on."""
+
+    when: object
+    value: object
+    describe: Callable[[int | str, int], str]
 
 
 class Backend:
@@ -46,7 +57,8 @@ class Backend:
             self.xp = _import_cupy(device)
         else:
             raise DeviceError(f"unknown device '{device}': use cpu, gpu or gpu:N")
-        self._checks: list[tuple] = []  # (failures, first value, describe) of checks not raised yet
+        self._marks: dict[tuple, _Marks] = {}  # (site, size, dtype) -> where its checks failed first
+        self._noted = self._read = 0  # checks noted so far, and noted when the marks were last read
         self.defer_checks = self.is_gpu  # whether checks wait for the next read (on a GPU: it is not waited for)
         self._workspace = None  # (see workspace)
         self._ones: dict = {}  # dtype -> the vector of ones (see ones)
@@ -238,40 +250,63 @@ class Backend:
             return self.xp.asnumpy(array)
         return numpy.asarray(array)
 
-    def check_later(self, bad, values, describe: Callable[[int | str, int], str]) -> None:
+    def check_later(self, bad, values, describe: Callable[[int | str, int], str], site=None) -> None:
         """Note a check of ``values`` whose failures ``bad`` marks: a DataError of ``describe(the first failing
-        value, as the blob holds it, how many fail)``.  On the CPU it is raised at once; on a GPU
-        (:attr:`defer_checks`) the count and the first value are taken on the device and :meth:`raise_checks`
-        raises it when the host next reads (every CHECKS_KEPT notes at the latest), so the GPU is not waited
-        for."""
-        flat = bad.reshape(-1)
+        value, as the blob holds it, how many fail)``.  On the CPU it is raised at once.  On a GPU
+        (:attr:`defer_checks`) it is not waited for: one kernel marks, at each position where it fails and no
+        earlier check of the same ``site`` (the layer making it) failed, the check's number and the value; when
+        the host next reads (:meth:`raise_checks`; every CHECKS_KEPT notes at the latest) the first check that
+        failed is raised, with its count and its first value, as it would have been at once."""
+        flat, values = bad.reshape(-1), values.reshape(-1)
         if not flat.size:
             return
-        check = (self.xp.count_nonzero(flat), values.reshape(-1)[self.xp.argmax(flat)], describe)
         if not self.defer_checks:
-            self._raise_failed(int(check[0]), *check[1:])
+            count = int(self.xp.count_nonzero(flat))
+            if count:
+                self._raise_failed(count, values[int(self.xp.argmax(flat))], describe)
             return
-        self._checks.append(check)
-        if len(self._checks) >= CHECKS_KEPT:
+        key = (site, flat.size, values.dtype)
+        marks = self._marks.get(key)
+        if marks is None:
+            marks = self._marks[key] = _Marks(self.xp.full(flat.size, -1, dtype=numpy.int64),
+                                              self.xp.zeros(flat.size, dtype=values.dtype), describe)
+        marks.describe = describe
+        self._noted += 1
+        if kernels.compiled(self.xp):
+            kernels.mark_failures(flat, values, self._noted, marks.when, marks.value)
+        else:
+            first = flat & (marks.when < 0)
+            marks.when[...] = self.xp.where(first, self._noted, marks.when)
+            marks.value[...] = self.xp.where(first, values, marks.value)
+        if self._noted - self._read >= CHECKS_KEPT:
             self.raise_checks()
 
     def raise_checks(self) -> None:
         """Raise the DataError of the first check noted by :meth:`check_later` that failed (all are then
-        forgotten); the counts come to the host in one copy."""
-        if not self._checks:
+        forgotten); the marks come to the host in one copy."""
+        if self._noted == self._read:
             return
-        checks, self._checks = self._checks, []
-        counts = self.to_host(self.xp.stack([self.xp.asarray(count) for count, _, _ in checks])).tolist()
-        for count, (_, first, describe) in zip(counts, checks):
-            self._raise_failed(count, first, describe)
+        self._read = self._noted
+        sites = list(self._marks.values())
+        whens = self.to_host(self.xp.concatenate([marks.when for marks in sites]))
+        failed = whens[whens >= 0]
+        if not failed.size:
+            return
+        first = int(failed.min())  # (the number of the first check that failed: one site's, and every position
+        for marks in sites:       # it failed at holds it, no earlier check having failed anywhere)
+            when, whens = whens[:marks.when.size], whens[marks.when.size:]
+            if (when == first).any():
+                failing = marks
+                count, at = int((when == first).sum()), int(numpy.argmax(when == first))
+        for marks in sites:
+            marks.when.fill(-1)
+        self._raise_failed(count, failing.value[at], failing.describe)
 
     def _raise_failed(self, count: int, first, describe: Callable[[int | str, int], str]) -> None:
-        """The DataError of a check with ``count`` failures, the first being ``first`` (on the device); none
-        when it has none."""
-        if count:
-            value = self.to_host(first)[()]  # in the blob's dtype: float32 1.7 shows as 1.7
-            shown = int(value) if float(value).is_integer() and abs(float(value)) < 2 ** 53 else str(value)
-            raise DataError(describe(shown, count))
+        """The DataError of a check with ``count`` failures, the first being ``first`` (on the device)."""
+        value = self.to_host(first)[()]  # in the blob's dtype: float32 1.7 shows as 1.7
+        shown = int(value) if float(value).is_integer() and abs(float(value)) < 2 ** 53 else str(value)
+        raise DataError(describe(shown, count))
 
     def workspace(self, count: int, dtype):
         """Scratch space for ``count`` values of ``dtype``, shared by every layer on this backend: a layer uses

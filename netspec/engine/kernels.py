@@ -334,6 +334,13 @@ def relu_backward(dy, y, slope: float, dx) -> None:
                  "dx = dy * (y > (T)0 ? (T)1 : (T)slope);")(dy, y, slope, dx)
 
 
+def mark_failures(bad, values, number: int, when, value) -> None:
+    """Where ``bad`` and no earlier check failed (``when`` < 0): ``when`` = ``number`` and ``value`` = the value
+    there (:meth:`netspec.engine.backend.Backend.check_later`); one launch, no reduction."""
+    _elementwise("mark_failures", "bool bad, T v, int64 number", "int64 when, T value",
+                 "if (bad && when < 0) { when = number; value = v; }")(bad, values, numpy.int64(number), when, value)
+
+
 # One position of an (N, C, H, W) array, its channel, and the channels of its LRN window.
 _ACROSS = """
         const index_t q = (index_t)i % hw, rest = (index_t)i / hw;

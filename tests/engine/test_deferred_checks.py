@@ -1,0 +1,46 @@
+"""Checks a GPU backend defers (Backend.check_later): the first that failed is raised at the next read, with its
+count and first value, however many checks came after it and wherever they failed."""
+
+from __future__ import annotations
+
+import numpy
+import pytest
+from devices import DEVICES
+
+from netspec.engine.backend import Backend
+from netspec.errors import DataError
+
+
+def _noter(backend: Backend):
+    def note(failing: list[bool], values: list[float], site: str) -> None:
+        bad = backend.asarray(numpy.array(failing))
+        backend.check_later(bad, backend.asarray(numpy.array(values, numpy.float32)),
+                            lambda value, count: f"{site}: {value} ({count})", site=site)
+    return note
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_first_check_that_failed_is_raised_with_its_count_and_first_value(device):
+    backend = Backend(device)
+    backend.defer_checks = True
+    note = _noter(backend)
+    note([False, False, False, False], [0, 1, 2, 3], "a")  # passes
+    note([False, True, False, True], [0, 1.5, 2, 7], "a")  # the first to fail: at 1.5 and 7
+    note([True, True, False, False], [-1, -2, 2, 3], "b")  # later, another site
+    note([True, True, True, True], [9, 9, 9, 9], "a")  # later, where the first failed too
+    with pytest.raises(DataError, match=r"^a: 1\.5 \(2\)$"):
+        backend.raise_checks()
+    backend.raise_checks()  # (all forgotten)
+    note([False, False, False, False], [0, 1, 2, 3], "a")
+    note([False, False, True, False], [0, 1, 8, 3], "b")  # the first now: the marks were cleared
+    with pytest.raises(DataError, match=r"^b: 8 \(1\)$"):
+        backend.raise_checks()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_check_that_never_failed_raises_nothing(device):
+    backend = Backend(device)
+    backend.defer_checks = True
+    for _ in range(3):
+        _noter(backend)([False, False], [0, 1], "a")
+    backend.raise_checks()
