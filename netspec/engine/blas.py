@@ -17,6 +17,8 @@ to it, the transposed matrix with a leading dimension of ``columns``, so
 
 from __future__ import annotations
 
+import functools
+
 import numpy
 
 _ONE = {numpy.dtype(dtype): numpy.ones((), dtype) for dtype in (numpy.float32, numpy.float64)}
@@ -25,16 +27,21 @@ _OP_N, _OP_T = 0, 1  # cublasOperation_t: as stored, transposed
 _POINTER_MODE_HOST = 0  # cublasPointerMode_t: alpha and beta in host memory
 
 
-def _cublas(xp, *arrays):
-    """``(cuBLAS's functions, a handle)`` where ``xp`` has cuBLAS (CuPy, or the GPU stand-in's stand-in for it)
-    and the arrays are float32 or float64 alike, else None (array code then)."""
+@functools.cache
+def _library(xp):
+    """cuBLAS's functions where the array module ``xp`` has them (CuPy, or the GPU stand-in's stand-in for
+    them), else None."""
     library = getattr(getattr(xp, "cuda", None), "cublas", None)
-    if library is None:
-        if getattr(xp, "__name__", "") != "cupy":
-            return None
+    if library is None and getattr(xp, "__name__", "") == "cupy":
         from cupy.cuda import cublas as library  # (only reached on CuPy)
-    dtype = arrays[0].dtype
-    if dtype not in _ONE or any(array.dtype != dtype for array in arrays):
+    return library
+
+
+def _cublas(xp, a, b, out):
+    """``(cuBLAS's functions, a handle)`` where ``xp`` has cuBLAS and the arrays are all float32 or all float64,
+    else None (array code then)."""
+    library = _library(xp)
+    if library is None or out.dtype not in _ONE or a.dtype != out.dtype or b.dtype != out.dtype:
         return None
     handle = xp.cuda.device.get_cublas_handle()
     library.setPointerMode(handle, _POINTER_MODE_HOST)  # (CuPy sets the handle's mode to device for some calls)

@@ -64,8 +64,10 @@ def fill(params: FillerParams, shape, rng, dtype=numpy.float32, key: str = "fill
         return numpy.full(shape, params.value, dtype=dtype)
     if kind == "uniform":  # (in place: a large draw allocates once)
         values = rng.random(shape, dtype=dtype, out=out)
-        values *= params.max - params.min
-        values += params.min
+        if params.max - params.min != 1:  # (no launch on a GPU for a product by 1 or a sum with 0)
+            values *= params.max - params.min
+        if params.min:
+            values += params.min
         return values
     if kind == "randint":  # whole numbers min, min+1, ..., max-1: random class labels for DummyData
         whole = all(float(bound).is_integer() and abs(bound) <= 2 ** 53 for bound in (params.min, params.max))
@@ -77,8 +79,10 @@ def fill(params: FillerParams, shape, rng, dtype=numpy.float32, key: str = "fill
         return rng.integers(int(params.min), int(params.max), size=shape, dtype=dtype, out=out)
     if kind == "gaussian":
         values = rng.standard_normal(shape, dtype=dtype, out=out)
-        values *= params.std
-        values += params.mean
+        if params.std != 1:
+            values *= params.std
+        if params.mean:
+            values += params.mean
         if params.sparse >= 0:
             if len(shape) < 2:
                 raise ParamError(key, "a sparse gaussian filler needs a blob of at least 2 axes")

@@ -130,6 +130,12 @@ class Net:
                 self.params[layer.name] = layer.blobs
         self.absorbed_by = self.fuse()
         self._release_holds()
+        # what backward_layer does at each index, worked out once: None (nothing), or the loss tops it seeds
+        # (blob, weight, whether a layer writes that diff already) before the layer's backward pass
+        self._backward_steps = [
+            [(blob, weight, written) for blob, weight, written in zip(top, node.loss_weights, node.top_diff_written)
+             if weight] if node.need_backward and index not in self.absorbed_by else None
+            for index, (node, top) in enumerate(zip(self.nodes, self.top_blobs))]
         self.recorded: RecordedPass | None = None  # a frozen net's forward passes on oneDNN (:meth:`freeze`)
 
     def _release_holds(self) -> None:
@@ -514,17 +520,16 @@ class Net:
         """Seed loss diffs of layer ``index`` and run it backward, if it needs to (and no other layer absorbed it)."""
         if self.inference:
             raise RuntimeError(f"net '{self.name}' was built for inference (forward passes only, its layers fused)")
-        node = self.nodes[index]
-        if not node.need_backward or index in self.absorbed_by:
+        seeds = self._backward_steps[index]
+        if seeds is None:
             return
-        top = self.top_blobs[index]
-        for blob, weight, written in zip(top, node.loss_weights, node.top_diff_written):
-            if weight:
-                if written:
-                    blob.diff += weight
-                else:
-                    blob.diff[...] = weight
-        self.layers[index].backward(top, node.bottom_need_backward, self.bottom_blobs[index])
+        for blob, weight, written in seeds:
+            if written:
+                blob.diff += weight
+            else:
+                blob.diff[...] = weight
+        self.layers[index].backward(self.top_blobs[index], self.nodes[index].bottom_need_backward,
+                                    self.bottom_blobs[index])
 
     def loss(self) -> float:
         """Weighted sum of the loss tops from the last forward pass."""
