@@ -140,7 +140,7 @@ class SoftmaxWithLoss(Loss):
         if kernels.compiled(xp):
             losses, self.labels, self.valid, bad = kernels.softmax_loss(
                 xp.ascontiguousarray(scores), xp.ascontiguousarray(values), self.prob, epsilon, ignore, FLT_MIN)
-            self.backend.check_later(bad, values, label_problem(self, classes), site=self)
+            self.backend.check_later(bad, values, label_problem(self, classes))
         else:
             softmax(xp, scores, self.prob)
             self.labels, self.valid = class_labels(self, values, classes, ignore)

@@ -37,12 +37,11 @@ CHECKS_KEPT = 1000  # checks a GPU backend notes before reading them
 
 @dataclass
 class _Marks:
-    """Where the checks of one site (a layer, on values of one shape) failed first: at each position the number
-    of the first check that failed there (-1: none yet) and the value it failed on."""
+    """Where the checks of values of one size and type failed first: at each position the number of the first
+    check that failed there (-1: none yet) and the value it failed on."""
 
     when: object
     value: object
-    describe: Callable[[int | str, int], str]
 
 
 class Backend:
@@ -57,8 +56,9 @@ class Backend:
             self.xp = _import_cupy(device)
         else:
             raise DeviceError(f"unknown device '{device}': use cpu, gpu or gpu:N")
-        self._marks: dict[tuple, _Marks] = {}  # (site, size, dtype) -> where its checks failed first
-        self._noted = self._read = 0  # checks noted so far, and noted when the marks were last read
+        self._marks: dict[tuple, _Marks] = {}  # (size, dtype) -> where the checks of such values failed first
+        self._describes: dict[int, Callable] = {}  # the describe function of each check noted since the last read
+        self._noted = 0  # checks noted so far (each one's number)
         self.defer_checks = self.is_gpu  # whether checks wait for the next read (on a GPU: it is not waited for)
         self._workspace = None  # (see workspace)
         self._ones: dict = {}  # dtype -> the vector of ones (see ones)
@@ -250,13 +250,14 @@ class Backend:
             return self.xp.asnumpy(array)
         return numpy.asarray(array)
 
-    def check_later(self, bad, values, describe: Callable[[int | str, int], str], site=None) -> None:
+    def check_later(self, bad, values, describe: Callable[[int | str, int], str]) -> None:
         """Note a check of ``values`` whose failures ``bad`` marks: a DataError of ``describe(the first failing
         value, as the blob holds it, how many fail)``.  On the CPU it is raised at once.  On a GPU
         (:attr:`defer_checks`) it is not waited for: one kernel marks, at each position where it fails and no
-        earlier check of the same ``site`` (the layer making it) failed, the check's number and the value; when
-        the host next reads (:meth:`raise_checks`; every CHECKS_KEPT notes at the latest) the first check that
-        failed is raised, with its count and its first value, as it would have been at once."""
+        earlier check of values of that size failed, the check's number and the value; when the host next reads
+        (:meth:`raise_checks`; every CHECKS_KEPT notes at the latest) the first check that failed is raised, with
+        its count and its first value, as it would have been at once (no check before it failed anywhere, so
+        every position it failed at holds its number)."""
         flat, values = bad.reshape(-1), values.reshape(-1)
         if not flat.size:
             return
@@ -265,42 +266,41 @@ class Backend:
             if count:
                 self._raise_failed(count, values[int(self.xp.argmax(flat))], describe)
             return
-        key = (site, flat.size, values.dtype)
+        key = (flat.size, values.dtype)
         marks = self._marks.get(key)
         if marks is None:
             marks = self._marks[key] = _Marks(self.xp.full(flat.size, -1, dtype=numpy.int64),
-                                              self.xp.zeros(flat.size, dtype=values.dtype), describe)
-        marks.describe = describe
+                                              self.xp.zeros(flat.size, dtype=values.dtype))
         self._noted += 1
+        self._describes[self._noted] = describe
         if kernels.compiled(self.xp):
             kernels.mark_failures(flat, values, self._noted, marks.when, marks.value)
         else:
             first = flat & (marks.when < 0)
             marks.when[...] = self.xp.where(first, self._noted, marks.when)
             marks.value[...] = self.xp.where(first, values, marks.value)
-        if self._noted - self._read >= CHECKS_KEPT:
+        if len(self._describes) >= CHECKS_KEPT:
             self.raise_checks()
 
     def raise_checks(self) -> None:
         """Raise the DataError of the first check noted by :meth:`check_later` that failed (all are then
         forgotten); the marks come to the host in one copy."""
-        if self._noted == self._read:
+        if not self._describes:
             return
-        self._read = self._noted
-        sites = list(self._marks.values())
-        whens = self.to_host(self.xp.concatenate([marks.when for marks in sites]))
+        describes, self._describes = self._describes, {}
+        kept = list(self._marks.values())
+        whens = self.to_host(self.xp.concatenate([marks.when for marks in kept]))
         failed = whens[whens >= 0]
         if not failed.size:
             return
-        first = int(failed.min())  # (the number of the first check that failed: one site's, and every position
-        for marks in sites:       # it failed at holds it, no earlier check having failed anywhere)
+        first = int(failed.min())
+        for marks in kept:  # (the first check's values are of one size: one of the marks holds its failures)
             when, whens = whens[:marks.when.size], whens[marks.when.size:]
             if (when == first).any():
-                failing = marks
-                count, at = int((when == first).sum()), int(numpy.argmax(when == first))
-        for marks in sites:
+                count, value = int((when == first).sum()), marks.value[int(numpy.argmax(when == first))]
+        for marks in kept:
             marks.when.fill(-1)
-        self._raise_failed(count, failing.value[at], failing.describe)
+        self._raise_failed(count, value, describes[first])
 
     def _raise_failed(self, count: int, first, describe: Callable[[int | str, int], str]) -> None:
         """The DataError of a check with ``count`` failures, the first being ``first`` (on the device)."""

@@ -48,7 +48,7 @@ def checked_indices(layer: Layer, values, bound: int, describe: Callable[[int | 
     bad = ~((values >= 0) & (values < bound) & (values == xp.floor(values)))
     if valid is not None:
         bad &= valid
-    layer.backend.check_later(bad, values, describe, site=layer)
+    layer.backend.check_later(bad, values, describe)
     keep = ~bad if valid is None else valid & ~bad
     return xp.where(keep, values, 0).astype(xp.int64)
 

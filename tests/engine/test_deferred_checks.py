@@ -1,5 +1,5 @@
 """Checks a GPU backend defers (Backend.check_later): the first that failed is raised at the next read, with its
-count and first value, however many checks came after it and wherever they failed."""
+count, first value and message, however many checks came after it, of whatever size, and wherever they failed."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from netspec.errors import DataError
 
 
 def _noter(backend: Backend):
-    def note(failing: list[bool], values: list[float], site: str) -> None:
+    def note(failing: list[bool], values: list[float], name: str) -> None:
         bad = backend.asarray(numpy.array(failing))
         backend.check_later(bad, backend.asarray(numpy.array(values, numpy.float32)),
-                            lambda value, count: f"{site}: {value} ({count})", site=site)
+                            lambda value, count: f"{name}: {value} ({count})")
     return note
 
 
@@ -34,6 +34,19 @@ def test_the_first_check_that_failed_is_raised_with_its_count_and_first_value(de
     note([False, False, False, False], [0, 1, 2, 3], "a")
     note([False, False, True, False], [0, 1, 8, 3], "b")  # the first now: the marks were cleared
     with pytest.raises(DataError, match=r"^b: 8 \(1\)$"):
+        backend.raise_checks()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_checks_of_other_sizes_and_messages_keep_their_own(device):
+    backend = Backend(device)
+    backend.defer_checks = True
+    note = _noter(backend)
+    note([False, False, False], [0, 1, 2], "three")
+    note([False, True], [0, -4], "two")  # the first to fail
+    note([True, True, True], [5, 6, 7], "three")
+    note([True, False], [-9, 1], "two, again")  # same size, another message, later
+    with pytest.raises(DataError, match=r"^two: -4 \(1\)$"):
         backend.raise_checks()
 
 
