@@ -222,8 +222,9 @@ def compare_gpu(paths: list[str], device: str, torch, iterations: int, warmup: i
             their_step = torch_step(run, parameters)
             their_times.append(timed(their_step, iterations, warmup, torch.cuda.synchronize))
             their_memory = torch.cuda.max_memory_allocated() / 2 ** 20
-            for _ in range(rounds - 1):
-                times.append(timed(step, iterations, warmup, net.backend.synchronize))
+        for _ in range(rounds - 1):
+            times.append(timed(step, iterations, warmup, net.backend.synchronize))
+            if torch is not None:
                 their_times.append(timed(their_step, iterations, warmup, torch.cuda.synchronize))
         ours = batch / (statistics.median(times) / 1000)
         line = f"{net.name:<16} {batch:>5} {ours:>14.1f}"

@@ -42,6 +42,7 @@ class _Marks:
 
     when: object
     value: object
+    noted: int = 0  # the number of the last check noted into them
 
 
 class Backend:
@@ -273,6 +274,7 @@ class Backend:
                                               self.xp.zeros(flat.size, dtype=values.dtype))
         self._noted += 1
         self._describes[self._noted] = describe
+        marks.noted = self._noted
         if kernels.compiled(self.xp):
             kernels.mark_failures(flat, values, self._noted, marks.when, marks.value)
         else:
@@ -288,6 +290,8 @@ class Backend:
         if not self._describes:
             return
         describes, self._describes = self._describes, {}
+        since = min(describes)  # (marks no check used since the last read hold nothing, and go: sizes change)
+        self._marks = {key: marks for key, marks in self._marks.items() if marks.noted >= since}
         kept = list(self._marks.values())
         whens = self.to_host(self.xp.concatenate([marks.when for marks in kept]))
         failed = whens[whens >= 0]

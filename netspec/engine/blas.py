@@ -38,11 +38,16 @@ def _library(xp):
 
 
 def _cublas(xp, a, b, out):
-    """``(cuBLAS's functions, a handle)`` where ``xp`` has cuBLAS and the arrays are all float32 or all float64,
-    else None (array code then)."""
+    """``(cuBLAS's functions, a handle)`` where ``xp`` has cuBLAS and the arrays are all float32 or all float64
+    and none is empty, else None (array code then); ValueError for an array that is not C-contiguous, since
+    cuBLAS would read or write memory beside it."""
     library = _library(xp)
     if library is None or out.dtype not in _ONE or a.dtype != out.dtype or b.dtype != out.dtype:
         return None
+    if not (a.size and b.size and out.size):
+        return None
+    if not (a.flags.c_contiguous and b.flags.c_contiguous and out.flags.c_contiguous):
+        raise ValueError("blas: cuBLAS takes C-contiguous arrays only")
     handle = xp.cuda.device.get_cublas_handle()
     library.setPointerMode(handle, _POINTER_MODE_HOST)  # (CuPy sets the handle's mode to device for some calls)
     return library, handle
@@ -60,8 +65,10 @@ def product(xp, a, b, out, transpose_a: bool = False, transpose_b: bool = False,
             xp.matmul(left, right, out=out)
         return
     library, handle = blas
-    m, n = out.shape
-    k = a.shape[0] if transpose_a else a.shape[1]
+    m, k = a.shape[::-1] if transpose_a else a.shape  # (op(a) is m x k, op(b) k x n)
+    inner, n = b.shape[::-1] if transpose_b else b.shape
+    if (m, n) != out.shape or inner != k:
+        raise ValueError(f"blas.product: op(a) {m}x{k} @ op(b) {inner}x{n} into {out.shape}: the shapes do not agree")
     gemm = library.sgemm if out.dtype == numpy.float32 else library.dgemm
     gemm(handle, _OP_T if transpose_b else _OP_N, _OP_T if transpose_a else _OP_N, n, m, k,
          _ONE[out.dtype].ctypes.data, b.data.ptr, b.shape[1], a.data.ptr, a.shape[1],
@@ -80,6 +87,8 @@ def sums(xp, a, ones, out, axis: int, add: bool = False) -> None:
         return
     library, handle = blas
     rows, columns = a.shape  # (to cuBLAS: a (columns, rows) matrix; the rows' sums are its transpose's product)
+    if out.size != a.shape[1 - axis] or ones.size < a.shape[axis]:
+        raise ValueError(f"blas.sums: {out.size} sums of {a.shape} along axis {axis} from {ones.size} ones")
     gemv = library.sgemv if out.dtype == numpy.float32 else library.dgemv
     gemv(handle, _OP_T if axis == 1 else _OP_N, columns, rows, _ONE[out.dtype].ctypes.data, a.data.ptr, columns,
          ones.data.ptr, 1, (_ONE if add else _ZERO)[out.dtype].ctypes.data, out.data.ptr, 1)

@@ -64,9 +64,8 @@ def fill(params: FillerParams, shape, rng, dtype=numpy.float32, key: str = "fill
         return numpy.full(shape, params.value, dtype=dtype)
     if kind == "uniform":  # (in place: a large draw allocates once)
         values = rng.random(shape, dtype=dtype, out=out)
-        if params.max - params.min != 1:  # (no launch on a GPU for a product by 1 or a sum with 0)
-            values *= params.max - params.min
-        if params.min:
+        if params.max - params.min != 1 or params.min:  # (no launch on a GPU for a product by 1 and a sum with 0:
+            values *= params.max - params.min           # the draws are never -0, which adding 0 would make +0)
             values += params.min
         return values
     if kind == "randint":  # whole numbers min, min+1, ..., max-1: random class labels for DummyData
@@ -79,9 +78,8 @@ def fill(params: FillerParams, shape, rng, dtype=numpy.float32, key: str = "fill
         return rng.integers(int(params.min), int(params.max), size=shape, dtype=dtype, out=out)
     if kind == "gaussian":
         values = rng.standard_normal(shape, dtype=dtype, out=out)
-        if params.std != 1:
+        if params.std != 1 or params.mean:  # (as uniform's; a draw of exactly -0, one in 2**53, now stays -0)
             values *= params.std
-        if params.mean:
             values += params.mean
         if params.sparse >= 0:
             if len(shape) < 2:

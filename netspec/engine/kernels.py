@@ -328,8 +328,9 @@ def softmax_loss_backward(prob, labels, valid, epsilon: float, scale, grad) -> N
 
 
 def relu_backward(dy, y, slope: float, dx) -> None:
-    """ReLU's gradient by Caffe's rule: ``dx = dy * ((y > 0) + slope * (y <= 0))``, ``y`` the output (or, for a
-    negative slope, the input); one launch where array code takes a comparison and a product."""
+    """ReLU's gradient: ``dx = dy`` where ``y > 0``, else ``dy * slope`` (Caffe's rule; where ``y`` is NaN as
+    the layer's array code does), ``y`` the output (or, for a negative slope, the input); one launch where array
+    code takes a comparison and a product."""
     _elementwise("relu_backward", "T dy, T y, float64 slope", "T dx",
                  "dx = dy * (y > (T)0 ? (T)1 : (T)slope);")(dy, y, slope, dx)
 

@@ -545,7 +545,8 @@ class Net:
                     term = (blob.data.reshape(()) if blob.data.size == 1 else blob.data.sum()).astype(numpy.float64)
                     term = term if weight == 1 else term * weight
                     total = term if total is None else total + term
-        return self.backend.xp.zeros((), dtype=numpy.float64) if total is None else total
+        xp = self.backend.xp
+        return xp.zeros((), dtype=numpy.float64) if total is None else xp.asarray(total)  # (NumPy: a scalar, else)
 
     def set_input_arrays(self, data, labels=None, layer: str | None = None) -> None:
         """Hand arrays to the net's MemoryData layer (``layer`` names it when the net has several).

@@ -53,3 +53,24 @@ def test_other_types_take_array_code(device):
     out = backend.asarray(numpy.ones((2, 2), numpy.float16))
     blas.product(backend.xp, a, a, out, transpose_b=True, add=True)
     numpy.testing.assert_array_equal(backend.to_host(out), numpy.array([[6, 15], [15, 51]], numpy.float16))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_empty_axis_takes_array_code(device):
+    backend = Backend(device)
+    a, b = backend.asarray(numpy.zeros((3, 0), numpy.float32)), backend.asarray(numpy.zeros((0, 2), numpy.float32))
+    out = backend.asarray(numpy.full((3, 2), 5, numpy.float32))
+    blas.product(backend.xp, a, b, out, add=True)
+    numpy.testing.assert_array_equal(backend.to_host(out), numpy.full((3, 2), 5, numpy.float32))
+
+
+@pytest.mark.gpu
+def test_on_cublas_shapes_that_disagree_and_strided_views_are_refused():
+    backend = Backend("gpu")
+    a, b = (backend.asarray(numpy.ones(shape, numpy.float32)) for shape in ((3, 4), (5, 2)))
+    with pytest.raises(ValueError, match="the shapes do not agree"):
+        blas.product(backend.xp, a, b, backend.asarray(numpy.zeros((3, 2), numpy.float32)))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        blas.product(backend.xp, a[:, ::2], b[:2], backend.asarray(numpy.zeros((3, 2), numpy.float32)))
+    with pytest.raises(ValueError, match="2 sums of"):
+        blas.sums(backend.xp, a, backend.ones(4, numpy.float32), backend.asarray(numpy.zeros(2, numpy.float32)), 1)

@@ -57,3 +57,15 @@ def test_a_check_that_never_failed_raises_nothing(device):
     for _ in range(3):
         _noter(backend)([False, False], [0, 1], "a")
     backend.raise_checks()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_marks_of_a_size_no_check_uses_any_more_are_given_back_at_a_read(device):
+    backend = Backend(device)
+    backend.defer_checks = True
+    note = _noter(backend)
+    note([False, False, False], [0, 1, 2], "three")
+    backend.raise_checks()
+    note([False, False], [0, 1], "two")  # (the batch's size changed: the three values' marks hold nothing now)
+    backend.raise_checks()
+    assert [marks.when.size for marks in backend._marks.values()] == [2]
