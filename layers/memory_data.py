@@ -84,7 +84,7 @@ class MemoryData(Layer):
             raise DataError(f"layer '{self.name}': MemoryData has no arrays: hand them over with "
                             f"net.set_input_arrays(data, labels) before running the net")
         rows = (self.position + numpy.arange(top[0].shape[0])) % len(self.data)
-        top[0].data[...] = self.backend.asarray(self.data[rows])
+        self.backend.upload(self.data[rows], top[0].data)
         if len(top) == 2:
-            top[1].data[...] = self.backend.asarray(self.labels[rows])
+            self.backend.upload(self.labels[rows], top[1].data)
         self.position = int(rows[-1] + 1) % len(self.data)

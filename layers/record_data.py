@@ -118,9 +118,9 @@ class RecordBatches(Layer, abc.ABC):
 
     def forward(self, bottom, top):
         data, labels = self.prefetcher.next()
-        top[0].data[...] = self.backend.asarray(data)
+        self.backend.upload(data, top[0].data)
         if len(top) > 1:
-            top[1].data[...] = self.backend.asarray(labels)
+            self.backend.upload(labels, top[1].data)
 
     def close(self):
         self.prefetcher.close()

@@ -45,6 +45,14 @@ class _Marks:
     noted: int = 0  # the number of the last check noted into them
 
 
+@dataclass
+class _Staging:
+    """A page-locked host buffer batches go through to the GPU, and the event of its last copy (None: none yet)."""
+
+    host: numpy.ndarray
+    copied: object = None
+
+
 class Backend:
     """A device: its array module, random generators, transfers, and the ranks it trains with."""
 
@@ -63,6 +71,7 @@ class Backend:
         self.defer_checks = self.is_gpu  # whether checks wait for the next read (on a GPU: it is not waited for)
         self._workspace = None  # (see workspace)
         self._ones: dict = {}  # dtype -> the vector of ones (see ones)
+        self._staging: dict[tuple, list[_Staging]] = {}  # (shape, dtype) -> the two buffers of upload
         self.seed(seed)
 
     @property
@@ -244,6 +253,36 @@ class Backend:
     def asarray(self, array, dtype=None):
         """``array`` on this device (copied from the host when needed)."""
         return self.xp.asarray(array, dtype=dtype)
+
+    def upload(self, values, out) -> None:
+        """Copy the host array ``values`` into the device array ``out`` (C-contiguous), cast to its dtype and
+        broadcast to its shape as ``out[...] = values`` would: a data layer's batch.  On a GPU the host does not
+        wait for the copy, nor is a temporary made on the device: the values go into one of two page-locked host
+        buffers kept for that shape and type, copied from there in the current stream's order (every kernel before
+        has read ``out``'s old values, every one after sees the new); a buffer is refilled only when its last copy
+        is done."""
+        if not self.is_gpu:
+            out[...] = values
+            return
+        key = (out.shape, out.dtype)
+        ring = self._staging.get(key)
+        if ring is None:
+            ring = self._staging[key] = [_Staging(self._page_locked(out.shape, out.dtype)) for _ in range(2)]
+        staging = ring.pop(0)
+        ring.append(staging)
+        if staging.copied is not None:
+            staging.copied.synchronize()
+        numpy.copyto(staging.host, values, casting="unsafe")
+        out.set(staging.host, stream=self.xp.cuda.get_current_stream())
+        staging.copied = self.xp.cuda.Event()
+        staging.copied.record()
+
+    def _page_locked(self, shape, dtype) -> numpy.ndarray:
+        """An empty host array the GPU copies from without the host waiting (CuPy's pinned memory)."""
+        if self.xp is gpu_standin:
+            return gpu_standin.empty_pinned(shape, dtype)
+        import cupyx  # (only reached on CuPy)
+        return cupyx.empty_pinned(shape, dtype=dtype)
 
     def to_host(self, array) -> numpy.ndarray:
         """``array`` as a numpy array on the host."""

@@ -123,6 +123,20 @@ class DeviceArray(NDArrayOperatorsMixin):
         """A NumPy copy on the host (CuPy's ``ndarray.get``): a synchronisation."""
         return self._read("get").copy()
 
+    def set(self, values: numpy.ndarray, stream=None) -> None:
+        """Copy a host array of this array's shape and dtype in (CuPy's ``ndarray.set``, refusing what it refuses;
+        counted in :data:`uploads`)."""
+        if not isinstance(values, numpy.ndarray):
+            raise TypeError(f"Only numpy.ndarray can be set to cupy.ndarray, got {type(values).__name__} (GPU "
+                            "stand-in)")
+        if values.shape != self.shape or values.dtype != self.dtype:
+            raise ValueError(f"set: a {values.dtype} array of shape {values.shape} into a {self.dtype} one of "
+                             f"shape {self.shape}: CuPy refuses a mismatch (GPU stand-in)")
+        if not self._host.flags.c_contiguous:
+            raise RuntimeError("Cannot set to non-contiguous array (GPU stand-in)")
+        uploads["set"] += 1
+        self._host[...] = values
+
     # what stays on the device
     @property
     def shape(self):
@@ -360,6 +374,17 @@ class _Runtime:
         return 1
 
 
+class _Stream:
+    """``cuda.Stream``: work on it is done when it is queued."""
+
+    ptr = 0
+
+
+def _get_current_stream() -> _Stream:
+    """``cuda.get_current_stream()``: the one stream."""
+    return _Stream()
+
+
 class _Event:
     """``cuda.Event``: the host's clock when recorded (the stand-in's work is done when it is queued)."""
 
@@ -419,7 +444,13 @@ def _gemv(dtype):
 _cublas = types.SimpleNamespace(sgemm=_gemm(numpy.float32), dgemm=_gemm(numpy.float64), sgemv=_gemv(numpy.float32),
                                 dgemv=_gemv(numpy.float64), setPointerMode=lambda handle, mode: None)
 cuda = types.SimpleNamespace(Device=_Device, runtime=_Runtime, Event=_Event, get_elapsed_time=_get_elapsed_time,
-                             cublas=_cublas, device=types.SimpleNamespace(get_cublas_handle=lambda: 0))
+                             get_current_stream=_get_current_stream, cublas=_cublas,
+                             device=types.SimpleNamespace(get_cublas_handle=lambda: 0))
+
+
+def empty_pinned(shape, dtype=numpy.float64) -> numpy.ndarray:
+    """``cupyx.empty_pinned``: a host array (page-locked on a GPU; plain here)."""
+    return numpy.empty(shape, dtype=dtype)
 ndarray = DeviceArray
 __version__ = f"stand-in (NumPy {numpy.__version__})"
 
