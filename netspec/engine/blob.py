@@ -104,7 +104,7 @@ class Blob:
     @diff.setter
     def diff(self, array) -> None:
         """Give the blob another array for its gradient (as :attr:`data`'s setter)."""
-        if array is self._diff:
+        if array is self._diff and array is not None:
             return
         array = self._checked(array, "diff", self.shape)
         if self.held_diff is not None:

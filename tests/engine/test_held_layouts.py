@@ -190,7 +190,8 @@ def test_an_array_given_to_a_held_blob_replaces_its_values(monkeypatch):
     (np.zeros((2, 3, 4, 4), np.float64), "got a float64 array"),
     (np.zeros((2, 3, 4, 5), np.float32), r"got an array of shape \[2, 3, 4, 5\]"),
     (np.zeros((2, 4, 4, 3), np.float32).transpose(0, 3, 1, 2), "got an array that is not C-contiguous"),
-    ([[0.0]], "got a list where its device takes a numpy.ndarray")])
+    ([[0.0]], "got a list where its device takes a numpy.ndarray"),
+    (None, "got a NoneType where its device takes a numpy.ndarray")])  # (a diff not made yet is None: still refused)
 def test_a_blob_refuses_an_array_it_cannot_hold(given, problem):
     """A blob's arrays are C-contiguous, of its shape and dtype, on its device, as every fast path reads them; a
     write into the array it has copies any values that convert."""
