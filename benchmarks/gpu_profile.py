@@ -28,19 +28,9 @@ import pstats
 import sys
 import time
 
-from compare_pytorch import load, netspec_step  # (it imports netspec before NumPy, as netspec.threads needs)
+from compare_pytorch import load, netspec_step, timed  # (it imports netspec before NumPy, as netspec.threads needs)
 
 DEFAULT_NETS = ["configs/lenet/lenet_timing.yaml@64", "configs/cifar10/cifar10_quick_timing.yaml@100"]
-
-
-def per_iteration(step, synchronize, iterations: int) -> float:
-    """Milliseconds per call of ``step`` over ``iterations`` calls in a row, the device waited for at both ends."""
-    synchronize()
-    start = time.perf_counter()
-    for _ in range(iterations):
-        step()
-    synchronize()
-    return 1000 * (time.perf_counter() - start) / iterations
 
 
 def enqueue_time(step, synchronize, calls: int = 5) -> float:
@@ -97,7 +87,7 @@ def main() -> int:
         step, synchronize = netspec_step(net), net.backend.synchronize
         for _ in range(20):  # (kernels compiled, memory pools filled)
             step()
-        busy = per_iteration(step, synchronize, args.iterations)
+        busy = timed(step, args.iterations, 0, synchronize)
         print(f"== {net.name} batch {net.batch_size} on {args.device}: {busy:.3f} ms an iteration with the GPU kept "
               f"busy; the host enqueues one in {enqueue_time(step, synchronize):.3f} ms", flush=True)
         profiled = max(1, args.iterations // 10)

@@ -377,8 +377,6 @@ class _Runtime:
 class _Stream:
     """``cuda.Stream``: work on it is done when it is queued."""
 
-    ptr = 0
-
 
 def _get_current_stream() -> _Stream:
     """``cuda.get_current_stream()``: the one stream."""

@@ -11,19 +11,22 @@ from netspec.engine.backend import Backend
 from netspec.errors import DataError
 
 
-def _noter(backend: Backend):
+def _deferring(device: str):
+    """A backend of ``device`` that defers its checks, and a function noting one check on it (the failures, the
+    values, a name its message starts with)."""
+    backend = Backend(device)
+    backend.defer_checks = True
+
     def note(failing: list[bool], values: list[float], name: str) -> None:
         bad = backend.asarray(numpy.array(failing))
         backend.check_later(bad, backend.asarray(numpy.array(values, numpy.float32)),
                             lambda value, count: f"{name}: {value} ({count})")
-    return note
+    return backend, note
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_the_first_check_that_failed_is_raised_with_its_count_and_first_value(device):
-    backend = Backend(device)
-    backend.defer_checks = True
-    note = _noter(backend)
+    backend, note = _deferring(device)
     note([False, False, False, False], [0, 1, 2, 3], "a")  # passes
     note([False, True, False, True], [0, 1.5, 2, 7], "a")  # the first to fail: at 1.5 and 7
     note([True, True, False, False], [-1, -2, 2, 3], "b")  # later, another site
@@ -39,9 +42,7 @@ def test_the_first_check_that_failed_is_raised_with_its_count_and_first_value(de
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_checks_of_other_sizes_and_messages_keep_their_own(device):
-    backend = Backend(device)
-    backend.defer_checks = True
-    note = _noter(backend)
+    backend, note = _deferring(device)
     note([False, False, False], [0, 1, 2], "three")
     note([False, True], [0, -4], "two")  # the first to fail
     note([True, True, True], [5, 6, 7], "three")
@@ -52,18 +53,15 @@ def test_checks_of_other_sizes_and_messages_keep_their_own(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_check_that_never_failed_raises_nothing(device):
-    backend = Backend(device)
-    backend.defer_checks = True
+    backend, note = _deferring(device)
     for _ in range(3):
-        _noter(backend)([False, False], [0, 1], "a")
+        note([False, False], [0, 1], "a")
     backend.raise_checks()
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_the_marks_of_a_size_no_check_uses_any_more_are_given_back_at_a_read(device):
-    backend = Backend(device)
-    backend.defer_checks = True
-    note = _noter(backend)
+    backend, note = _deferring(device)
     note([False, False, False], [0, 1, 2], "three")
     backend.raise_checks()
     note([False, False], [0, 1], "two")  # (the batch's size changed: the three values' marks hold nothing now)
