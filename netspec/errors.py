@@ -142,6 +142,12 @@ def printable(text: str, one_line: bool = False) -> str:
     return "".join(char if char.isprintable() or char in kept else repr(char)[1:-1] for char in str(text))
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception's message, its first line alone (its type's name where it has none)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def did_you_mean(word: str, candidates) -> str:
     """A ``"; did you mean 'x'?"`` suffix for the closest candidate, or '' (always for words over 100 characters)."""
     if len(str(word)) > 100:

@@ -6,9 +6,10 @@ several backward passes accumulate.  Array code makes each of those two
 launches (the product or the sum into a temporary, then the addition), and on
 a GPU each launch costs the host more time than the small nets' arithmetic.
 cuBLAS adds in the same call (``beta = 1``), and sums are products with a
-vector of ones, so on CuPy each of these is one call straight to cuBLAS (also
-cheaper to make than CuPy's ``matmul``); elsewhere (NumPy, or a type cuBLAS
-is not asked for here) array code does the same.
+vector of ones, so on CuPy each of these is one call straight to cuBLAS
+(:mod:`netspec.engine.cublas`: cheaper to make than CuPy's ``matmul``, and one
+a CUDA graph may capture); elsewhere (NumPy, or a type cuBLAS is not asked
+for here) array code does the same.
 
 cuBLAS reads matrices column by column: a C-order (rows, columns) array is,
 to it, the transposed matrix with a leading dimension of ``columns``, so
@@ -21,20 +22,20 @@ import functools
 
 import numpy
 
+from netspec.engine import cublas, kernels
+
 _ONE = {numpy.dtype(dtype): numpy.ones((), dtype) for dtype in (numpy.float32, numpy.float64)}
 _ZERO = {dtype: numpy.zeros((), dtype) for dtype in _ONE}  # (cuBLAS reads alpha and beta from host memory)
 _OP_N, _OP_T = 0, 1  # cublasOperation_t: as stored, transposed
-_POINTER_MODE_HOST = 0  # cublasPointerMode_t: alpha and beta in host memory
 
 
 @functools.cache
 def _library(xp):
     """cuBLAS's functions where the array module ``xp`` has them (CuPy, or the GPU stand-in's stand-in for
     them), else None."""
-    library = getattr(getattr(xp, "cuda", None), "cublas", None)
-    if library is None and getattr(xp, "__name__", "") == "cupy":
-        from cupy.cuda import cublas as library  # (only reached on CuPy)
-    return library
+    if kernels.compiled(xp):
+        return cublas.library(xp)
+    return getattr(getattr(xp, "cuda", None), "cublas", None)
 
 
 def _cublas(xp, a, b, out):
@@ -48,9 +49,7 @@ def _cublas(xp, a, b, out):
         return None
     if not (a.flags.c_contiguous and b.flags.c_contiguous and out.flags.c_contiguous):
         raise ValueError("blas: cuBLAS takes C-contiguous arrays only")
-    handle = xp.cuda.device.get_cublas_handle()
-    library.setPointerMode(handle, _POINTER_MODE_HOST)  # (CuPy sets the handle's mode to device for some calls)
-    return library, handle
+    return library, library.current_handle()
 
 
 def product(xp, a, b, out, transpose_a: bool = False, transpose_b: bool = False, add: bool = False) -> None:

@@ -22,13 +22,21 @@ machine with no GPU, as it would on one:
   count back.
 
 Indexing with NumPy arrays and assigning NumPy arrays into device arrays copy
-them to the device, as CuPy does; they are counted in :data:`uploads`.  This
-module proves nothing about CUDA kernels or speed: it makes the first run on a
-real GPU short.
+them to the device, as CuPy does; they are counted in :data:`uploads`.
+
+A stream other than the null one captures a CUDA graph as CUDA does
+(``Stream.begin_capture``, ``end_capture``, ``Graph.launch``): while it
+captures, the work asked of the device is recorded, not done (arrays made then
+hold values nobody may trust), and a read of device values on the host, a copy
+from the host or a wait for the device raises, as CUDA refuses them; a launch
+does the recorded work again, reading every array as it is then and every
+host value as it was at capture.  This module proves nothing about CUDA
+kernels or speed: it makes the first run on a real GPU short.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import time
@@ -83,6 +91,7 @@ class DeviceArray(NDArrayOperatorsMixin):
 
     # reads of device values on the host: each a synchronisation on a GPU
     def _read(self, kind: str):
+        _refused_in_capture(f"reading a device array on the host ({kind})")
         reads[kind] += 1
         return self._host
 
@@ -134,6 +143,7 @@ class DeviceArray(NDArrayOperatorsMixin):
                              f"shape {self.shape}: CuPy refuses a mismatch (GPU stand-in)")
         if not self._host.flags.c_contiguous:
             raise RuntimeError("Cannot set to non-contiguous array (GPU stand-in)")
+        _refused_in_capture("a copy from the host")
         uploads["set"] += 1
         self._host[...] = values
 
@@ -164,7 +174,7 @@ class DeviceArray(NDArrayOperatorsMixin):
             raise AttributeError(f"{name}: not on a device array (GPU stand-in)")
         value = getattr(self._host, name)  # shape-like attributes pass as they are; methods run on the device
         if callable(value):
-            return lambda *args, **kwargs: _call(value, args, kwargs)
+            return lambda *args, **kwargs: _call(value, args, kwargs, self._host if name in IN_PLACE_METHODS else None)
         return _wrap(value)
 
     def __len__(self):
@@ -178,16 +188,23 @@ class DeviceArray(NDArrayOperatorsMixin):
         picked = self._host[key]
         if isinstance(picked, numpy.generic):  # (every axis indexed by an integer: CuPy gives a 0-d view)
             picked = self._host[(*key, ...) if isinstance(key, tuple) else (key, ...)]
+        elif not numpy.shares_memory(picked, self._host):  # (an array index: a gather, a kernel on a GPU)
+            _note(lambda: numpy.copyto(picked, self._host[key]))
         return _wrap(picked)
 
     def __setitem__(self, key, value):
-        self._host[_index(key)] = _uploaded(value, "setitem")
+        key, value = _index(key), _uploaded(value, "setitem")
+
+        def assign() -> None:
+            self._host[key] = value
+
+        _run(assign)
 
     def __repr__(self):
         return f"{self._read('repr')!r} (on the GPU stand-in)"
 
     def __copy__(self):
-        return DeviceArray(self._host.copy())
+        return array(self)
 
     def __deepcopy__(self, memo):
         return DeviceArray(self._host.copy())
@@ -225,6 +242,7 @@ def _uploaded(value, kind: str):
     if isinstance(value, DeviceArray):
         return value._host
     if isinstance(value, numpy.ndarray):
+        _refused_in_capture("a copy from the host")
         uploads[kind] += 1
     if isinstance(value, list):
         return [_uploaded(item, kind) for item in value]
@@ -236,6 +254,7 @@ def _index(key):
     a read (CuPy reads back how many elements it picks, to size the result or check the values)."""
     parts = tuple(_uploaded(part, "index") for part in (key if isinstance(key, tuple) else (key,)))
     if any(getattr(part, "dtype", None) == numpy.bool_ for part in parts):
+        _refused_in_capture("a boolean mask's selection (its size is read back)")
         reads["mask"] += 1
     return parts if isinstance(key, tuple) else parts[0]
 
@@ -254,7 +273,8 @@ class _Ufunc:
         attribute = getattr(self._ufunc, method)
         if not callable(attribute):
             return attribute
-        return lambda *args, **kwargs: _call(attribute, args, kwargs)
+        return lambda *args, **kwargs: _call(attribute, args, kwargs, _device_only(args[0], method)
+                                              if method == "at" else None)
 
 
 # functions whose result's size depends on the values: CuPy reads a count back to the host to size it
@@ -263,20 +283,36 @@ SIZED_BY_VALUES = frozenset({"nonzero", "flatnonzero", "argwhere", "unique", "bi
 TRUTH_VALUES = frozenset({"allclose", "array_equal", "array_equiv"})
 # what a NumPy array offers that reaches host memory: CuPy's arrays have none of it
 HOST_ONLY = frozenset({"ctypes", "flat", "tofile", "dump", "dumps"})  # (and every name starting with "_")
+# functions and methods that write into their first argument (or the array itself), not into a result
+IN_PLACE_FUNCTIONS = frozenset({"copyto", "put_along_axis", "put", "place", "putmask", "fill_diagonal"})
+IN_PLACE_METHODS = frozenset({"fill", "put", "sort", "partition", "itemset", "setfield"})
+UNFILLED = frozenset({"empty", "empty_like"})  # functions that make an array without a kernel
 
 
-def _call(function, args, kwargs):
-    """``function`` of device arrays, its results on the device (``out=``, when given, is the result itself)."""
+def _call(function, args, kwargs, written=None):
+    """``function`` of device arrays, its results on the device (``out=``, when given, is the result itself);
+    ``written``: the array it writes into, where that is neither ``out`` nor its result (an in-place method's)."""
     name = getattr(function, "__name__", "function")
     if name in SIZED_BY_VALUES or (name == "where" and len(args) + len(kwargs) == 1):
+        _refused_in_capture(f"{name} (its result's size is read back)")
         reads[name] += 1
-    result = function(*_device_only(args, name), **_device_only(kwargs, name))
+    host_args, host_kwargs = _device_only(args, name), _device_only(kwargs, name)
+    if written is None and name in IN_PLACE_FUNCTIONS and host_args:
+        written = host_args[0]
     out = kwargs.get("out")
-    if isinstance(out, DeviceArray) or (isinstance(out, tuple) and out and isinstance(out[0], DeviceArray)):
+    if written is not None or isinstance(out, DeviceArray) or (isinstance(out, tuple) and out
+                                                               and isinstance(out[0], DeviceArray)):
+        _run(lambda: function(*host_args, **host_kwargs))
+        if out is None:
+            return None
         return out if not isinstance(out, tuple) else out[0] if len(out) == 1 else out
+    result = function(*host_args, **host_kwargs)
     if name in TRUTH_VALUES:
         result = numpy.asarray(result)
-    return _wrap(result)
+    result = _wrap(result)
+    if name not in UNFILLED:
+        _note_result(function, host_args, host_kwargs, result)
+    return result
 
 
 def _function(function):
@@ -310,6 +346,7 @@ def asarray(value, dtype=None, order=None):
     """``value`` on the device: a device array as it is (cast to ``dtype``), anything else copied there."""
     if isinstance(value, DeviceArray):
         return value if dtype is None or value.dtype == dtype else value.astype(dtype)
+    _refused_in_capture("a copy from the host")
     uploads["asarray"] += 1
     return DeviceArray(numpy.array(_uploaded(value, "asarray"), dtype=dtype, order=order or "K"))
 
@@ -317,7 +354,8 @@ def asarray(value, dtype=None, order=None):
 def array(value, dtype=None, copy=True, order="K"):
     """A new device array of ``value`` (copied to the device when it is on the host)."""
     if isinstance(value, DeviceArray):
-        return DeviceArray(numpy.array(value._host, dtype=dtype, copy=copy, order=order))
+        return _call(numpy.array, (value,), {"dtype": dtype, "copy": copy, "order": order})
+    _refused_in_capture("a copy from the host")
     uploads["array"] += 1
     return DeviceArray(numpy.array(_uploaded(value, "array"), dtype=dtype, order=order))
 
@@ -327,6 +365,152 @@ def asnumpy(value):
     if isinstance(value, DeviceArray):
         return value.get()
     return numpy.asarray(value)
+
+
+class _Device:
+    """``cuda.Device(index)``: the stand-in's only device, 0."""
+
+    def __init__(self, index: int = 0):
+        self.id = index
+
+    def use(self) -> None:
+        """Make it the current device (there is only one)."""
+
+    def synchronize(self) -> None:
+        """Wait for queued work (none is ever queued)."""
+        _refused_in_capture("a wait for the device")
+
+
+class _Runtime:
+    """``cuda.runtime``: one device."""
+
+    class CUDARuntimeError(RuntimeError):
+        """CUDA's errors (the stand-in raises none)."""
+
+    @staticmethod
+    def getDeviceCount() -> int:  # noqa: N802 - CuPy's name
+        return 1
+
+
+# ---- streams and graphs -------------------------------------------------------------------------------------
+
+_capture: list | None = None  # the work of the graph being captured (None: no stream captures)
+
+
+class StreamCaptureError(RuntimeError):
+    """What CUDA answers to a read, a copy from the host or a wait while a stream captures
+    (cudaErrorStreamCaptureUnsupported); the capture is then invalidated, as CUDA invalidates it."""
+
+
+def _refused_in_capture(what: str) -> None:
+    """Raise StreamCaptureError for ``what`` while a stream captures (and end the capture: it is lost)."""
+    global _capture
+    if _capture is not None:
+        _capture = None
+        raise StreamCaptureError(f"{what} while a stream captures a CUDA graph: CUDA refuses it "
+                                 "(cudaErrorStreamCaptureUnsupported; GPU stand-in)")
+
+
+def _run(work) -> None:
+    """Do ``work``, a write into arrays that exist: now, or, while a stream captures, at each launch of the
+    graph."""
+    if _capture is None:
+        work()
+    else:
+        _capture.append(work)
+
+
+def _note(work) -> None:
+    """Note ``work``, done already, for each launch of the graph being captured (if one is)."""
+    if _capture is not None:
+        _capture.append(work)
+
+
+def _note_result(function, host_args, host_kwargs, result) -> None:
+    """Note, while a stream captures, that a launch computes ``result`` (an array ``function`` made) again."""
+    if _capture is None:
+        return
+    made = [item._host for item in (result if isinstance(result, tuple | list) else (result,))
+            if isinstance(item, DeviceArray)]
+    if made:
+        def again() -> None:
+            values = function(*host_args, **host_kwargs)
+            for target, value in zip(made, values if isinstance(values, tuple | list) else (values,)):
+                numpy.copyto(target, value)
+
+        _capture.append(again)
+
+
+class _Graph:
+    """``cuda.Graph``: the work a stream captured, done again at each :meth:`launch`."""
+
+    def __init__(self, work: list):
+        self._work = work
+
+    def launch(self, stream=None) -> None:
+        """Do the captured work, in the order it was asked for."""
+        for work in self._work:
+            work()
+
+
+class _Stream:
+    """``cuda.Stream``: work on it is done when it is queued; one that is not the null stream captures graphs."""
+
+    null = None  # the null stream (set below)
+    current = None  # the current stream
+
+    def __init__(self, non_blocking: bool = False, null: bool = False):
+        self.is_null = null
+        self.ptr = 0 if null else id(self)
+        self._before: list = []
+
+    def __enter__(self):
+        self._before.append(_Stream.current)
+        _Stream.current = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _Stream.current = self._before.pop()
+
+    def use(self) -> _Stream:
+        """Make it the current stream."""
+        _Stream.current = self
+        return self
+
+    def begin_capture(self, mode=None) -> None:
+        """Start capturing a graph: what the device is asked from now on is recorded, not done."""
+        global _capture
+        if self.is_null:
+            raise StreamCaptureError("the null stream cannot capture a graph (cudaErrorStreamCaptureImplicit; "
+                                     "GPU stand-in)")
+        if _capture is not None:
+            raise StreamCaptureError("a stream is capturing already (GPU stand-in)")
+        _capture = []
+
+    def end_capture(self) -> _Graph:
+        """End the capture: the graph of what was recorded."""
+        global _capture
+        if _capture is None:
+            raise StreamCaptureError("the capture was invalidated: something was refused while it went on "
+                                     "(cudaErrorStreamCaptureInvalidated; GPU stand-in)")
+        work, _capture = _capture, None
+        return _Graph(work)
+
+    def is_capturing(self) -> bool:
+        """Whether this stream captures a graph now."""
+        return _capture is not None and not self.is_null
+
+    def synchronize(self) -> None:
+        """Wait for queued work (none is ever queued)."""
+        _refused_in_capture("a wait for the device")
+
+
+_Stream.null = _Stream.current = _Stream(null=True)
+
+
+def _get_current_stream() -> _Stream:
+    """``cuda.get_current_stream()``."""
+    return _Stream.current
 
 
 class _MemoryPool:
@@ -341,6 +525,10 @@ class _MemoryPool:
     def free_all_blocks(self) -> None:
         pass
 
+    def malloc(self, size: int):
+        """(Never called: the stand-in's arrays are NumPy's.)"""
+        raise NotImplementedError
+
 
 _POOL = _MemoryPool()
 
@@ -350,37 +538,10 @@ def get_default_memory_pool() -> _MemoryPool:
     return _POOL
 
 
-class _Device:
-    """``cuda.Device(index)``: the stand-in's only device, 0."""
-
-    def __init__(self, index: int = 0):
-        self.id = index
-
-    def use(self) -> None:
-        """Make it the current device (there is only one)."""
-
-    def synchronize(self) -> None:
-        """Wait for queued work (none is ever queued)."""
-
-
-class _Runtime:
-    """``cuda.runtime``: one device."""
-
-    class CUDARuntimeError(RuntimeError):
-        """CUDA's errors (the stand-in raises none)."""
-
-    @staticmethod
-    def getDeviceCount() -> int:  # noqa: N802 - CuPy's name
-        return 1
-
-
-class _Stream:
-    """``cuda.Stream``: work on it is done when it is queued."""
-
-
-def _get_current_stream() -> _Stream:
-    """``cuda.get_current_stream()``: the one stream."""
-    return _Stream()
+@contextlib.contextmanager
+def _using_allocator(allocator=None):
+    """``cuda.using_allocator``: arrays made within come from ``allocator`` (here: NumPy's memory, as always)."""
+    yield
 
 
 class _Event:
@@ -395,6 +556,7 @@ class _Event:
 
     def synchronize(self) -> None:
         """Wait for the work before the event (none is ever queued)."""
+        _refused_in_capture("a wait for the device")
 
 
 def _get_elapsed_time(start: _Event, end: _Event) -> float:
@@ -423,7 +585,11 @@ def _gemm(dtype):
         left = _host_matrix(a, *((k, m) if transa else (m, k)), lda, dtype, bool(transa))
         right = _host_matrix(b, *((n, k) if transb else (k, n)), ldb, dtype, bool(transb))
         out, scale, keep = _host_matrix(c, m, n, ldc, dtype), _host_scalar(alpha, dtype), _host_scalar(beta, dtype)
-        out[...] = scale * (left @ right) + (keep * out if keep else 0)
+
+        def multiply() -> None:  # (alpha and beta read when asked, as host pointers are: kept in a graph)
+            out[...] = scale * (left @ right) + (keep * out if keep else 0)
+
+        _run(multiply)
     return gemm
 
 
@@ -434,16 +600,20 @@ def _gemv(dtype):
         vector = _host_matrix(x, matrix.shape[1], 1, matrix.shape[1], dtype)
         out, scale, keep = _host_matrix(y, matrix.shape[0], 1, matrix.shape[0], dtype), _host_scalar(alpha, dtype), \
             _host_scalar(beta, dtype)
-        out[...] = scale * (matrix @ vector) + (keep * out if keep else 0)
+
+        def multiply() -> None:
+            out[...] = scale * (matrix @ vector) + (keep * out if keep else 0)
+
+        _run(multiply)
     return gemv
 
 
-# cuBLAS as CuPy's low-level wrappers call it (cupy.cuda.cublas), on the memory the device arrays point to
+# cuBLAS as netspec.engine.cublas calls it, on the memory the device arrays point to
 _cublas = types.SimpleNamespace(sgemm=_gemm(numpy.float32), dgemm=_gemm(numpy.float64), sgemv=_gemv(numpy.float32),
-                                dgemv=_gemv(numpy.float64), setPointerMode=lambda handle, mode: None)
+                                dgemv=_gemv(numpy.float64), current_handle=lambda: 0)
 cuda = types.SimpleNamespace(Device=_Device, runtime=_Runtime, Event=_Event, get_elapsed_time=_get_elapsed_time,
-                             get_current_stream=_get_current_stream, cublas=_cublas,
-                             device=types.SimpleNamespace(get_cublas_handle=lambda: 0))
+                             get_current_stream=_get_current_stream, cublas=_cublas, Stream=_Stream, Graph=_Graph,
+                             MemoryPool=_MemoryPool, using_allocator=_using_allocator)
 
 
 def empty_pinned(shape, dtype=numpy.float64) -> numpy.ndarray:

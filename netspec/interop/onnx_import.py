@@ -26,7 +26,7 @@ from netspec import errors
 from netspec.atomic import write_bytes
 from netspec.engine.net import Net, load_net
 from netspec.engine.trust import Trust
-from netspec.errors import ConfigError, ModelImportError, ShapeError
+from netspec.errors import ConfigError, ModelImportError, ShapeError, first_line
 from netspec.interop.onnx_ops import CONVERTERS, NEAREST, Builder, ConversionError, Node
 from netspec.interop.onnx_patterns import fold_batchnorm as fold_batchnorm_into_convolutions
 from netspec.interop.onnx_patterns import recognise
@@ -113,7 +113,7 @@ def read_model(path: str):
     try:
         model = onnx.load(path, load_external_data=False)
     except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and onnx's own errors: not a model
-        raise ModelImportError(f"{path}: not an ONNX model ({_first_line(exc)})") from None
+        raise ModelImportError(f"{path}: not an ONNX model ({first_line(exc)})") from None
     if not model.HasField("graph") or not model.ir_version:
         raise ModelImportError(f"{path}: not an ONNX model (no graph, or no IR version)")
     folder = os.path.realpath(os.path.dirname(os.path.abspath(path)))
@@ -133,7 +133,7 @@ def read_model(path: str):
     try:
         external_data_helper.load_external_data_for_model(model, folder)
     except Exception as exc:  # noqa: BLE001 - onnx's checker and the file system raise several types
-        raise ModelImportError(f"{path}: its external data cannot be read ({_first_line(exc)})") from None
+        raise ModelImportError(f"{path}: its external data cannot be read ({first_line(exc)})") from None
     return model
 
 
@@ -141,10 +141,6 @@ def printable(text) -> str:
     """``text`` (a model's name, someone else's) on one line, its control characters escaped."""
     return errors.printable(text, one_line=True)
 
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def import_onnx(source, batch: int | None = None, input_shape: tuple[int, ...] | None = None,
@@ -240,7 +236,7 @@ def _array(tensor, where: str) -> numpy.ndarray:
     try:
         value = numpy_helper.to_array(tensor)
     except Exception as exc:  # noqa: BLE001 - a malformed tensor fails in NumPy or onnx, in several types
-        raise ModelImportError(f"{where}: tensor '{tensor.name}' cannot be read ({_first_line(exc)})") from None
+        raise ModelImportError(f"{where}: tensor '{tensor.name}' cannot be read ({first_line(exc)})") from None
     return value.astype(numpy.float32) if value.dtype in (numpy.float16, numpy.float64) else value
 
 
@@ -341,7 +337,7 @@ def _infer(model, inputs, constants, nodes, where: str) -> dict[str, tuple[int, 
     try:
         inferred = onnx.shape_inference.infer_shapes(probe, strict_mode=True, data_prop=True)
     except Exception as exc:  # noqa: BLE001 - onnx's InferenceError, ValidationError and kin
-        raise ModelImportError(f"{where}: ONNX's shape inference refuses the model ({_first_line(exc)})") from None
+        raise ModelImportError(f"{where}: ONNX's shape inference refuses the model ({first_line(exc)})") from None
     shapes = {name: tuple(value.shape) for name, value in constants.items()}
     shapes.update(inputs)
     for value in [*inferred.graph.value_info, *inferred.graph.output]:
@@ -373,7 +369,7 @@ def _fold(nodes, shapes, constants, opset: int, result: OnnxImport, where: str) 
                     None, {name: constants[name] for name in inputs})
             except Exception as exc:  # noqa: BLE001 - any of NumPy's errors, on a model's values
                 raise ModelImportError(f"{where}: node '{label}' ({node.op_type}) on constants fails in ONNX's "
-                                       f"reference implementation ({_first_line(exc)})") from None
+                                       f"reference implementation ({first_line(exc)})") from None
             for name, value in zip(node.output, values):
                 constants[name] = _float32(numpy.asarray(value))
             folded_bytes += sum(constants[name].nbytes for name in node.output if name in constants)
@@ -431,7 +427,7 @@ def _convert(builder: Builder, proto, index: int, opset: int, shapes, constants,
                                f"{printable(exc)}") from None
     except (TypeError, ValueError, KeyError, IndexError, ZeroDivisionError) as exc:  # (attributes of wrong types)
         raise ModelImportError(f"{where}: node '{printable(label)}' ({proto.op_type}; inputs {described}): a "
-                               f"malformed attribute or input ({printable(_first_line(exc))})") from None
+                               f"malformed attribute or input ({printable(first_line(exc))})") from None
     kinds = [layer["type"] for layer in builder.layers[before:]]
     if kinds:
         result.mapped.append((label, proto.op_type, kinds))
@@ -467,7 +463,7 @@ def _check_shapes(result: OnnxImport, shapes, builder: Builder, where: str) -> N
         graph = compile_net(parse_net(yaml.safe_dump(result.net, sort_keys=False), layer_schemas()), phase="TEST")
     except (ConfigError, ShapeError) as exc:
         cause = f" ({result.cause()})" if result.changed else ""
-        raise ModelImportError(f"{where}: the net made from it is refused: {printable(_first_line(exc))}"
+        raise ModelImportError(f"{where}: the net made from it is refused: {printable(first_line(exc))}"
                                f"{cause}") from None
     for name, shape in graph.blob_shapes.items():
         if name in shapes and tuple(shape) != shapes[name]:
