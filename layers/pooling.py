@@ -170,6 +170,8 @@ class Pooling(Layer):
         maximum = self.block("pooling_param").pool == "MAX"
         if self.geo.bins is not None:  # adaptive windows of different sizes: NumPy runs them
             self.fast = None
+            # each axis's windows' starts and ends, on the device once (not copied there at each pass)
+            self.bin_edges = [tuple(self.xp.asarray(part) for part in zip(*bins)) for bins in self.geo.bins]
             if not maximum:
                 self.averages = [self.averaging(bins) for bins in self.geo.bins]
             return
@@ -294,7 +296,7 @@ class Pooling(Layer):
 
     def adaptive_windows(self, x, axis: int):
         """:meth:`windows` for adaptive windows (copies); past its end a window sees its last value again."""
-        starts, ends = (self.xp.asarray(part) for part in zip(*self.geo.bins[axis - 2]))
+        starts, ends = self.bin_edges[axis - 2]
         return lambda offset: x.take(self.xp.minimum(starts + offset, ends - 1), axis=axis)
 
     def averaging(self, bins):
@@ -312,9 +314,9 @@ class Pooling(Layer):
             heights, widths = self.averages
             return xp.matmul(xp.matmul(heights.T, dy), widths)
         n, c, h, w = shape
-        row_bins, column_bins = self.geo.bins
-        rows = xp.asarray([start for start, _ in row_bins])[:, None] + self.row_choice
-        columns = xp.asarray([start for start, _ in column_bins]) + xp.take_along_axis(self.column_choice, rows, 2)
+        (row_starts, _), (column_starts, _) = self.bin_edges
+        rows = row_starts[:, None] + self.row_choice
+        columns = column_starts + xp.take_along_axis(self.column_choice, rows, 2)
         flat = (xp.arange(n * c).reshape(n, c, 1, 1) * h + rows) * w + columns
         dx = xp.zeros(n * c * h * w, dtype=dy.dtype)
         add_rows(self, dx, flat.ravel(), dy.ravel())  # (windows overlap: an input chosen twice gets both)

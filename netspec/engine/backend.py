@@ -29,8 +29,9 @@ import numpy
 
 from netspec import threads
 from netspec.engine import gpu_standin, kernels
+from netspec.engine.capture import CaptureError
 from netspec.engine.comm import SingleProcess
-from netspec.errors import DataError, DeviceError
+from netspec.errors import DataError, DeviceError, first_line
 
 CHECKS_KEPT = 1000  # checks a GPU backend notes before reading them
 
@@ -72,6 +73,7 @@ class Backend:
         self._workspace = None  # (see workspace)
         self._ones: dict = {}  # dtype -> the vector of ones (see ones)
         self._staging: dict[tuple, list[_Staging]] = {}  # (shape, dtype) -> the two buffers of upload
+        self.capture = None  # what the CUDA graph being captured notes (netspec.engine.capture.Recording)
         self.seed(seed)
 
     @property
@@ -225,12 +227,14 @@ class Backend:
         _in_chunks(values, 2, draw, values_per_hash=2)
         return values
 
-    def next_offset(self, name: str) -> int:
+    def next_offset(self, name: str):
         """The 64-bit offset of the next draw of stream ``name`` (mixed from the stream key, the name and the
-        draw's number), counting the draw."""
+        draw's number), counting the draw; while a CUDA graph is captured, the device value (0-d) in which each
+        launch finds the offset of its draw (:meth:`netspec.engine.capture.Recording.draw`)."""
         count = self.draws.get(name, 0)
         self.draws[name] = count + 1
-        return _mixed(self._stream_key ^ _mixed(_stream_label(name) ^ _mixed(count)))
+        offset = _mixed(self._stream_key ^ _mixed(_stream_label(name) ^ _mixed(count)))
+        return offset if self.capture is None else self.capture.draw(name, offset)
 
     def fork(self) -> Backend:
         """A backend on the same device and ranks with generators of its own, seeded from this one's seed.
@@ -314,6 +318,8 @@ class Backend:
         self._noted += 1
         self._describes[self._noted] = describe
         marks.noted = self._noted
+        if self.capture is not None:
+            self.capture.checks.append((self._noted, describe, marks))
         if kernels.compiled(self.xp):
             kernels.mark_failures(flat, values, self._noted, marks.when, marks.value)
         else:
@@ -322,6 +328,13 @@ class Backend:
             marks.value[...] = self.xp.where(first, values, marks.value)
         if len(self._describes) >= CHECKS_KEPT:
             self.raise_checks()
+
+    def note_checks(self, checks: list[tuple[int, Callable, _Marks]]) -> None:
+        """Note again checks a captured graph makes at each launch: ``(number, describe, marks)`` as
+        :meth:`check_later` noted them at the capture."""
+        for number, describe, marks in checks:
+            self._describes[number] = describe
+            marks.noted = max(marks.noted, number)
 
     def raise_checks(self) -> None:
         """Raise the DataError of the first check noted by :meth:`check_later` that failed (all are then
@@ -357,6 +370,7 @@ class Backend:
         for and stays; layers ask at setup for what they will use, so it is made once."""
         size = count * numpy.dtype(dtype).itemsize
         if self._workspace is None or self._workspace.size < size:
+            self._refuse_in_capture("the shared workspace would grow")
             self._workspace = None  # (the smaller one given back first)
             self._workspace = self.xp.empty(size, dtype=numpy.uint8)
         return self._workspace[:size].view(dtype)
@@ -367,8 +381,15 @@ class Backend:
         dtype = numpy.dtype(dtype)
         held = self._ones.get(dtype)
         if held is None or held.size < count:
+            self._refuse_in_capture("the vector of ones would grow")
             held = self._ones[dtype] = self.xp.ones(count, dtype=dtype)
         return held
+
+    def _refuse_in_capture(self, what: str) -> None:
+        """CaptureError where a CUDA graph is being captured: arrays the work of earlier launches reads would move
+        (``what`` says which)."""
+        if self.capture is not None:
+            raise CaptureError(f"{what} in the capture, where arrays must stay where they are")
 
     def address(self, array) -> int:
         """Where ``array``'s memory starts on its device (arrays sharing memory share it)."""
@@ -538,7 +559,7 @@ def _device_bits(xp, count: int, offset: int, words: bool):
     """The first ``count`` hashes (uint64) of the draw at ``offset``, or its first ``count`` 32-bit words
     (``words``), as array code on the device."""
     bits = xp.arange((count + 1) // 2 if words else count, dtype=numpy.uint64)
-    bits += numpy.uint64(offset)  # (wrapping past 2**64)
+    bits += kernels.offset_argument(offset)  # (wrapping past 2**64)
     _mix_in_place(bits)
     return bits.view(numpy.uint32)[:count] if words else bits
 
@@ -609,7 +630,7 @@ def gpu_report() -> list[str]:
     try:
         import cupy
     except ImportError as exc:
-        return [f"gpu: none: CuPy cannot be imported ({_first_line(exc)}; pip install -e '.[gpu]')"]
+        return [f"gpu: none: CuPy cannot be imported ({first_line(exc)}; pip install -e '.[gpu]')"]
     runtime = cupy.cuda.runtime
     try:
         count = runtime.getDeviceCount()
@@ -626,10 +647,6 @@ def gpu_report() -> list[str]:
                      f"{properties['minor']}, {free / 2 ** 30:.1f} GiB free of {total / 2 ** 30:.1f} GiB")
     return lines if count else [*lines, "gpu: none: CUDA sees no GPU"]
 
-
-def _first_line(exc: BaseException) -> str:
-    """An exception's message, its first line alone."""
-    return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 def _cuda_version(number: int) -> str:
@@ -658,7 +675,7 @@ def _import_cupy(device: str):
     try:
         import cupy
     except ImportError as exc:
-        raise DeviceError(f"device '{device}' needs CuPy, which cannot be imported ({_first_line(exc)}): "
+        raise DeviceError(f"device '{device}' needs CuPy, which cannot be imported ({first_line(exc)}): "
                           "pip install -e '.[gpu]'") from None
     try:
         count = cupy.cuda.runtime.getDeviceCount()

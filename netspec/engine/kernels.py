@@ -55,6 +55,12 @@ __device__ unsigned long long netspec_mix(unsigned long long z) {
 """
 
 
+def offset_argument(offset):
+    """A draw's offset as the kernels and array code take it: a number, as uint64; or, in a captured CUDA graph,
+    the device value (0-d uint64) each launch finds it in (:mod:`netspec.engine.capture`), as it is."""
+    return numpy.uint64(offset) if isinstance(offset, int) else offset
+
+
 def uniform(out, offset: int, kept: int) -> None:
     """Fill ``out`` (contiguous) with :meth:`netspec.engine.backend.Backend.random`'s values of one draw: element
     ``i`` is the top ``kept`` bits of the mix of ``i + offset`` (modulo 2**64) where ``kept`` is 53, else of
@@ -67,7 +73,7 @@ def uniform(out, offset: int, kept: int) -> None:
     """
     halves = int(kept < 53)
     kernel = _elementwise("uniform", "uint64 offset, int32 halves, int32 shift, float64 scale", "T out", body, _MIX)
-    kernel(numpy.uint64(offset), halves, (32 if halves else 64) - kept, math.ldexp(1.0, -kept), out)
+    kernel(offset_argument(offset), halves, (32 if halves else 64) - kept, math.ldexp(1.0, -kept), out)
 
 
 def standard_normal(out, first: int, second: int) -> None:
@@ -84,7 +90,7 @@ def standard_normal(out, first: int, second: int) -> None:
         out = (T)(sqrt(-2.0 * log(1.0 - u)) * ((i & 1) ? sin(turn) : cos(turn)));
     """
     _elementwise("standard_normal", "uint64 first, uint64 second", "T out", body, _MIX)(
-        numpy.uint64(first), numpy.uint64(second), out)
+        offset_argument(first), offset_argument(second), out)
 
 
 def _flat(array):
@@ -103,7 +109,7 @@ def integers(out, offset: int, low: int, span: int, words: bool) -> None:
         out = (T)(double)(low + (long long)(words ? (word * span) >> 32 : __umul64hi(hash, span)));  // (exact)
     """
     _elementwise("integers", "uint64 offset, int64 low, uint64 span, int32 words", "T out", body, _MIX)(
-        numpy.uint64(offset), numpy.int64(low), numpy.uint64(span), int(words), out)
+        offset_argument(offset), numpy.int64(low), numpy.uint64(span), int(words), out)
 
 
 def channels_first(out, bias, y) -> None:
