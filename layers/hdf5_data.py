@@ -48,6 +48,7 @@ class HDF5Data(Layer):
     type = "HDF5Data"
     param_blocks = {"hdf5_data_param": HDF5DataParams}
     num_bottoms = (0, 0)
+    from_host = True
     num_tops = (1, None)
 
     def top_shapes(self, bottom_shapes):

@@ -45,6 +45,7 @@ class MemoryData(Layer):
     type = "MemoryData"
     param_blocks = {"memory_data_param": MemoryDataParams}
     num_bottoms = (0, 0)
+    from_host = True
     num_tops = (1, 2)
     data = labels = None  # the arrays set, on the host
     position = 0  # the next row served

@@ -34,6 +34,7 @@ class RecordBatches(Layer, abc.ABC):
     """
 
     num_bottoms = (0, 0)
+    from_host = True
     num_tops = (1, 2)
     data_block = ""
 

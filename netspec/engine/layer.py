@@ -68,6 +68,9 @@ class Layer:
     output_folder: OutputFolder = OutputFolder()  # the net sets its own before setup
     inference: bool = False  # the net runs forward passes only (it sets this before setup)
     feeds_net: ClassVar[bool] = True  # without bottoms: the net's input (a data layer); False for Parameter
+    # its forward copies values from the host (a data layer's batch): a training iteration captured as a CUDA graph
+    # runs it before each launch, outside the graph (netspec.training.graphed)
+    from_host: ClassVar[bool] = False
     # a layer whose first top is a mean (Accuracy, the losses) sets how many items its last forward averaged (a
     # device scalar, or a number): a pass over many batches weighs each batch's value by it; None: by its rows
     averaged_over = None

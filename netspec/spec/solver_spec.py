@@ -107,6 +107,9 @@ class SolverParams:
     random_seed: int = doc(-1, "seed of fillers, data order and dropout (negative: a random seed)")
     solver_mode: Literal["CPU", "GPU"] = doc("CPU", "device kind (overridden by --device)")
     device_id: int = doc(0, "GPU number with solver_mode GPU")
+    cuda_graph: bool = doc(False, "on a GPU, capture one training iteration as a CUDA graph once warm and launch it "
+                                  "for the others (--cuda-graph does the same); a net or setting that cannot be "
+                                  "captured trains without, saying why")
     train_state: NetState | None = doc(None, "stages and level of the train net (its phase is always TRAIN)")
     test_state: list[NetState] = doc([], "stages and level of each test net")
 

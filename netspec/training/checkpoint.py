@@ -22,12 +22,13 @@ from netspec.threads import all_cores, pool_size, pools_sized, use_threads
 from netspec.training import run_folder, solver_state
 
 # Solver settings whose change cannot alter the weights a resumed run computes: they decide what is logged, tested
-# and written, and when training ends.  Any other change (the rule and its constants, the lr schedule, decay,
-# clipping, iter_size, the seed, the device, the states of the nets) needs --force.
+# and written, when training ends, and whether iterations run as a CUDA graph (which computes what eager ones do).
+# Any other change (the rule and its constants, the lr schedule, decay, clipping, iter_size, the seed, the device,
+# the states of the nets) needs --force.
 RESUME_MAY_CHANGE = frozenset({
     "display", "average_loss", "test_iter", "test_interval", "test_interval_epochs", "test_initialization",
     "snapshot", "snapshot_epochs", "snapshot_prefix", "snapshot_after_train", "snapshot_best", "keep_last",
-    "early_stop", "tensorboard", "max_iter", "max_epoch"})
+    "early_stop", "tensorboard", "cuda_graph", "max_iter", "max_epoch"})
 LENGTH_KEYS = frozenset({"max_iter", "max_epoch"})  # part of the lr schedule for the policies that read max_iter
 
 

@@ -70,15 +70,27 @@ class Optimizer:
         ``rate`` is the policy's learning rate at ``iteration``.  With
         ``measure``, return ``(layer[index], mean |w|, ||step|| / ||w||)`` for each blob.
         """
-        p = self.params
+        self.set_rates(rate, iteration)
+        return self.apply(measure)
+
+    def set_rates(self, rate: float, iteration: int) -> None:
+        """Write the step's rates (the policy's ``rate`` at ``iteration`` times each group's multipliers, and the
+        rule's factor) where :meth:`apply` reads them on the device: the first half of :meth:`step`, on the host
+        (a captured graph's launch makes the second)."""
         self._check_bound()
-        if p.clip_gradients >= 0:
-            self._clip(p.clip_gradients)
-        decoupled = self.rule.decoupled_decay
+        p = self.params
         factor = self.rule.rate_factor(iteration)
         rates = [rate * segment.lr_mult * factor for segment in self.segments]
         decays = [rate * segment.lr_mult * p.weight_decay * segment.decay_mult for segment in self.segments]
-        self.scalars[...] = self.backend.asarray(numpy.array(rates + decays, dtype=self.dtype))
+        self.backend.upload(numpy.array(rates + decays, dtype=self.dtype), self.scalars)
+
+    def apply(self, measure: bool = False) -> list[tuple[str, float, float]]:
+        """The second half of :meth:`step`, on the device alone: clip, normalise, regularise and apply the rule's
+        step with the rates :meth:`set_rates` wrote (the same operations at every step)."""
+        p = self.params
+        if p.clip_gradients >= 0:
+            self._clip(p.clip_gradients)
+        decoupled = self.rule.decoupled_decay
         count = len(self.segments)
         ratios = []
         for index, segment in enumerate(self.segments):

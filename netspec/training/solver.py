@@ -41,6 +41,7 @@ from netspec.spec.net_spec import with_batch_size
 from netspec.spec.solver_spec import TEST_EPOCH, SolverSpec, parse_solver
 from netspec.training import checkpoint, run_folder
 from netspec.training.distributed import GradientExchange, agreed_seed, mean_over_ranks, share_weights
+from netspec.training.graphed import GraphedIterations, why_not_graphed
 from netspec.training.log import TrainingLog, format_value
 from netspec.training.optimizer import Optimizer
 from netspec.training.per_class import PerClassAccuracy
@@ -142,6 +143,13 @@ class Solver:
         self.last_snapshot_iter: int | None = None
         self.snapshots: list[int] = []
         self.best, self.plateau = watches(p)
+        self.graphed: GraphedIterations | None = None  # the iterations as a CUDA graph (cuda_graph)
+        if p.cuda_graph:
+            why = why_not_graphed(self)
+            if why is None:
+                self.graphed = GraphedIterations(self)
+            else:
+                self.warnings.append(f"cuda_graph: {why}: training runs without graphs")
 
     def _backend(self, device: str | None, seed: int | None) -> Backend:
         """The device to train on: ``device``, else the file's ``solver_mode``/``device_id`` (located if unusable)."""
@@ -229,7 +237,10 @@ class Solver:
             if plateaued:
                 self.stop_early()
                 break
-            loss = self.forward_backward()
+            if self.graphed is not None:
+                loss = self.graphed.iteration(self.learning_rate, self.iter)  # (and the update)
+            else:
+                loss = self.forward_backward()
             asked, self.requested = self.requested, None  # a signal from now on counts at the next iteration
             stopped_by = self.requested_by if asked == "stop" else None
             loss, asked = self.exchange.average(loss, asked, self.iter)
@@ -249,9 +260,10 @@ class Solver:
                 window_start, window_iter, window_comm = time.perf_counter(), self.iter + 1, self.comm.seconds
             if shown and self.debug_info:
                 self.log.blob_magnitudes(self.iter, self.net.blob_magnitudes())
-            update_ratios = self.optimizer.step(rate, self.iter, measure=shown and self.debug_info)
-            if update_ratios:
-                self.log.update_ratios(self.iter, update_ratios)
+            if self.graphed is None:
+                update_ratios = self.optimizer.step(rate, self.iter, measure=shown and self.debug_info)
+                if update_ratios:
+                    self.log.update_ratios(self.iter, update_ratios)
             self.iter += 1
             self.log.advance(self.iter)
             if asked == "snapshot" or (p.snapshot and self.iter % p.snapshot == 0):
