@@ -32,7 +32,8 @@ TRAIN_VALS = [p for p in ALL_CONFIGS if p.stem.endswith("_train_val")]
 CONFIGS = [p for p in ALL_CONFIGS if p.parent.name != "digits" and p.stem.endswith(("_timing", "_deploy"))]
 # the examples of the newer layers, a net and a solver each (test_example_configs.py trains them)
 EXAMPLES = ["char_lstm", "fcn_shapes", "mobilenetv2_digits", "siamese_digits", "vit_digits"]
-MODELS = ["lenet", "cifar10_quick", "cifar10_full", "alexnet", "googlenet", "resnet50", "vgg16", "mobilenetv2"]
+MODELS = ["lenet", "cifar10_quick", "cifar10_full", "alexnet", "googlenet", "resnet50", "vgg16", "mobilenetv2",
+          "resnet20_cifar10"]
 
 PUBLISHED = {
     "lenet": 431_080,
@@ -45,6 +46,7 @@ PUBLISHED = {
     "resnet101": 44_549_160,
     "resnet152": 60_192_808,
     "mobilenetv2": 3_504_872,  # (torchvision's mobilenet_v2 too)
+    "resnet20_cifar10": 272_474,  # the paper's 0.27 M: 269,722 with option A's shortcuts, + two 1x1 projections
 }
 # GoogLeNet's two auxiliary classifiers, after inception_4a (512 channels) and 4d (528): 1x1 conv to 128,
 # fc 2048 -> 1024, classifier 1024 -> 1000; they exist in the train and test phases only
@@ -80,6 +82,7 @@ def test_every_model_ships_train_val_solver_deploy_and_timing_nets():
             if p not in CONFIGS + SOLVERS + TRAIN_VALS} == {
         "digits/digits_net.yaml", "digits/digits_deploy.yaml", "resnet50/resnet_blocks.yaml",
         "googlenet/inception_blocks.yaml", "mobilenetv2/mobilenetv2_blocks.yaml", "augmentation/augmented_net.yaml",
+        "resnet20_cifar10/resnet20_cifar10_blocks.yaml",
         *(f"{example}/{example}_net.yaml" for example in EXAMPLES)}
 
 
@@ -148,7 +151,7 @@ def test_googlenet_train_has_three_weighted_losses():
 
 
 @pytest.mark.parametrize("name", ["lenet/lenet_timing.yaml", "cifar10/cifar10_quick_timing.yaml",
-                                  "cifar10/cifar10_full_timing.yaml"])
+                                  "cifar10/cifar10_full_timing.yaml", "resnet20_cifar10/resnet20_cifar10_timing.yaml"])
 def test_small_nets_run_forward_and_backward(name):
     net = netspec.load_net(str(CONFIGS_DIR / name), phase="TRAIN", seed=0)
     loss = net.forward_backward()
