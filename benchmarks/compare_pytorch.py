@@ -1,7 +1,7 @@
 """netspec against PyTorch eager on the same nets, batch and machine: training and inference speed, memory.
 
     python benchmarks/compare_pytorch.py [NET.yaml[@BATCH] ...] [--iterations N] [--threads T]
-                                         [--inference | --memory | --device gpu[:N]] [--rounds R]
+                                         [--inference | --memory | --device gpu[:N] [--cuda-graph]] [--rounds R]
 
 For each net (default: LeNet and CIFAR-10 quick) this times forward+backward
 with ``netspec time``'s code and with an equivalent PyTorch module built
@@ -22,7 +22,11 @@ PyTorch, each iteration timed whole (one synchronisation per timed run), the
 two frameworks in turn for ``--rounds`` rounds (the medians printed: a small
 net's time is the host's, and the host's speed drifts), and prints the peak
 GPU memory of each (CuPy's pool, PyTorch's allocator) and the versions of
-everything involved.
+everything involved.  With ``--cuda-graph`` netspec's iteration is captured as
+one CUDA graph once warm and launched for each (as ``netspec train
+--cuda-graph`` trains), and PyTorch is timed both eager and as a step
+captured by hand with ``torch.cuda.graph`` (default nets: LeNet b64, CIFAR-10
+quick b100, ResNet-20 on CIFAR-10 b128).
 PyTorch is needed only here (``pip install torch``); netspec never imports it.
 """
 
@@ -44,6 +48,7 @@ import netspec  # before NumPy, so that it sizes the math libraries' thread pool
 import numpy
 # isort: on
 
+from netspec.engine import capture
 from netspec.engine.backend import gpu_report
 from netspec.engine.net import Net, compile_net
 from netspec.engine.registry import layer_schemas
@@ -56,6 +61,8 @@ INPUT_TYPES = ("DummyData", "Input")
 DEFAULT_NETS = ["configs/lenet/lenet_timing.yaml", "configs/cifar10/cifar10_quick_timing.yaml"]
 DEFAULT_GPU_NETS = ["configs/lenet/lenet_timing.yaml@64", "configs/cifar10/cifar10_quick_timing.yaml@100",
                     "configs/alexnet/alexnet_timing.yaml@128", "configs/resnet50/resnet50_timing.yaml@32"]
+DEFAULT_GRAPH_NETS = ["configs/lenet/lenet_timing.yaml@64", "configs/cifar10/cifar10_quick_timing.yaml@100",
+                      "configs/resnet20_cifar10/resnet20_cifar10_timing.yaml@128"]
 DEFAULT_DEPLOY_NETS = ["configs/lenet/lenet_deploy.yaml@64", "configs/cifar10/cifar10_quick_deploy.yaml@100",
                        "configs/alexnet/alexnet_deploy.yaml@32", "configs/resnet50/resnet50_deploy.yaml@8"]
 
@@ -197,9 +204,37 @@ def netspec_step(net):
     return step
 
 
-def compare_gpu(paths: list[str], device: str, torch, iterations: int, warmup: int, rounds: int) -> None:
+def netspec_graphed_step(net, warmup: int):
+    """:func:`netspec_step` captured as one CUDA graph after ``warmup`` eager runs: its launch."""
+    step = netspec_step(net)
+    capture.Graph.stream_for(net.backend)
+    for _ in range(warmup):
+        step()
+    return capture.Graph(net.backend, step).launch
+
+
+def torch_graphed_step(torch, run, parameters, warmup: int):
+    """:func:`torch_step` captured by hand as one CUDA graph (PyTorch's recipe: warm-up on a side stream, the
+    gradients made in the capture): its replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            torch_step(run, parameters)()
+    torch.cuda.current_stream().wait_stream(side)
+    for p in parameters:
+        p.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run().backward()
+    return graph.replay
+
+
+def compare_gpu(paths: list[str], device: str, torch, iterations: int, warmup: int, rounds: int,
+                graphed: bool = False) -> None:
     """Print the versions in play, then each net's training images/s (the median of ``rounds`` timings taken in
-    turn with PyTorch's) and peak GPU memory in netspec and PyTorch on ``device``."""
+    turn with PyTorch's) and peak GPU memory in netspec and PyTorch on ``device``; with ``graphed``, netspec's
+    iterations as a CUDA graph, against PyTorch eager and PyTorch captured."""
     for line in gpu_report():
         print(line)
     if torch is not None:
@@ -209,35 +244,43 @@ def compare_gpu(paths: list[str], device: str, torch, iterations: int, warmup: i
         print(f"PyTorch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}; "
               "TF32 off, cudnn.benchmark on")
     print(f"{'net':<16} {'batch':>5} {'netspec img/s':>14} {'pytorch img/s':>14} {'ratio':>6} "
-          f"{'netspec MiB':>12} {'pytorch MiB':>12} {'ratio':>6}")
+          + (f"{'captured img/s':>15} {'ratio':>6} " if graphed else "")
+          + f"{'netspec MiB':>12} {'pytorch MiB':>12} {'ratio':>6}")
     for path in paths:
         net = load(path, device=device)
-        batch, step, times, their_times = net.batch_size, netspec_step(net), [], []
-        times.append(timed(step, iterations, warmup, net.backend.synchronize))
+        batch = net.batch_size
+        step = netspec_graphed_step(net, warmup) if graphed else netspec_step(net)
+        steps, times = {"netspec": step}, {"netspec": [], "pytorch": [], "captured": []}
+        times["netspec"].append(timed(step, iterations, warmup, net.backend.synchronize))
         memory = net.backend.peak_memory()[0] / 2 ** 20
         run = parameters = None
         if torch is not None:
             torch.cuda.reset_peak_memory_stats()
             run, parameters = torch_forward(net, torch)
-            their_step = torch_step(run, parameters)
-            their_times.append(timed(their_step, iterations, warmup, torch.cuda.synchronize))
+            steps["pytorch"] = torch_step(run, parameters)
+            times["pytorch"].append(timed(steps["pytorch"], iterations, warmup, torch.cuda.synchronize))
             their_memory = torch.cuda.max_memory_allocated() / 2 ** 20
+            if graphed:
+                steps["captured"] = torch_graphed_step(torch, run, parameters, warmup)
+                times["captured"].append(timed(steps["captured"], iterations, warmup, torch.cuda.synchronize))
         for _ in range(rounds - 1):
-            times.append(timed(step, iterations, warmup, net.backend.synchronize))
-            if torch is not None:
-                their_times.append(timed(their_step, iterations, warmup, torch.cuda.synchronize))
-        ours = batch / (statistics.median(times) / 1000)
+            for name, each in steps.items():
+                times[name].append(timed(each, iterations, warmup,
+                                         net.backend.synchronize if name == "netspec" else torch.cuda.synchronize))
+        rate = {name: batch / (statistics.median(taken) / 1000) for name, taken in times.items() if taken}
+        ours = rate["netspec"]
         line = f"{net.name:<16} {batch:>5} {ours:>14.1f}"
         if torch is not None:
-            theirs = batch / (statistics.median(their_times) / 1000)
-            line += (f" {theirs:>14.1f} {ours / theirs:>6.2f} {memory:>12.0f} {their_memory:>12.0f} "
-                     f"{memory / their_memory:>6.2f}")
+            line += f" {rate['pytorch']:>14.1f} {ours / rate['pytorch']:>6.2f}"
+            if graphed:
+                line += f" {rate['captured']:>15.1f} {ours / rate['captured']:>6.2f}"
+            line += f" {memory:>12.0f} {their_memory:>12.0f} {memory / their_memory:>6.2f}"
         else:
-            line += f" {'':>14} {'':>6} {memory:>12.0f}"
+            line += f" {'':>14} {'':>6} " + (f"{'':>15} {'':>6} " if graphed else "") + f"{memory:>12.0f}"
         print(line, flush=True)
         net.close()
         pool = net.backend.xp.get_default_memory_pool()
-        del net, run, parameters  # the next net's peak is its own
+        del net, run, parameters, steps  # the next net's peak is its own
         gc.collect()
         pool.free_all_blocks()
         if torch is not None:
@@ -361,9 +404,14 @@ def main() -> int:
                         help="with --inference or --device gpu: times each framework runs, in turns")
     parser.add_argument("--threads", type=int, default=netspec.threads.all_cores(), help="for both frameworks")
     parser.add_argument("--device", default="cpu", help="cpu, or gpu[:N] to compare training on a GPU")
+    parser.add_argument("--cuda-graph", action="store_true",
+                        help="with --device gpu: netspec's iterations as one CUDA graph, against PyTorch eager and "
+                             "captured")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if args.cuda_graph and args.device == "cpu":
+        parser.error("--cuda-graph needs --device gpu[:N]")
     try:
         import torch
     except ImportError:
@@ -383,7 +431,8 @@ def main() -> int:
         return 0
     if args.device != "cpu":
         try:
-            compare_gpu(args.nets or DEFAULT_GPU_NETS, args.device, torch, args.iterations, args.warmup, args.rounds)
+            compare_gpu(args.nets or (DEFAULT_GRAPH_NETS if args.cuda_graph else DEFAULT_GPU_NETS), args.device,
+                        torch, args.iterations, args.warmup, args.rounds, args.cuda_graph)
         except DeviceError as exc:
             print(f"compare_pytorch: {exc}", file=sys.stderr)
             return 1
