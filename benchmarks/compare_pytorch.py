@@ -104,6 +104,9 @@ def torch_forward(net, torch, batch: int | None = None):
     if batch is not None:
         inputs = {name: value.repeat(batch // value.shape[0], *[1] * (value.dim() - 1))
                   for name, value in inputs.items()}
+    # each BatchNorm's mean and variance, on the device once (a copy within a pass would stop a capture)
+    statistics = {name: [tensor(statistic) for statistic in layer.stored_statistics()]
+                  for name, layer in net.layer_by_name.items() if layer.type == "BatchNorm"}
 
     def run():
         values = dict(inputs)
@@ -138,7 +141,7 @@ def torch_forward(net, torch, batch: int | None = None):
                 y = functional.local_response_norm(x[0], p.local_size, p.alpha, p.beta, p.k)
             elif kind == "BatchNorm":
                 p = layer.block("batch_norm_param")
-                stats = [tensor(statistic) for statistic in layer.stored_statistics()]
+                stats = statistics[node.name]
                 after = net.nodes[index + 1] if index + 1 < len(net.nodes) else None
                 affine = [None, None]
                 if after is not None and after.layer.type == "Scale" and after.bottoms == node.tops == after.tops:

@@ -74,6 +74,7 @@ class Backend:
         self._ones: dict = {}  # dtype -> the vector of ones (see ones)
         self._staging: dict[tuple, list[_Staging]] = {}  # (shape, dtype) -> the two buffers of upload
         self.capture = None  # what the CUDA graph being captured notes (netspec.engine.capture.Recording)
+        self.graph_pools: list = []  # the memory pools of the CUDA graphs captured on this backend
         self.seed(seed)
 
     @property
@@ -313,6 +314,7 @@ class Backend:
         key = (flat.size, values.dtype)
         marks = self._marks.get(key)
         if marks is None:
+            self._refuse_in_capture("a deferred check of values of a new size (its marks made)")
             marks = self._marks[key] = _Marks(self.xp.full(flat.size, -1, dtype=numpy.int64),
                                               self.xp.zeros(flat.size, dtype=values.dtype))
         self._noted += 1
@@ -326,7 +328,7 @@ class Backend:
             first = flat & (marks.when < 0)
             marks.when[...] = self.xp.where(first, self._noted, marks.when)
             marks.value[...] = self.xp.where(first, values, marks.value)
-        if len(self._describes) >= CHECKS_KEPT:
+        if len(self._describes) >= CHECKS_KEPT and self.capture is None:  # (a capture reads nothing)
             self.raise_checks()
 
     def note_checks(self, checks: list[tuple[int, Callable, _Marks]]) -> None:
@@ -397,10 +399,11 @@ class Backend:
 
     def peak_memory(self) -> tuple[int, str]:
         """``(bytes, what they are)``: on the CPU the most memory the process has held so far; on a GPU what
-        CuPy's pool holds now, which keeps the blocks freed since the peak (unless given back) and leaves out
-        memory taken beside it."""
+        CuPy's pools hold now (its default one and the CUDA graphs' own), which keep the blocks freed since the
+        peak (unless given back) and leave out memory taken beside them."""
         if self.is_gpu:
-            return self.xp.get_default_memory_pool().total_bytes(), "CuPy's memory pool on the GPU"
+            pools = [self.xp.get_default_memory_pool(), *self.graph_pools]
+            return sum(pool.total_bytes() for pool in pools), "CuPy's memory pools on the GPU"
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "the process's peak resident memory"
 
     def synchronize(self) -> None:

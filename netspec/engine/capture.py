@@ -74,18 +74,18 @@ class Graph:
     def __init__(self, backend, work: Callable[[], object]):
         xp = self.xp = backend.xp
         self.backend = backend
-        self.stream = xp.cuda.get_current_stream()
+        stream = xp.cuda.get_current_stream()
         self.pool = xp.cuda.MemoryPool()  # (the graph's own: kept while the graph lives)
         recording = Recording(backend)
         draws = dict(backend.draws)
         backend.capture = recording
         try:
             with xp.cuda.using_allocator(self.pool.malloc):
-                self.stream.begin_capture()
+                stream.begin_capture()
                 try:
                     self.result = work()
                 finally:
-                    graph = _end_capture(self.stream)
+                    graph = _end_capture(stream)
         except CaptureError:
             backend.draws = draws
             raise
@@ -96,12 +96,13 @@ class Graph:
             backend.capture = None
         if graph is None:
             backend.draws = draws
-            raise CaptureError("CUDA invalidated the capture")
+            raise CaptureError("CUDA ended the capture without a graph (invalidated, or not instantiated)")
         self.graph, self.recording, self._pending = graph, recording, recording.offsets
+        backend.graph_pools.append(self.pool)
 
     def launch(self) -> None:
         """Do the work again: its draws' offsets written first (the next draws of each stream, counted), its
-        deferred checks noted, then the graph launched on the capture's stream."""
+        deferred checks noted, then the graph launched, all on the current stream."""
         recording, backend = self.recording, self.backend
         offsets, self._pending = self._pending, None
         if offsets is None:
@@ -109,7 +110,7 @@ class Graph:
         if offsets:
             backend.upload(numpy.array(offsets, dtype=numpy.uint64), recording.table[:len(offsets)])
         backend.note_checks(recording.checks)
-        self.graph.launch(self.stream)
+        self.graph.launch()
 
     @staticmethod
     def stream_for(backend):

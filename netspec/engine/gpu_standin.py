@@ -84,6 +84,8 @@ class DeviceArray(NDArrayOperatorsMixin):
         if any(isinstance(value, list | tuple) for value in inputs):
             raise TypeError(f"{ufunc.__name__}: a list or tuple operand: CuPy refuses it (Unsupported type); make "
                             "it an array first (GPU stand-in)")
+        if ufunc.__name__ in THROUGH_CUBLAS:
+            _refused_in_capture(f"{ufunc.__name__} (CuPy's cuBLAS wrappers)")
         return _call(getattr(ufunc, method), inputs, kwargs)
 
     def __array_function__(self, function, kinds, args, kwargs):
@@ -287,12 +289,16 @@ HOST_ONLY = frozenset({"ctypes", "flat", "tofile", "dump", "dumps"})  # (and eve
 IN_PLACE_FUNCTIONS = frozenset({"copyto", "put_along_axis", "put", "place", "putmask", "fill_diagonal"})
 IN_PLACE_METHODS = frozenset({"fill", "put", "sort", "partition", "itemset", "setfield"})
 UNFILLED = frozenset({"empty", "empty_like"})  # functions that make an array without a kernel
+# functions CuPy runs through its cuBLAS wrappers, which refuse a capturing stream (they bind their handle to it)
+THROUGH_CUBLAS = frozenset({"matmul", "dot", "tensordot", "einsum", "inner"})
 
 
 def _call(function, args, kwargs, written=None):
     """``function`` of device arrays, its results on the device (``out=``, when given, is the result itself);
     ``written``: the array it writes into, where that is neither ``out`` nor its result (an in-place method's)."""
     name = getattr(function, "__name__", "function")
+    if name in THROUGH_CUBLAS:
+        _refused_in_capture(f"{name} (CuPy's cuBLAS wrappers)")
     if name in SIZED_BY_VALUES or (name == "where" and len(args) + len(kwargs) == 1):
         _refused_in_capture(f"{name} (its result's size is read back)")
         reads[name] += 1

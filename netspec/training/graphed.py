@@ -93,4 +93,5 @@ class GraphedIterations:
             net.backward_layer(index)
         self.at = "the update"
         self.solver.optimizer.apply()
+        self.at = "the end of the capture"
         return loss

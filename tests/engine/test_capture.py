@@ -62,7 +62,10 @@ def test_a_check_deferred_in_the_graph_is_raised_at_the_next_read_after_the_laun
 @pytest.mark.parametrize(("refused", "why"), [
     (lambda backend, a: float(a[0]), "reading a device array on the host|D2H"),
     (lambda backend, a: backend.workspace(1 << 20, numpy.float32), "the shared workspace would grow"),
-], ids=["read", "workspace"])
+    (lambda backend, a: backend.check_later(a[:3] > 1, a[:3], lambda value, count: "bad"),
+     "a deferred check of values of a new size"),
+    (lambda backend, a: a @ a, "matmul"),
+], ids=["read", "workspace", "new-check-size", "cupy-matmul"])
 def test_a_refused_capture_says_why_and_leaves_the_draw_counts_as_they_were(refused, why):
     backend = graphed_backend()
     a = backend.xp.zeros(4, dtype=numpy.float32)

@@ -91,7 +91,11 @@ def test_host_values_are_those_of_the_capture():
     lambda a: a[a > 0],
     lambda a: xp.flatnonzero(a),
     lambda a: xp.cuda.Device().synchronize(),
-], ids=["float", "get", "set", "assign-host-array", "asarray", "mask", "flatnonzero", "synchronize"])
+    lambda a: a @ a,
+    lambda a: xp.matmul(a, a),
+    lambda a: xp.einsum("i,i->", a, a),
+], ids=["float", "get", "set", "assign-host-array", "asarray", "mask", "flatnonzero", "synchronize", "@", "matmul",
+        "einsum"])
 def test_what_cuda_refuses_in_a_capture_raises_and_loses_it(refused):
     a = xp.zeros(2, dtype=numpy.float64)
     stream = xp.cuda.Stream(non_blocking=True)
