@@ -7,7 +7,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from netspec.engine import blas, kernels, onednn, primitives
+from netspec.engine import blas, cudnn_conv, kernels, onednn, primitives
 from netspec.engine.fillers import FillerParams
 from netspec.engine.layer import Layer, weighted_flops
 from netspec.engine.registry import register_layer
@@ -338,8 +338,33 @@ class Convolution(Layer):
             onednn.hold_outputs(self.fast, top)
         self.depthwise = 1 < self.params.group == bottom[0].shape[1]
         self.parts, count = batch_parts(bottom[0].shape, self.geo, self.xp.dtype(self.dtype).itemsize)
-        if self.fast is None and not self.depthwise:
-            self.backend.workspace(count, self.dtype)  # (made at setup, at its largest)
+        self.cudnn = self._cudnn(*self.shapes)
+        if self.cudnn is not None:
+            self.cudnn_buffers()  # (the shared workspace made at setup, at its largest)
+        elif self.fast is None and not self.depthwise:
+            self.backend.workspace(count, self.dtype)
+
+    def _cudnn(self, bottom_shape, top_shape) -> cudnn_conv.Convolution | None:
+        """cuDNN's graphs for this geometry, on CuPy where cuDNN runs, or None (im2col and cuBLAS run it; where
+        cuDNN refused the geometry, ``cudnn_refused`` says why, for the paths line)."""
+        self.cudnn_refused = None
+        if not cudnn_conv.runs_on(self.xp):
+            return None
+        geo = self.geo
+        try:
+            return cudnn_conv.Convolution(self.xp, bottom_shape, self.blobs[0].shape, top_shape, geo.pad, geo.far_pad,
+                                          geo.stride, geo.dilation, self.dtype, self.backend.deterministic,
+                                          ("fprop",) if self.inference else cudnn_conv.PASSES)
+        except cudnn_conv.GraphRefused as exc:
+            self.cudnn_refused = str(exc)
+            return None
+
+    def cudnn_buffers(self):
+        """cuDNN's workspace and the weights' gradient as cuDNN writes it (before it is added to the diff), in the
+        workspace the net's layers share."""
+        start = self.cudnn.workspace_bytes
+        shared = self.backend.workspace(start + self.blobs[0].data.nbytes, self.xp.uint8)
+        return shared[:start], shared[start:].view(self.dtype).reshape(self.blobs[0].shape)
 
     @property
     def output(self):
@@ -498,7 +523,12 @@ class Convolution(Layer):
             self.fast.forward(bottom[0].values, weights, bias, self.output.values, **inputs)
             return
         weights, bias = self.folded_weights_and_bias()
-        if self.depthwise:
+        if self.cudnn is not None:
+            y = top[0].data
+            self.cudnn.run("fprop", bottom[0].data, weights, y, self.cudnn_buffers()[0])
+            if bias is not None:
+                y += bias.reshape(1, -1, 1, 1)
+        elif self.depthwise:
             depthwise(self.xp, bottom[0].data, weights, bias, self.geo, top[0].data)
         else:
             xp, g, x, y = self.xp, self.params.group, bottom[0].data, top[0].data
@@ -530,6 +560,16 @@ class Convolution(Layer):
         xp, g = self.xp, self.params.group
         dy = top[0].diff
         bias_diff = self.params.bias_term and self.param_propagate_down[1]
+        if self.cudnn is not None:
+            workspace, scratch = self.cudnn_buffers()
+            if bias_diff:
+                self.blobs[1].diff += dy.sum(axis=(0, 2, 3))
+            if self.param_propagate_down[0]:  # (cuDNN writes its result: added to the diff after)
+                self.cudnn.run("wgrad", bottom[0].data, dy, scratch, workspace)
+                self.blobs[0].diff += scratch
+            if propagate_down[0]:
+                self.cudnn.run("dgrad", dy, self.blobs[0].data, bottom[0].diff, workspace)
+            return
         if self.depthwise:
             if bias_diff:
                 self.blobs[1].diff += dy.sum(axis=(0, 2, 3))

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy
 
 from netspec import threads
-from netspec.engine import gpu_standin, kernels
+from netspec.engine import cudnn_conv, gpu_standin, kernels
 from netspec.engine.capture import CaptureError
 from netspec.engine.comm import SingleProcess
 from netspec.errors import DataError, DeviceError, first_line
@@ -75,6 +75,7 @@ class Backend:
         self._staging: dict[tuple, list[_Staging]] = {}  # (shape, dtype) -> the two buffers of upload
         self.capture = None  # what the CUDA graph being captured notes (netspec.engine.capture.Recording)
         self.graph_pools: list = []  # the memory pools of the CUDA graphs captured on this backend
+        self.deterministic = False  # only deterministic algorithms where there is a choice (cuDNN's engines)
         self.seed(seed)
 
     @property
@@ -245,7 +246,9 @@ class Backend:
         seed = self.seed_value
         if seed is not None:
             seed = int(numpy.random.SeedSequence([seed, 1]).generate_state(1)[0])
-        return Backend(self.device, seed, self.comm)
+        forked = Backend(self.device, seed, self.comm)
+        forked.deterministic = self.deterministic
+        return forked
 
     def rng_state(self) -> str:
         """The host generator's state as JSON text, for solver states (which keep :attr:`stream` beside it)."""
@@ -627,7 +630,8 @@ def _mix_multiplied_in_place(values, spare=None) -> None:
 
 def gpu_report() -> list[str]:
     """Lines on the GPUs CuPy sees: CuPy's version, the CUDA runtime's and the driver's, then each GPU's name,
-    compute capability and free and total memory; one line saying why there is none otherwise."""
+    compute capability and free and total memory, and cuDNN's version (or why it does not run); one line saying
+    why there is no GPU otherwise."""
     if gpu_standin.requested():
         return [f"gpu: {gpu_standin.DESCRIPTION}", "gpu:0: the stand-in: proves no CUDA kernel and no speed"]
     try:
@@ -648,7 +652,10 @@ def gpu_report() -> list[str]:
             free, total = runtime.memGetInfo()
         lines.append(f"gpu:{index}: {properties['name'].decode()}, compute capability {properties['major']}."
                      f"{properties['minor']}, {free / 2 ** 30:.1f} GiB free of {total / 2 ** 30:.1f} GiB")
-    return lines if count else [*lines, "gpu: none: CUDA sees no GPU"]
+    if not count:
+        return [*lines, "gpu: none: CUDA sees no GPU"]
+    why = cudnn_conv.unavailable()
+    return [*lines, f"cudnn: {cudnn_conv.version()}" if why is None else f"cudnn: none: {why}"]
 
 
 

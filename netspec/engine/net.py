@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import numpy
 
-from netspec.engine import onednn, weights
+from netspec.engine import cudnn_conv, kernels, onednn, weights
 from netspec.engine.backend import Backend
 from netspec.engine.blob import Blob
 from netspec.engine.buffers import SharedBuffers, flat_view
@@ -471,9 +471,11 @@ class Net:
         folded = [groups[index] for index in groups if index not in on_onednn and "+" in groups[index]]  # (NumPy/CuPy)
         library = "CuPy" if self.backend.is_gpu else "NumPy"
         fused = f"; {library} runs {_listed(folded)} as one" if folded else ""
-        lib = None if self.backend.is_gpu else onednn.library()
+        if self.backend.is_gpu:
+            return self._gpu_paths() + fused
+        lib = onednn.library()
         if lib is None:
-            return (library if self.backend.is_gpu else f"NumPy (oneDNN off: {onednn.why_unavailable()})") + fused
+            return f"NumPy (oneDNN off: {onednn.why_unavailable()})" + fused
         fast = [groups[index] for index in sorted(on_onednn)]
         refused = [f"{layer.name}: {layer.onednn_refused}" for layer in self.layers
                    if getattr(layer, "onednn_refused", None) and getattr(layer, "fast", None) is None]
@@ -487,6 +489,18 @@ class Net:
                 + (f" (oneDNN refused {_listed(refused, '; ')})" if refused else "")
                 + (f"; reordered out of their input's blocked layout: {_listed(plain, '; ')}" if plain else "")
                 + fused)
+
+    def _gpu_paths(self) -> str:
+        """:meth:`paths` on a GPU, but for the layers run folded: the layers cuDNN runs and those whose geometry
+        it refused (why), or why it does not run where it could."""
+        convolutions = [layer for layer in self.layers if hasattr(layer, "cudnn")]
+        on_cudnn = [layer.name for layer in convolutions if layer.cudnn is not None]
+        refused = [f"{layer.name}: {layer.cudnn_refused}" for layer in convolutions if layer.cudnn_refused]
+        if on_cudnn or refused:
+            return (f"{cudnn_conv.version()} for {_listed(on_cudnn, of='layers') or 'no layer'}; CuPy for the rest"
+                    + (f" (cuDNN refused {_listed(refused, '; ')})" if refused else ""))
+        why = cudnn_conv.unavailable() if convolutions and kernels.compiled(self.backend.xp) else None
+        return "CuPy" + (f" (no cuDNN: {why})" if why else "")
 
     def first_non_finite_param(self) -> tuple[str, int] | None:
         """``(layer, blob index)`` of the first learnable blob holding a NaN or an infinity, if any."""

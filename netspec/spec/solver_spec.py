@@ -107,6 +107,8 @@ class SolverParams:
     random_seed: int = doc(-1, "seed of fillers, data order and dropout (negative: a random seed)")
     solver_mode: Literal["CPU", "GPU"] = doc("CPU", "device kind (overridden by --device)")
     device_id: int = doc(0, "GPU number with solver_mode GPU")
+    deterministic: bool = doc(False, "on a GPU, only the cuDNN engines that compute the same bits every time, so "
+                                     "that a run and its resumptions repeat exactly (some convolutions run slower)")
     cuda_graph: bool = doc(False, "on a GPU, capture one training iteration as a CUDA graph once warm and launch it "
                                   "for the others (--cuda-graph does the same); a net or setting that cannot be "
                                   "captured trains without, saying why")

@@ -84,6 +84,7 @@ class Solver:
             seed = p.random_seed
         self.comm = comm = comm or SingleProcess()
         self.backend = self._backend(device, seed)
+        self.backend.deterministic = p.deterministic
         self.output_folder = trust.output_folder(run_folder.folder_of(spec.snapshot_prefix))
         self.reuse_memory = reuse_memory and not debug_info
         self.trust = trust

@@ -38,10 +38,11 @@ def host_params(solver) -> list[np.ndarray]:
 
 
 def float32_solver(net: Path, device: str, tmp_path, **hyper):
-    """A float32 solver of ``net`` (momentum, weight decay, a seed) on ``device``, as ``netspec train`` builds it."""
+    """A float32 solver of ``net`` (momentum, weight decay, a seed; deterministic cuDNN engines, so that runs repeat
+    bit for bit) on ``device``, as ``netspec train`` builds it."""
     text = yaml.safe_dump({"net": str(net), "base_lr": 0.001, "momentum": 0.9, "weight_decay": 0.004,
                            "max_iter": 100, "random_seed": 1, "snapshot_prefix": str(tmp_path / device / "run"),
-                           **hyper})
+                           "deterministic": True, **hyper})
     return netspec.load_solver(text, device=device, log=QUIET, reuse_memory=True)
 
 

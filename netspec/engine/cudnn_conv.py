@@ -1,0 +1,172 @@
+"""cuDNN's convolutions on a GPU, through NVIDIA's cuDNN frontend (the ``cudnn`` module of
+``nvidia-cudnn-frontend``, in the ``gpu`` extra; its wheel loads the ``libcudnn`` of ``nvidia-cudnn-cu13``).
+
+A Convolution layer on CuPy builds, at setup, one cuDNN graph for each pass
+it runs (:class:`Convolution`: the forward product, the input's gradient and
+the weights' gradient), with cuDNN's heuristics choosing the engine, and runs
+each pass as one call.  Every tensor is described as the layer holds it
+(NCHW, packed): cuDNN's frontend would otherwise lay outputs out NHWC.
+Caffe's padding is symmetric, but its output size truncates toward zero,
+so a kernel overhanging the padded input by less than a stride gives an
+output: the graphs pad past the far edge by the geometry's ``far_pad``.
+cuDNN writes its outputs (alpha 1, beta 0), so the weights' gradient goes
+through a scratch array and is then added to the diff, as Caffe accumulates
+it.  Float32 runs on engines that compute in float32 (not TF32 on tensor
+cores), and ``deterministic`` keeps only the engines cuDNN marks
+deterministic.
+
+Where the frontend or ``libcudnn`` is missing, or ``NETSPEC_CUDNN=0``,
+:func:`unavailable` says why, once, on the ``paths:`` line, and every layer
+runs its im2col and cuBLAS path; a geometry no engine supports leaves that
+layer on it too, named with cuDNN's reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+
+import numpy
+
+from netspec.engine import kernels
+from netspec.errors import DeviceError, first_line
+
+ENVIRONMENT = "NETSPEC_CUDNN"  # "0": cuDNN off
+ALIGNMENT = 256  # bytes: where the weights' scratch gradient starts after cuDNN's workspace
+PASSES = ("fprop", "dgrad", "wgrad")  # the forward product, the input's gradient, the weights' gradient
+# each pass's operands (x: the input, w: the weights, y: the output), its two inputs then what it writes
+OPERANDS = {"fprop": ("x", "w", "y"), "dgrad": ("y", "w", "x"), "wgrad": ("x", "y", "w")}
+
+
+@functools.cache
+def _frontend():
+    """``(the cudnn module, cuDNN's version)``, or ``(None, why it cannot run)``."""
+    if os.environ.get(ENVIRONMENT) == "0":
+        return None, f"off ({ENVIRONMENT}=0)"
+    try:
+        import cudnn
+    except ImportError as exc:
+        return None, f"the cuDNN frontend cannot be imported ({first_line(exc)}; pip install -e '.[gpu]')"
+    try:
+        version = cudnn.backend_version()  # (loads libcudnn)
+    except (RuntimeError, OSError) as exc:
+        return None, f"libcudnn cannot be loaded ({first_line(exc)})"
+    frontend = getattr(cudnn, "__version__", "of unknown version")
+    return cudnn, f"cuDNN {version // 10000}.{version // 100 % 100}.{version % 100} (frontend {frontend})"
+
+
+def unavailable() -> str | None:
+    """Why cuDNN does not run here (None: it does)."""
+    module, what = _frontend()
+    return None if module is not None else what
+
+
+def runs_on(xp) -> bool:
+    """Whether convolutions on the array module ``xp`` run on cuDNN: on CuPy, where cuDNN runs."""
+    return kernels.compiled(xp) and unavailable() is None
+
+
+def version() -> str:
+    """cuDNN's version and its frontend's, as the ``paths:`` line names them."""
+    return _frontend()[1]
+
+
+_handles: dict[tuple[int, int], list] = {}  # (device, thread) -> [handle, the stream it is bound to]
+
+
+def _handle(xp) -> int:
+    """cuDNN's handle of this thread on the current device, bound to the current stream."""
+    cudnn = _frontend()[0]
+    key = (xp.cuda.Device().id, threading.get_ident())
+    held = _handles.get(key)
+    if held is None:
+        held = _handles[key] = [cudnn.create_handle(), None]
+    stream = xp.cuda.get_current_stream().ptr
+    if held[1] != stream:
+        cudnn.set_stream(handle=held[0], stream=stream)
+        held[1] = stream
+    return held[0]
+
+
+def _packed(shape) -> list[int]:
+    """The strides, in elements, of a C-contiguous array of ``shape``."""
+    strides = [1] * len(shape)
+    for axis in range(len(shape) - 2, -1, -1):
+        strides[axis] = strides[axis + 1] * shape[axis + 1]
+    return strides
+
+
+class Convolution:
+    """The cuDNN graphs of one convolution (``x_shape`` NCHW, ``w_shape`` (K, C/group, kh, kw), the group count
+    following from the two), for the ``passes`` asked (:data:`PASSES`), built at once: GraphRefused if cuDNN has
+    no engine for one (its reason)."""
+
+    def __init__(self, xp, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, dtype,
+                 deterministic: bool = False, passes=PASSES):
+        cudnn = _frontend()[0]
+        self.xp, self.dtype = xp, numpy.dtype(dtype)
+        types = {numpy.dtype(numpy.float32): cudnn.data_type.FLOAT, numpy.dtype(numpy.float64): cudnn.data_type.DOUBLE,
+                 numpy.dtype(numpy.float16): cudnn.data_type.HALF}
+        if self.dtype not in types:
+            raise GraphRefused(f"cuDNN takes float16, float32 or float64 arrays, not {self.dtype}")
+        self.shapes = {"x": tuple(x_shape), "w": tuple(w_shape), "y": tuple(y_shape)}
+        geometry = {"pre_padding": list(pad), "post_padding": list(far_pad), "stride": list(stride),
+                    "dilation": list(dilation), "compute_data_type": cudnn.data_type.FLOAT}
+        self.graphs = {}
+        handle = _handle(xp)
+        try:
+            for name in passes:
+                self.graphs[name] = self._build(cudnn, handle, name, types[self.dtype], geometry, deterministic)
+        except (cudnn.cudnnGraphNotSupportedError, RuntimeError, ValueError) as exc:
+            raise GraphRefused(f"{name}: {first_line(exc)}") from None
+        largest = max(graph.get_workspace_size() for graph, _ in self.graphs.values())
+        self.workspace_bytes = -(-largest // ALIGNMENT) * ALIGNMENT  # (the weights' scratch gradient after it)
+
+    def _build(self, cudnn, handle, name: str, io, geometry, deterministic: bool):
+        """One pass's graph, built, and its tensors in the order the pass takes its arrays (two in, one out)."""
+        graph = cudnn.pygraph(name=name, io_data_type=io, intermediate_data_type=cudnn.data_type.FLOAT,
+                              compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+        *inputs, output = OPERANDS[name]
+        a, b = (graph.tensor(name=f"{name}_{key}", dim=list(self.shapes[key]), stride=_packed(self.shapes[key]),
+                             data_type=io) for key in inputs)
+        if name == "fprop":
+            out = graph.conv_fprop(image=a, weight=b, name=name, **geometry)
+        elif name == "dgrad":
+            out = graph.conv_dgrad(loss=a, filter=b, name=name, **geometry)
+        else:
+            out = graph.conv_wgrad(image=a, loss=b, name=name, **geometry)
+        shape = self.shapes[output]
+        out.set_output(True).set_dim(list(shape)).set_stride(_packed(shape)).set_data_type(io)
+        graph.validate()
+        graph.build_operation_graph()
+        graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+        notes = cudnn.numerical_note
+        left_out = [notes.NONDETERMINISTIC] if deterministic else []
+        if io == cudnn.data_type.FLOAT:  # (float32 computed as such: tensor cores would take TF32's 10-bit inputs)
+            left_out += [notes.TENSOR_CORE, notes.DOWN_CONVERT_INPUTS]
+        if left_out:
+            graph.deselect_numeric_notes(left_out)
+        graph.check_support()
+        graph.build_plans(cudnn.build_plan_policy.HEURISTICS_CHOICE)
+        return graph, (a, b, out)
+
+    def run(self, name: str, first, second, out, workspace) -> None:
+        """Pass ``name`` on the current stream: fprop ``out = conv(x=first, w=second)``, dgrad ``out (dx) =
+        conv^T(dy=first, w=second)``, wgrad ``out (dw) = x=first (*) dy=second``; ``workspace`` (uint8, at least
+        :attr:`workspace_bytes`) for cuDNN's scratch.  Every array C-contiguous, of the graph's shape and dtype."""
+        graph, tensors = self.graphs[name]
+        for array, tensor in zip((first, second, out), tensors):
+            if tuple(array.shape) != tuple(tensor.get_dim()) or array.dtype != self.dtype \
+                    or not array.flags.c_contiguous:
+                raise ValueError(f"cuDNN {name}: a C-contiguous {self.dtype} array of shape {tuple(tensor.get_dim())}"
+                                 f" was expected, got {array.dtype} {tuple(array.shape)}")
+        try:
+            graph.execute({tensor: array.data.ptr for tensor, array in zip(tensors, (first, second, out))},
+                          workspace.data.ptr, handle=_handle(self.xp))
+        except RuntimeError as exc:
+            raise DeviceError(f"cuDNN's {name} failed: {first_line(exc)}") from None
+
+
+class GraphRefused(Exception):  # noqa: N818 - a refusal, not an error: the layer falls back
+    """cuDNN cannot run a convolution (its reason): the layer runs im2col and cuBLAS instead."""
