@@ -46,7 +46,7 @@ def _frontend():
         return None, f"off ({ENVIRONMENT}=0)"
     try:
         import cudnn
-    except ImportError as exc:
+    except Exception as exc:  # noqa: BLE001 - (its import loads libraries: ImportError, OSError, or theirs)
         return None, f"the cuDNN frontend cannot be imported ({first_line(exc)}; pip install -e '.[gpu]')"
     try:
         version = cudnn.backend_version()  # (loads libcudnn)
@@ -97,6 +97,28 @@ def _packed(shape) -> list[int]:
     return strides
 
 
+def convolution(xp, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, dtype, deterministic: bool = False,
+                passes=PASSES) -> Convolution:
+    """The :class:`Convolution` of these arguments on the current device and thread, built once (nets with many
+    convolutions of one geometry, and nets built again, share it); GraphRefused again where it was refused."""
+    key = (xp.cuda.Device().id, threading.get_ident(), tuple(x_shape), tuple(w_shape), tuple(y_shape), tuple(pad),
+           tuple(far_pad), tuple(stride), tuple(dilation), numpy.dtype(dtype), deterministic, tuple(passes))
+    if key not in _built:
+        try:
+            _built[key] = Convolution(xp, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, dtype,
+                                      deterministic, passes)
+        except GraphRefused as exc:
+            _built[key] = exc
+    built = _built[key]
+    if isinstance(built, GraphRefused):
+        raise built
+    return built
+
+
+_built: dict[tuple, Convolution | GraphRefused] = {}  # (see convolution)
+WORKSPACE_LIMIT = 256 * 2 ** 20  # the most scratch memory an engine may ask for (some FFT engines ask for far more)
+
+
 class Convolution:
     """The cuDNN graphs of one convolution (``x_shape`` NCHW, ``w_shape`` (K, C/group, kh, kw), the group count
     following from the two), for the ``passes`` asked (:data:`PASSES`), built at once: GraphRefused if cuDNN has
@@ -110,23 +132,28 @@ class Convolution:
                  numpy.dtype(numpy.float16): cudnn.data_type.HALF}
         if self.dtype not in types:
             raise GraphRefused(f"cuDNN takes float16, float32 or float64 arrays, not {self.dtype}")
+        io = types[self.dtype]
+        compute = cudnn.data_type.DOUBLE if io == cudnn.data_type.DOUBLE else cudnn.data_type.FLOAT
         self.shapes = {"x": tuple(x_shape), "w": tuple(w_shape), "y": tuple(y_shape)}
         geometry = {"pre_padding": list(pad), "post_padding": list(far_pad), "stride": list(stride),
-                    "dilation": list(dilation), "compute_data_type": cudnn.data_type.FLOAT}
+                    "dilation": list(dilation), "compute_data_type": compute}
         self.graphs = {}
-        handle = _handle(xp)
+        name = passes[0]
         try:
+            handle = _handle(xp)
+            sm_version = int(xp.cuda.Device().compute_capability)  # (given: the frontend would ask the CUDA runtime)
             for name in passes:
-                self.graphs[name] = self._build(cudnn, handle, name, types[self.dtype], geometry, deterministic)
+                self.graphs[name] = self._build(cudnn, handle, sm_version, name, io, compute, geometry,
+                                                deterministic)
         except (cudnn.cudnnGraphNotSupportedError, RuntimeError, ValueError) as exc:
             raise GraphRefused(f"{name}: {first_line(exc)}") from None
         largest = max(graph.get_workspace_size() for graph, _ in self.graphs.values())
         self.workspace_bytes = -(-largest // ALIGNMENT) * ALIGNMENT  # (the weights' scratch gradient after it)
 
-    def _build(self, cudnn, handle, name: str, io, geometry, deterministic: bool):
+    def _build(self, cudnn, handle, sm_version: int, name: str, io, compute, geometry, deterministic: bool):
         """One pass's graph, built, and its tensors in the order the pass takes its arrays (two in, one out)."""
-        graph = cudnn.pygraph(name=name, io_data_type=io, intermediate_data_type=cudnn.data_type.FLOAT,
-                              compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+        graph = cudnn.pygraph(name=name, io_data_type=io, intermediate_data_type=compute, compute_data_type=compute,
+                              handle=handle, sm_version=sm_version)
         *inputs, output = OPERANDS[name]
         a, b = (graph.tensor(name=f"{name}_{key}", dim=list(self.shapes[key]), stride=_packed(self.shapes[key]),
                              data_type=io) for key in inputs)
@@ -147,6 +174,7 @@ class Convolution:
             left_out += [notes.TENSOR_CORE, notes.DOWN_CONVERT_INPUTS]
         if left_out:
             graph.deselect_numeric_notes(left_out)
+        graph.deselect_workspace_greater_than(WORKSPACE_LIMIT)
         graph.check_support()
         graph.build_plans(cudnn.build_plan_policy.HEURISTICS_CHOICE)
         return graph, (a, b, out)
@@ -164,7 +192,7 @@ class Convolution:
         try:
             graph.execute({tensor: array.data.ptr for tensor, array in zip(tensors, (first, second, out))},
                           workspace.data.ptr, handle=_handle(self.xp))
-        except RuntimeError as exc:
+        except (RuntimeError, ValueError) as exc:
             raise DeviceError(f"cuDNN's {name} failed: {first_line(exc)}") from None
 
 

@@ -262,9 +262,14 @@ def test_the_gpu_report_gives_versions_and_each_gpus_memory(monkeypatch):
     cuda = types.SimpleNamespace(runtime=runtime, Device=lambda index: contextlib.nullcontext())
     monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(__version__="14.0.1", cuda=cuda))
     monkeypatch.setattr(backend, "_driver_release", lambda: "580.65.06")
+    monkeypatch.setattr(backend.cudnn_conv, "unavailable", lambda: None)
+    monkeypatch.setattr(backend.cudnn_conv, "version", lambda: "cuDNN 9.19.0 (frontend 1.23.0)")
     assert backend.gpu_report() == [
         "gpu: CuPy 14.0.1, CUDA runtime 13.0, driver 580.65.06 (CUDA 13.0)",
-        "gpu:0: NVIDIA H200, compute capability 9.0, 139.0 GiB free of 140.0 GiB"]
+        "gpu:0: NVIDIA H200, compute capability 9.0, 139.0 GiB free of 140.0 GiB",
+        "cudnn: cuDNN 9.19.0 (frontend 1.23.0)"]
+    monkeypatch.setattr(backend.cudnn_conv, "unavailable", lambda: "off (NETSPEC_CUDNN=0)")
+    assert backend.gpu_report()[2:] == ["cudnn: none: off (NETSPEC_CUDNN=0)"]
     monkeypatch.setattr(runtime, "getDeviceCount", lambda: 0)
     assert backend.gpu_report()[1:] == ["gpu: none: CUDA sees no GPU"]
 

@@ -22,6 +22,9 @@ GEOMETRIES = {  # name: (bottom shape, convolution_param)
     "overhanging": ((2, 3, 2, 2), {"num_output": 4, "kernel_size": 3, "stride": 2}),  # (out 1x1, reading past)
     "pointwise-strided": ((2, 8, 7, 7), {"num_output": 4, "kernel_size": 1, "stride": 2, "bias_term": False}),
 }
+# geometries cuDNN may have no float32 engine for (more padding past the far edge than before the near one): they
+# must then run on im2col, named on the paths line
+MAY_REFUSE = {"overhanging"}
 
 
 def conv_net(shape, param) -> str:
@@ -54,13 +57,17 @@ def test_cudnn_computes_what_im2col_and_cublas_compute(geometry, monkeypatch):
     layer, on_cudnn, net = passes(shape, param)
     if not cudnn_conv.runs_on(net.backend.xp):
         pytest.skip(f"cuDNN runs on a GPU only, with its frontend ({cudnn_conv.unavailable() or 'the stand-in'})")
-    assert layer.cudnn is not None, f"cuDNN refused {geometry}: {layer.cudnn_refused}"
-    assert "for conv;" in net.paths(), net.paths()
+    if geometry in MAY_REFUSE and layer.cudnn is None:  # (then named, with cuDNN's reason)
+        assert f"cuDNN refused conv: {layer.cudnn_refused}" in net.paths(), net.paths()
+    else:
+        assert layer.cudnn is not None, f"cuDNN refused {geometry}: {layer.cudnn_refused}"
+        assert "for conv;" in net.paths(), net.paths()
     monkeypatch.setattr(cudnn_conv, "runs_on", lambda xp: False)
     layer, on_cublas, _ = passes(shape, param)
     assert layer.cudnn is None
     for name, ours, theirs in zip(["top", "bottom diff", "weights diff", "bias diff"], on_cudnn, on_cublas):
-        assert np.linalg.norm(ours - theirs) <= 1e-5 * np.linalg.norm(theirs), name
+        error = np.linalg.norm(ours - theirs) / np.linalg.norm(theirs)
+        assert error <= 3e-5, f"{name}: cuDNN and im2col differ by {error:.1e} of its norm"  # (TF32: 1e-4 or more)
 
 
 def test_a_geometry_cudnn_refuses_runs_on_cublas_named_on_the_paths_line(monkeypatch):
@@ -69,7 +76,7 @@ def test_a_geometry_cudnn_refuses_runs_on_cublas_named_on_the_paths_line(monkeyp
         raise cudnn_conv.GraphRefused("fprop: no engine supports it")
 
     monkeypatch.setattr(cudnn_conv, "runs_on", lambda xp: True)
-    monkeypatch.setattr(cudnn_conv, "Convolution", refuse)
+    monkeypatch.setattr(cudnn_conv, "convolution", refuse)
     monkeypatch.setattr(cudnn_conv, "version", lambda: "cuDNN 9.0.0 (frontend 1.23.0)")
     layer, values, net = passes(*GEOMETRIES["grouped"])
     assert layer.cudnn is None and layer.cudnn_refused == "fprop: no engine supports it"
