@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from netspec.engine import onednn, primitives
+from netspec.engine import blas, onednn, primitives
 from netspec.engine.layer import Layer, weighted_flops
 from netspec.engine.registry import register_layer
 from netspec.errors import ShapeError
@@ -112,7 +112,10 @@ class Deconvolution(Layer):
         else:
             xp, g = self.xp, self.params.group
             x_cols = xp.ascontiguousarray(x.transpose(self.geo.order)).reshape(g, x.shape[1] // g, -1)
-            cols = xp.matmul(self.grouped_weights().transpose(0, 2, 1), x_cols)
+            grouped = self.grouped_weights()
+            cols = xp.empty((g, grouped.shape[2], x_cols.shape[2]), dtype=self.dtype)
+            for group in range(g):
+                blas.product(xp, grouped[group], x_cols[group], cols[group], transpose_a=True)
             rest = self.geo.arranged(x.shape[0], 1, *self.geo.out)[1:]
             y[...] = col2im(xp, cols.reshape(y.shape[1], *self.geo.kernel, *rest), y.shape, self.geo)
         if self.params.bias_term:
@@ -136,8 +139,14 @@ class Deconvolution(Layer):
         cols = cols.reshape(g, -1, cols[0, 0, 0].size)
         if self.param_propagate_down[0]:
             x_cols = xp.ascontiguousarray(x.transpose(self.geo.order)).reshape(g, x.shape[1] // g, -1)
-            weights.diff += xp.matmul(x_cols, cols.transpose(0, 2, 1)).reshape(weights.shape)
+            grad = weights.diff.reshape(g, x.shape[1] // g, -1)
+            for group in range(g):
+                blas.product(xp, x_cols[group], cols[group], grad[group], transpose_b=True, add=True)
         if propagate_down[0]:
-            out = xp.matmul(self.grouped_weights(), cols).reshape(x.shape[1], -1)
+            grouped = self.grouped_weights()
+            out = xp.empty((g, grouped.shape[1], cols.shape[2]), dtype=self.dtype)
+            for group in range(g):
+                blas.product(xp, grouped[group], cols[group], out[group])
+            out = out.reshape(x.shape[1], -1)
             rest = self.geo.arranged(x.shape[0], 1, *self.geo.out)[1:]
             bottom[0].diff[...] = out.reshape(x.shape[1], *rest).transpose(self.geo.inverse)
