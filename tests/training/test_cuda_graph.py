@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from test_gpu_training import MIXED, float32_solver, host_params
+from test_gpu_training import MIXED, float32_solver, host_params, straight_and_resumed
 from test_solver import MOMENTUM, data_solver
 
 from netspec.engine import capture, gpu_standin
@@ -75,13 +75,7 @@ def test_a_graphed_run_fed_from_the_host_resumes_bit_identically(tmp_path, rule)
     """A net whose data layer copies batches from the host (HDF5Data, shuffled, with Dropout) under a rule whose
     rates change each iteration (Adam's bias correction): resumed from a snapshot, it continues as it would have."""
     hyper = {"type": rule, "momentum": MOMENTUM[rule], "weight_decay": 0.01, "solver_mode": "GPU", "cuda_graph": True}
-    straight = data_solver(tmp_path, batch=5, shuffle=True, dropout=True, **hyper)
-    straight.step(9)
-    interrupted = data_solver(tmp_path, batch=5, shuffle=True, dropout=True, **hyper)
-    interrupted.step(4)
-    resumed = data_solver(tmp_path, batch=5, shuffle=True, dropout=True, **hyper)
-    resumed.restore(interrupted.snapshot())
-    resumed.step(5)
+    straight, resumed = straight_and_resumed(tmp_path, 9, 4, **hyper)
     eager = data_solver(tmp_path, batch=5, shuffle=True, dropout=True, **{**hyper, "cuda_graph": False})
     eager.step(9)
     assert straight.graphed.graph is not None and resumed.graphed.graph is not None

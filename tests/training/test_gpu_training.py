@@ -100,16 +100,23 @@ def test_a_net_with_convolution_pooling_dropout_and_embed_resumes_bit_identicall
         assert np.array_equal(a, b)
 
 
+def straight_and_resumed(tmp_path, iterations: int, stop: int, **hyper):
+    """Two runs of :func:`data_solver` (shuffled, with Dropout) for ``iterations``: one straight, one stopped at
+    ``stop``, snapshotted and resumed in a new solver."""
+    straight = data_solver(tmp_path, batch=5, shuffle=True, dropout=True, **hyper)
+    straight.step(iterations)
+    interrupted = data_solver(tmp_path, batch=5, shuffle=True, dropout=True, **hyper)
+    interrupted.step(stop)
+    resumed = data_solver(tmp_path, batch=5, shuffle=True, dropout=True, **hyper)
+    resumed.restore(interrupted.snapshot())
+    resumed.step(iterations - stop)
+    return straight, resumed
+
+
 @pytest.mark.parametrize("rule", sorted(MOMENTUM))
 def test_every_rule_resumes_bit_identically_on_the_gpu(tmp_path, rule):
     hyper = {"type": rule, "momentum": MOMENTUM[rule], "weight_decay": 0.01, "solver_mode": "GPU"}
-    straight = data_solver(tmp_path, batch=5, shuffle=True, dropout=True, **hyper)
-    straight.step(8)
-    interrupted = data_solver(tmp_path, batch=5, shuffle=True, dropout=True, **hyper)
-    interrupted.step(3)
-    resumed = data_solver(tmp_path, batch=5, shuffle=True, dropout=True, **hyper)
-    resumed.restore(interrupted.snapshot())
-    resumed.step(5)
+    straight, resumed = straight_and_resumed(tmp_path, 8, 3, **hyper)
     for a, b in zip(host_params(straight), host_params(resumed)):
         assert np.array_equal(a, b)
 
