@@ -1,7 +1,8 @@
 """netspec against PyTorch eager on the same nets, batch and machine: training and inference speed, memory.
 
     python benchmarks/compare_pytorch.py [NET.yaml[@BATCH] ...] [--iterations N] [--threads T]
-                                         [--inference | --memory | --device gpu[:N] [--cuda-graph]] [--rounds R]
+                                         [--inference | --memory | --device gpu[:N] [--cuda-graph]
+                                         [--precision fp32|tf32]] [--rounds R]
 
 For each net (default: LeNet and CIFAR-10 quick) this times forward+backward
 with ``netspec time``'s code and with an equivalent PyTorch module built
@@ -26,7 +27,8 @@ everything involved.  With ``--cuda-graph`` netspec's iteration is captured as
 one CUDA graph once warm and launched for each (as ``netspec train
 --cuda-graph`` trains), and PyTorch is timed both eager and as a step
 captured by hand with ``torch.cuda.graph`` (default nets: LeNet b64, CIFAR-10
-quick b100, ResNet-20 on CIFAR-10 b128).
+quick b100, ResNet-20 on CIFAR-10 b128).  ``--precision tf32`` lets both
+frameworks run float32 products and convolutions on TF32 tensor cores.
 PyTorch is needed only here (``pip install torch``); netspec never imports it.
 """
 
@@ -49,7 +51,7 @@ import numpy
 # isort: on
 
 from netspec.engine import capture
-from netspec.engine.backend import gpu_report
+from netspec.engine.backend import Backend, gpu_report
 from netspec.engine.net import Net, compile_net
 from netspec.engine.registry import layer_schemas
 from netspec.errors import DeviceError
@@ -67,10 +69,11 @@ DEFAULT_DEPLOY_NETS = ["configs/lenet/lenet_deploy.yaml@64", "configs/cifar10/ci
                        "configs/alexnet/alexnet_deploy.yaml@32", "configs/resnet50/resnet50_deploy.yaml@8"]
 
 
-def load(argument: str, inference: bool = False, device: str = "cpu"):
+def load(argument: str, inference: bool = False, device: str = "cpu", tf32: bool = False):
     """The TRAIN net of ``NET.yaml`` or ``NET.yaml@BATCH`` (batch: the first axis of its input tops) on
-    ``device``, or with ``inference`` its TEST net built for inference; BatchNorm statistics set to plausible
-    values.  Blobs share buffers where their lifetimes allow, as in ``netspec train`` and ``netspec predict``."""
+    ``device`` (its float32 products on TF32 tensor cores with ``tf32``), or with ``inference`` its TEST net built
+    for inference; BatchNorm statistics set to plausible values.  Blobs share buffers where their lifetimes allow,
+    as in ``netspec train`` and ``netspec predict``."""
     path, _, batch = argument.partition("@")
     spec = parse_net(path, layer_schemas())
     for layer in spec.layers:
@@ -78,7 +81,9 @@ def load(argument: str, inference: bool = False, device: str = "cpu"):
             block = layer.blocks["dummy_data_param" if layer.type == "DummyData" else "input_param"]
             for shape in block.shape:
                 shape.dim[0] = int(batch)
-    net = Net(compile_net(spec, phase="TEST" if inference else "TRAIN"), device=device, seed=0, inference=inference,
+    backend = Backend(device, seed=0)
+    backend.tf32 = tf32
+    net = Net(compile_net(spec, phase="TEST" if inference else "TRAIN"), backend=backend, inference=inference,
               reuse_memory=True)
     for layer in net.layers:
         if layer.type == "BatchNorm":
@@ -234,23 +239,24 @@ def torch_graphed_step(torch, run, parameters, warmup: int):
 
 
 def compare_gpu(paths: list[str], device: str, torch, iterations: int, warmup: int, rounds: int,
-                graphed: bool = False) -> None:
+                graphed: bool = False, tf32: bool = False) -> None:
     """Print the versions in play, then each net's training images/s (the median of ``rounds`` timings taken in
     turn with PyTorch's) and peak GPU memory in netspec and PyTorch on ``device``; with ``graphed``, netspec's
-    iterations as a CUDA graph, against PyTorch eager and PyTorch captured."""
+    iterations as a CUDA graph, against PyTorch eager and PyTorch captured; with ``tf32``, float32 products and
+    convolutions on TF32 tensor cores in both."""
     for line in gpu_report():
         print(line)
     if torch is not None:
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
         torch.backends.cudnn.benchmark = True
         print(f"PyTorch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}; "
-              "TF32 off, cudnn.benchmark on")
+              f"TF32 {'on' if tf32 else 'off'}, cudnn.benchmark on")
     print(f"{'net':<16} {'batch':>5} {'netspec img/s':>14} {'pytorch img/s':>14} {'ratio':>6} "
           + (f"{'captured img/s':>15} {'ratio':>6} " if graphed else "")
           + f"{'netspec MiB':>12} {'pytorch MiB':>12} {'ratio':>6}")
     for path in paths:
-        net = load(path, device=device)
+        net = load(path, device=device, tf32=tf32)
         batch = net.batch_size
         step = netspec_graphed_step(net, warmup) if graphed else netspec_step(net)
         steps, times = {"netspec": step}, {"netspec": [], "pytorch": [], "captured": []}
@@ -407,14 +413,17 @@ def main() -> int:
                         help="with --inference or --device gpu: times each framework runs, in turns")
     parser.add_argument("--threads", type=int, default=netspec.threads.all_cores(), help="for both frameworks")
     parser.add_argument("--device", default="cpu", help="cpu, or gpu[:N] to compare training on a GPU")
+    parser.add_argument("--precision", choices=["fp32", "tf32"], default="fp32",
+                        help="with --device gpu: float32 products and convolutions in fp32 or on TF32 tensor cores "
+                             "(both frameworks)")
     parser.add_argument("--cuda-graph", action="store_true",
                         help="with --device gpu: netspec's iterations as one CUDA graph, against PyTorch eager and "
                              "captured")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
-    if args.cuda_graph and args.device == "cpu":
-        parser.error("--cuda-graph needs --device gpu[:N]")
+    if (args.cuda_graph or args.precision != "fp32") and args.device == "cpu":
+        parser.error("--cuda-graph and --precision need --device gpu[:N]")
     try:
         import torch
     except ImportError:
@@ -435,7 +444,7 @@ def main() -> int:
     if args.device != "cpu":
         try:
             compare_gpu(args.nets or (DEFAULT_GRAPH_NETS if args.cuda_graph else DEFAULT_GPU_NETS), args.device,
-                        torch, args.iterations, args.warmup, args.rounds, args.cuda_graph)
+                        torch, args.iterations, args.warmup, args.rounds, args.cuda_graph, args.precision == "tf32")
         except DeviceError as exc:
             print(f"compare_pytorch: {exc}", file=sys.stderr)
             return 1

@@ -51,6 +51,8 @@ from netspec.training.signals import exit_status
 @no_python_layers_option
 @click.option("--debug-info", is_flag=True,
               help="at every display, log each blob's mean |data| and |diff| and each parameter's update ratio")
+@click.option("--precision", type=click.Choice(["fp32", "tf32"]), default=None,
+              help="on a GPU, fp32 or tf32 float32 products and convolutions (default: the solver's precision)")
 @click.option("--cuda-graph", is_flag=True,
               help="on a GPU, train each iteration as one CUDA graph once warm (as the solver's cuda_graph: true "
                    "does); a net that cannot be captured trains without, saying why")
@@ -68,8 +70,8 @@ from netspec.training.signals import exit_status
 @threads_option
 @user_errors
 def train(solver_file, device, weights, resume, force, max_iter, base_lr, batch_size, seed, stages, level, run_dir,
-          sigint_effect, sighup_effect, outputs_anywhere, no_python_layers, debug_info, cuda_graph, tensorboard,
-          distributed, collective_timeout, bucket_mb, processes):
+          sigint_effect, sighup_effect, outputs_anywhere, no_python_layers, debug_info, precision, cuda_graph,
+          tensorboard, distributed, collective_timeout, bucket_mb, processes):
     """Train the net of SOLVER_FILE, testing, logging and snapshotting as it says.
 
     With --distributed, run it as `mpiexec -n N netspec train SOLVER_FILE --distributed`:
@@ -89,7 +91,8 @@ def train(solver_file, device, weights, resume, force, max_iter, base_lr, batch_
     options = TrainOptions(device=device, weights=weights, resume=resume, force=force, max_iter=max_iter,
                            base_lr=base_lr, batch_size=batch_size, seed=seed, stages=stages, level=level,
                            run_dir=run_dir, sigint_effect=sigint_effect, sighup_effect=sighup_effect,
-                           debug_info=debug_info, cuda_graph=cuda_graph, tensorboard=tensorboard,
+                           debug_info=debug_info, precision=precision, cuda_graph=cuda_graph,
+                           tensorboard=tensorboard,
                            trust=own_net_trust(no_python_layers, outputs_anywhere, "training"))
     with rank_errors(comm):
         solver = train_run(solver_file, options, comm, say=click.echo)

@@ -27,6 +27,15 @@ from netspec.engine import cublas, kernels
 _ONE = {numpy.dtype(dtype): numpy.ones((), dtype) for dtype in (numpy.float32, numpy.float64)}
 _ZERO = {dtype: numpy.zeros((), dtype) for dtype in _ONE}  # (cuBLAS reads alpha and beta from host memory)
 _OP_N, _OP_T = 0, 1  # cublasOperation_t: as stored, transposed
+_tf32: dict = {}  # array module -> whether its float32 products may take TF32's tensor cores (see allow_tf32)
+
+
+def allow_tf32(xp, allowed: bool) -> None:
+    """Let the float32 products on ``xp`` run on TF32 tensor cores (inputs rounded to 10 bits of significand,
+    sums in float32), or not (the default): the precision ``tf32`` of a training on a GPU, for every product of
+    the process made through this module."""
+    _tf32[xp] = allowed
+
 
 
 @functools.cache
@@ -49,7 +58,7 @@ def _cublas(xp, a, b, out):
         return None
     if not (a.flags.c_contiguous and b.flags.c_contiguous and out.flags.c_contiguous):
         raise ValueError("blas: cuBLAS takes C-contiguous arrays only")
-    return library, library.current_handle()
+    return library, library.current_handle(_tf32.get(xp, False))
 
 
 def product(xp, a, b, out, transpose_a: bool = False, transpose_b: bool = False, add: bool = False) -> None:

@@ -24,6 +24,7 @@ import threading
 from netspec.errors import DeviceError
 
 WORKSPACE_BYTES = 32 * 2 ** 20  # each handle's workspace: what cuBLAS's documentation advises for Hopper GPUs
+MATH_MODES = {False: 0, True: 3}  # cublasMath_t by TF32 allowed: CUBLAS_DEFAULT_MATH, CUBLAS_TF32_TENSOR_OP_MATH
 # cublasStatus_t values other than success, as cuBLAS's documentation names them
 STATUS = {1: "NOT_INITIALIZED", 3: "ALLOC_FAILED", 7: "INVALID_VALUE", 8: "ARCH_MISMATCH", 11: "MAPPING_ERROR",
           13: "EXECUTION_FAILED", 14: "INTERNAL_ERROR", 15: "NOT_SUPPORTED", 16: "LICENSE_ERROR"}
@@ -32,6 +33,7 @@ _SIGNATURES = {  # name: argument types (every function returns a cublasStatus_t
     "cublasCreate_v2": [ctypes.POINTER(_P)],
     "cublasSetStream_v2": [_P, _P],
     "cublasSetWorkspace_v2": [_P, _P, ctypes.c_size_t],
+    "cublasSetMathMode": [_P, _I],
     **{name: [_P, _I, _I, _I, _I, _I, _P, _P, _I, _P, _I, _P, _P, _I] for name in ("cublasSgemm_v2", "cublasDgemm_v2")},
     **{name: [_P, _I, _I, _I, _P, _P, _I, _P, _I, _P, _P, _I] for name in ("cublasSgemv_v2", "cublasDgemv_v2")},
 }
@@ -46,22 +48,27 @@ class CuBlas:
         for name, arguments in _SIGNATURES.items():
             function = getattr(self.dll, name)
             function.argtypes, function.restype = arguments, ctypes.c_int
-        self._handles: dict[tuple[int, int], list] = {}  # (device, thread) -> [handle, its stream, its workspace]
+        # (device, thread) -> [handle, its stream, its workspace, whether it may take TF32's tensor cores]
+        self._handles: dict[tuple[int, int], list] = {}
 
     def _call(self, name: str, *arguments) -> None:
         status = getattr(self.dll, name)(*arguments)
         if status:
             raise DeviceError(f"cuBLAS {name} failed: CUBLAS_STATUS_{STATUS.get(status, status)}")
 
-    def current_handle(self) -> int:
-        """The handle of this thread on the current device, bound to the current stream."""
+    def current_handle(self, tf32: bool = False) -> int:
+        """The handle of this thread on the current device, bound to the current stream; with ``tf32``, float32
+        products may run on tensor cores, their inputs rounded to TF32 (10 bits of significand)."""
         xp = self.xp
         key = (xp.cuda.Device().id, threading.get_ident())
         held = self._handles.get(key)
         if held is None:
             handle = _P()
             self._call("cublasCreate_v2", ctypes.byref(handle))
-            held = self._handles[key] = [handle.value, None, xp.empty(WORKSPACE_BYTES, dtype=xp.uint8)]
+            held = self._handles[key] = [handle.value, None, xp.empty(WORKSPACE_BYTES, dtype=xp.uint8), False]
+        if held[3] != tf32:
+            self._call("cublasSetMathMode", held[0], MATH_MODES[tf32])
+            held[3] = tf32
         stream = xp.cuda.get_current_stream().ptr
         if held[1] != stream:
             self._call("cublasSetStream_v2", held[0], stream)

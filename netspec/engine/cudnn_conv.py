@@ -11,9 +11,9 @@ so a kernel overhanging the padded input by less than a stride gives an
 output: the graphs pad past the far edge by the geometry's ``far_pad``.
 cuDNN writes its outputs (alpha 1, beta 0), so the weights' gradient goes
 through a scratch array and is then added to the diff, as Caffe accumulates
-it.  Float32 runs on engines that compute in float32 (not TF32 on tensor
-cores), and ``deterministic`` keeps only the engines cuDNN marks
-deterministic.
+it.  Float32 runs on engines that compute in float32, unless ``tf32`` lets
+it take TF32's tensor cores, and ``deterministic`` keeps only the engines
+cuDNN marks deterministic.
 
 Where the frontend or ``libcudnn`` is missing, or ``NETSPEC_CUDNN=0``,
 :func:`unavailable` says why, once, on the ``paths:`` line, and every layer
@@ -98,15 +98,15 @@ def _packed(shape) -> list[int]:
 
 
 def convolution(xp, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, dtype, deterministic: bool = False,
-                passes=PASSES) -> Convolution:
+                tf32: bool = False, passes=PASSES) -> Convolution:
     """The :class:`Convolution` of these arguments on the current device and thread, built once (nets with many
     convolutions of one geometry, and nets built again, share it); GraphRefused again where it was refused."""
     key = (xp.cuda.Device().id, threading.get_ident(), tuple(x_shape), tuple(w_shape), tuple(y_shape), tuple(pad),
-           tuple(far_pad), tuple(stride), tuple(dilation), numpy.dtype(dtype), deterministic, tuple(passes))
+           tuple(far_pad), tuple(stride), tuple(dilation), numpy.dtype(dtype), deterministic, tf32, tuple(passes))
     if key not in _built:
         try:
             _built[key] = Convolution(xp, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, dtype,
-                                      deterministic, passes)
+                                      deterministic, tf32, passes)
         except GraphRefused as exc:
             _built[key] = exc
     built = _built[key]
@@ -125,7 +125,7 @@ class Convolution:
     no engine for one (its reason)."""
 
     def __init__(self, xp, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, dtype,
-                 deterministic: bool = False, passes=PASSES):
+                 deterministic: bool = False, tf32: bool = False, passes=PASSES):
         cudnn = _frontend()[0]
         self.xp, self.dtype = xp, numpy.dtype(dtype)
         types = {numpy.dtype(numpy.float32): cudnn.data_type.FLOAT, numpy.dtype(numpy.float64): cudnn.data_type.DOUBLE,
@@ -144,13 +144,14 @@ class Convolution:
             sm_version = int(xp.cuda.Device().compute_capability)  # (given: the frontend would ask the CUDA runtime)
             for name in passes:
                 self.graphs[name] = self._build(cudnn, handle, sm_version, name, io, compute, geometry,
-                                                deterministic)
+                                                deterministic, tf32)
         except (cudnn.cudnnGraphNotSupportedError, RuntimeError, ValueError) as exc:
             raise GraphRefused(f"{name}: {first_line(exc)}") from None
         largest = max(graph.get_workspace_size() for graph, _ in self.graphs.values())
         self.workspace_bytes = -(-largest // ALIGNMENT) * ALIGNMENT  # (the weights' scratch gradient after it)
 
-    def _build(self, cudnn, handle, sm_version: int, name: str, io, compute, geometry, deterministic: bool):
+    def _build(self, cudnn, handle, sm_version: int, name: str, io, compute, geometry, deterministic: bool,
+               tf32: bool):
         """One pass's graph, built, and its tensors in the order the pass takes its arrays (two in, one out)."""
         graph = cudnn.pygraph(name=name, io_data_type=io, intermediate_data_type=compute, compute_data_type=compute,
                               handle=handle, sm_version=sm_version)
@@ -170,7 +171,7 @@ class Convolution:
         graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
         notes = cudnn.numerical_note
         left_out = [notes.NONDETERMINISTIC] if deterministic else []
-        if io == cudnn.data_type.FLOAT:  # (float32 computed as such: tensor cores would take TF32's 10-bit inputs)
+        if io == cudnn.data_type.FLOAT and not tf32:  # (float32 as such: tensor cores take TF32's 10-bit inputs)
             left_out += [notes.TENSOR_CORE, notes.DOWN_CONVERT_INPUTS]
         if left_out:
             graph.deselect_numeric_notes(left_out)

@@ -616,7 +616,7 @@ def _gemv(dtype):
 
 # cuBLAS as netspec.engine.cublas calls it, on the memory the device arrays point to
 _cublas = types.SimpleNamespace(sgemm=_gemm(numpy.float32), dgemm=_gemm(numpy.float64), sgemv=_gemv(numpy.float32),
-                                dgemv=_gemv(numpy.float64), current_handle=lambda: 0)
+                                dgemv=_gemv(numpy.float64), current_handle=lambda tf32=False: 0)
 cuda = types.SimpleNamespace(Device=_Device, runtime=_Runtime, Event=_Event, get_elapsed_time=_get_elapsed_time,
                              get_current_stream=_get_current_stream, cublas=_cublas, Stream=_Stream, Graph=_Graph,
                              MemoryPool=_MemoryPool, using_allocator=_using_allocator)

@@ -44,6 +44,7 @@ class TrainOptions:
     sigint_effect: str = "stop"
     sighup_effect: str = "snapshot"
     debug_info: bool = False
+    precision: str | None = None  # fp32 or tf32 (None: the solver's)
     cuda_graph: bool = False  # train each iteration as one CUDA graph (as the solver's cuda_graph: true does)
     tensorboard: bool = False  # also write TensorBoard event files (as the solver's tensorboard: true does)
     trust: Trust = OWN  # Python layers import their modules; files are written inside the run folder
@@ -89,6 +90,7 @@ def train(solver_file: str, options: TrainOptions, comm=None, say: Callable[[str
     root = comm.rank == 0
     spec = read_solver(solver_file, options.max_iter, options.base_lr, options.batch_size)
     spec.params.cuda_graph = spec.params.cuda_graph or options.cuda_graph
+    spec.params.precision = options.precision or spec.params.precision
     if options.resume and not os.path.isfile(options.resume):
         raise StateError(f"{options.resume}: no such solver state file")
     resumed_in = os.path.dirname(os.path.abspath(options.resume)) if options.resume else None

@@ -85,6 +85,7 @@ class Solver:
         self.comm = comm = comm or SingleProcess()
         self.backend = self._backend(device, seed)
         self.backend.deterministic = p.deterministic
+        self.backend.tf32 = p.precision == "tf32" and self.backend.is_gpu
         self.output_folder = trust.output_folder(run_folder.folder_of(spec.snapshot_prefix))
         self.reuse_memory = reuse_memory and not debug_info
         self.trust = trust
@@ -144,6 +145,8 @@ class Solver:
         self.last_snapshot_iter: int | None = None
         self.snapshots: list[int] = []
         self.best, self.plateau = watches(p)
+        if p.precision == "tf32" and not self.backend.is_gpu:
+            self.warnings.append("precision tf32: the CPU has no TF32, so training computes in fp32")
         self.graphed: GraphedIterations | None = None  # the iterations as a CUDA graph (cuda_graph)
         if p.cuda_graph:
             why = why_not_graphed(self)

@@ -174,3 +174,18 @@ def test_a_snapshot_checks_every_weight_for_nan_in_one_read(tmp_path):
     assert device_reads(solver, solver.net.first_non_finite_param) == (1, 1)
     solver.net.params["fc"][1].data[2] = float("nan")
     assert solver.net.first_non_finite_param() == ("fc", 1)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32"])
+def test_precision_tf32_lets_every_product_take_tensor_cores(tmp_path, monkeypatch, precision):
+    """The solver's precision reaches the cuBLAS handles of the products (and the test nets' backend); on a GPU,
+    cuDNN's graphs too (tests/layers/test_cudnn_convolution.py compares fp32's)."""
+    asked = []
+    if gpu_standin.requested():
+        monkeypatch.setattr(gpu_standin.cuda.cublas, "current_handle", lambda tf32=False: asked.append(tf32) or 0)
+    solver = float32_solver(MIXED, "gpu", tmp_path, precision=precision)
+    assert solver.backend.tf32 == solver.test_backend.tf32 == (precision == "tf32")
+    solver.step(2)
+    if gpu_standin.requested():
+        assert asked and set(asked) == {precision == "tf32"}
+    assert all(np.isfinite(values).all() for values in host_params(solver))
