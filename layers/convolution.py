@@ -539,7 +539,7 @@ class Convolution(Layer):
                 matrices = cols.reshape(g, -1, math.prod(cols.shape[3:]))
                 out = xp.empty((g, o // g, matrices.shape[2]), dtype=y.dtype)
                 for group in range(g):
-                    blas.product(xp, grouped[group], matrices[group], out[group])
+                    blas.product(self.backend, grouped[group], matrices[group], out[group])
                 out = out.reshape(o, -1)
                 if kernels.compiled(xp):  # (the bias added as the product moves, in one kernel)
                     kernels.channels_first(out.reshape(o, *cols.shape[3:]), bias, y[part])
@@ -582,17 +582,18 @@ class Convolution(Layer):
             dy_cols = xp.ascontiguousarray(dy[part].transpose(self.geo.order)).reshape(g, o // g, -1)
             if bias_diff:  # (the sum of each channel's contiguous row)
                 rows = dy_cols.reshape(o, -1)
-                blas.sums(xp, rows, self.backend.ones(rows.shape[1], self.dtype), self.blobs[1].diff, 1, add=True)
+                ones = self.backend.ones(rows.shape[1], self.dtype)
+                blas.sums(self.backend, rows, ones, self.blobs[1].diff, 1, add=True)
             if self.param_propagate_down[0]:  # (group by group: a product of 2-D arrays, one transposed, runs
                 cols = self.columns(x[part]).reshape(g, -1, dy_cols.shape[2])  # several times faster on a GPU)
                 grad = self.blobs[0].diff.reshape(g, o // g, -1)
                 for group in range(g):
-                    blas.product(xp, dy_cols[group], cols[group], grad[group], transpose_b=True, add=True)
+                    blas.product(self.backend, dy_cols[group], cols[group], grad[group], transpose_b=True, add=True)
             if propagate_down[0]:  # (the columns' gradient where the columns were)
                 dcols = self.workspace_for(x[part].shape)
                 grouped, matrices = self.grouped_weights(), dcols.reshape(g, -1, dy_cols.shape[2])
                 for group in range(g):
-                    blas.product(xp, grouped[group], dy_cols[group], matrices[group], transpose_a=True)
+                    blas.product(self.backend, grouped[group], dy_cols[group], matrices[group], transpose_a=True)
                 col2im(xp, dcols.reshape(column_shape(x[part].shape, self.geo)), x[part].shape, self.geo,
                        out=bottom[0].diff[part])
 

@@ -115,7 +115,7 @@ class Deconvolution(Layer):
             grouped = self.grouped_weights()
             cols = xp.empty((g, grouped.shape[2], x_cols.shape[2]), dtype=self.dtype)
             for group in range(g):
-                blas.product(xp, grouped[group], x_cols[group], cols[group], transpose_a=True)
+                blas.product(self.backend, grouped[group], x_cols[group], cols[group], transpose_a=True)
             rest = self.geo.arranged(x.shape[0], 1, *self.geo.out)[1:]
             y[...] = col2im(xp, cols.reshape(y.shape[1], *self.geo.kernel, *rest), y.shape, self.geo)
         if self.params.bias_term:
@@ -141,12 +141,12 @@ class Deconvolution(Layer):
             x_cols = xp.ascontiguousarray(x.transpose(self.geo.order)).reshape(g, x.shape[1] // g, -1)
             grad = weights.diff.reshape(g, x.shape[1] // g, -1)
             for group in range(g):
-                blas.product(xp, x_cols[group], cols[group], grad[group], transpose_b=True, add=True)
+                blas.product(self.backend, x_cols[group], cols[group], grad[group], transpose_b=True, add=True)
         if propagate_down[0]:
             grouped = self.grouped_weights()
             out = xp.empty((g, grouped.shape[1], cols.shape[2]), dtype=self.dtype)
             for group in range(g):
-                blas.product(xp, grouped[group], cols[group], out[group])
+                blas.product(self.backend, grouped[group], cols[group], out[group])
             out = out.reshape(x.shape[1], -1)
             rest = self.geo.arranged(x.shape[0], 1, *self.geo.out)[1:]
             bottom[0].diff[...] = out.reshape(x.shape[1], *rest).transpose(self.geo.inverse)

@@ -97,7 +97,7 @@ class InnerProduct(Layer):
             bias = self.blobs[1].data if self.params.bias_term else None
             self.fast.forward(bottom[0].data.reshape(m, k), self.blobs[0].data, bias, out)
             return
-        blas.product(self.xp, bottom[0].data.reshape(m, k), self.blobs[0].data, out,
+        blas.product(self.backend, bottom[0].data.reshape(m, k), self.blobs[0].data, out,
                      transpose_b=not self.params.transpose)
         if self.params.bias_term:
             out += self.blobs[1].data
@@ -113,11 +113,11 @@ class InnerProduct(Layer):
             return
         if self.param_propagate_down[0]:
             if self.params.transpose:
-                blas.product(self.xp, x, dy, self.blobs[0].diff, transpose_a=True, add=True)
+                blas.product(self.backend, x, dy, self.blobs[0].diff, transpose_a=True, add=True)
             else:
-                blas.product(self.xp, dy, x, self.blobs[0].diff, transpose_a=True, add=True)
+                blas.product(self.backend, dy, x, self.blobs[0].diff, transpose_a=True, add=True)
         if self.params.bias_term and self.param_propagate_down[1]:
-            blas.sums(self.xp, dy, self.backend.ones(m, self.dtype), self.blobs[1].diff, 0, add=True)
+            blas.sums(self.backend, dy, self.backend.ones(m, self.dtype), self.blobs[1].diff, 0, add=True)
         if propagate_down[0]:
-            blas.product(self.xp, dy, self.blobs[0].data, bottom[0].diff.reshape(m, k),
+            blas.product(self.backend, dy, self.blobs[0].data, bottom[0].diff.reshape(m, k),
                          transpose_b=self.params.transpose)

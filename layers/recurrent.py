@@ -167,12 +167,12 @@ class Recurrent(Layer):
         w_x, b, w_static, _, _ = self.input_weights()
         steps, batch, inputs = self.x.shape
         pre = xp.empty((steps * batch, w_x.shape[0]), dtype=self.dtype)
-        blas.product(xp, self.x.reshape(steps * batch, inputs), w_x, pre, transpose_b=True)
+        blas.product(self.backend, self.x.reshape(steps * batch, inputs), w_x, pre, transpose_b=True)
         pre += b
         pre = pre.reshape(steps, batch, -1)
         if w_static is not None:
             static = xp.empty((batch, w_static.shape[0]), dtype=self.dtype)
-            blas.product(xp, self.x_static, w_static, static, transpose_b=True)
+            blas.product(self.backend, self.x_static, w_static, static, transpose_b=True)
             pre += static
         return pre
 
@@ -190,25 +190,25 @@ class Recurrent(Layer):
                        else [None] * len(self.states))
         d_pre, d_initial = self.run_backward(top[0].diff, final_diffs)
         # d_pre: gradient of every step's pre-activation (T, N, gates * H); d_initial: of each initial state
-        xp = self.xp
         _, _, w_static, w_h, recurrent = self.input_weights()
         flat = d_pre.reshape(steps * batch, -1)
         static = d_pre.sum(axis=0) if self.static else None  # (the static input's gradient at every step, summed)
         if self.param_propagate_down[0]:
-            blas.product(xp, flat, self.x.reshape(steps * batch, -1), self.blobs[0].diff, transpose_a=True, add=True)
+            inputs = self.x.reshape(steps * batch, -1)
+            blas.product(self.backend, flat, inputs, self.blobs[0].diff, transpose_a=True, add=True)
         if self.param_propagate_down[1]:
             self.blobs[1].diff += flat.sum(axis=0)
         if self.static and self.param_propagate_down[2]:
-            blas.product(xp, static, self.x_static, self.blobs[2].diff, transpose_a=True, add=True)
+            blas.product(self.backend, static, self.x_static, self.blobs[2].diff, transpose_a=True, add=True)
         if self.param_propagate_down[recurrent]:
             previous = self.previous_outputs().reshape(steps * batch, -1)
-            blas.product(xp, flat, previous, self.blobs[recurrent].diff, transpose_a=True, add=True)
+            blas.product(self.backend, flat, previous, self.blobs[recurrent].diff, transpose_a=True, add=True)
         if propagate_down[0]:
-            blas.product(xp, flat, self.blobs[0].data, bottom[0].diff.reshape(steps * batch, -1))
+            blas.product(self.backend, flat, self.blobs[0].data, bottom[0].diff.reshape(steps * batch, -1))
         if propagate_down[1]:
             bottom[1].diff[...] = 0
         if self.static and propagate_down[2]:
-            blas.product(xp, static, w_static, bottom[2].diff.reshape(batch, -1))
+            blas.product(self.backend, static, w_static, bottom[2].diff.reshape(batch, -1))
         first = 2 + int(self.static)
         for offset in range(self.exposed()):
             if propagate_down[first + offset]:
@@ -276,12 +276,12 @@ class RNN(Recurrent):
         self.initial_h = previous = initial[0]
         for t in range(steps):
             h = self.h[t]
-            blas.product(xp, self.cont[t] * previous, w_h, h, add=True)
+            blas.product(self.backend, self.cont[t] * previous, w_h, h, add=True)
             xp.tanh(h, out=h)
             previous = h
         w_o, b_o = self.blobs[-2].data, self.blobs[-1].data
         self.o = xp.empty((steps * batch, w_o.shape[0]), dtype=self.dtype)
-        blas.product(xp, self.h.reshape(steps * batch, size), w_o, self.o, transpose_b=True)
+        blas.product(self.backend, self.h.reshape(steps * batch, size), w_o, self.o, transpose_b=True)
         self.o += b_o
         xp.tanh(self.o, out=self.o)
         self.o = self.o.reshape(out.shape)
@@ -294,12 +294,12 @@ class RNN(Recurrent):
         d_o = d_out * (1 - self.o * self.o)
         w_o = self.blobs[-2].data
         if self.param_propagate_down[-2]:
-            blas.product(xp, d_o.reshape(-1, size), self.h.reshape(-1, size), self.blobs[-2].diff, transpose_a=True,
-                         add=True)
+            blas.product(self.backend, d_o.reshape(-1, size), self.h.reshape(-1, size), self.blobs[-2].diff,
+                         transpose_a=True, add=True)
         if self.param_propagate_down[-1]:
             self.blobs[-1].diff += d_o.reshape(-1, size).sum(axis=0)
         d_h = xp.empty(d_o.shape, dtype=self.dtype)
-        blas.product(xp, d_o.reshape(-1, size), w_o, d_h.reshape(-1, size))
+        blas.product(self.backend, d_o.reshape(-1, size), w_o, d_h.reshape(-1, size))
         if final_diffs[0] is not None:
             d_h[-1] += final_diffs[0]
         w_h = self.input_weights()[3]
@@ -308,7 +308,7 @@ class RNN(Recurrent):
         step = xp.empty((batch, size), dtype=self.dtype)
         for t in range(steps - 1, -1, -1):
             d_pre[t] = (d_h[t] + carried) * (1 - self.h[t] * self.h[t])
-            blas.product(xp, d_pre[t], w_h, step)
+            blas.product(self.backend, d_pre[t], w_h, step)
             carried = self.cont[t] * step
         return d_pre, [carried]
 
@@ -385,7 +385,7 @@ class LSTM(Recurrent):
         for t in range(steps):
             acts = self.acts[t]
             xp.multiply(self.cont[t], h, out=masked)
-            blas.product(xp, masked, w_h, product)
+            blas.product(self.backend, masked, w_h, product)
             acts += product
             self.activate(acts)
             c = self.cell(t, c)
@@ -490,6 +490,6 @@ class LSTM(Recurrent):
             d[:, 3 * size:] *= 1 - g * g
             d_c *= cont
             d_c *= f
-            blas.product(xp, d, w_h, d_h_next)
+            blas.product(self.backend, d, w_h, d_h_next)
             d_h_next *= cont
         return d_pre, [d_h_next, d_c]

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy
 
 from netspec import threads
-from netspec.engine import blas, cudnn_conv, gpu_standin, kernels
+from netspec.engine import cudnn_conv, gpu_standin, kernels
 from netspec.engine.capture import CaptureError
 from netspec.engine.comm import SingleProcess
 from netspec.errors import DataError, DeviceError, first_line
@@ -76,20 +76,8 @@ class Backend:
         self.capture = None  # what the CUDA graph being captured notes (netspec.engine.capture.Recording)
         self.graph_pools: list = []  # the memory pools of the CUDA graphs captured on this backend
         self.deterministic = False  # only deterministic algorithms where there is a choice (cuDNN's engines)
-        self._tf32 = False
+        self.tf32 = False  # float32 products and convolutions may take TF32's tensor cores (precision: tf32)
         self.seed(seed)
-
-    @property
-    def tf32(self) -> bool:
-        """Whether float32 products and convolutions on a GPU may run on TF32 tensor cores (their inputs rounded
-        to 10 bits of significand, their sums in float32): the solver's ``precision: tf32``.  Setting it sets it
-        for every product of the process on this array module (:func:`netspec.engine.blas.allow_tf32`)."""
-        return self._tf32
-
-    @tf32.setter
-    def tf32(self, allowed: bool) -> None:
-        self._tf32 = bool(allowed)
-        blas.allow_tf32(self.xp, self._tf32)
 
     @property
     def is_gpu(self) -> bool:

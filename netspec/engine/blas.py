@@ -27,15 +27,6 @@ from netspec.engine import cublas, kernels
 _ONE = {numpy.dtype(dtype): numpy.ones((), dtype) for dtype in (numpy.float32, numpy.float64)}
 _ZERO = {dtype: numpy.zeros((), dtype) for dtype in _ONE}  # (cuBLAS reads alpha and beta from host memory)
 _OP_N, _OP_T = 0, 1  # cublasOperation_t: as stored, transposed
-_tf32: dict = {}  # array module -> whether its float32 products may take TF32's tensor cores (see allow_tf32)
-
-
-def allow_tf32(xp, allowed: bool) -> None:
-    """Let the float32 products on ``xp`` run on TF32 tensor cores (inputs rounded to 10 bits of significand,
-    sums in float32), or not (the default): the precision ``tf32`` of a training on a GPU, for every product of
-    the process made through this module."""
-    _tf32[xp] = allowed
-
 
 
 @functools.cache
@@ -47,24 +38,25 @@ def _library(xp):
     return getattr(getattr(xp, "cuda", None), "cublas", None)
 
 
-def _cublas(xp, a, b, out):
-    """``(cuBLAS's functions, a handle)`` where ``xp`` has cuBLAS and the arrays are all float32 or all float64
-    and none is empty, else None (array code then); ValueError for an array that is not C-contiguous, since
-    cuBLAS would read or write memory beside it."""
-    library = _library(xp)
+def _cublas(backend, a, b, out):
+    """``(cuBLAS's functions, a handle)`` where ``backend``'s array module has cuBLAS and the arrays are all
+    float32 or all float64 and none is empty, else None (array code then); ValueError for an array that is not
+    C-contiguous, since cuBLAS would read or write memory beside it.  The handle takes TF32's tensor cores for
+    float32 where the backend allows them (:attr:`netspec.engine.backend.Backend.tf32`)."""
+    library = _library(backend.xp)
     if library is None or out.dtype not in _ONE or a.dtype != out.dtype or b.dtype != out.dtype:
         return None
     if not (a.size and b.size and out.size):
         return None
     if not (a.flags.c_contiguous and b.flags.c_contiguous and out.flags.c_contiguous):
         raise ValueError("blas: cuBLAS takes C-contiguous arrays only")
-    return library, library.current_handle(_tf32.get(xp, False))
+    return library, library.current_handle(backend.tf32)
 
 
-def product(xp, a, b, out, transpose_a: bool = False, transpose_b: bool = False, add: bool = False) -> None:
+def product(backend, a, b, out, transpose_a: bool = False, transpose_b: bool = False, add: bool = False) -> None:
     """``out = op(a) @ op(b)``, or ``out += op(a) @ op(b)`` with ``add``; ``op`` transposes where asked; every
-    array 2-D and C-contiguous."""
-    blas = _cublas(xp, a, b, out)
+    array 2-D and C-contiguous, on ``backend``'s device."""
+    xp, blas = backend.xp, _cublas(backend, a, b, out)
     if blas is None:
         left, right = (a.T if transpose_a else a), (b.T if transpose_b else b)
         if add:
@@ -83,10 +75,10 @@ def product(xp, a, b, out, transpose_a: bool = False, transpose_b: bool = False,
          (_ONE if add else _ZERO)[out.dtype].ctypes.data, out.data.ptr, n)
 
 
-def sums(xp, a, ones, out, axis: int, add: bool = False) -> None:
-    """``out = a.sum(axis)``, or ``out += a.sum(axis)`` with ``add``, for a 2-D C-contiguous ``a``; ``ones`` holds
-    at least as many ones as the axis summed (:meth:`netspec.engine.backend.Backend.ones`)."""
-    blas = _cublas(xp, a, ones, out)
+def sums(backend, a, ones, out, axis: int, add: bool = False) -> None:
+    """``out = a.sum(axis)``, or ``out += a.sum(axis)`` with ``add``, for a 2-D C-contiguous ``a`` on ``backend``'s
+    device; ``ones`` holds at least as many ones as the axis summed (:meth:`netspec.engine.backend.Backend.ones`)."""
+    blas = _cublas(backend, a, ones, out)
     if blas is None:
         if add:
             out += a.sum(axis=axis)

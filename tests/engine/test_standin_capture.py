@@ -14,6 +14,12 @@ from netspec.engine.gpu_standin import StreamCaptureError
 xp = gpu_standin
 
 
+class FakeBackend:
+    """What blas asks of a backend: the stand-in's arrays, float32 products in float32."""
+
+    xp, tf32 = gpu_standin, False
+
+
 def captured(work):
     """The graph of what ``work()`` asks of the device, captured on a stream of its own."""
     stream = xp.cuda.Stream(non_blocking=True)
@@ -54,7 +60,7 @@ def test_in_place_functions_methods_gathers_and_products_are_recorded():
     gathered = {}
 
     def step():
-        blas.product(xp, left, right, out, add=True)  # (cuBLAS, emulated: added at each launch)
+        blas.product(FakeBackend, left, right, out, add=True)  # (cuBLAS, emulated: added at each launch)
         filled.fill(7)
         xp.copyto(copied, filled)
         xp.add.at(counts, index, 1)
