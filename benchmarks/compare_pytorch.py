@@ -423,7 +423,7 @@ def main() -> int:
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     if (args.cuda_graph or args.precision != "fp32") and args.device == "cpu":
-        parser.error("--cuda-graph and --precision need --device gpu[:N]")
+        parser.error("--cuda-graph and --precision tf32 need --device gpu[:N]")
     try:
         import torch
     except ImportError:

@@ -352,9 +352,9 @@ class Convolution(Layer):
             return None
         geo = self.geo
         try:
-            return cudnn_conv.convolution(self.xp, bottom_shape, self.blobs[0].shape, top_shape, geo.pad, geo.far_pad,
-                                         geo.stride, geo.dilation, self.dtype, self.backend.deterministic,
-                                         self.backend.tf32, ("fprop",) if self.inference else cudnn_conv.PASSES)
+            return cudnn_conv.graphs_for(self.xp, bottom_shape, self.blobs[0].shape, top_shape, geo.pad, geo.far_pad,
+                                        geo.stride, geo.dilation, self.dtype, self.backend.deterministic,
+                                        self.backend.tf32, ("fprop",) if self.inference else cudnn_conv.PASSES)
         except cudnn_conv.GraphRefused as exc:
             self.cudnn_refused = str(exc)
             return None

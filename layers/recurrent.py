@@ -192,14 +192,14 @@ class Recurrent(Layer):
         # d_pre: gradient of every step's pre-activation (T, N, gates * H); d_initial: of each initial state
         _, _, w_static, w_h, recurrent = self.input_weights()
         flat = d_pre.reshape(steps * batch, -1)
-        static = d_pre.sum(axis=0) if self.static else None  # (the static input's gradient at every step, summed)
+        d_static = d_pre.sum(axis=0) if self.static else None  # (the static input's pre-activations' gradient)
         if self.param_propagate_down[0]:
             inputs = self.x.reshape(steps * batch, -1)
             blas.product(self.backend, flat, inputs, self.blobs[0].diff, transpose_a=True, add=True)
         if self.param_propagate_down[1]:
             self.blobs[1].diff += flat.sum(axis=0)
         if self.static and self.param_propagate_down[2]:
-            blas.product(self.backend, static, self.x_static, self.blobs[2].diff, transpose_a=True, add=True)
+            blas.product(self.backend, d_static, self.x_static, self.blobs[2].diff, transpose_a=True, add=True)
         if self.param_propagate_down[recurrent]:
             previous = self.previous_outputs().reshape(steps * batch, -1)
             blas.product(self.backend, flat, previous, self.blobs[recurrent].diff, transpose_a=True, add=True)
@@ -208,7 +208,7 @@ class Recurrent(Layer):
         if propagate_down[1]:
             bottom[1].diff[...] = 0
         if self.static and propagate_down[2]:
-            blas.product(self.backend, static, w_static, bottom[2].diff.reshape(batch, -1))
+            blas.product(self.backend, d_static, w_static, bottom[2].diff.reshape(batch, -1))
         first = 2 + int(self.static)
         for offset in range(self.exposed()):
             if propagate_down[first + offset]:

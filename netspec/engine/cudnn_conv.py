@@ -97,8 +97,8 @@ def _packed(shape) -> list[int]:
     return strides
 
 
-def convolution(xp, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, dtype, deterministic: bool = False,
-                tf32: bool = False, passes=PASSES) -> Convolution:
+def graphs_for(xp, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, dtype, deterministic: bool = False,
+               tf32: bool = False, passes=PASSES) -> Convolution:
     """The :class:`Convolution` of these arguments on the current device and thread, built once (nets with many
     convolutions of one geometry, and nets built again, share it); GraphRefused again where it was refused."""
     key = (xp.cuda.Device().id, threading.get_ident(), tuple(x_shape), tuple(w_shape), tuple(y_shape), tuple(pad),
@@ -108,14 +108,14 @@ def convolution(xp, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, d
             _built[key] = Convolution(xp, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, dtype,
                                       deterministic, tf32, passes)
         except GraphRefused as exc:
-            _built[key] = exc
+            _built[key] = str(exc)  # (the reason alone: an exception kept would keep its callers' frames alive)
     built = _built[key]
-    if isinstance(built, GraphRefused):
-        raise built
+    if isinstance(built, str):
+        raise GraphRefused(built)
     return built
 
 
-_built: dict[tuple, Convolution | GraphRefused] = {}  # (see convolution)
+_built: dict[tuple, Convolution | str] = {}  # (see graphs_for; a refusal's reason where cuDNN refused)
 WORKSPACE_LIMIT = 256 * 2 ** 20  # the most scratch memory an engine may ask for (some FFT engines ask for far more)
 
 
@@ -138,7 +138,7 @@ class Convolution:
         geometry = {"pre_padding": list(pad), "post_padding": list(far_pad), "stride": list(stride),
                     "dilation": list(dilation), "compute_data_type": compute}
         self.graphs = {}
-        name = passes[0]
+        name = "setup"  # (what failed, in a refusal: the handle, or a pass)
         try:
             handle = _handle(xp)
             sm_version = int(xp.cuda.Device().compute_capability)  # (given: the frontend would ask the CUDA runtime)

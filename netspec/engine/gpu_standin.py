@@ -312,7 +312,8 @@ def _call(function, args, kwargs, written=None):
         if out is None:
             return None
         return out if not isinstance(out, tuple) else out[0] if len(out) == 1 else out
-    result = function(*host_args, **host_kwargs)
+    with numpy.errstate(all="ignore") if _capture is not None else contextlib.nullcontext():
+        result = function(*host_args, **host_kwargs)  # (in a capture: of values nobody may trust, and no warning)
     if name in TRUTH_VALUES:
         result = numpy.asarray(result)
     result = _wrap(result)

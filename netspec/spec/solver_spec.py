@@ -110,8 +110,8 @@ class SolverParams:
     deterministic: bool = doc(False, "on a GPU, only the cuDNN engines that compute the same bits every time, so "
                                      "that a run and its resumptions repeat exactly (some convolutions run slower)")
     precision: Literal["fp32", "tf32"] = doc(
-        "fp32", "on a GPU, fp32: float32 products and convolutions computed in float32; tf32: on TF32 tensor cores "
-                "(inputs rounded to 10 bits of significand, sums in float32), several times faster on recent GPUs")
+        "fp32", "on a GPU, fp32: float32 products and convolutions computed in float32; tf32: those made through "
+                "cuBLAS and cuDNN on TF32 tensor cores (inputs rounded to 10 bits of significand, sums in float32)")
     cuda_graph: bool = doc(False, "on a GPU, capture one training iteration as a CUDA graph once warm and launch it "
                                   "for the others (--cuda-graph does the same); a net or setting that cannot be "
                                   "captured trains without, saying why")

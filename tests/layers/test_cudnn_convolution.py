@@ -76,7 +76,7 @@ def test_a_geometry_cudnn_refuses_runs_on_cublas_named_on_the_paths_line(monkeyp
         raise cudnn_conv.GraphRefused("fprop: no engine supports it")
 
     monkeypatch.setattr(cudnn_conv, "runs_on", lambda xp: True)
-    monkeypatch.setattr(cudnn_conv, "convolution", refuse)
+    monkeypatch.setattr(cudnn_conv, "graphs_for", refuse)
     monkeypatch.setattr(cudnn_conv, "version", lambda: "cuDNN 9.0.0 (frontend 1.23.0)")
     layer, values, net = passes(*GEOMETRIES["grouped"])
     assert layer.cudnn is None and layer.cudnn_refused == "fprop: no engine supports it"

@@ -60,6 +60,31 @@ def test_graphed_training_gives_the_weights_eager_training_gives(tmp_path, net):
     assert graphed.smoothed_loss == eager.smoothed_loss
 
 
+def test_recurrent_and_deconvolution_layers_are_captured_and_train_as_eagerly(tmp_path):
+    """LSTM, RNN and a grouped Deconvolution make their products through netspec's cuBLAS handles: captured."""
+    gaussian = {"type": "gaussian", "std": 1}
+    layers = [
+        {"name": "data", "type": "DummyData", "top": ["x", "cont", "image", "target", "picture"],
+         "dummy_data_param": {"shape": [{"dim": [4, 3, 5]}, {"dim": [4, 3]}, {"dim": [2, 4, 5, 5]}, {"dim": [4, 3, 2]},
+                                        {"dim": [2, 4, 11, 11]}],
+                              "data_filler": [gaussian, {"type": "constant", "value": 1}, gaussian, gaussian, gaussian]}},
+        {"name": "lstm", "type": "LSTM", "bottom": ["x", "cont"], "top": "h",
+         "recurrent_param": {"num_output": 6, "weight_filler": {"type": "uniform", "min": -0.3, "max": 0.3}}},
+        {"name": "rnn", "type": "RNN", "bottom": ["h", "cont"], "top": "o",
+         "recurrent_param": {"num_output": 2, "weight_filler": {"type": "uniform", "min": -0.3, "max": 0.3}}},
+        {"name": "loss", "type": "EuclideanLoss", "bottom": ["o", "target"], "top": "loss"},
+        {"name": "up", "type": "Deconvolution", "bottom": "image", "top": "up",
+         "convolution_param": {"num_output": 4, "kernel_size": 3, "stride": 2, "group": 2,
+                               "weight_filler": {"type": "xavier"}}},
+        {"name": "picture_loss", "type": "EuclideanLoss", "bottom": ["up", "picture"], "top": "picture_loss"}]
+    net = tmp_path / "net.yaml"
+    net.write_text(yaml.safe_dump({"name": "recurrent_and_up", "layers": layers}))
+    eager, graphed = trained(net, tmp_path, False, iterations=6), trained(net, tmp_path, True, iterations=6)
+    assert graphed.graphed.graph is not None, graphed.log.lines
+    for a, b in zip(host_params(eager), host_params(graphed)):
+        assert np.array_equal(a, b)
+
+
 def test_a_graph_that_drew_the_same_values_at_every_launch_would_part_from_eager_training(tmp_path, monkeypatch):
     """Each launch draws its own random values (DummyData's, Dropout's): a graph whose draws kept the offsets of
     the capture would train otherwise, and the comparison above would see it."""

@@ -16,7 +16,7 @@ import yaml
 from test_solver import MOMENTUM, QUIET, data_solver, fused, param_arrays
 
 import netspec
-from netspec.engine import gpu_standin
+from netspec.engine import cublas, cudnn_conv, gpu_standin
 from netspec.layers.inner_product import InnerProduct
 
 pytestmark = pytest.mark.gpu
@@ -178,14 +178,22 @@ def test_a_snapshot_checks_every_weight_for_nan_in_one_read(tmp_path):
 
 @pytest.mark.parametrize("precision", ["fp32", "tf32"])
 def test_precision_tf32_lets_every_product_take_tensor_cores(tmp_path, monkeypatch, precision):
-    """The solver's precision reaches the cuBLAS handles of the products (and the test nets' backend); on a GPU,
-    cuDNN's graphs too (tests/layers/test_cudnn_convolution.py compares fp32's)."""
-    asked = []
+    """The solver's precision reaches the cuBLAS handles of the products and, on a GPU, cuDNN's graphs (and the
+    test nets' backend)."""
+    handles, graphs = [], []
     if gpu_standin.requested():
-        monkeypatch.setattr(gpu_standin.cuda.cublas, "current_handle", lambda tf32=False: asked.append(tf32) or 0)
+        monkeypatch.setattr(gpu_standin.cuda.cublas, "current_handle", lambda tf32=False: handles.append(tf32) or 0)
+    else:  # (netspec's cuBLAS binding, and cuDNN's graphs where cuDNN runs)
+        current_handle = cublas.CuBlas.current_handle
+        monkeypatch.setattr(cublas.CuBlas, "current_handle",
+                            lambda self, tf32=False: handles.append(tf32) or current_handle(self, tf32))
+        graphs_for = cudnn_conv.graphs_for
+        monkeypatch.setattr(cudnn_conv, "graphs_for",
+                            lambda *args, **kwargs: graphs.append(args[10]) or graphs_for(*args, **kwargs))
     solver = float32_solver(MIXED, "gpu", tmp_path, precision=precision)
     assert solver.backend.tf32 == solver.test_backend.tf32 == (precision == "tf32")
     solver.step(2)
-    if gpu_standin.requested():
-        assert asked and set(asked) == {precision == "tf32"}
+    assert handles and set(handles) == {precision == "tf32"}
+    if cudnn_conv.runs_on(solver.backend.xp):
+        assert graphs and set(graphs) == {precision == "tf32"}
     assert all(np.isfinite(values).all() for values in host_params(solver))

@@ -375,6 +375,7 @@ def test_resume_accepts_changes_that_cannot_alter_training_and_lists_them(tmp_pa
     ({}, {"random_seed": 6, "momentum": 0.5}, "momentum 0.9 -> 0.5, random_seed 5 -> 6"),
     ({}, {"iter_size": 2, "weight_decay": 1e-3}, "weight_decay 0.0 -> 0.001, iter_size 1 -> 2"),
     ({"lr_policy": "poly", "power": 1.0}, {"max_iter": 200}, "max_iter 100 -> 200"),  # poly reads max_iter
+    ({}, {"precision": "tf32", "deterministic": True}, 'deterministic False -> True, precision "fp32" -> "tf32"'),
 ])
 def test_resume_refuses_changes_that_alter_training_unless_forced(tmp_path, first, changes, shown):
     args = {"tmp_path": tmp_path, "batch": 5, **first}
