@@ -72,7 +72,7 @@ class Graph:
     """
 
     def __init__(self, backend, work: Callable[[], object]):
-        xp = self.xp = backend.xp
+        xp = backend.xp
         self.backend = backend
         stream = xp.cuda.get_current_stream()
         self.pool = xp.cuda.MemoryPool()  # (the graph's own: kept while the graph lives)
@@ -86,17 +86,15 @@ class Graph:
                     self.result = work()
                 finally:
                     graph = _end_capture(stream)
-        except CaptureError:
-            backend.draws = draws
-            raise
+            if graph is None:
+                raise CaptureError("CUDA ended the capture without a graph (invalidated, or not instantiated)")
         except Exception as exc:  # (CUDA's refusals come as RuntimeError, NotImplementedError, CUDARuntimeError...)
             backend.draws = draws
+            if isinstance(exc, CaptureError):
+                raise
             raise CaptureError(f"{type(exc).__name__}: {first_line(exc)}") from exc
         finally:
             backend.capture = None
-        if graph is None:
-            backend.draws = draws
-            raise CaptureError("CUDA ended the capture without a graph (invalidated, or not instantiated)")
         self.graph, self.recording, self._pending = graph, recording, recording.offsets
         backend.graph_pools.append(self.pool)
 

@@ -190,7 +190,7 @@ class DeviceArray(NDArrayOperatorsMixin):
         picked = self._host[key]
         if isinstance(picked, numpy.generic):  # (every axis indexed by an integer: CuPy gives a 0-d view)
             picked = self._host[(*key, ...) if isinstance(key, tuple) else (key, ...)]
-        elif not numpy.shares_memory(picked, self._host):  # (an array index: a gather, a kernel on a GPU)
+        elif not numpy.may_share_memory(picked, self._host):  # (an array index: a gather, a kernel on a GPU)
             _note(lambda: numpy.copyto(picked, self._host[key]))
         return _wrap(picked)
 

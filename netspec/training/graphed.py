@@ -48,7 +48,7 @@ class GraphedIterations:
         net = solver.net
         self.fed = [index for index, layer in enumerate(net.layers) if layer.from_host]
         self.captured = [index for index in range(len(net.layers)) if index not in self.fed]
-        self.stream = Graph.stream_for(solver.backend)
+        Graph.stream_for(solver.backend)  # (the stream every iteration then runs on)
         self.eager_left = WARM_UP
         self.graph: Graph | None = None
         self.refused: str | None = None  # why the capture failed (the run then trains eagerly)
