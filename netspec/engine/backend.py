@@ -482,12 +482,13 @@ class DeviceGenerator:
             for first in range(0, len(part), len(spare)):  # (the products of as many words as spare holds at once)
                 count = min(len(spare), len(part) - first)
                 product = spare[:count].view(numpy.float64)  # (w span below 2**48: exact, and faster than uint64)
-                numpy.multiply(drawn[first:first + count], span * 2.0 ** -32, out=product)
-                if low == 0:  # (a pass fewer: the class labels of DummyData)
-                    numpy.floor(product, out=part[first:first + count], casting="unsafe")
-                    continue
+                # (one pass each: NumPy's casts are vectorised alone, but buffered within a product or a floor)
+                numpy.copyto(product, drawn[first:first + count], casting="unsafe")
+                product *= span * 2.0 ** -32
                 numpy.floor(product, out=product)
-                numpy.add(product, low, out=part[first:first + count], casting="unsafe")  # (exact: within 2**53)
+                if low:
+                    product += low  # (exact: within 2**53)
+                numpy.copyto(part[first:first + count], product, casting="unsafe")
 
         def draw_hashes(start: int, part: numpy.ndarray, bits: list[numpy.ndarray], spare: numpy.ndarray) -> None:
             whole = _high_products(_hash_into(bits[0], spare, start, offset), span, spare)
