@@ -29,6 +29,7 @@ RESUME_MAY_CHANGE = frozenset({
     "display", "average_loss", "test_iter", "test_interval", "test_interval_epochs", "test_initialization",
     "snapshot", "snapshot_epochs", "snapshot_prefix", "snapshot_after_train", "snapshot_best", "keep_last",
     "early_stop", "tensorboard", "cuda_graph", "max_iter", "max_epoch"})
+GPU_ONLY_KEYS = frozenset({"precision", "deterministic"})  # what the CPU computes is the same either way
 LENGTH_KEYS = frozenset({"max_iter", "max_epoch"})  # part of the lr schedule for the policies that read max_iter
 
 
@@ -222,14 +223,27 @@ def _solver_changes(solver, state: solver_state.SolverState) -> tuple[list[str],
     if not state.params:  # a state from before settings were recorded: only the file's hash is known
         same = state.solver_config_hash == solver.spec.config_hash
         return [], [] if same else ["the solver file"]
-    now = _params_of(solver)
+    now, then = _params_of(solver), _defaults(solver.params)
     harmless = RESUME_MAY_CHANGE - (LENGTH_KEYS if solver.params.lr_policy in READS_MAX_ITER else set())
+    if not solver.backend.is_gpu:
+        harmless |= GPU_ONLY_KEYS
     accepted, altering = [], []
     for key, value in now.items():
-        before = state.params.get(key, value)
+        before = state.params.get(key, then.get(key, value))  # (a key the state lacks: the run had its default)
         if before != value:
             (accepted if key in harmless else altering).append(f"{key} {_shown(before)} -> {_shown(value)}")
     return accepted, altering
+
+
+def _defaults(params) -> dict:
+    """The JSON values of the defaults of the solver settings that have one: what a run whose state was written
+    before a setting existed ran with (a new setting's default keeps the behaviour from before it)."""
+    values = {}
+    for field in dataclasses.fields(params):
+        if field.metadata.get("required"):
+            continue
+        values[field.name] = field.default if field.default_factory is dataclasses.MISSING else field.default_factory()
+    return json.loads(json.dumps(values))
 
 
 def _shown(value) -> str:

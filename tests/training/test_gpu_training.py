@@ -16,8 +16,10 @@ import yaml
 from test_solver import MOMENTUM, QUIET, data_solver, fused, param_arrays
 
 import netspec
+import netspec.errors
 from netspec.engine import cublas, cudnn_conv, gpu_standin
 from netspec.layers.inner_product import InnerProduct
+from netspec.training import checkpoint
 
 pytestmark = pytest.mark.gpu
 
@@ -174,6 +176,28 @@ def test_a_snapshot_checks_every_weight_for_nan_in_one_read(tmp_path):
     assert device_reads(solver, solver.net.first_non_finite_param) == (1, 1)
     solver.net.params["fc"][1].data[2] = float("nan")
     assert solver.net.first_non_finite_param() == ("fc", 1)
+
+
+@pytest.mark.parametrize("older", [False, True])
+def test_resume_refuses_a_changed_precision_or_determinism_unless_forced(tmp_path, monkeypatch, older):
+    """On a GPU they change what is computed.  A state written before the two settings existed ran with their
+    defaults (fp32, not deterministic), which resuming compares with."""
+    args = {"tmp_path": tmp_path, "batch": 5, "solver_mode": "GPU"}
+    solver = data_solver(**args)
+    solver.step(2)
+    if older:
+        recorded = checkpoint._params_of
+        monkeypatch.setattr(checkpoint, "_params_of", lambda solver: {
+            key: value for key, value in recorded(solver).items() if key not in ("precision", "deterministic")})
+    state = solver.snapshot()
+    monkeypatch.undo()
+    shown = 'deterministic False -> True, precision "fp32" -> "tf32"'
+    with pytest.raises(netspec.errors.StateError, match=f"the solver changed since this state was written "
+                                                        f"\\({shown}\\), which alters training"):
+        data_solver(**args, precision="tf32", deterministic=True).restore(state)
+    forced = data_solver(**args, precision="tf32", deterministic=True)
+    forced.restore(state, force=True)
+    assert forced.iter == 2
 
 
 @pytest.mark.parametrize("precision", ["fp32", "tf32"])
