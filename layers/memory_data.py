@@ -85,7 +85,7 @@ class MemoryData(Layer):
             raise DataError(f"layer '{self.name}': MemoryData has no arrays: hand them over with "
                             f"net.set_input_arrays(data, labels) before running the net")
         rows = (self.position + numpy.arange(top[0].shape[0])) % len(self.data)
-        self.backend.upload(self.data[rows], top[0].data)
+        self.backend.upload_batch(self.data[rows], top[0].data)
         if len(top) == 2:
-            self.backend.upload(self.labels[rows], top[1].data)
+            self.backend.upload_batch(self.labels[rows], top[1].data)
         self.position = int(rows[-1] + 1) % len(self.data)

@@ -91,14 +91,14 @@ class RecordBatches(Layer, abc.ABC):
         batch, transform = self.batch_size(), self.transform
         indices = self.order.indices(k * batch, batch)
         images = numpy.empty((batch, *transform.in_shape), dtype=self.dtype)
-        labels = numpy.empty(batch, dtype=self.dtype)
+        labels = self.backend.host_empty(batch, self.dtype)  # (page-locked on a GPU: copied from where they are)
         for row, index in enumerate(indices.tolist()):
             image, labels[row] = self.source.record(index)
             image = transform.prepare(image)
             if image.shape != transform.in_shape:
                 raise transform.shape_error(image, self.source.where(index))
             images[row] = image
-        data = numpy.empty((batch, *transform.out_shape), dtype=self.dtype)
+        data = self.backend.host_empty((batch, *transform.out_shape), self.dtype)
         ranks = self.order.world_size  # the choices for the whole batch k of all ranks, then this rank's rows
         choices = transform.draw(numpy.random.default_rng([self.seed, k, 1]), batch * ranks)[self.order.rank::ranks]
         transform.apply(images, choices, data)
@@ -119,9 +119,9 @@ class RecordBatches(Layer, abc.ABC):
 
     def forward(self, bottom, top):
         data, labels = self.prefetcher.next()
-        self.backend.upload(data, top[0].data)
+        self.backend.upload_batch(data, top[0].data)
         if len(top) > 1:
-            self.backend.upload(labels, top[1].data)
+            self.backend.upload_batch(labels, top[1].data)
 
     def close(self):
         self.prefetcher.close()

@@ -48,10 +48,16 @@ class _Marks:
 
 @dataclass
 class _Staging:
-    """A page-locked host buffer batches go through to the GPU, and the event of its last copy (None: none yet)."""
+    """One of the two places values of one shape and type go through on their way to the GPU: a page-locked host
+    buffer (made when first needed), the host array the last copy read (kept until the copy is done), the event of
+    that copy (None: none yet); for batches also a device buffer and the event of the current stream's last read
+    of it."""
 
-    host: numpy.ndarray
+    host: numpy.ndarray | None = None
+    source: numpy.ndarray | None = None
     copied: object = None
+    device: object = None
+    read: object = None
 
 
 class Backend:
@@ -72,7 +78,9 @@ class Backend:
         self.defer_checks = self.is_gpu  # whether checks wait for the next read (on a GPU: it is not waited for)
         self._workspace = None  # (see workspace)
         self._ones: dict = {}  # dtype -> the vector of ones (see ones)
-        self._staging: dict[tuple, list[_Staging]] = {}  # (shape, dtype) -> the two buffers of upload
+        self._staging: dict[tuple, list[_Staging]] = {}  # (shape, dtype) -> the two places of upload
+        self._batch_staging: dict[tuple, list[_Staging]] = {}  # ... of upload_batch
+        self._copy_stream = None  # the stream upload_batch copies on (made when first needed)
         self.capture = None  # what the CUDA graph being captured notes (netspec.engine.capture.Recording)
         self.graph_pools: list = []  # the memory pools of the CUDA graphs captured on this backend
         self.deterministic = False  # only deterministic algorithms where there is a choice (cuDNN's engines)
@@ -266,26 +274,82 @@ class Backend:
 
     def upload(self, values, out) -> None:
         """Copy the host array ``values`` into the device array ``out`` (C-contiguous), cast to its dtype and
-        broadcast to its shape as ``out[...] = values`` would: a data layer's batch.  On a GPU the host does not
-        wait for the copy, nor is a temporary made on the device: the values go into one of two page-locked host
-        buffers kept for that shape and type, copied from there in the current stream's order (every kernel before
-        has read ``out``'s old values, every one after sees the new); a buffer is refilled only when its last copy
-        is done."""
+        broadcast to its shape as ``out[...] = values`` would: a few values the work reads (the rates of an update,
+        the offsets of a graph's random draws).  On a GPU the host does not wait for the copy, nor is a temporary
+        made on the device: the values go into one of two page-locked host buffers kept for that shape and type,
+        copied from there in the current stream's order (every kernel before has read ``out``'s old values, every
+        one after sees the new); a buffer is refilled only when its last copy is done."""
         if not self.is_gpu:
             out[...] = values
             return
+        staging = self._next_staging(self._staging, out)
+        out.set(self._page_locked_source(staging, values, out), stream=self.xp.cuda.get_current_stream())
+        staging.copied.record()
+
+    def upload_batch(self, values, out) -> None:
+        """Copy a data layer's batch (the host array ``values``) into the device array ``out`` as :meth:`upload`
+        does, without holding up the GPU's work.  On a GPU the copy runs on a stream of its own into one of two
+        device buffers kept for ``out``'s shape and type, while the work queued before it runs; the current stream
+        waits for that copy only to copy the buffer into ``out`` in its own order.  ``values`` made by
+        :meth:`host_empty` (page-locked, of ``out``'s shape and type) are copied from where they are; others
+        through a page-locked buffer first."""
+        if not self.is_gpu:
+            out[...] = values
+            return
+        cuda = self.xp.cuda
+        staging = self._next_staging(self._batch_staging, out)
+        if staging.device is None:
+            staging.device = self.xp.empty_like(out)
+            staging.read = cuda.Event(disable_timing=True)
+        if self._copy_stream is None:
+            self._copy_stream = cuda.Stream(non_blocking=True)
+        source = self._page_locked_source(staging, values, out)
+        self._copy_stream.wait_event(staging.read)  # (the current stream has copied the buffer's last batch out)
+        staging.device.set(source, stream=self._copy_stream)
+        staging.copied.record(self._copy_stream)
+        current = cuda.get_current_stream()
+        current.wait_event(staging.copied)
+        self.xp.copyto(out, staging.device)
+        staging.read.record(current)
+
+    def _next_staging(self, rings: dict, out) -> _Staging:
+        """The next of the two places kept in ``rings`` for ``out``'s shape and type (made when first asked for),
+        once the copy that last went through it is done."""
         key = (out.shape, out.dtype)
-        ring = self._staging.get(key)
+        ring = rings.get(key)
         if ring is None:
-            ring = self._staging[key] = [_Staging(self._page_locked(out.shape, out.dtype)) for _ in range(2)]
+            ring = rings[key] = [_Staging(copied=self.xp.cuda.Event(disable_timing=True)) for _ in range(2)]
         staging = ring.pop(0)
         ring.append(staging)
-        if staging.copied is not None:
+        if staging.source is not None:
             staging.copied.synchronize()
-        numpy.copyto(staging.host, values, casting="unsafe")
-        out.set(staging.host, stream=self.xp.cuda.get_current_stream())
-        staging.copied = self.xp.cuda.Event()
-        staging.copied.record()
+            staging.source = None  # (its memory may now be made into another array)
+        return staging
+
+    def _page_locked_source(self, staging: _Staging, values, out) -> numpy.ndarray:
+        """What the device copies ``values`` from: themselves where :meth:`host_empty` made them as ``out`` is,
+        else the staging's page-locked buffer, filled with them as ``out[...] = values`` would be.  It is kept in
+        the staging until the copy is done."""
+        if not (self._made_page_locked(values) and values.shape == out.shape and values.dtype == out.dtype):
+            if staging.host is None:
+                staging.host = self._page_locked(out.shape, out.dtype)
+            numpy.copyto(staging.host, values, casting="unsafe")
+            values = staging.host
+        staging.source = values
+        return values
+
+    def host_empty(self, shape, dtype) -> numpy.ndarray:
+        """An empty host array for a batch on its way to this device (:meth:`upload_batch`): page-locked on a GPU,
+        so that the copy reads it where it is.  Any thread may ask (data layers make their batches ahead, in
+        threads of their own)."""
+        if not self.is_gpu:
+            return numpy.empty(shape, dtype=dtype)
+        with self.xp.cuda.Device(_gpu_index(self.device)):  # (a thread of its own starts on GPU 0)
+            return self._page_locked(shape, dtype)
+
+    def _made_page_locked(self, array) -> bool:
+        """Whether ``array`` is the whole of a page-locked host buffer (as :meth:`host_empty` makes them)."""
+        return isinstance(array, numpy.ndarray) and isinstance(array.base, self.xp.cuda.PinnedMemoryPointer)
 
     def _page_locked(self, shape, dtype) -> numpy.ndarray:
         """An empty host array the GPU copies from without the host waiting (CuPy's pinned memory)."""
@@ -677,10 +741,15 @@ def _driver_release() -> str:
     return next((word for word in words if word[:1].isdigit() and "." in word), "unknown")
 
 
+def _gpu_index(device: str) -> int:
+    """The number N of the GPU ``gpu:N`` (0 for ``gpu``)."""
+    return int(device.split(":", 1)[1]) if ":" in device else 0
+
+
 def _import_cupy(device: str):
     """The array module of ``device`` (``gpu`` or ``gpu:N``): CuPy with that GPU made current, or the stand-in
     (:mod:`netspec.engine.gpu_standin`) where ``NETSPEC_GPU_STANDIN=1``; a DeviceError saying why otherwise."""
-    index = int(device.split(":", 1)[1]) if ":" in device else 0
+    index = _gpu_index(device)
     if gpu_standin.requested():
         if index:
             raise DeviceError(f"device '{device}' is not here: the GPU stand-in has one device, gpu:0")

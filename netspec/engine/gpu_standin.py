@@ -147,7 +147,12 @@ class DeviceArray(NDArrayOperatorsMixin):
             raise RuntimeError("Cannot set to non-contiguous array (GPU stand-in)")
         _refused_in_capture("a copy from the host")
         uploads["set"] += 1
-        self._host[...] = values
+        target = self._host
+
+        def copy() -> None:  # (reads the host array when it runs, as the GPU's copy engine does)
+            target[...] = values
+
+        _queue_on(stream, copy)
 
     # what stays on the device
     @property
@@ -383,9 +388,17 @@ class _Device:
     def use(self) -> None:
         """Make it the current device (there is only one)."""
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
     def synchronize(self) -> None:
-        """Wait for queued work (none is ever queued)."""
+        """Wait for the work queued on every stream."""
         _refused_in_capture("a wait for the device")
+        for stream in list(_Stream.waiting):
+            stream.run_until(stream.queued)
 
 
 class _Runtime:
@@ -461,15 +474,40 @@ class _Graph:
 
 
 class _Stream:
-    """``cuda.Stream``: work on it is done when it is queued; one that is not the null stream captures graphs."""
+    """``cuda.Stream``: work asked of the current stream is done when it is asked for; a copy from the host onto
+    another stream (``ndarray.set(values, stream)``) waits in that stream's queue until an event recorded after it
+    is waited for (:meth:`wait_event`, ``Event.synchronize``) or the device is, and then reads the host values as
+    they are, so a missing wait shows as a wrong value.  One that is not the null stream captures graphs."""
 
     null = None  # the null stream (set below)
     current = None  # the current stream
+    waiting: list = []  # the streams with work queued
 
     def __init__(self, non_blocking: bool = False, null: bool = False):
         self.is_null = null
         self.ptr = 0 if null else id(self)
         self._before: list = []
+        self._queue: list = []  # work asked for and not yet done
+        self.done = self.queued = 0  # how much work was done, and asked for, on this stream
+
+    def queue(self, work) -> None:
+        """Ask for ``work`` on this stream: done later, in order."""
+        self._queue.append(work)
+        self.queued += 1
+        if self not in _Stream.waiting:
+            _Stream.waiting.append(self)
+
+    def run_until(self, position: int) -> None:
+        """Do the queued work up to the ``position``-th asked for."""
+        while self.done < position:
+            self._queue.pop(0)()
+            self.done += 1
+        if not self._queue and self in _Stream.waiting:
+            _Stream.waiting.remove(self)
+
+    def wait_event(self, event) -> None:
+        """Let later work on this stream start only after the work before ``event``'s record (done now)."""
+        event.reached()
 
     def __enter__(self):
         self._before.append(_Stream.current)
@@ -508,11 +546,20 @@ class _Stream:
         return _capture is not None and not self.is_null
 
     def synchronize(self) -> None:
-        """Wait for queued work (none is ever queued)."""
+        """Wait for the work queued on this stream."""
         _refused_in_capture("a wait for the device")
+        self.run_until(self.queued)
 
 
 _Stream.null = _Stream.current = _Stream(null=True)
+
+
+def _queue_on(stream, work) -> None:
+    """Do ``work`` now if it is asked of the current stream (or none is named), else queue it on ``stream``."""
+    if stream is None or stream is _Stream.current:
+        work()
+    else:
+        stream.queue(work)
 
 
 def _get_current_stream() -> _Stream:
@@ -552,18 +599,27 @@ def _using_allocator(allocator=None):
 
 
 class _Event:
-    """``cuda.Event``: the host's clock when recorded (the stand-in's work is done when it is queued)."""
+    """``cuda.Event``: the host's clock when recorded, and how far its stream's queue then went."""
 
-    def __init__(self):
+    def __init__(self, block: bool = False, disable_timing: bool = False, interprocess: bool = False):
         self.time = None
+        self._stream, self._position = None, 0
 
     def record(self, stream=None) -> None:
-        """Take the time."""
+        """Take the time, and note the work asked of ``stream`` (the current one) so far."""
         self.time = time.perf_counter()
+        self._stream = stream or _Stream.current
+        self._position = self._stream.queued
+
+    def reached(self) -> None:
+        """Do the work asked of the event's stream before it was recorded."""
+        if self._stream is not None:
+            self._stream.run_until(self._position)
 
     def synchronize(self) -> None:
-        """Wait for the work before the event (none is ever queued)."""
+        """Wait for the work before the event."""
         _refused_in_capture("a wait for the device")
+        self.reached()
 
 
 def _get_elapsed_time(start: _Event, end: _Event) -> float:
@@ -615,17 +671,25 @@ def _gemv(dtype):
     return gemv
 
 
+class _PinnedMemoryPointer(bytearray):
+    """``cuda.PinnedMemoryPointer``: the buffer under an array :func:`empty_pinned` makes (page-locked memory on a
+    GPU; plain here)."""
+
+
 # cuBLAS as netspec.engine.cublas calls it, on the memory the device arrays point to
 _cublas = types.SimpleNamespace(sgemm=_gemm(numpy.float32), dgemm=_gemm(numpy.float64), sgemv=_gemv(numpy.float32),
                                 dgemv=_gemv(numpy.float64), current_handle=lambda tf32=False: 0)
 cuda = types.SimpleNamespace(Device=_Device, runtime=_Runtime, Event=_Event, get_elapsed_time=_get_elapsed_time,
                              get_current_stream=_get_current_stream, cublas=_cublas, Stream=_Stream, Graph=_Graph,
-                             MemoryPool=_MemoryPool, using_allocator=_using_allocator)
+                             MemoryPool=_MemoryPool, using_allocator=_using_allocator,
+                             PinnedMemoryPointer=_PinnedMemoryPointer)
 
 
 def empty_pinned(shape, dtype=numpy.float64) -> numpy.ndarray:
-    """``cupyx.empty_pinned``: a host array (page-locked on a GPU; plain here)."""
-    return numpy.empty(shape, dtype=dtype)
+    """``cupyx.empty_pinned``: a host array over a page-locked buffer (its ``base``)."""
+    dtype = numpy.dtype(dtype)
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    return numpy.ndarray(shape, dtype, _PinnedMemoryPointer(max(1, int(numpy.prod(shape)) * dtype.itemsize)))
 ndarray = DeviceArray
 __version__ = f"stand-in (NumPy {numpy.__version__})"
 
