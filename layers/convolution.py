@@ -324,8 +324,9 @@ class Convolution(Layer):
     def param_fillers(self):
         return [self.params.weight_filler, self.params.bias_filler][:len(self.param_shapes_cache)]
 
-    absorbed = ()  # (layer, bottoms, tops) of each layer an inference net runs fused into this one (:meth:`absorb`)
+    absorbed = ()  # (layer, bottoms, tops) of each layer a net runs fused into this one (:meth:`absorb`)
     FUSES = ("BatchNorm", "Scale", "ReLU", "Eltwise", "ReLU")  # the layers it can absorb, in that order
+    fuses_backward = False  # (training fuses a ReLU's forward pass alone; an inference net makes no backward pass)
 
     def reshape(self, bottom, top):
         super().reshape(bottom, top)
@@ -346,18 +347,34 @@ class Convolution(Layer):
 
     def _cudnn(self, bottom_shape, top_shape) -> cudnn_conv.Convolution | None:
         """cuDNN's graphs for this geometry, on CuPy where cuDNN runs, or None (im2col and cuBLAS run it; where
-        cuDNN refused the geometry, ``cudnn_refused`` says why, for the paths line)."""
-        self.cudnn_refused = None
+        cuDNN refused the geometry, ``cudnn_refused`` says why, for the paths line).  The forward graph adds the
+        bias (or the shift of an absorbed BatchNorm and Scale) and applies an absorbed ReLU where cuDNN can fuse
+        them (else they run after it, and ``cudnn_unfused`` says why)."""
+        self.cudnn_refused = self.cudnn_unfused = None
         if not cudnn_conv.runs_on(self.xp):
             return None
         geo = self.geo
+        relu = next((layer.block("relu_param").negative_slope for layer, _, _ in self.absorbed if layer.type == "ReLU"),
+                    None)
+        fused = {"bias": self.params.bias_term or self._affine(), "relu": relu}
         try:
-            return cudnn_conv.graphs_for(self.xp, bottom_shape, self.blobs[0].shape, top_shape, geo.pad, geo.far_pad,
-                                        geo.stride, geo.dilation, self.dtype, self.backend.deterministic,
-                                        self.backend.tf32, ("fprop",) if self.inference else cudnn_conv.PASSES)
+            for asked in ([fused] if any(value not in (False, None) for value in fused.values()) else []) + [{}]:
+                try:
+                    return cudnn_conv.graphs_for(
+                        self.xp, bottom_shape, self.blobs[0].shape, top_shape, geo.pad, geo.far_pad, geo.stride,
+                        geo.dilation, self.dtype, self.backend.deterministic, self.backend.tf32,
+                        ("fprop",) if self.inference else cudnn_conv.PASSES, **asked)
+                except cudnn_conv.GraphRefused as exc:
+                    if not asked:
+                        raise
+                    self.cudnn_unfused = str(exc)
         except cudnn_conv.GraphRefused as exc:
             self.cudnn_refused = str(exc)
-            return None
+        return None
+
+    def _fused_relu(self) -> bool:
+        """Whether cuDNN's forward graph applies the absorbed ReLU."""
+        return self.cudnn is not None and self.cudnn.fused["relu"] is not None
 
     def cudnn_buffers(self):
         """cuDNN's workspace and the weights' gradient as cuDNN writes it (before it is added to the diff), in the
@@ -416,7 +433,10 @@ class Convolution(Layer):
                 and not (self._accumulates() and not self.output.shares_data(self._shortcut())))
 
     def absorb(self, following):
-        """In an inference net, the layers that follow, each optional, in this order: a BatchNorm (stored
+        """In a net that trains, on cuDNN, a ReLU in place on the top, where cuDNN's forward graph can apply it:
+        its forward pass only (the net runs its backward pass, which reads the top as in place).
+
+        In an inference net, the layers that follow, each optional, in this order: a BatchNorm (stored
         statistics), a Scale (one factor a channel) and a ReLU in place on the top; then, where oneDNN runs this
         layer and holds its top in a blocked layout (so nothing else reads it), an Eltwise SUM of the top and one
         other blob (coefficients 1), and a ReLU in place on that (a residual block's end).  The sum is written
@@ -426,9 +446,10 @@ class Convolution(Layer):
         channel of the output, or into the weights and bias where the product is added over the other blob
         (from their parameters at each pass, so weights loaded later count; once in a frozen net).  On oneDNN
         all of them run in its primitive (none when it refuses them); on NumPy and CuPy the weights and bias are
-        scaled and shifted before the product, and the others run after it."""
+        scaled and shifted before the product, and the others run after it (on cuDNN the ReLU in its forward graph
+        where it can)."""
         if not self.inference:
-            return 0
+            return self._absorb_relu(following[0])
         taken, position = [], -1
         for layer, bottom, tops in following:
             position = next((i for i in range(position + 1, len(self.FUSES)) if self.FUSES[i] == layer.type), None)
@@ -441,13 +462,35 @@ class Convolution(Layer):
         previous = self.fast
         for candidate in tries:
             self.absorbed = tuple(candidate)
-            if previous is None or not candidate:  # (NumPy and CuPy need no primitive)
+            if previous is None or not candidate:  # (NumPy and CuPy need no primitive; cuDNN a graph)
+                self._rebuild_cudnn()
                 return len(candidate)
             self.fast = self._onednn(*self.shapes)
             if self.fast is not None:
                 return len(candidate)
         self.absorbed, self.fast = (), previous
         return 0
+
+    def _absorb_relu(self, following) -> int:
+        """1 where ``following`` (a layer, its bottoms and tops) is a ReLU in place on the top that cuDNN's forward
+        graph applies, else 0 (nothing absorbed)."""
+        layer, bottom, tops = following
+        if self.cudnn is None or layer.type != "ReLU" or not bottom == tops == [self.top_blob]:
+            return 0
+        self.absorbed = (following,)
+        self._rebuild_cudnn()
+        if self._fused_relu():
+            return 1
+        self.absorbed = ()
+        self._rebuild_cudnn()
+        return 0
+
+    def _rebuild_cudnn(self) -> None:
+        """cuDNN's graphs again, for what is absorbed now (where cuDNN runs this layer)."""
+        if self.cudnn is not None:
+            self.cudnn = self._cudnn(*self.shapes)
+            if self.cudnn is not None:
+                self.cudnn_buffers()
 
     def _fuses(self, layer, bottom, tops, output, before: list) -> bool:
         """Whether ``layer`` (with its ``bottom`` and ``tops``) can follow the layers absorbed so far (``before``),
@@ -524,10 +567,13 @@ class Convolution(Layer):
             return
         weights, bias = self.folded_weights_and_bias()
         if self.cudnn is not None:
-            y = top[0].data
-            self.cudnn.run("fprop", bottom[0].data, weights, y, self.cudnn_buffers()[0])
-            if bias is not None:
-                y += bias.reshape(1, -1, 1, 1)
+            y, workspace = top[0].data, self.cudnn_buffers()[0]
+            if self.cudnn.fused["bias"]:
+                self.cudnn.run("fprop", [bottom[0].data, weights, bias.reshape(1, -1, 1, 1), y], workspace)
+            else:
+                self.cudnn.run("fprop", [bottom[0].data, weights, y], workspace)
+                if bias is not None:
+                    y += bias.reshape(1, -1, 1, 1)
         elif self.depthwise:
             depthwise(self.xp, bottom[0].data, weights, bias, self.geo, top[0].data)
         else:
@@ -548,8 +594,8 @@ class Convolution(Layer):
                     out += bias.reshape(o, 1)
                 y[part] = out.reshape(o, *cols.shape[3:]).transpose(self.geo.inverse)
         for layer, layer_bottom, layer_top in self.absorbed:
-            if layer.type not in ("BatchNorm", "Scale"):  # (folded into the weights)
-                layer.forward(layer_bottom, layer_top)
+            if layer.type not in ("BatchNorm", "Scale") and not (layer.type == "ReLU" and self._fused_relu()):
+                layer.forward(layer_bottom, layer_top)  # (BatchNorm and Scale folded into the weights)
 
     def backward(self, top, propagate_down, bottom):
         if self.fast is not None:
@@ -565,10 +611,10 @@ class Convolution(Layer):
             if bias_diff:
                 self.blobs[1].diff += dy.sum(axis=(0, 2, 3))
             if self.param_propagate_down[0]:  # (cuDNN writes its result: added to the diff after)
-                self.cudnn.run("wgrad", bottom[0].data, dy, scratch, workspace)
+                self.cudnn.run("wgrad", [bottom[0].data, dy, scratch], workspace)
                 self.blobs[0].diff += scratch
             if propagate_down[0]:
-                self.cudnn.run("dgrad", dy, self.blobs[0].data, bottom[0].diff, workspace)
+                self.cudnn.run("dgrad", [dy, self.blobs[0].data, bottom[0].diff], workspace)
             return
         if self.depthwise:
             if bias_diff:

@@ -98,15 +98,16 @@ def _packed(shape) -> list[int]:
 
 
 def graphs_for(xp, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, dtype, deterministic: bool = False,
-               tf32: bool = False, passes=PASSES) -> Convolution:
+               tf32: bool = False, passes=PASSES, bias: bool = False, relu: float | None = None) -> Convolution:
     """The :class:`Convolution` of these arguments on the current device and thread, built once (nets with many
     convolutions of one geometry, and nets built again, share it); GraphRefused again where it was refused."""
     key = (xp.cuda.Device().id, threading.get_ident(), tuple(x_shape), tuple(w_shape), tuple(y_shape), tuple(pad),
-           tuple(far_pad), tuple(stride), tuple(dilation), numpy.dtype(dtype), deterministic, tf32, tuple(passes))
+           tuple(far_pad), tuple(stride), tuple(dilation), numpy.dtype(dtype), deterministic, tf32, tuple(passes),
+           bias, relu)
     if key not in _built:
         try:
             _built[key] = Convolution(xp, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, dtype,
-                                      deterministic, tf32, passes)
+                                      deterministic, tf32, passes, bias, relu)
         except GraphRefused as exc:
             _built[key] = str(exc)  # (the reason alone: an exception kept would keep its callers' frames alive)
     built = _built[key]
@@ -122,10 +123,13 @@ WORKSPACE_LIMIT = 256 * 2 ** 20  # the most scratch memory an engine may ask for
 class Convolution:
     """The cuDNN graphs of one convolution (``x_shape`` NCHW, ``w_shape`` (K, C/group, kh, kw), the group count
     following from the two), for the ``passes`` asked (:data:`PASSES`), built at once: GraphRefused if cuDNN has
-    no engine for one (its reason)."""
+    no engine for one (its reason).  With ``bias`` the forward graph adds a bias per output channel to the
+    product, and with ``relu`` (a negative slope, 0 for ReLU itself) it then applies Caffe's ReLU, all in one
+    call (:attr:`fused`)."""
 
     def __init__(self, xp, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, dtype,
-                 deterministic: bool = False, tf32: bool = False, passes=PASSES):
+                 deterministic: bool = False, tf32: bool = False, passes=PASSES, bias: bool = False,
+                 relu: float | None = None):
         cudnn = _frontend()[0]
         self.xp, self.dtype = xp, numpy.dtype(dtype)
         types = {numpy.dtype(numpy.float32): cudnn.data_type.FLOAT, numpy.dtype(numpy.float64): cudnn.data_type.DOUBLE,
@@ -134,7 +138,8 @@ class Convolution:
             raise GraphRefused(f"cuDNN takes float16, float32 or float64 arrays, not {self.dtype}")
         io = types[self.dtype]
         compute = cudnn.data_type.DOUBLE if io == cudnn.data_type.DOUBLE else cudnn.data_type.FLOAT
-        self.shapes = {"x": tuple(x_shape), "w": tuple(w_shape), "y": tuple(y_shape)}
+        self.shapes = {"x": tuple(x_shape), "w": tuple(w_shape), "y": tuple(y_shape), "b": (1, w_shape[0], 1, 1)}
+        self.fused = {"bias": bias, "relu": relu}  # (what the forward graph does after the product)
         geometry = {"pre_padding": list(pad), "post_padding": list(far_pad), "stride": list(stride),
                     "dilation": list(dilation), "compute_data_type": compute}
         self.graphs = {}
@@ -156,10 +161,15 @@ class Convolution:
         graph = cudnn.pygraph(name=name, io_data_type=io, intermediate_data_type=compute, compute_data_type=compute,
                               handle=handle, sm_version=sm_version)
         *inputs, output = OPERANDS[name]
-        a, b = (graph.tensor(name=f"{name}_{key}", dim=list(self.shapes[key]), stride=_packed(self.shapes[key]),
-                             data_type=io) for key in inputs)
+        a, b = (self._tensor(graph, name, key, io) for key in inputs)
+        tensors = [a, b]
         if name == "fprop":
             out = graph.conv_fprop(image=a, weight=b, name=name, **geometry)
+            if self.fused["bias"]:
+                tensors.append(self._tensor(graph, name, "b", io))
+                out = graph.bias(input=out, bias=tensors[-1], name="bias")
+            if self.fused["relu"] is not None:
+                out = graph.relu(input=out, negative_slope=self.fused["relu"] or None, name="relu")
         elif name == "dgrad":
             out = graph.conv_dgrad(loss=a, filter=b, name=name, **geometry)
         else:
@@ -178,20 +188,29 @@ class Convolution:
         graph.deselect_workspace_greater_than(WORKSPACE_LIMIT)
         graph.check_support()
         graph.build_plans(cudnn.build_plan_policy.HEURISTICS_CHOICE)
-        return graph, (a, b, out)
+        return graph, (*tensors, out)
 
-    def run(self, name: str, first, second, out, workspace) -> None:
-        """Pass ``name`` on the current stream: fprop ``out = conv(x=first, w=second)``, dgrad ``out (dx) =
-        conv^T(dy=first, w=second)``, wgrad ``out (dw) = x=first (*) dy=second``; ``workspace`` (uint8, at least
-        :attr:`workspace_bytes`) for cuDNN's scratch.  Every array C-contiguous, of the graph's shape and dtype."""
+    def _tensor(self, graph, name: str, key: str, io):
+        """The graph's tensor of operand ``key`` (x, w, y or b), packed as the layer holds it."""
+        shape = self.shapes[key]
+        return graph.tensor(name=f"{name}_{key}", dim=list(shape), stride=_packed(shape), data_type=io)
+
+    def run(self, name: str, arrays, workspace) -> None:
+        """Pass ``name`` on the current stream, on ``arrays``, its inputs then its output: fprop ``y =
+        conv(x, w)`` (``[x, w, y]``; ``[x, w, b, y]`` with the bias fused, ``b`` of shape (1, K, 1, 1), then the
+        ReLU where fused), dgrad ``dx = conv^T(dy, w)`` (``[dy, w, dx]``), wgrad ``dw = x (*) dy`` (``[x, dy,
+        dw]``); ``workspace`` (uint8, at least :attr:`workspace_bytes`) for cuDNN's scratch.  Every array
+        C-contiguous, of the graph's shape and dtype."""
         graph, tensors = self.graphs[name]
-        for array, tensor in zip((first, second, out), tensors):
+        if len(arrays) != len(tensors):
+            raise ValueError(f"cuDNN {name}: {len(tensors)} arrays were expected, got {len(arrays)}")
+        for array, tensor in zip(arrays, tensors):
             if tuple(array.shape) != tuple(tensor.get_dim()) or array.dtype != self.dtype \
                     or not array.flags.c_contiguous:
                 raise ValueError(f"cuDNN {name}: a C-contiguous {self.dtype} array of shape {tuple(tensor.get_dim())}"
                                  f" was expected, got {array.dtype} {tuple(array.shape)}")
         try:
-            graph.execute({tensor: array.data.ptr for tensor, array in zip(tensors, (first, second, out))},
+            graph.execute({tensor: array.data.ptr for tensor, array in zip(tensors, arrays)},
                           workspace.data.ptr, handle=_handle(self.xp))
         except (RuntimeError, ValueError) as exc:
             raise DeviceError(f"cuDNN's {name} failed: {first_line(exc)}") from None

@@ -182,11 +182,14 @@ class Layer:
         does no work of its own (``fast_records``) and it runs on it."""
         return self.fast_records and getattr(self, "fast", None) is not None
 
+    fuses_backward = True  # whether a layer it absorbs (absorb) has its backward pass run by this one too
+
     def absorb(self, following: list[tuple[Layer, list[Blob], list[Blob]]]) -> int:
         """Take over the work of the first layers of ``following`` (each with its bottoms and tops), fused into
-        this layer's fast path; return how many.  The net then runs none of their passes: this layer computes
-        their tops, and their parameters' gradients.  In a net built for ``inference`` (forward passes only)
-        more can fuse.  None by default."""
+        this layer's fast path; return how many.  The net then runs none of their forward passes (this layer
+        computes their tops), nor their backward passes where ``fuses_backward`` says this layer computes their
+        gradients too (else the net runs those).  In a net built for ``inference`` (forward passes only) more
+        can fuse.  None by default."""
         return 0
 
     def record_count(self) -> int | None:

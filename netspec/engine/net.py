@@ -130,11 +130,12 @@ class Net:
                 self.params[layer.name] = layer.blobs
         self.absorbed_by = self.fuse()
         self._release_holds()
+        backward_absorbed = {index for index, by in self.absorbed_by.items() if self.layers[by].fuses_backward}
         # what backward_layer does at each index, worked out once: None (nothing), or the loss tops it seeds
         # (blob, weight, whether a layer writes that diff already) before the layer's backward pass
         self._backward_steps = [
             [(blob, weight, written) for blob, weight, written in zip(top, node.loss_weights, node.top_diff_written)
-             if weight] if node.need_backward and index not in self.absorbed_by else None
+             if weight] if node.need_backward and index not in backward_absorbed else None
             for index, (node, top) in enumerate(zip(self.nodes, self.top_blobs))]
         self.recorded: RecordedPass | None = None  # a frozen net's forward passes on oneDNN (:meth:`freeze`)
 
@@ -468,11 +469,13 @@ class Net:
         for absorbed, index in self.absorbed_by.items():
             groups[index] += f"+{self.layers[absorbed].name}"
         on_onednn = {index for index in groups if getattr(self.layers[index], "fast", None) is not None}
-        folded = [groups[index] for index in groups if index not in on_onednn and "+" in groups[index]]  # (NumPy/CuPy)
+        on_cudnn = {index for index in groups if getattr(self.layers[index], "cudnn", None) is not None}
+        folded = [groups[index] for index in groups
+                  if index not in on_onednn | on_cudnn and "+" in groups[index]]  # (NumPy/CuPy)
         library = "CuPy" if self.backend.is_gpu else "NumPy"
         fused = f"; {library} runs {_listed(folded)} as one" if folded else ""
         if self.backend.is_gpu:
-            return self._gpu_paths() + fused
+            return self._gpu_paths([groups[index] for index in sorted(on_cudnn)]) + fused
         lib = onednn.library()
         if lib is None:
             return f"NumPy (oneDNN off: {onednn.why_unavailable()})" + fused
@@ -490,15 +493,19 @@ class Net:
                 + (f"; reordered out of their input's blocked layout: {_listed(plain, '; ')}" if plain else "")
                 + fused)
 
-    def _gpu_paths(self) -> str:
-        """:meth:`paths` on a GPU, but for the layers run folded: the layers cuDNN runs and those whose geometry
-        it refused (why), or why it does not run where it could."""
+    def _gpu_paths(self, on_cudnn: list[str]) -> str:
+        """:meth:`paths` on a GPU, but for the layers run folded by CuPy: the layers cuDNN runs (``on_cudnn``,
+        ``conv1+relu1`` where one absorbed the next), those whose geometry it refused and those whose bias or ReLU
+        it would not fuse (why), or why it does not run where it could."""
         convolutions = [layer for layer in self.layers if hasattr(layer, "cudnn")]
-        on_cudnn = [layer.name for layer in convolutions if layer.cudnn is not None]
         refused = [f"{layer.name}: {layer.cudnn_refused}" for layer in convolutions if layer.cudnn_refused]
+        unfused = [f"{layer.name}: {layer.cudnn_unfused}" for layer in convolutions
+                   if layer.cudnn is not None and layer.cudnn_unfused]
         if on_cudnn or refused:
             return (f"{cudnn_conv.version()} for {_listed(on_cudnn, of='layers') or 'no layer'}; CuPy for the rest"
-                    + (f" (cuDNN refused {_listed(refused, '; ')})" if refused else ""))
+                    + (f" (cuDNN refused {_listed(refused, '; ')})" if refused else "")
+                    + (f" (bias or ReLU after cuDNN's product, unfused: {_listed(unfused, '; ')})"
+                       if unfused else ""))
         why = cudnn_conv.unavailable() if convolutions and kernels.compiled(self.backend.xp) else None
         return "CuPy" + (f" (no cuDNN: {why})" if why else "")
 
@@ -531,7 +538,8 @@ class Net:
             self.layers[index].forward(self.bottom_blobs[index], self.top_blobs[index])
 
     def backward_layer(self, index: int) -> None:
-        """Seed loss diffs of layer ``index`` and run it backward, if it needs to (and no other layer absorbed it)."""
+        """Seed loss diffs of layer ``index`` and run it backward, if it needs to (and no layer that absorbed it
+        computes its gradients)."""
         if self.inference:
             raise RuntimeError(f"net '{self.name}' was built for inference (forward passes only, its layers fused)")
         seeds = self._backward_steps[index]

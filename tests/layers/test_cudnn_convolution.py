@@ -4,12 +4,15 @@ the input); and the fallback decisions, which the GPU stand-in checks in CI.  Ma
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import yaml
 
 import netspec
 from netspec.engine import cudnn_conv
+from netspec.engine.backend import Backend
 
 pytestmark = pytest.mark.gpu
 
@@ -99,3 +102,145 @@ def test_without_cudnn_unavailable_says_why(setting, why, monkeypatch):
         assert cudnn_conv.unavailable().startswith(why)
     finally:
         cudnn_conv._frontend.cache_clear()
+
+
+class EmulatedGraphs:
+    """What :class:`netspec.engine.cudnn_conv.Convolution` does, computed by netspec's NumPy im2col (groups of 1):
+    the decisions around cuDNN's graphs (what is fused, what the net then runs) checked on the stand-in."""
+
+    workspace_bytes = 0
+
+    def __init__(self, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, bias=False, relu=None):
+        from netspec.layers.convolution import BATCH_OUTER, ConvGeometry
+
+        self.geo = ConvGeometry(tuple(w_shape[2:]), tuple(pad), tuple(stride), tuple(dilation), tuple(y_shape[2:]),
+                                BATCH_OUTER, tuple(far_pad))
+        self.shapes, self.fused = (tuple(x_shape), tuple(w_shape)), {"bias": bias, "relu": relu}
+        self.calls: list[tuple[str, int]] = []
+
+    def run(self, name, arrays, workspace):
+        from netspec.engine import gpu_standin
+        from netspec.layers.convolution import col2im, im2col
+
+        *inputs, out = arrays
+        self.calls.append((name, len(arrays)))
+        host = [gpu_standin.asnumpy(array).astype(np.float64) for array in inputs]
+        k = self.shapes[1][0]
+        if name == "fprop":
+            cols = im2col(np, host[0], self.geo).reshape(-1, host[0].shape[0] * math.prod(self.geo.out))
+            y = (host[1].reshape(k, -1) @ cols).reshape(k, host[0].shape[0], *self.geo.out).transpose(1, 0, 2, 3)
+            if self.fused["bias"]:
+                y = y + host[2]
+            if self.fused["relu"] is not None:
+                y = np.where(y > 0, y, y * self.fused["relu"])
+        elif name == "wgrad":
+            cols = im2col(np, host[0], self.geo).reshape(-1, host[0].shape[0] * math.prod(self.geo.out))
+            y = (host[1].transpose(1, 0, 2, 3).reshape(k, -1) @ cols.T).reshape(self.shapes[1])
+        else:
+            dcols = host[1].reshape(k, -1).T @ host[0].transpose(1, 0, 2, 3).reshape(k, -1)
+            y = col2im(np, dcols.reshape(self.shapes[0][1], *self.geo.kernel, self.shapes[0][0], *self.geo.out),
+                       self.shapes[0], self.geo)
+        out[...] = gpu_standin.asarray(y.astype(out.dtype))
+
+
+def relu_net(phase: str, relu_slope: float) -> str:
+    layers = [{"name": "x", "type": "Input", "top": "x", "input_param": {"shape": {"dim": [2, 3, 6, 6]}}},
+              {"name": "conv", "type": "Convolution", "bottom": "x", "top": "y",
+               "convolution_param": {"num_output": 4, "kernel_size": 3, "pad": 1,
+                                     "weight_filler": {"type": "gaussian", "std": 0.5},
+                                     "bias_filler": {"type": "uniform", "min": -0.5, "max": 0.5}}},
+              {"name": "relu", "type": "ReLU", "bottom": "y", "top": "y", "relu_param": {"negative_slope": relu_slope}},
+              {"name": "ip", "type": "InnerProduct", "bottom": "y", "top": "z",
+               "inner_product_param": {"num_output": 3, "weight_filler": {"type": "xavier"}}}]
+    if phase == "TRAIN":
+        layers.append({"name": "loss", "type": "EuclideanLoss", "bottom": ["z", "t"], "top": "loss"})
+        layers[0] = {**layers[0], "top": ["x", "t"], "input_param": {"shape": [{"dim": [2, 3, 6, 6]}, {"dim": [2, 3]}]}}
+    return yaml.safe_dump({"name": "relu_net", "force_backward": True, "layers": layers})  # (x's gradient too)
+
+
+def train_pass(monkeypatch, slope: float, graphs):
+    """A forward and backward pass of a conv + ReLU net on the stand-in, cuDNN emulated by ``graphs`` (None:
+    cuDNN off): the net, and every blob's data and diff and every parameter's diff on the host."""
+    monkeypatch.setattr(cudnn_conv, "runs_on", lambda xp: graphs is not None)
+    monkeypatch.setattr(cudnn_conv, "graphs_for", graphs)
+    monkeypatch.setattr(cudnn_conv, "version", lambda: "cuDNN 9.0.0 (frontend 1.23.0)")
+    net = netspec.load_net(relu_net("TRAIN", slope), phase="TRAIN", device="gpu", seed=3)
+    rng = np.random.default_rng(4)
+    for name in ("x", "t"):
+        net.blobs[name].data[...] = net.backend.asarray(rng.standard_normal(net.blobs[name].shape))
+    net.forward()
+    net.backward()
+    arrays = [array for blob in net.blobs.values() for array in (blob.data, blob.diff)]
+    arrays += [blob.diff for blobs in net.params.values() for blob in blobs]
+    return net, [net.backend.to_host(array).astype(np.float64) for array in arrays]
+
+
+def emulated(refuse_fusion: bool = False):
+    """A ``graphs_for`` that builds :class:`EmulatedGraphs` (refusing a fused graph where asked), and the graphs
+    it built."""
+    built = []
+
+    def graphs_for(xp, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, dtype, deterministic=False,
+                   tf32=False, passes=cudnn_conv.PASSES, bias=False, relu=None):
+        if refuse_fusion and (bias or relu is not None):
+            raise cudnn_conv.GraphRefused("fprop: no engine fuses it")
+        built.append(EmulatedGraphs(x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, bias, relu))
+        return built[-1]
+
+    return graphs_for, built
+
+
+@pytest.mark.parametrize("slope", [0.0, 0.25])
+@pytest.mark.parametrize("refuse_fusion", [False, True], ids=["fused", "refused"])
+def test_training_fuses_bias_and_relu_into_cudnns_forward_graph_and_still_runs_relus_backward(slope, refuse_fusion,
+                                                                                              monkeypatch):
+    graphs_for, built = emulated(refuse_fusion)
+    net, on_cudnn = train_pass(monkeypatch, slope, graphs_for)
+    _, on_cublas = train_pass(monkeypatch, slope, None)
+    layer = net.layer_by_name["conv"]
+    if refuse_fusion:
+        assert net.absorbed_by == {} and layer.cudnn_unfused == "fprop: no engine fuses it"
+        assert layer.cudnn.calls[0] == ("fprop", 3)
+        assert "(bias or ReLU after cuDNN's product, unfused: conv: fprop: no engine fuses it)" in net.paths()
+    else:
+        assert net.absorbed_by == {2: 1} and layer.cudnn.fused == {"bias": True, "relu": slope}
+        assert layer.cudnn.calls[0] == ("fprop", 4)  # (x, w, the bias, y: one call)
+        assert net.paths().startswith("cuDNN 9.0.0 (frontend 1.23.0) for conv+relu; CuPy for the rest"), net.paths()
+    assert [name for name, _ in layer.cudnn.calls] == ["fprop", "wgrad", "dgrad"]
+    for ours, theirs in zip(on_cudnn, on_cublas, strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_an_inference_net_folds_bias_and_relu_into_cudnns_forward_graph(monkeypatch):
+    graphs_for, built = emulated()
+    monkeypatch.setattr(cudnn_conv, "runs_on", lambda xp: True)
+    monkeypatch.setattr(cudnn_conv, "graphs_for", graphs_for)
+    net = netspec.load_net(relu_net("TEST", 0.0), phase="TEST", device="gpu", seed=3, inference=True)
+    net.blobs["x"].data[...] = net.backend.asarray(np.random.default_rng(4).standard_normal((2, 3, 6, 6)))
+    net.forward()
+    fused = net.backend.to_host(net.blobs["z"].data)
+    monkeypatch.setattr(cudnn_conv, "runs_on", lambda xp: False)
+    plain = netspec.load_net(relu_net("TEST", 0.0), phase="TEST", device="gpu", seed=3, inference=True)
+    plain.blobs["x"].data[...] = net.blobs["x"].data
+    plain.forward()
+    layer = net.layer_by_name["conv"]
+    assert layer.cudnn.fused == {"bias": True, "relu": 0.0} and layer.cudnn.calls == [("fprop", 4)]
+    np.testing.assert_allclose(fused, plain.backend.to_host(plain.blobs["z"].data), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("slope", [0.0, 0.25])
+def test_cudnn_with_bias_and_relu_fused_trains_as_im2col_does(slope, monkeypatch):
+    """On a GPU: cuDNN's graphs, the bias and ReLU fused into the forward one where cuDNN has an engine for it
+    (else named on the paths line), against im2col and cuBLAS."""
+    if not cudnn_conv.runs_on(Backend("gpu").xp):
+        pytest.skip(f"cuDNN runs on a GPU only, with its frontend ({cudnn_conv.unavailable() or 'the stand-in'})")
+    net, on_cudnn = train_pass(monkeypatch, slope, cudnn_conv.graphs_for)
+    layer = net.layer_by_name["conv"]
+    assert layer.cudnn is not None, f"cuDNN refused the convolution: {layer.cudnn_refused}"
+    if layer.cudnn_unfused:
+        assert f"unfused: conv: {layer.cudnn_unfused}" in net.paths(), net.paths()
+    else:
+        assert net.absorbed_by == {2: 1} and "for conv+relu;" in net.paths(), net.paths()
+    _, on_cublas = train_pass(monkeypatch, slope, None)
+    for ours, theirs in zip(on_cudnn, on_cublas, strict=True):
+        assert np.linalg.norm(ours - theirs) <= 3e-5 * np.linalg.norm(theirs)
