@@ -356,9 +356,10 @@ class Convolution(Layer):
         geo = self.geo
         relu = next((layer.block("relu_param").negative_slope for layer, _, _ in self.absorbed if layer.type == "ReLU"),
                     None)
-        fused = {"bias": self.params.bias_term or self._affine(), "relu": relu}
+        bias = self.params.bias_term or self._affine()
+        tries = [{"bias": bias, "relu": relu}, {"bias": bias}] if relu is not None else [{"bias": bias}]
         try:
-            for asked in ([fused] if any(value not in (False, None) for value in fused.values()) else []) + [{}]:
+            for asked in [fused for fused in tries if fused["bias"] or fused.get("relu") is not None] + [{}]:
                 try:
                     return cudnn_conv.graphs_for(
                         self.xp, bottom_shape, self.blobs[0].shape, top_shape, geo.pad, geo.far_pad, geo.stride,
@@ -473,16 +474,19 @@ class Convolution(Layer):
 
     def _absorb_relu(self, following) -> int:
         """1 where ``following`` (a layer, its bottoms and tops) is a ReLU in place on the top that cuDNN's forward
-        graph applies, else 0 (nothing absorbed)."""
+        graph applies, else 0 (nothing absorbed).  Not with a negative slope: its backward pass reads a copy of
+        its input that its forward pass keeps."""
         layer, bottom, tops = following
-        if self.cudnn is None or layer.type != "ReLU" or not bottom == tops == [self.top_blob]:
+        if (self.cudnn is None or layer.type != "ReLU" or not bottom == tops == [self.top_blob]
+                or layer.block("relu_param").negative_slope < 0):
             return 0
         self.absorbed = (following,)
         self._rebuild_cudnn()
         if self._fused_relu():
             return 1
-        self.absorbed = ()
+        unfused, self.absorbed = self.cudnn_unfused, ()
         self._rebuild_cudnn()
+        self.cudnn_unfused = self.cudnn_unfused or unfused  # (why the ReLU runs on its own, for the paths line)
         return 0
 
     def _rebuild_cudnn(self) -> None:

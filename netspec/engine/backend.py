@@ -298,9 +298,10 @@ class Backend:
             return
         cuda = self.xp.cuda
         staging = self._next_staging(self._batch_staging, out)
-        if staging.device is None:
+        if staging.device is None:  # (its memory may have been read by work queued before: waited for below)
             staging.device = self.xp.empty_like(out)
             staging.read = cuda.Event(disable_timing=True)
+            staging.read.record()
         if self._copy_stream is None:
             self._copy_stream = cuda.Stream(non_blocking=True)
         source = self._page_locked_source(staging, values, out)
@@ -344,8 +345,8 @@ class Backend:
         threads of their own)."""
         if not self.is_gpu:
             return numpy.empty(shape, dtype=dtype)
-        with self.xp.cuda.Device(_gpu_index(self.device)):  # (a thread of its own starts on GPU 0)
-            return self._page_locked(shape, dtype)
+        self.xp.cuda.Device(_gpu_index(self.device)).use()  # (a thread of its own starts on GPU 0: never touched)
+        return self._page_locked(shape, dtype)
 
     def _made_page_locked(self, array) -> bool:
         """Whether ``array`` is the whole of a page-locked host buffer (as :meth:`host_empty` makes them)."""

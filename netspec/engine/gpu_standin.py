@@ -388,12 +388,6 @@ class _Device:
     def use(self) -> None:
         """Make it the current device (there is only one)."""
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        pass
-
     def synchronize(self) -> None:
         """Wait for the work queued on every stream."""
         _refused_in_capture("a wait for the device")

@@ -143,10 +143,10 @@ class EmulatedGraphs:
         out[...] = gpu_standin.asarray(y.astype(out.dtype))
 
 
-def relu_net(phase: str, relu_slope: float) -> str:
+def relu_net(phase: str, relu_slope: float, bias: bool = True) -> str:
     layers = [{"name": "x", "type": "Input", "top": "x", "input_param": {"shape": {"dim": [2, 3, 6, 6]}}},
               {"name": "conv", "type": "Convolution", "bottom": "x", "top": "y",
-               "convolution_param": {"num_output": 4, "kernel_size": 3, "pad": 1,
+               "convolution_param": {"num_output": 4, "kernel_size": 3, "pad": 1, "bias_term": bias,
                                      "weight_filler": {"type": "gaussian", "std": 0.5},
                                      "bias_filler": {"type": "uniform", "min": -0.5, "max": 0.5}}},
               {"name": "relu", "type": "ReLU", "bottom": "y", "top": "y", "relu_param": {"negative_slope": relu_slope}},
@@ -158,13 +158,13 @@ def relu_net(phase: str, relu_slope: float) -> str:
     return yaml.safe_dump({"name": "relu_net", "force_backward": True, "layers": layers})  # (x's gradient too)
 
 
-def train_pass(monkeypatch, slope: float, graphs):
+def train_pass(monkeypatch, slope: float, graphs, bias: bool = True):
     """A forward and backward pass of a conv + ReLU net on the stand-in, cuDNN emulated by ``graphs`` (None:
     cuDNN off): the net, and every blob's data and diff and every parameter's diff on the host."""
     monkeypatch.setattr(cudnn_conv, "runs_on", lambda xp: graphs is not None)
     monkeypatch.setattr(cudnn_conv, "graphs_for", graphs)
     monkeypatch.setattr(cudnn_conv, "version", lambda: "cuDNN 9.0.0 (frontend 1.23.0)")
-    net = netspec.load_net(relu_net("TRAIN", slope), phase="TRAIN", device="gpu", seed=3)
+    net = netspec.load_net(relu_net("TRAIN", slope, bias), phase="TRAIN", device="gpu", seed=3)
     rng = np.random.default_rng(4)
     for name in ("x", "t"):
         net.blobs[name].data[...] = net.backend.asarray(rng.standard_normal(net.blobs[name].shape))
@@ -176,13 +176,13 @@ def train_pass(monkeypatch, slope: float, graphs):
 
 
 def emulated(refuse_fusion: bool = False):
-    """A ``graphs_for`` that builds :class:`EmulatedGraphs` (refusing a fused graph where asked), and the graphs
+    """A ``graphs_for`` that builds :class:`EmulatedGraphs` (refusing a fused ReLU where asked), and the graphs
     it built."""
     built = []
 
     def graphs_for(xp, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, dtype, deterministic=False,
                    tf32=False, passes=cudnn_conv.PASSES, bias=False, relu=None):
-        if refuse_fusion and (bias or relu is not None):
+        if refuse_fusion and relu is not None:
             raise cudnn_conv.GraphRefused("fprop: no engine fuses it")
         built.append(EmulatedGraphs(x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, bias, relu))
         return built[-1]
@@ -190,21 +190,25 @@ def emulated(refuse_fusion: bool = False):
     return graphs_for, built
 
 
-@pytest.mark.parametrize("slope", [0.0, 0.25])
+@pytest.mark.parametrize("slope", [0.0, 0.25, -0.5])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
 @pytest.mark.parametrize("refuse_fusion", [False, True], ids=["fused", "refused"])
-def test_training_fuses_bias_and_relu_into_cudnns_forward_graph_and_still_runs_relus_backward(slope, refuse_fusion,
+def test_training_fuses_bias_and_relu_into_cudnns_forward_graph_and_still_runs_relus_backward(slope, bias,
+                                                                                              refuse_fusion,
                                                                                               monkeypatch):
+    """A negative slope is not fused: the ReLU's backward pass reads the input its forward pass keeps."""
     graphs_for, built = emulated(refuse_fusion)
-    net, on_cudnn = train_pass(monkeypatch, slope, graphs_for)
-    _, on_cublas = train_pass(monkeypatch, slope, None)
+    net, on_cudnn = train_pass(monkeypatch, slope, graphs_for, bias)
+    _, on_cublas = train_pass(monkeypatch, slope, None, bias)
     layer = net.layer_by_name["conv"]
-    if refuse_fusion:
-        assert net.absorbed_by == {} and layer.cudnn_unfused == "fprop: no engine fuses it"
-        assert layer.cudnn.calls[0] == ("fprop", 3)
-        assert "(bias or ReLU after cuDNN's product, unfused: conv: fprop: no engine fuses it)" in net.paths()
+    if refuse_fusion or slope < 0:
+        assert net.absorbed_by == {} and layer.cudnn.fused == {"bias": bias, "relu": None}
+        assert layer.cudnn.calls[0] == ("fprop", 3 + bias)
+        unfused = "(bias or ReLU after cuDNN's product, unfused: conv: fprop: no engine fuses it)"
+        assert (unfused in net.paths()) == (refuse_fusion and slope >= 0), net.paths()
     else:
-        assert net.absorbed_by == {2: 1} and layer.cudnn.fused == {"bias": True, "relu": slope}
-        assert layer.cudnn.calls[0] == ("fprop", 4)  # (x, w, the bias, y: one call)
+        assert net.absorbed_by == {2: 1} and layer.cudnn.fused == {"bias": bias, "relu": slope}
+        assert layer.cudnn.calls[0] == ("fprop", 3 + bias)  # (x, w, the bias, y: one call)
         assert net.paths().startswith("cuDNN 9.0.0 (frontend 1.23.0) for conv+relu; CuPy for the rest"), net.paths()
     assert [name for name, _ in layer.cudnn.calls] == ["fprop", "wgrad", "dgrad"]
     for ours, theirs in zip(on_cudnn, on_cublas, strict=True):
