@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+from collections import OrderedDict
 
 import numpy
 
@@ -104,19 +105,24 @@ def graphs_for(xp, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, dt
     key = (xp.cuda.Device().id, threading.get_ident(), tuple(x_shape), tuple(w_shape), tuple(y_shape), tuple(pad),
            tuple(far_pad), tuple(stride), tuple(dilation), numpy.dtype(dtype), deterministic, tf32, tuple(passes),
            bias, relu)
-    if key not in _built:
+    if key in _built:
+        _built.move_to_end(key)
+    else:
         try:
             _built[key] = Convolution(xp, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, dtype,
                                       deterministic, tf32, passes, bias, relu)
         except GraphRefused as exc:
             _built[key] = str(exc)  # (the reason alone: an exception kept would keep its callers' frames alive)
+        if len(_built) > KEPT_GRAPHS:  # (the least recently asked for: layers holding it keep it alive)
+            _built.popitem(last=False)
     built = _built[key]
     if isinstance(built, str):
         raise GraphRefused(built)
     return built
 
 
-_built: dict[tuple, Convolution | str] = {}  # (see graphs_for; a refusal's reason where cuDNN refused)
+KEPT_GRAPHS = 256  # the geometries graphs_for keeps built (a process asked for many input sizes keeps the latest)
+_built: OrderedDict[tuple, Convolution | str] = OrderedDict()  # (see graphs_for; a refusal's reason where refused)
 WORKSPACE_LIMIT = 256 * 2 ** 20  # the most scratch memory an engine may ask for (some FFT engines ask for far more)
 
 

@@ -248,3 +248,34 @@ def test_cudnn_with_bias_and_relu_fused_trains_as_im2col_does(slope, monkeypatch
     _, on_cublas = train_pass(monkeypatch, slope, None)
     for ours, theirs in zip(on_cudnn, on_cublas, strict=True):
         assert np.linalg.norm(ours - theirs) <= 3e-5 * np.linalg.norm(theirs)
+
+
+def test_the_graphs_kept_are_the_latest_asked_for(monkeypatch):
+    """A process asked for many input sizes (a server predicting on images of every size) keeps the graphs of
+    the KEPT_GRAPHS geometries asked for last, a refusal's reason among them."""
+    made = []
+
+    class Counted:
+        def __init__(self, xp, x_shape, *args):
+            if x_shape[0] == 3:
+                raise cudnn_conv.GraphRefused("fprop: no engine")
+            made.append(x_shape[0])
+
+    monkeypatch.setattr(cudnn_conv, "Convolution", Counted)
+    monkeypatch.setattr(cudnn_conv, "KEPT_GRAPHS", 4)
+    monkeypatch.setattr(cudnn_conv, "_built", cudnn_conv.OrderedDict())
+    xp = Backend("gpu").xp
+
+    def ask(batch):
+        return cudnn_conv.graphs_for(xp, (batch, 3, 8, 8), (4, 3, 3, 3), (batch, 4, 6, 6), (0, 0), (0, 0), (1, 1),
+                                     (1, 1), np.float32)
+
+    for batch in (1, 2, 4, 5, 1, 6):  # (1 asked again before 6: 2 goes, not 1)
+        ask(batch)
+    assert made == [1, 2, 4, 5, 6] and len(cudnn_conv._built) == 4
+    ask(1)
+    ask(2)
+    assert made == [1, 2, 4, 5, 6, 2]
+    for _ in range(2):
+        with pytest.raises(cudnn_conv.GraphRefused, match="fprop: no engine"):
+            ask(3)
