@@ -2,7 +2,7 @@
 
     python benchmarks/compare_pytorch.py [NET.yaml[@BATCH] ...] [--iterations N] [--threads T]
                                          [--inference | --memory | --device gpu[:N] [--cuda-graph]
-                                         [--precision fp32|tf32]] [--rounds R]
+                                         [--precision fp32|tf32|bf16-mixed]] [--rounds R]
 
 For each net (default: LeNet and CIFAR-10 quick) this times forward+backward
 with ``netspec time``'s code and with an equivalent PyTorch module built
@@ -28,13 +28,17 @@ one CUDA graph once warm and launched for each (as ``netspec train
 --cuda-graph`` trains), and PyTorch is timed both eager and as a step
 captured by hand with ``torch.cuda.graph`` (default nets: LeNet b64, CIFAR-10
 quick b100, ResNet-20 on CIFAR-10 b128).  ``--precision tf32`` lets both
-frameworks run float32 products and convolutions on TF32 tensor cores.
+frameworks run float32 products and convolutions on TF32 tensor cores;
+``--precision bf16-mixed`` has them take bfloat16 operands (PyTorch under
+``torch.autocast`` with bfloat16).
 PyTorch is needed only here (``pip install torch``); netspec never imports it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import gc
 import json
 import os
@@ -69,9 +73,9 @@ DEFAULT_DEPLOY_NETS = ["configs/lenet/lenet_deploy.yaml@64", "configs/cifar10/ci
                        "configs/alexnet/alexnet_deploy.yaml@32", "configs/resnet50/resnet50_deploy.yaml@8"]
 
 
-def load(argument: str, inference: bool = False, device: str = "cpu", tf32: bool = False):
+def load(argument: str, inference: bool = False, device: str = "cpu", precision: str = "fp32"):
     """The TRAIN net of ``NET.yaml`` or ``NET.yaml@BATCH`` (batch: the first axis of its input tops) on
-    ``device`` (its float32 products on TF32 tensor cores with ``tf32``), or with ``inference`` its TEST net built
+    ``device`` (its products and convolutions in ``precision``), or with ``inference`` its TEST net built
     for inference; BatchNorm statistics set to plausible values.  Blobs share buffers where their lifetimes allow,
     as in ``netspec train`` and ``netspec predict``."""
     path, _, batch = argument.partition("@")
@@ -82,7 +86,7 @@ def load(argument: str, inference: bool = False, device: str = "cpu", tf32: bool
             for shape in block.shape:
                 shape.dim[0] = int(batch)
     backend = Backend(device, seed=0)
-    backend.tf32 = tf32
+    backend.precision = precision
     net = Net(compile_net(spec, phase="TEST" if inference else "TRAIN"), backend=backend, inference=inference,
               reuse_memory=True)
     for layer in net.layers:
@@ -192,12 +196,14 @@ def timed(step, iterations: int, warmup: int, synchronize=lambda: None) -> float
     return 1000 * (time.perf_counter() - start) / iterations
 
 
-def torch_step(run, parameters):
-    """One PyTorch training iteration: the gradients dropped, forward, backward."""
+def torch_step(run, parameters, mixed=contextlib.nullcontext):
+    """One PyTorch training iteration: the gradients dropped, forward (within ``mixed()``: autocast), backward."""
     def step():
         for p in parameters:
             p.grad = None
-        run().backward()
+        with mixed():
+            loss = run()
+        loss.backward()
 
     return step
 
@@ -221,42 +227,48 @@ def netspec_graphed_step(net, warmup: int):
     return capture.Graph(net.backend, step).launch
 
 
-def torch_graphed_step(torch, run, parameters, warmup: int):
+def torch_graphed_step(torch, run, parameters, warmup: int, mixed=contextlib.nullcontext):
     """:func:`torch_step` captured by hand as one CUDA graph (PyTorch's recipe: warm-up on a side stream, the
     gradients made in the capture): its replay."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(warmup):
-            torch_step(run, parameters)()
+            torch_step(run, parameters, mixed)()
     torch.cuda.current_stream().wait_stream(side)
     for p in parameters:
         p.grad = None
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        run().backward()
+        with mixed():
+            loss = run()
+        loss.backward()
     return graph.replay
 
 
 def compare_gpu(paths: list[str], device: str, torch, iterations: int, warmup: int, rounds: int,
-                graphed: bool = False, tf32: bool = False) -> None:
+                graphed: bool = False, precision: str = "fp32") -> None:
     """Print the versions in play, then each net's training images/s (the median of ``rounds`` timings taken in
     turn with PyTorch's) and peak GPU memory in netspec and PyTorch on ``device``; with ``graphed``, netspec's
-    iterations as a CUDA graph, against PyTorch eager and PyTorch captured; with ``tf32``, float32 products and
-    convolutions on TF32 tensor cores in both."""
+    iterations as a CUDA graph, against PyTorch eager and PyTorch captured; float32 products and convolutions in
+    ``precision`` in both (tf32: on TF32 tensor cores; bf16-mixed: from bfloat16 operands, PyTorch's autocast)."""
     for line in gpu_report():
         print(line)
+    mixed = contextlib.nullcontext
     if torch is not None:
+        tf32 = precision == "tf32"
         torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.backends.cudnn.allow_tf32 = tf32
         torch.backends.cudnn.benchmark = True
+        if precision == "bf16-mixed":
+            mixed = functools.partial(torch.autocast, "cuda", dtype=torch.bfloat16, cache_enabled=False)
         print(f"PyTorch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}; "
-              f"TF32 {'on' if tf32 else 'off'}, cudnn.benchmark on")
+              f"precision {precision}, cudnn.benchmark on")
     print(f"{'net':<16} {'batch':>5} {'netspec img/s':>14} {'pytorch img/s':>14} {'ratio':>6} "
           + (f"{'captured img/s':>15} {'ratio':>6} " if graphed else "")
           + f"{'netspec MiB':>12} {'pytorch MiB':>12} {'ratio':>6}")
     for path in paths:
-        net = load(path, device=device, tf32=tf32)
+        net = load(path, device=device, precision=precision)
         batch = net.batch_size
         step = netspec_graphed_step(net, warmup) if graphed else netspec_step(net)
         steps, times = {"netspec": step}, {"netspec": [], "pytorch": [], "captured": []}
@@ -266,11 +278,11 @@ def compare_gpu(paths: list[str], device: str, torch, iterations: int, warmup: i
         if torch is not None:
             torch.cuda.reset_peak_memory_stats()
             run, parameters = torch_forward(net, torch)
-            steps["pytorch"] = torch_step(run, parameters)
+            steps["pytorch"] = torch_step(run, parameters, mixed)
             times["pytorch"].append(timed(steps["pytorch"], iterations, warmup, torch.cuda.synchronize))
             their_memory = torch.cuda.max_memory_allocated() / 2 ** 20
             if graphed:
-                steps["captured"] = torch_graphed_step(torch, run, parameters, warmup)
+                steps["captured"] = torch_graphed_step(torch, run, parameters, warmup, mixed)
                 times["captured"].append(timed(steps["captured"], iterations, warmup, torch.cuda.synchronize))
         for _ in range(rounds - 1):
             for name, each in steps.items():
@@ -413,9 +425,9 @@ def main() -> int:
                         help="with --inference or --device gpu: times each framework runs, in turns")
     parser.add_argument("--threads", type=int, default=netspec.threads.all_cores(), help="for both frameworks")
     parser.add_argument("--device", default="cpu", help="cpu, or gpu[:N] to compare training on a GPU")
-    parser.add_argument("--precision", choices=["fp32", "tf32"], default="fp32",
-                        help="with --device gpu: float32 products and convolutions in fp32 or on TF32 tensor cores "
-                             "(both frameworks)")
+    parser.add_argument("--precision", choices=["fp32", "tf32", "bf16-mixed"], default="fp32",
+                        help="with --device gpu: float32 products and convolutions in fp32, on TF32 tensor cores, "
+                             "or from bfloat16 operands (both frameworks; PyTorch's autocast for bf16-mixed)")
     parser.add_argument("--cuda-graph", action="store_true",
                         help="with --device gpu: netspec's iterations as one CUDA graph, against PyTorch eager and "
                              "captured")
@@ -423,7 +435,7 @@ def main() -> int:
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     if (args.cuda_graph or args.precision != "fp32") and args.device == "cpu":
-        parser.error("--cuda-graph and --precision tf32 need --device gpu[:N]")
+        parser.error("--cuda-graph and --precision need --device gpu[:N]")
     try:
         import torch
     except ImportError:
@@ -444,7 +456,7 @@ def main() -> int:
     if args.device != "cpu":
         try:
             compare_gpu(args.nets or (DEFAULT_GRAPH_NETS if args.cuda_graph else DEFAULT_GPU_NETS), args.device,
-                        torch, args.iterations, args.warmup, args.rounds, args.cuda_graph, args.precision == "tf32")
+                        torch, args.iterations, args.warmup, args.rounds, args.cuda_graph, args.precision)
         except DeviceError as exc:
             print(f"compare_pytorch: {exc}", file=sys.stderr)
             return 1

@@ -7,7 +7,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from netspec.engine import blas, cudnn_conv, kernels, onednn, primitives
+from netspec.engine import bfloat16, blas, cudnn_conv, kernels, onednn, primitives
 from netspec.engine.fillers import FillerParams
 from netspec.engine.layer import Layer, weighted_flops
 from netspec.engine.registry import register_layer
@@ -363,7 +363,7 @@ class Convolution(Layer):
                 try:
                     return cudnn_conv.graphs_for(
                         self.xp, bottom_shape, self.blobs[0].shape, top_shape, geo.pad, geo.far_pad, geo.stride,
-                        geo.dilation, self.dtype, self.backend.deterministic, self.backend.tf32,
+                        geo.dilation, self.dtype, self.backend.deterministic, self.backend.precision,
                         ("fprop",) if self.inference else cudnn_conv.PASSES, **asked)
                 except cudnn_conv.GraphRefused as exc:
                     if not asked:
@@ -379,10 +379,32 @@ class Convolution(Layer):
 
     def cudnn_buffers(self):
         """cuDNN's workspace and the weights' gradient as cuDNN writes it (before it is added to the diff), in the
-        workspace the net's layers share."""
+        workspace the net's layers share; where the graphs take bfloat16, the backend's bfloat16 scratch is made
+        large enough for every pass's operands too (at setup: a CUDA graph's capture may not grow it)."""
         start = self.cudnn.workspace_bytes
         shared = self.backend.workspace(start + self.blobs[0].data.nbytes, self.xp.uint8)
+        if self.cudnn.bfloat16:
+            x, w, y = (math.prod(shape) for shape in (self.shapes[0], self.blobs[0].shape, self.shapes[1]))
+            self.backend.bfloat16_scratch(x, w, self.blobs[0].shape[0], y)
         return shared[:start], shared[start:].view(self.dtype).reshape(self.blobs[0].shape)
+
+    def _cudnn_run(self, name: str, inputs: list, out, add: bool = False) -> None:
+        """cuDNN's pass ``name`` on ``inputs`` (float arrays), written into ``out``, or added to it with ``add``
+        (cuDNN writes its result: it goes through scratch memory first).  Where the graphs read and write bfloat16
+        (precision bf16-mixed), the inputs go in rounded to it, and the result is widened into ``out``."""
+        workspace, scratch = self.cudnn_buffers()
+        if self.cudnn.bfloat16:
+            *narrowed, result = self.backend.bfloat16_scratch(*(array.size for array in inputs), out.size)
+            for array, bits in zip(inputs, narrowed):
+                bfloat16.narrow(self.xp, array, bits)
+            self.cudnn.run(name, [bits.reshape(array.shape) for array, bits in zip(inputs, narrowed)]
+                           + [result.reshape(out.shape)], workspace)
+            bfloat16.widen(self.xp, result, out, add)
+        elif add:
+            self.cudnn.run(name, [*inputs, scratch.reshape(out.shape)], workspace)
+            out += scratch.reshape(out.shape)
+        else:
+            self.cudnn.run(name, [*inputs, out], workspace)
 
     @property
     def output(self):
@@ -571,13 +593,11 @@ class Convolution(Layer):
             return
         weights, bias = self.folded_weights_and_bias()
         if self.cudnn is not None:
-            y, workspace = top[0].data, self.cudnn_buffers()[0]
-            if self.cudnn.fused["bias"]:
-                self.cudnn.run("fprop", [bottom[0].data, weights, bias.reshape(1, -1, 1, 1), y], workspace)
-            else:
-                self.cudnn.run("fprop", [bottom[0].data, weights, y], workspace)
-                if bias is not None:
-                    y += bias.reshape(1, -1, 1, 1)
+            y, fused_bias = top[0].data, self.cudnn.fused["bias"]
+            self._cudnn_run("fprop", [bottom[0].data, weights] + ([bias.reshape(1, -1, 1, 1)] if fused_bias else []),
+                            y)
+            if bias is not None and not fused_bias:
+                y += bias.reshape(1, -1, 1, 1)
         elif self.depthwise:
             depthwise(self.xp, bottom[0].data, weights, bias, self.geo, top[0].data)
         else:
@@ -611,14 +631,12 @@ class Convolution(Layer):
         dy = top[0].diff
         bias_diff = self.params.bias_term and self.param_propagate_down[1]
         if self.cudnn is not None:
-            workspace, scratch = self.cudnn_buffers()
             if bias_diff:
                 self.blobs[1].diff += dy.sum(axis=(0, 2, 3))
-            if self.param_propagate_down[0]:  # (cuDNN writes its result: added to the diff after)
-                self.cudnn.run("wgrad", [bottom[0].data, dy, scratch], workspace)
-                self.blobs[0].diff += scratch
+            if self.param_propagate_down[0]:
+                self._cudnn_run("wgrad", [bottom[0].data, dy], self.blobs[0].diff, add=True)
             if propagate_down[0]:
-                self.cudnn.run("dgrad", [dy, self.blobs[0].data, bottom[0].diff], workspace)
+                self._cudnn_run("dgrad", [dy, self.blobs[0].data], bottom[0].diff)
             return
         if self.depthwise:
             if bias_diff:

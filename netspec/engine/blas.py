@@ -22,7 +22,7 @@ import functools
 
 import numpy
 
-from netspec.engine import cublas, kernels
+from netspec.engine import bfloat16, cublas, kernels
 
 _ONE = {numpy.dtype(dtype): numpy.ones((), dtype) for dtype in (numpy.float32, numpy.float64)}
 _ZERO = {dtype: numpy.zeros((), dtype) for dtype in _ONE}  # (cuBLAS reads alpha and beta from host memory)
@@ -42,7 +42,7 @@ def _cublas(backend, a, b, out):
     """``(cuBLAS's functions, a handle)`` where ``backend``'s array module has cuBLAS and the arrays are all
     float32 or all float64 and none is empty, else None (array code then); ValueError for an array that is not
     C-contiguous, since cuBLAS would read or write memory beside it.  The handle takes TF32's tensor cores for
-    float32 where the backend allows them (:attr:`netspec.engine.backend.Backend.tf32`)."""
+    float32 where the backend's precision is tf32 (:attr:`netspec.engine.backend.Backend.precision`)."""
     library = _library(backend.xp)
     if library is None or out.dtype not in _ONE or a.dtype != out.dtype or b.dtype != out.dtype:
         return None
@@ -50,12 +50,13 @@ def _cublas(backend, a, b, out):
         return None
     if not (a.flags.c_contiguous and b.flags.c_contiguous and out.flags.c_contiguous):
         raise ValueError("blas: cuBLAS takes C-contiguous arrays only")
-    return library, library.current_handle(backend.tf32)
+    return library, library.current_handle(backend.precision == "tf32")
 
 
 def product(backend, a, b, out, transpose_a: bool = False, transpose_b: bool = False, add: bool = False) -> None:
     """``out = op(a) @ op(b)``, or ``out += op(a) @ op(b)`` with ``add``; ``op`` transposes where asked; every
-    array 2-D and C-contiguous, on ``backend``'s device."""
+    array 2-D and C-contiguous, on ``backend``'s device.  Under precision bf16-mixed, float32 products on cuBLAS
+    take their operands rounded to bfloat16 (:mod:`netspec.engine.bfloat16`) and sum in float32."""
     xp, blas = backend.xp, _cublas(backend, a, b, out)
     if blas is None:
         left, right = (a.T if transpose_a else a), (b.T if transpose_b else b)
@@ -70,8 +71,14 @@ def product(backend, a, b, out, transpose_a: bool = False, transpose_b: bool = F
     if (m, n) != out.shape or inner != k:
         raise ValueError(f"blas.product: op(a) {m}x{k} @ op(b) {inner}x{n} into {out.shape}: the shapes do not agree")
     gemm = library.sgemm if out.dtype == numpy.float32 else library.dgemm
+    left, right = a.data.ptr, b.data.ptr
+    if backend.precision == "bf16-mixed" and out.dtype == numpy.float32:
+        gemm, narrowed = library.gemm_bfloat16, backend.bfloat16_scratch(a.size, b.size)
+        for array, bits in zip((a, b), narrowed):
+            bfloat16.narrow(xp, array, bits)
+        left, right = (bits.data.ptr for bits in narrowed)
     gemm(handle, _OP_T if transpose_b else _OP_N, _OP_T if transpose_a else _OP_N, n, m, k,
-         _ONE[out.dtype].ctypes.data, b.data.ptr, b.shape[1], a.data.ptr, a.shape[1],
+         _ONE[out.dtype].ctypes.data, right, b.shape[1], left, a.shape[1],
          (_ONE if add else _ZERO)[out.dtype].ctypes.data, out.data.ptr, n)
 
 

@@ -36,7 +36,10 @@ _SIGNATURES = {  # name: argument types (every function returns a cublasStatus_t
     "cublasSetMathMode": [_P, _I],
     **{name: [_P, _I, _I, _I, _I, _I, _P, _P, _I, _P, _I, _P, _P, _I] for name in ("cublasSgemm_v2", "cublasDgemm_v2")},
     **{name: [_P, _I, _I, _I, _P, _P, _I, _P, _I, _P, _P, _I] for name in ("cublasSgemv_v2", "cublasDgemv_v2")},
+    "cublasGemmEx": [_P, _I, _I, _I, _I, _I, _P, _P, _I, _I, _P, _I, _I, _P, _P, _I, _I, _I, _I],
 }
+CUDA_R_32F, CUDA_R_16BF = 0, 14  # cudaDataType_t: float32, bfloat16
+CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT = 68, -1  # cublasComputeType_t, cublasGemmAlgo_t
 
 
 class CuBlas:
@@ -84,6 +87,12 @@ class CuBlas:
     def dgemm(self, handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) -> None:
         """The same in float64 (cublasDgemm)."""
         self._call("cublasDgemm_v2", handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+
+    def gemm_bfloat16(self, handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) -> None:
+        """``C = alpha op(A) op(B) + beta C``, A and B bfloat16 (their 16 bits), C float32, the products summed in
+        float32 (cublasGemmEx)."""
+        self._call("cublasGemmEx", handle, transa, transb, m, n, k, alpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb,
+                   beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)
 
     def sgemv(self, handle, trans, m, n, alpha, a, lda, x, incx, beta, y, incy) -> None:
         """``y = alpha op(A) x + beta y``, float32, A column-major (cublasSgemv)."""

@@ -12,8 +12,9 @@ output: the graphs pad past the far edge by the geometry's ``far_pad``.
 cuDNN writes its outputs (alpha 1, beta 0), so the weights' gradient goes
 through a scratch array and is then added to the diff, as Caffe accumulates
 it.  Float32 runs on engines that compute in float32, unless ``tf32`` lets
-it take TF32's tensor cores, and ``deterministic`` keeps only the engines
-cuDNN marks deterministic.
+it take TF32's tensor cores, or ``bf16-mixed`` has its graphs read and
+write bfloat16 (the layer rounds and widens: :mod:`netspec.engine.bfloat16`),
+and ``deterministic`` keeps only the engines cuDNN marks deterministic.
 
 Where the frontend or ``libcudnn`` is missing, or ``NETSPEC_CUDNN=0``,
 :func:`unavailable` says why, once, on the ``paths:`` line, and every layer
@@ -99,18 +100,18 @@ def _packed(shape) -> list[int]:
 
 
 def graphs_for(xp, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, dtype, deterministic: bool = False,
-               tf32: bool = False, passes=PASSES, bias: bool = False, relu: float | None = None) -> Convolution:
+               precision: str = "fp32", passes=PASSES, bias: bool = False, relu: float | None = None) -> Convolution:
     """The :class:`Convolution` of these arguments on the current device and thread, built once (nets with many
     convolutions of one geometry, and nets built again, share it); GraphRefused again where it was refused."""
     key = (xp.cuda.Device().id, threading.get_ident(), tuple(x_shape), tuple(w_shape), tuple(y_shape), tuple(pad),
-           tuple(far_pad), tuple(stride), tuple(dilation), numpy.dtype(dtype), deterministic, tf32, tuple(passes),
-           bias, relu)
+           tuple(far_pad), tuple(stride), tuple(dilation), numpy.dtype(dtype), deterministic, precision,
+           tuple(passes), bias, relu)
     if key in _built:
         _built.move_to_end(key)
     else:
         try:
             _built[key] = Convolution(xp, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, dtype,
-                                      deterministic, tf32, passes, bias, relu)
+                                      deterministic, precision, passes, bias, relu)
         except GraphRefused as exc:
             _built[key] = str(exc)  # (the reason alone: an exception kept would keep its callers' frames alive)
         if len(_built) > KEPT_GRAPHS:  # (the least recently asked for: layers holding it keep it alive)
@@ -131,10 +132,12 @@ class Convolution:
     following from the two), for the ``passes`` asked (:data:`PASSES`), built at once: GraphRefused if cuDNN has
     no engine for one (its reason).  With ``bias`` the forward graph adds a bias per output channel to the
     product, and with ``relu`` (a negative slope, 0 for ReLU itself) it then applies Caffe's ReLU, all in one
-    call (:attr:`fused`)."""
+    call (:attr:`fused`).  Under ``precision`` bf16-mixed a float32 convolution's graphs read and write bfloat16
+    (:attr:`bfloat16`: the arrays they take are the bits, :mod:`netspec.engine.bfloat16`), summing in float32;
+    under tf32 float32 ones may take TF32's tensor cores."""
 
     def __init__(self, xp, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, dtype,
-                 deterministic: bool = False, tf32: bool = False, passes=PASSES, bias: bool = False,
+                 deterministic: bool = False, precision: str = "fp32", passes=PASSES, bias: bool = False,
                  relu: float | None = None):
         cudnn = _frontend()[0]
         self.xp, self.dtype = xp, numpy.dtype(dtype)
@@ -142,7 +145,9 @@ class Convolution:
                  numpy.dtype(numpy.float16): cudnn.data_type.HALF}
         if self.dtype not in types:
             raise GraphRefused(f"cuDNN takes float16, float32 or float64 arrays, not {self.dtype}")
-        io = types[self.dtype]
+        self.bfloat16 = precision == "bf16-mixed" and self.dtype == numpy.float32
+        io = cudnn.data_type.BFLOAT16 if self.bfloat16 else types[self.dtype]
+        self.io_dtype = numpy.dtype(numpy.uint16) if self.bfloat16 else self.dtype  # (what run takes)
         compute = cudnn.data_type.DOUBLE if io == cudnn.data_type.DOUBLE else cudnn.data_type.FLOAT
         self.shapes = {"x": tuple(x_shape), "w": tuple(w_shape), "y": tuple(y_shape), "b": (1, w_shape[0], 1, 1)}
         self.fused = {"bias": bias, "relu": relu}  # (what the forward graph does after the product)
@@ -155,7 +160,7 @@ class Convolution:
             sm_version = int(xp.cuda.Device().compute_capability)  # (given: the frontend would ask the CUDA runtime)
             for name in passes:
                 self.graphs[name] = self._build(cudnn, handle, sm_version, name, io, compute, geometry,
-                                                deterministic, tf32)
+                                                deterministic, precision == "tf32")
         except (cudnn.cudnnGraphNotSupportedError, RuntimeError, ValueError) as exc:
             raise GraphRefused(f"{name}: {first_line(exc)}") from None
         largest = max(graph.get_workspace_size() for graph, _ in self.graphs.values())
@@ -211,10 +216,10 @@ class Convolution:
         if len(arrays) != len(tensors):
             raise ValueError(f"cuDNN {name}: {len(tensors)} arrays were expected, got {len(arrays)}")
         for array, tensor in zip(arrays, tensors):
-            if tuple(array.shape) != tuple(tensor.get_dim()) or array.dtype != self.dtype \
+            if tuple(array.shape) != tuple(tensor.get_dim()) or array.dtype != self.io_dtype \
                     or not array.flags.c_contiguous:
-                raise ValueError(f"cuDNN {name}: a C-contiguous {self.dtype} array of shape {tuple(tensor.get_dim())}"
-                                 f" was expected, got {array.dtype} {tuple(array.shape)}")
+                raise ValueError(f"cuDNN {name}: a C-contiguous {self.io_dtype} array of shape "
+                                 f"{tuple(tensor.get_dim())} was expected, got {array.dtype} {tuple(array.shape)}")
         try:
             graph.execute({tensor: array.data.ptr for tensor, array in zip(tensors, arrays)},
                           workspace.data.ptr, handle=_handle(self.xp))

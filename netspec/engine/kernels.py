@@ -112,6 +112,26 @@ def integers(out, offset: int, low: int, span: int, words: bool) -> None:
         offset_argument(offset), numpy.int64(low), numpy.uint64(span), int(words), out)
 
 
+def narrow_bfloat16(x, out) -> None:
+    """``out`` (uint16) = the bits of float32 ``x`` rounded to bfloat16, as :func:`netspec.engine.bfloat16.narrow`
+    makes them (to nearest, ties to even; a NaN 0x7FFF)."""
+    body = """
+        const unsigned int bits = __float_as_uint(x);
+        out = ((bits & 0x7FFFFFFFu) > 0x7F800000u) ? (unsigned short)0x7FFF
+                                                    : (unsigned short)((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+    """
+    _elementwise("narrow_bfloat16", "float32 x", "uint16 out", body)(x, out)
+
+
+def widen_bfloat16(bits, add: bool, out) -> None:
+    """``out`` (float32) = the bfloat16 values of ``bits`` (uint16), or ``out +=`` them with ``add``."""
+    body = """
+        const float value = __uint_as_float(((unsigned int)bits) << 16);
+        out = add ? out + value : value;
+    """
+    _elementwise("widen_bfloat16", "uint16 bits, bool add", "float32 out", body)(bits, add, out)
+
+
 def channels_first(out, bias, y) -> None:
     """``y`` (N, O, ...) written with a product's ``out`` (O, N, ...) transposed, plus ``bias`` (O values) per
     channel when given: a convolution's columns product moved into its top."""

@@ -109,9 +109,11 @@ class SolverParams:
     device_id: int = doc(0, "GPU number with solver_mode GPU")
     deterministic: bool = doc(False, "on a GPU, only the cuDNN engines that compute the same bits every time, so "
                                      "that a run and its resumptions repeat exactly (some convolutions run slower)")
-    precision: Literal["fp32", "tf32"] = doc(
+    precision: Literal["fp32", "tf32", "bf16-mixed"] = doc(
         "fp32", "on a GPU, fp32: float32 products and convolutions computed in float32; tf32: those made through "
-                "cuBLAS and cuDNN on TF32 tensor cores (inputs rounded to 10 bits of significand, sums in float32)")
+                "cuBLAS and cuDNN on TF32 tensor cores (inputs rounded to 10 bits of significand, sums in float32); "
+                "bf16-mixed: those take their operands rounded to bfloat16 (7 bits), sum in float32 and write "
+                "float32, the weights, the other layers and the solver's state staying float32")
     cuda_graph: bool = doc(False, "on a GPU, capture one training iteration as a CUDA graph once warm and launch it "
                                   "for the others (--cuda-graph does the same); a net or setting that cannot be "
                                   "captured trains without, saying why")

@@ -85,7 +85,7 @@ class Solver:
         self.comm = comm = comm or SingleProcess()
         self.backend = self._backend(device, seed)
         self.backend.deterministic = p.deterministic
-        self.backend.tf32 = p.precision == "tf32" and self.backend.is_gpu
+        self.backend.precision = p.precision if self.backend.is_gpu else "fp32"
         self.output_folder = trust.output_folder(run_folder.folder_of(spec.snapshot_prefix))
         self.reuse_memory = reuse_memory and not debug_info
         self.trust = trust
@@ -145,8 +145,9 @@ class Solver:
         self.last_snapshot_iter: int | None = None
         self.snapshots: list[int] = []
         self.best, self.plateau = watches(p)
-        if p.precision == "tf32" and not self.backend.is_gpu:
-            self.warnings.append("precision tf32: the CPU has no TF32, so training computes in fp32")
+        if p.precision != "fp32" and not self.backend.is_gpu:
+            why = "the CPU has no TF32" if p.precision == "tf32" else "netspec mixes precisions on a GPU only"
+            self.warnings.append(f"precision {p.precision}: {why}, so training computes in fp32")
         self.graphed: GraphedIterations | None = None  # the iterations as a CUDA graph (cuda_graph)
         if p.cuda_graph:
             why = why_not_graphed(self)

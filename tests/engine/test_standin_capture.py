@@ -17,7 +17,7 @@ xp = gpu_standin
 class FakeBackend:
     """What blas asks of a backend: the stand-in's arrays, float32 products in float32."""
 
-    xp, tf32 = gpu_standin, False
+    xp, precision = gpu_standin, "fp32"
 
 
 def captured(work):

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import netspec
-from netspec.engine import cudnn_conv
+from netspec.engine import bfloat16, cudnn_conv
 from netspec.engine.backend import Backend
 
 pytestmark = pytest.mark.gpu
@@ -110,21 +110,26 @@ class EmulatedGraphs:
 
     workspace_bytes = 0
 
-    def __init__(self, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, bias=False, relu=None):
+    def __init__(self, xp, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, precision="fp32", bias=False,
+                 relu=None):
         from netspec.layers.convolution import BATCH_OUTER, ConvGeometry
+
+        self.xp = xp  # (CuPy on a GPU, the stand-in in CI: the arrays come to the host and go back)
 
         self.geo = ConvGeometry(tuple(w_shape[2:]), tuple(pad), tuple(stride), tuple(dilation), tuple(y_shape[2:]),
                                 BATCH_OUTER, tuple(far_pad))
         self.shapes, self.fused = (tuple(x_shape), tuple(w_shape)), {"bias": bias, "relu": relu}
         self.calls: list[tuple[str, int]] = []
+        self.bfloat16 = precision == "bf16-mixed"  # (its arrays then hold bfloat16 bits: widened, and narrowed)
 
     def run(self, name, arrays, workspace):
-        from netspec.engine import gpu_standin
         from netspec.layers.convolution import col2im, im2col
 
         *inputs, out = arrays
         self.calls.append((name, len(arrays)))
-        host = [gpu_standin.asnumpy(array).astype(np.float64) for array in inputs]
+        host = [self.xp.asnumpy(array) for array in inputs]
+        host = [(bits.astype(np.uint32) << 16).view(np.float32) if self.bfloat16 else bits for bits in host]
+        host = [array.astype(np.float64) for array in host]
         k = self.shapes[1][0]
         if name == "fprop":
             cols = im2col(np, host[0], self.geo).reshape(-1, host[0].shape[0] * math.prod(self.geo.out))
@@ -140,7 +145,11 @@ class EmulatedGraphs:
             dcols = host[1].reshape(k, -1).T @ host[0].transpose(1, 0, 2, 3).reshape(k, -1)
             y = col2im(np, dcols.reshape(self.shapes[0][1], *self.geo.kernel, self.shapes[0][0], *self.geo.out),
                        self.shapes[0], self.geo)
-        out[...] = gpu_standin.asarray(y.astype(out.dtype))
+        if self.bfloat16:
+            bits = np.empty(y.size, dtype=np.uint16)
+            bfloat16.narrow(np, np.ascontiguousarray(y, dtype=np.float32), bits)
+            y = bits.reshape(y.shape)
+        out[...] = self.xp.asarray(y.astype(out.dtype))
 
 
 def relu_net(phase: str, relu_slope: float, bias: bool = True) -> str:
@@ -158,17 +167,21 @@ def relu_net(phase: str, relu_slope: float, bias: bool = True) -> str:
     return yaml.safe_dump({"name": "relu_net", "force_backward": True, "layers": layers})  # (x's gradient too)
 
 
-def train_pass(monkeypatch, slope: float, graphs, bias: bool = True):
+def train_pass(monkeypatch, slope: float, graphs, bias: bool = True, precision: str = "fp32"):
     """A forward and backward pass of a conv + ReLU net on the stand-in, cuDNN emulated by ``graphs`` (None:
     cuDNN off): the net, and every blob's data and diff and every parameter's diff on the host."""
     monkeypatch.setattr(cudnn_conv, "runs_on", lambda xp: graphs is not None)
     monkeypatch.setattr(cudnn_conv, "graphs_for", graphs)
     monkeypatch.setattr(cudnn_conv, "version", lambda: "cuDNN 9.0.0 (frontend 1.23.0)")
-    net = netspec.load_net(relu_net("TRAIN", slope, bias), phase="TRAIN", device="gpu", seed=3)
+    backend = Backend("gpu", seed=3)
+    backend.precision = precision
+    net = netspec.load_net(relu_net("TRAIN", slope, bias), phase="TRAIN", device="gpu", backend=backend)
     rng = np.random.default_rng(4)
     for name in ("x", "t"):
         net.blobs[name].data[...] = net.backend.asarray(rng.standard_normal(net.blobs[name].shape))
     net.forward()
+    for blob in (blob for blobs in net.params.values() for blob in blobs):
+        blob.diff[...] = 0.25  # (the gradients are added to what the diffs hold)
     net.backward()
     arrays = [array for blob in net.blobs.values() for array in (blob.data, blob.diff)]
     arrays += [blob.diff for blobs in net.params.values() for blob in blobs]
@@ -181,10 +194,11 @@ def emulated(refuse_fusion: bool = False):
     built = []
 
     def graphs_for(xp, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, dtype, deterministic=False,
-                   tf32=False, passes=cudnn_conv.PASSES, bias=False, relu=None):
+                   precision="fp32", passes=cudnn_conv.PASSES, bias=False, relu=None):
         if refuse_fusion and relu is not None:
             raise cudnn_conv.GraphRefused("fprop: no engine fuses it")
-        built.append(EmulatedGraphs(x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, bias, relu))
+        built.append(EmulatedGraphs(xp, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, precision, bias,
+                                    relu))
         return built[-1]
 
     return graphs_for, built
@@ -279,3 +293,27 @@ def test_the_graphs_kept_are_the_latest_asked_for(monkeypatch):
     for _ in range(2):
         with pytest.raises(cudnn_conv.GraphRefused, match="fprop: no engine"):
             ask(3)
+
+
+@pytest.mark.parametrize("graphs", ["emulated", "cudnn"])
+def test_bf16_mixed_convolutions_take_their_operands_rounded_to_bfloat16(graphs, monkeypatch):
+    """Under precision bf16-mixed cuDNN's graphs read and write bfloat16 (emulated, or cuDNN's own on a GPU):
+    the layer rounds its inputs, widens the results (adding the weights' gradient to the diff), and computes what
+    im2col and cuBLAS compute from the same rounded operands, to bfloat16's precision; fp32 differs by more than
+    float32's."""
+    if graphs == "emulated":
+        graphs_for, _ = emulated()
+    elif cudnn_conv.runs_on(Backend("gpu").xp):
+        graphs_for = cudnn_conv.graphs_for
+    else:
+        pytest.skip(f"cuDNN runs on a GPU only, with its frontend ({cudnn_conv.unavailable() or 'the stand-in'})")
+    net, on_cudnn = train_pass(monkeypatch, 0.0, graphs_for, precision="bf16-mixed")
+    assert net.layer_by_name["conv"].cudnn.bfloat16
+    _, on_cublas = train_pass(monkeypatch, 0.0, None, precision="bf16-mixed")
+    _, in_fp32 = train_pass(monkeypatch, 0.0, None)
+    for ours, theirs, exact in zip(on_cudnn, on_cublas, in_fp32, strict=True):
+        scale = np.abs(exact).max() + 1e-30
+        assert np.abs(ours - theirs).max() <= 2 ** -6 * scale
+        assert np.abs(theirs - exact).max() <= 2 ** -5 * scale
+    assert max(np.abs(ours - exact).max() / (np.abs(exact).max() + 1e-30)
+               for ours, exact in zip(on_cudnn, in_fp32)) > 1e-5

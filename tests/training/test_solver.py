@@ -536,7 +536,9 @@ def test_a_snapshot_in_a_folder_made_read_only_meanwhile_fails_in_one_line(tmp_p
         solver.snapshot()
 
 
-def test_precision_tf32_on_the_cpu_trains_in_fp32_saying_so(tmp_path):
-    solver = data_solver(tmp_path, batch=4, precision="tf32")
-    assert not solver.backend.tf32
-    assert "precision tf32: the CPU has no TF32, so training computes in fp32" in solver.warnings
+@pytest.mark.parametrize(("precision", "why"), [("tf32", "the CPU has no TF32"),
+                                                ("bf16-mixed", "netspec mixes precisions on a GPU only")])
+def test_precision_tf32_or_bf16_mixed_on_the_cpu_trains_in_fp32_saying_so(tmp_path, precision, why):
+    solver = data_solver(tmp_path, batch=4, precision=precision)
+    assert solver.backend.precision == "fp32"
+    assert f"precision {precision}: {why}, so training computes in fp32" in solver.warnings
