@@ -379,13 +379,15 @@ class Convolution(Layer):
 
     def cudnn_buffers(self):
         """cuDNN's workspace and the weights' gradient as cuDNN writes it (before it is added to the diff), in the
-        workspace the net's layers share; where the graphs take bfloat16, the backend's bfloat16 scratch is made
-        large enough for every pass's operands too (at setup: a CUDA graph's capture may not grow it)."""
+        workspace the net's layers share.  Where the graphs take bfloat16 the gradient goes through the backend's
+        bfloat16 scratch instead (None here), made large enough for every pass's operands (at setup: a CUDA graph's
+        capture may not grow it)."""
         start = self.cudnn.workspace_bytes
-        shared = self.backend.workspace(start + self.blobs[0].data.nbytes, self.xp.uint8)
         if self.cudnn.bfloat16:
             x, w, y = (math.prod(shape) for shape in (self.shapes[0], self.blobs[0].shape, self.shapes[1]))
             self.backend.bfloat16_scratch(x, w, self.blobs[0].shape[0], y)
+            return self.backend.workspace(start, self.xp.uint8), None
+        shared = self.backend.workspace(start + self.blobs[0].data.nbytes, self.xp.uint8)
         return shared[:start], shared[start:].view(self.dtype).reshape(self.blobs[0].shape)
 
     def _cudnn_run(self, name: str, inputs: list, out, add: bool = False) -> None:

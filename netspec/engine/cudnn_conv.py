@@ -103,6 +103,7 @@ def graphs_for(xp, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, dt
                precision: str = "fp32", passes=PASSES, bias: bool = False, relu: float | None = None) -> Convolution:
     """The :class:`Convolution` of these arguments on the current device and thread, built once (nets with many
     convolutions of one geometry, and nets built again, share it); GraphRefused again where it was refused."""
+    precision = precision if numpy.dtype(dtype) == numpy.float32 else "fp32"  # (it changes float32 alone)
     key = (xp.cuda.Device().id, threading.get_ident(), tuple(x_shape), tuple(w_shape), tuple(y_shape), tuple(pad),
            tuple(far_pad), tuple(stride), tuple(dilation), numpy.dtype(dtype), deterministic, precision,
            tuple(passes), bias, relu)
@@ -194,6 +195,8 @@ class Convolution:
         left_out = [notes.NONDETERMINISTIC] if deterministic else []
         if io == cudnn.data_type.FLOAT and not tf32:  # (float32 as such: tensor cores take TF32's 10-bit inputs)
             left_out += [notes.TENSOR_CORE, notes.DOWN_CONVERT_INPUTS]
+        if io == cudnn.data_type.BFLOAT16:  # (bfloat16 inputs, their products summed in float32)
+            left_out += [notes.REDUCED_PRECISION_REDUCTION]
         if left_out:
             graph.deselect_numeric_notes(left_out)
         graph.deselect_workspace_greater_than(WORKSPACE_LIMIT)
