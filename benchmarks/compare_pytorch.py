@@ -2,7 +2,7 @@
 
     python benchmarks/compare_pytorch.py [NET.yaml[@BATCH] ...] [--iterations N] [--threads T]
                                          [--inference | --memory | --device gpu[:N] [--cuda-graph]
-                                         [--precision fp32|tf32|bf16-mixed]] [--rounds R]
+                                         [--precision fp32|tf32|bf16-mixed|fp16-mixed]] [--rounds R]
 
 For each net (default: LeNet and CIFAR-10 quick) this times forward+backward
 with ``netspec time``'s code and with an equivalent PyTorch module built
@@ -29,8 +29,9 @@ one CUDA graph once warm and launched for each (as ``netspec train
 captured by hand with ``torch.cuda.graph`` (default nets: LeNet b64, CIFAR-10
 quick b100, ResNet-20 on CIFAR-10 b128).  ``--precision tf32`` lets both
 frameworks run float32 products and convolutions on TF32 tensor cores;
-``--precision bf16-mixed`` has them take bfloat16 operands (PyTorch under
-``torch.autocast`` with bfloat16).
+``--precision bf16-mixed`` (``fp16-mixed``) has them take bfloat16 (float16)
+operands (PyTorch under ``torch.autocast`` with that type; neither scales
+the loss here).
 PyTorch is needed only here (``pip install torch``); netspec never imports it.
 """
 
@@ -251,7 +252,8 @@ def compare_gpu(paths: list[str], device: str, torch, iterations: int, warmup: i
     """Print the versions in play, then each net's training images/s (the median of ``rounds`` timings taken in
     turn with PyTorch's) and peak GPU memory in netspec and PyTorch on ``device``; with ``graphed``, netspec's
     iterations as a CUDA graph, against PyTorch eager and PyTorch captured; float32 products and convolutions in
-    ``precision`` in both (tf32: on TF32 tensor cores; bf16-mixed: from bfloat16 operands, PyTorch's autocast)."""
+    ``precision`` in both (tf32: on TF32 tensor cores; bf16-mixed, fp16-mixed: from bfloat16 or float16 operands,
+    PyTorch's autocast)."""
     for line in gpu_report():
         print(line)
     mixed = contextlib.nullcontext
@@ -260,8 +262,9 @@ def compare_gpu(paths: list[str], device: str, torch, iterations: int, warmup: i
         torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.backends.cudnn.allow_tf32 = tf32
         torch.backends.cudnn.benchmark = True
-        if precision == "bf16-mixed":
-            mixed = functools.partial(torch.autocast, "cuda", dtype=torch.bfloat16, cache_enabled=False)
+        if precision in ("bf16-mixed", "fp16-mixed"):
+            mixed = functools.partial(torch.autocast, "cuda", cache_enabled=False,
+                                      dtype=torch.bfloat16 if precision == "bf16-mixed" else torch.float16)
         print(f"PyTorch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}; "
               f"precision {precision}, cudnn.benchmark on")
     print(f"{'net':<16} {'batch':>5} {'netspec img/s':>14} {'pytorch img/s':>14} {'ratio':>6} "
@@ -425,9 +428,10 @@ def main() -> int:
                         help="with --inference or --device gpu: times each framework runs, in turns")
     parser.add_argument("--threads", type=int, default=netspec.threads.all_cores(), help="for both frameworks")
     parser.add_argument("--device", default="cpu", help="cpu, or gpu[:N] to compare training on a GPU")
-    parser.add_argument("--precision", choices=["fp32", "tf32", "bf16-mixed"], default="fp32",
+    parser.add_argument("--precision", choices=["fp32", "tf32", "bf16-mixed", "fp16-mixed"], default="fp32",
                         help="with --device gpu: float32 products and convolutions in fp32, on TF32 tensor cores, "
-                             "or from bfloat16 operands (both frameworks; PyTorch's autocast for bf16-mixed)")
+                             "or from bfloat16 or float16 operands (both frameworks; PyTorch's autocast for the "
+                             "mixed ones)")
     parser.add_argument("--cuda-graph", action="store_true",
                         help="with --device gpu: netspec's iterations as one CUDA graph, against PyTorch eager and "
                              "captured")

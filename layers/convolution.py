@@ -7,7 +7,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from netspec.engine import bfloat16, blas, cudnn_conv, kernels, onednn, primitives
+from netspec.engine import blas, cudnn_conv, half, kernels, onednn, primitives
 from netspec.engine.fillers import FillerParams
 from netspec.engine.layer import Layer, weighted_flops
 from netspec.engine.registry import register_layer
@@ -379,29 +379,30 @@ class Convolution(Layer):
 
     def cudnn_buffers(self):
         """cuDNN's workspace and the weights' gradient as cuDNN writes it (before it is added to the diff), in the
-        workspace the net's layers share.  Where the graphs take bfloat16 the gradient goes through the backend's
-        bfloat16 scratch instead (None here), made large enough for every pass's operands (at setup: a CUDA graph's
-        capture may not grow it)."""
+        workspace the net's layers share.  Where the graphs take 16-bit floats the gradient goes through the
+        backend's 16-bit scratch instead (None here), made large enough for every pass's operands (at setup: a CUDA
+        graph's capture may not grow it)."""
         start = self.cudnn.workspace_bytes
-        if self.cudnn.bfloat16:
+        if self.cudnn.half:
             x, w, y = (math.prod(shape) for shape in (self.shapes[0], self.blobs[0].shape, self.shapes[1]))
-            self.backend.bfloat16_scratch(x, w, self.blobs[0].shape[0], y)
+            self.backend.half_scratch(x, w, self.blobs[0].shape[0], y)
             return self.backend.workspace(start, self.xp.uint8), None
         shared = self.backend.workspace(start + self.blobs[0].data.nbytes, self.xp.uint8)
         return shared[:start], shared[start:].view(self.dtype).reshape(self.blobs[0].shape)
 
     def _cudnn_run(self, name: str, inputs: list, out, add: bool = False) -> None:
         """cuDNN's pass ``name`` on ``inputs`` (float arrays), written into ``out``, or added to it with ``add``
-        (cuDNN writes its result: it goes through scratch memory first).  Where the graphs read and write bfloat16
-        (precision bf16-mixed), the inputs go in rounded to it, and the result is widened into ``out``."""
+        (cuDNN writes its result: it goes through scratch memory first).  Where the graphs read and write 16-bit
+        floats (precision bf16-mixed or fp16-mixed), the inputs go in rounded to them, and the result is widened
+        into ``out``."""
         workspace, scratch = self.cudnn_buffers()
-        if self.cudnn.bfloat16:
-            *narrowed, result = self.backend.bfloat16_scratch(*(array.size for array in inputs), out.size)
+        if self.cudnn.half:
+            *narrowed, result = self.backend.half_scratch(*(array.size for array in inputs), out.size)
             for array, bits in zip(inputs, narrowed):
-                bfloat16.narrow(self.xp, array, bits)
+                half.narrow(self.xp, array, bits, self.cudnn.half)
             self.cudnn.run(name, [bits.reshape(array.shape) for array, bits in zip(inputs, narrowed)]
                            + [result.reshape(out.shape)], workspace)
-            bfloat16.widen(self.xp, result, out, add)
+            half.widen(self.xp, result, out, self.cudnn.half, add)
         elif add:
             self.cudnn.run(name, [*inputs, scratch.reshape(out.shape)], workspace)
             out += scratch.reshape(out.shape)

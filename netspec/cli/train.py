@@ -51,9 +51,9 @@ from netspec.training.signals import exit_status
 @no_python_layers_option
 @click.option("--debug-info", is_flag=True,
               help="at every display, log each blob's mean |data| and |diff| and each parameter's update ratio")
-@click.option("--precision", type=click.Choice(["fp32", "tf32", "bf16-mixed"]), default=None,
-              help="on a GPU, how float32 products and convolutions compute: fp32, tf32, or from bfloat16 operands "
-                   "(bf16-mixed; default: the solver's precision)")
+@click.option("--precision", type=click.Choice(["fp32", "tf32", "bf16-mixed", "fp16-mixed"]), default=None,
+              help="on a GPU, how float32 products and convolutions compute: fp32, tf32, or from bfloat16 or float16 "
+                   "operands (bf16-mixed, fp16-mixed with loss scaling; default: the solver's precision)")
 @click.option("--cuda-graph", is_flag=True,
               help="on a GPU, train each iteration as one CUDA graph once warm (as the solver's cuda_graph: true "
                    "does); a net that cannot be captured trains without, saying why")

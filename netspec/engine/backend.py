@@ -85,9 +85,9 @@ class Backend:
         self.graph_pools: list = []  # the memory pools of the CUDA graphs captured on this backend
         self.deterministic = False  # only deterministic algorithms where there is a choice (cuDNN's engines)
         # how float32 products and convolutions compute on a GPU (the solver's precision): fp32; tf32, on TF32's
-        # tensor cores; bf16-mixed, from their operands rounded to bfloat16 (netspec.engine.bfloat16), in float32
+        # tensor cores; bf16-mixed and fp16-mixed, from their operands rounded to 16 bits (netspec.engine.half)
         self.precision = "fp32"
-        self._bfloat16 = None  # the scratch of bfloat16_scratch
+        self._half = None  # the scratch of half_scratch
         self.seed(seed)
 
     @property
@@ -450,18 +450,19 @@ class Backend:
             self._workspace = self.xp.empty(size, dtype=numpy.uint8)
         return self._workspace[:size].view(dtype)
 
-    def bfloat16_scratch(self, *counts: int) -> list:
-        """uint16 arrays of ``counts`` values each, apart, for bfloat16 copies of a product's or a convolution's
-        operands (precision bf16-mixed); each starts BFLOAT16_ALIGNMENT values after a multiple of it.  Every layer
-        shares them within one pass, as the workspace; they grow to the largest asked for and stay."""
+    def half_scratch(self, *counts: int) -> list:
+        """uint16 arrays of ``counts`` values each, apart, for 16-bit copies of a product's or a convolution's
+        operands (precision bf16-mixed or fp16-mixed: :mod:`netspec.engine.half`); each starts HALF_ALIGNMENT values
+        after a multiple of it.  Every layer shares them within one pass, as the workspace; they grow to the
+        largest asked for and stay."""
         starts = [0]
         for count in counts:
-            starts.append(starts[-1] + -(-count // BFLOAT16_ALIGNMENT) * BFLOAT16_ALIGNMENT)
-        if self._bfloat16 is None or self._bfloat16.size < starts[-1]:
-            self._refuse_in_capture("the bfloat16 scratch would grow")
-            self._bfloat16 = None  # (the smaller one given back first)
-            self._bfloat16 = self.xp.empty(starts[-1], dtype=numpy.uint16)
-        return [self._bfloat16[start:start + count] for start, count in zip(starts, counts)]
+            starts.append(starts[-1] + -(-count // HALF_ALIGNMENT) * HALF_ALIGNMENT)
+        if self._half is None or self._half.size < starts[-1]:
+            self._refuse_in_capture("the 16-bit scratch would grow")
+            self._half = None  # (the smaller one given back first)
+            self._half = self.xp.empty(starts[-1], dtype=numpy.uint16)
+        return [self._half[start:start + count] for start, count in zip(starts, counts)]
 
     def ones(self, count: int, dtype):
         """A vector of at least ``count`` ones of ``dtype`` on this device, the one every caller shares (made once,
@@ -595,7 +596,7 @@ def _shape(shape) -> tuple[int, ...]:
     return () if shape is None else (shape,) if isinstance(shape, int) else tuple(shape)
 
 
-BFLOAT16_ALIGNMENT = 128  # values (256 bytes) at which each part of bfloat16_scratch starts: tensor cores' alignment
+HALF_ALIGNMENT = 128  # values (256 bytes) at which each part of half_scratch starts: tensor cores' alignment
 MASK64 = 2 ** 64 - 1
 MIX = (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB)  # SplitMix64's constants
 

@@ -22,7 +22,7 @@ import functools
 
 import numpy
 
-from netspec.engine import bfloat16, cublas, kernels
+from netspec.engine import cublas, half, kernels
 
 _ONE = {numpy.dtype(dtype): numpy.ones((), dtype) for dtype in (numpy.float32, numpy.float64)}
 _ZERO = {dtype: numpy.zeros((), dtype) for dtype in _ONE}  # (cuBLAS reads alpha and beta from host memory)
@@ -55,8 +55,9 @@ def _cublas(backend, a, b, out):
 
 def product(backend, a, b, out, transpose_a: bool = False, transpose_b: bool = False, add: bool = False) -> None:
     """``out = op(a) @ op(b)``, or ``out += op(a) @ op(b)`` with ``add``; ``op`` transposes where asked; every
-    array 2-D and C-contiguous, on ``backend``'s device.  Under precision bf16-mixed, float32 products on cuBLAS
-    take their operands rounded to bfloat16 (:mod:`netspec.engine.bfloat16`) and sum in float32."""
+    array 2-D and C-contiguous, on ``backend``'s device.  Under precision bf16-mixed or fp16-mixed, float32
+    products on cuBLAS take their operands rounded to bfloat16 or float16 (:mod:`netspec.engine.half`), sum in
+    float32 and write float32."""
     xp, blas = backend.xp, _cublas(backend, a, b, out)
     if blas is None:
         left, right = (a.T if transpose_a else a), (b.T if transpose_b else b)
@@ -72,10 +73,10 @@ def product(backend, a, b, out, transpose_a: bool = False, transpose_b: bool = F
         raise ValueError(f"blas.product: op(a) {m}x{k} @ op(b) {inner}x{n} into {out.shape}: the shapes do not agree")
     gemm = library.sgemm if out.dtype == numpy.float32 else library.dgemm
     left, right = a.data.ptr, b.data.ptr
-    if backend.precision == "bf16-mixed" and out.dtype == numpy.float32:
-        gemm, narrowed = library.gemm_bfloat16, backend.bfloat16_scratch(a.size, b.size)
+    if backend.precision in half.PRECISIONS and out.dtype == numpy.float32:
+        gemm, narrowed = functools.partial(library.gemm_half, backend.precision), backend.half_scratch(a.size, b.size)
         for array, bits in zip((a, b), narrowed):
-            bfloat16.narrow(xp, array, bits)
+            half.narrow(xp, array, bits, backend.precision)
         left, right = (bits.data.ptr for bits in narrowed)
     gemm(handle, _OP_T if transpose_b else _OP_N, _OP_T if transpose_a else _OP_N, n, m, k,
          _ONE[out.dtype].ctypes.data, right, b.shape[1], left, a.shape[1],

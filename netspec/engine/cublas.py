@@ -38,7 +38,8 @@ _SIGNATURES = {  # name: argument types (every function returns a cublasStatus_t
     **{name: [_P, _I, _I, _I, _P, _P, _I, _P, _I, _P, _P, _I] for name in ("cublasSgemv_v2", "cublasDgemv_v2")},
     "cublasGemmEx": [_P, _I, _I, _I, _I, _I, _P, _P, _I, _I, _P, _I, _I, _P, _P, _I, _I, _I, _I],
 }
-CUDA_R_32F, CUDA_R_16BF = 0, 14  # cudaDataType_t: float32, bfloat16
+CUDA_R_32F = 0  # cudaDataType_t: float32
+HALF_TYPES = {"bf16-mixed": 14, "fp16-mixed": 2}  # ... of the operands by precision: CUDA_R_16BF, CUDA_R_16F
 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT = 68, -1  # cublasComputeType_t, cublasGemmAlgo_t
 
 
@@ -88,10 +89,11 @@ class CuBlas:
         """The same in float64 (cublasDgemm)."""
         self._call("cublasDgemm_v2", handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 
-    def gemm_bfloat16(self, handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) -> None:
-        """``C = alpha op(A) op(B) + beta C``, A and B bfloat16 (their 16 bits), C float32, the products summed in
-        float32 (cublasGemmEx)."""
-        self._call("cublasGemmEx", handle, transa, transb, m, n, k, alpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb,
+    def gemm_half(self, precision, handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) -> None:
+        """``C = alpha op(A) op(B) + beta C``, A and B 16-bit floats (bfloat16 or float16 by ``precision``:
+        :data:`HALF_TYPES`), C float32, the products summed in float32 (cublasGemmEx)."""
+        operands = HALF_TYPES[precision]
+        self._call("cublasGemmEx", handle, transa, transb, m, n, k, alpha, a, operands, lda, b, operands, ldb,
                    beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)
 
     def sgemv(self, handle, trans, m, n, alpha, a, lda, x, incx, beta, y, incy) -> None:

@@ -12,8 +12,9 @@ output: the graphs pad past the far edge by the geometry's ``far_pad``.
 cuDNN writes its outputs (alpha 1, beta 0), so the weights' gradient goes
 through a scratch array and is then added to the diff, as Caffe accumulates
 it.  Float32 runs on engines that compute in float32, unless ``tf32`` lets
-it take TF32's tensor cores, or ``bf16-mixed`` has its graphs read and
-write bfloat16 (the layer rounds and widens: :mod:`netspec.engine.bfloat16`),
+it take TF32's tensor cores, or ``bf16-mixed`` and ``fp16-mixed`` have its
+graphs read and write bfloat16 or float16 (the layer rounds and widens:
+:mod:`netspec.engine.half`),
 and ``deterministic`` keeps only the engines cuDNN marks deterministic.
 
 Where the frontend or ``libcudnn`` is missing, or ``NETSPEC_CUDNN=0``,
@@ -31,7 +32,7 @@ from collections import OrderedDict
 
 import numpy
 
-from netspec.engine import kernels
+from netspec.engine import half, kernels
 from netspec.errors import DeviceError, first_line
 
 ENVIRONMENT = "NETSPEC_CUDNN"  # "0": cuDNN off
@@ -133,9 +134,9 @@ class Convolution:
     following from the two), for the ``passes`` asked (:data:`PASSES`), built at once: GraphRefused if cuDNN has
     no engine for one (its reason).  With ``bias`` the forward graph adds a bias per output channel to the
     product, and with ``relu`` (a negative slope, 0 for ReLU itself) it then applies Caffe's ReLU, all in one
-    call (:attr:`fused`).  Under ``precision`` bf16-mixed a float32 convolution's graphs read and write bfloat16
-    (:attr:`bfloat16`: the arrays they take are the bits, :mod:`netspec.engine.bfloat16`), summing in float32;
-    under tf32 float32 ones may take TF32's tensor cores."""
+    call (:attr:`fused`).  Under ``precision`` bf16-mixed or fp16-mixed a float32 convolution's graphs read and
+    write bfloat16 or float16 (:attr:`half`: the precision, the arrays they take then being the bits,
+    :mod:`netspec.engine.half`), summing in float32; under tf32 float32 ones may take TF32's tensor cores."""
 
     def __init__(self, xp, x_shape, w_shape, y_shape, pad, far_pad, stride, dilation, dtype,
                  deterministic: bool = False, precision: str = "fp32", passes=PASSES, bias: bool = False,
@@ -146,9 +147,10 @@ class Convolution:
                  numpy.dtype(numpy.float16): cudnn.data_type.HALF}
         if self.dtype not in types:
             raise GraphRefused(f"cuDNN takes float16, float32 or float64 arrays, not {self.dtype}")
-        self.bfloat16 = precision == "bf16-mixed" and self.dtype == numpy.float32
-        io = cudnn.data_type.BFLOAT16 if self.bfloat16 else types[self.dtype]
-        self.io_dtype = numpy.dtype(numpy.uint16) if self.bfloat16 else self.dtype  # (what run takes)
+        self.half = precision if precision in half.PRECISIONS and self.dtype == numpy.float32 else None
+        io = {None: types[self.dtype], "bf16-mixed": cudnn.data_type.BFLOAT16,
+              "fp16-mixed": cudnn.data_type.HALF}[self.half]
+        self.io_dtype = numpy.dtype(numpy.uint16) if self.half else self.dtype  # (what run takes)
         compute = cudnn.data_type.DOUBLE if io == cudnn.data_type.DOUBLE else cudnn.data_type.FLOAT
         self.shapes = {"x": tuple(x_shape), "w": tuple(w_shape), "y": tuple(y_shape), "b": (1, w_shape[0], 1, 1)}
         self.fused = {"bias": bias, "relu": relu}  # (what the forward graph does after the product)
@@ -195,7 +197,7 @@ class Convolution:
         left_out = [notes.NONDETERMINISTIC] if deterministic else []
         if io == cudnn.data_type.FLOAT and not tf32:  # (float32 as such: tensor cores take TF32's 10-bit inputs)
             left_out += [notes.TENSOR_CORE, notes.DOWN_CONVERT_INPUTS]
-        if io == cudnn.data_type.BFLOAT16:  # (bfloat16 inputs, their products summed in float32)
+        if self.half:  # (16-bit inputs, their products summed in float32)
             left_out += [notes.REDUCED_PRECISION_REDUCTION]
         if left_out:
             graph.deselect_numeric_notes(left_out)

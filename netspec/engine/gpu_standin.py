@@ -636,19 +636,24 @@ def _host_scalar(pointer: int, dtype):
     return numpy.ndarray((), dtype, (ctypes.c_char * numpy.dtype(dtype).itemsize).from_address(pointer))[()]
 
 
-def _gemm(dtype, operands=None):
+def _gemm(dtype, precision=None):
     def gemm(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
         """cuBLAS's ``C = alpha op(A) op(B) + beta C`` on column-major matrices (C not read where beta is 0);
-        A and B bfloat16 where ``operands`` says so (their bits, widened when the product is made)."""
-        left = _host_matrix(a, *((k, m) if transa else (m, k)), lda, operands or dtype, bool(transa))
-        right = _host_matrix(b, *((n, k) if transb else (k, n)), ldb, operands or dtype, bool(transb))
+        A and B 16-bit floats where a mixed ``precision`` says so (bfloat16's bits, or float16), widened when the
+        product is made."""
+        operands = {None: dtype, "bf16-mixed": numpy.uint16, "fp16-mixed": numpy.float16}[precision]
+        left = _host_matrix(a, *((k, m) if transa else (m, k)), lda, operands, bool(transa))
+        right = _host_matrix(b, *((n, k) if transb else (k, n)), ldb, operands, bool(transb))
         out, scale, keep = _host_matrix(c, m, n, ldc, dtype), _host_scalar(alpha, dtype), _host_scalar(beta, dtype)
 
         def values(matrix):
-            return matrix if operands is None else (matrix.astype(numpy.uint32) << numpy.uint32(16)).view(dtype)
+            if precision == "bf16-mixed":
+                return (matrix.astype(numpy.uint32) << numpy.uint32(16)).view(dtype)
+            return matrix.astype(dtype)
 
         def multiply() -> None:  # (alpha and beta read when asked, as host pointers are: kept in a graph)
-            out[...] = scale * (values(left) @ values(right)) + (keep * out if keep else 0)
+            with numpy.errstate(over="ignore", invalid="ignore"):  # (infinities pass silently, as on a GPU)
+                out[...] = scale * (values(left) @ values(right)) + (keep * out if keep else 0)
 
         _run(multiply)
     return gemm
@@ -676,7 +681,7 @@ class _PinnedMemoryPointer(bytearray):
 
 # cuBLAS as netspec.engine.cublas calls it, on the memory the device arrays point to
 _cublas = types.SimpleNamespace(sgemm=_gemm(numpy.float32), dgemm=_gemm(numpy.float64), sgemv=_gemv(numpy.float32),
-                                gemm_bfloat16=_gemm(numpy.float32, numpy.uint16),
+                                gemm_half=lambda precision, *arguments: _gemm(numpy.float32, precision)(*arguments),
                                 dgemv=_gemv(numpy.float64), current_handle=lambda tf32=False: 0)
 cuda = types.SimpleNamespace(Device=_Device, runtime=_Runtime, Event=_Event, get_elapsed_time=_get_elapsed_time,
                              get_current_stream=_get_current_stream, cublas=_cublas, Stream=_Stream, Graph=_Graph,

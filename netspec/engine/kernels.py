@@ -113,7 +113,7 @@ def integers(out, offset: int, low: int, span: int, words: bool) -> None:
 
 
 def narrow_bfloat16(x, out) -> None:
-    """``out`` (uint16) = the bits of float32 ``x`` rounded to bfloat16, as :func:`netspec.engine.bfloat16.narrow`
+    """``out`` (uint16) = the bits of float32 ``x`` rounded to bfloat16, as :func:`netspec.engine.half.narrow`
     makes them (to nearest, ties to even; a NaN 0x7FFF)."""
     body = """
         const unsigned int bits = __float_as_uint(x);

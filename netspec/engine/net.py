@@ -138,6 +138,7 @@ class Net:
              if weight] if node.need_backward and index not in backward_absorbed else None
             for index, (node, top) in enumerate(zip(self.nodes, self.top_blobs))]
         self.recorded: RecordedPass | None = None  # a frozen net's forward passes on oneDNN (:meth:`freeze`)
+        self.loss_scale = 1.0  # what the loss's gradient is seeded with, times its weight (precision fp16-mixed)
 
     def _release_holds(self) -> None:
         """Keep a blob's held copies only where every layer that runs on it takes them as they are held (else
@@ -547,9 +548,9 @@ class Net:
             return
         for blob, weight, written in seeds:
             if written:
-                blob.diff += weight
+                blob.diff += weight * self.loss_scale
             else:
-                blob.diff[...] = weight
+                blob.diff[...] = weight * self.loss_scale
         self.layers[index].backward(self.top_blobs[index], self.nodes[index].bottom_need_backward,
                                     self.bottom_blobs[index])
 

@@ -109,12 +109,13 @@ class SolverParams:
     device_id: int = doc(0, "GPU number with solver_mode GPU")
     deterministic: bool = doc(False, "on a GPU, only the cuDNN engines that compute the same bits every time, so "
                                      "that a run and its resumptions repeat exactly (some convolutions run slower)")
-    precision: Literal["fp32", "tf32", "bf16-mixed"] = doc(
+    precision: Literal["fp32", "tf32", "bf16-mixed", "fp16-mixed"] = doc(
         "fp32", "on a GPU, fp32: float32 products and convolutions computed in float32; tf32: those made through "
                 "cuBLAS and cuDNN on TF32 tensor cores (inputs rounded to 10 bits of significand, sums in float32); "
                 "bf16-mixed: those take their operands (and a bias cuDNN adds) rounded to bfloat16 (7 bits) and sum "
                 "in float32, cuBLAS writing float32 and cuDNN bfloat16, widened, as PyTorch's autocast; the weights, "
-                "their gradients' sums, the other layers and the solver's state stay float32")
+                "their gradients' sums, the other layers and the solver's state stay float32; fp16-mixed: the same "
+                "with float16 (10 bits, up to 65,504), the loss scaled so that the gradients fit it")
     cuda_graph: bool = doc(False, "on a GPU, capture one training iteration as a CUDA graph once warm and launch it "
                                   "for the others (--cuda-graph does the same); a net or setting that cannot be "
                                   "captured trains without, saying why")

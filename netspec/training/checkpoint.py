@@ -90,6 +90,8 @@ def _state_of(solver, weights: str, kept: list[int]) -> solver_state.SolverState
         progress["best"] = solver.best.state()
     if solver.plateau is not None:
         progress["early_stop"] = solver.plateau.state()
+    if solver.loss_scale is not None:
+        progress["loss_scale"] = solver.loss_scale.state()
     spec = solver.spec
     return solver_state.SolverState(
         iteration=solver.iter, solver_type=solver.params.type, rng_state=solver.backend.rng_state(),
@@ -137,11 +139,13 @@ def restore(solver, path: str | os.PathLike, force: bool = False) -> None:
         else:
             solver.log.message(f"{path} predates the device's random stream: dropout masks from here on differ "
                                "from those the original run would have drawn")
-    with _malformed(path, "progress (snapshots kept, watched outputs)"):
+    with _malformed(path, "progress (snapshots kept, watched outputs, loss scale)"):
         solver.snapshots = [int(it) for it in state.progress.get("snapshots", [state.iteration])]
         for key, watch in (("best", solver.best), ("early_stop", solver.plateau)):
             if watch is not None and key in state.progress:
                 watch.restore(state.progress[key])
+        if solver.loss_scale is not None and "loss_scale" in state.progress:
+            solver.loss_scale.load_state(state.progress["loss_scale"])
     solver.last_snapshot, solver.last_snapshot_iter = path, state.iteration
     solver.log.message(f"resumed from {path} at iteration {solver.iter}")
 

@@ -34,6 +34,8 @@ def why_not_graphed(solver) -> str | None:
         return f"iter_size {solver.params.iter_size} feeds a batch from the host between passes of one update"
     if solver.debug_info:
         return "debug_info reads every blob on the host"
+    if solver.loss_scale is not None:
+        return "fp16-mixed reads on the host, every iteration, whether the scaled gradients overflowed"
     python = next((layer.name for layer in solver.net.layers if layer.type == "Python"), None)
     if python is not None:
         return f"layer '{python}' is a Python layer, whose code runs on the host"

@@ -44,7 +44,7 @@ class TrainOptions:
     sigint_effect: str = "stop"
     sighup_effect: str = "snapshot"
     debug_info: bool = False
-    precision: str | None = None  # fp32, tf32 or bf16-mixed (None: the solver's)
+    precision: str | None = None  # fp32, tf32, bf16-mixed or fp16-mixed (None: the solver's)
     cuda_graph: bool = False  # train each iteration as one CUDA graph (as the solver's cuda_graph: true does)
     tensorboard: bool = False  # also write TensorBoard event files (as the solver's tensorboard: true does)
     trust: Trust = OWN  # Python layers import their modules; files are written inside the run folder

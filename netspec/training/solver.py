@@ -43,6 +43,7 @@ from netspec.training import checkpoint, run_folder
 from netspec.training.distributed import GradientExchange, agreed_seed, mean_over_ranks, share_weights
 from netspec.training.graphed import GraphedIterations, why_not_graphed
 from netspec.training.log import TrainingLog, format_value
+from netspec.training.loss_scale import LossScale
 from netspec.training.optimizer import Optimizer
 from netspec.training.per_class import PerClassAccuracy
 from netspec.training.watch import unwatchable_outputs, watches
@@ -86,6 +87,7 @@ class Solver:
         self.backend = self._backend(device, seed)
         self.backend.deterministic = p.deterministic
         self.backend.precision = p.precision if self.backend.is_gpu else "fp32"
+        self.loss_scale = LossScale() if self.backend.precision == "fp16-mixed" else None
         self.output_folder = trust.output_folder(run_folder.folder_of(spec.snapshot_prefix))
         self.reuse_memory = reuse_memory and not debug_info
         self.trust = trust
@@ -245,6 +247,8 @@ class Solver:
             if self.graphed is not None:
                 loss = self.graphed.iteration(self.learning_rate, self.iter)  # (and the update)
             else:
+                if self.loss_scale is not None:
+                    self.net.loss_scale = self.loss_scale.scale
                 loss = self.forward_backward()
             asked, self.requested = self.requested, None  # a signal from now on counts at the next iteration
             stopped_by = self.requested_by if asked == "stop" else None
@@ -265,7 +269,7 @@ class Solver:
                 window_start, window_iter, window_comm = time.perf_counter(), self.iter + 1, self.comm.seconds
             if shown and self.debug_info:
                 self.log.blob_magnitudes(self.iter, self.net.blob_magnitudes())
-            if self.graphed is None:
+            if self.graphed is None and (self.loss_scale is None or self.unscaled()):
                 update_ratios = self.optimizer.step(rate, self.iter, measure=shown and self.debug_info)
                 if update_ratios:
                     self.log.update_ratios(self.iter, update_ratios)
@@ -283,6 +287,22 @@ class Solver:
         self.read_losses()
         if finish_snapshots:
             self.write_pending_snapshot()
+
+    def unscaled(self) -> bool:
+        """Under fp16-mixed, divide the gradients by the loss scale (:mod:`netspec.training.loss_scale`); return
+        whether they are finite, so that the update goes on.  Where they overflowed the update is skipped and the
+        scale halved; each change of the scale is said in the log; an overflow at the lowest scale stops training
+        (DivergedError)."""
+        scale = self.loss_scale
+        before = scale.scale
+        finite = scale.unscale(self.backend, [segment.diff for segment in self.optimizer.segments])
+        if not scale.after(finite):
+            self._stop(f"iteration {self.iter}: the gradients overflow float16 (fp16-mixed) even with the loss scale "
+                       f"at its lowest, {before:g}")
+        if scale.scale != before:
+            skipped = "" if finite else ": the gradients overflowed float16, so this update is skipped"
+            self.log.message(f"iteration {self.iter}: loss scale {before:g} -> {scale.scale:g}{skipped}")
+        return finite
 
     def write_pending_snapshot(self) -> None:
         """Write the periodic snapshot that waited for its iteration's test, if one did."""

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import netspec
-from netspec.engine import bfloat16, cudnn_conv
+from netspec.engine import cudnn_conv, half
 from netspec.engine.backend import Backend
 
 pytestmark = pytest.mark.gpu
@@ -120,7 +120,7 @@ class EmulatedGraphs:
                                 BATCH_OUTER, tuple(far_pad))
         self.shapes, self.fused = (tuple(x_shape), tuple(w_shape)), {"bias": bias, "relu": relu}
         self.calls: list[tuple[str, int]] = []
-        self.bfloat16 = precision == "bf16-mixed"  # (its arrays then hold bfloat16 bits: widened, and narrowed)
+        self.half = precision if precision in half.PRECISIONS else None  # (its arrays then hold 16-bit floats)
 
     def run(self, name, arrays, workspace):
         from netspec.layers.convolution import col2im, im2col
@@ -128,7 +128,9 @@ class EmulatedGraphs:
         *inputs, out = arrays
         self.calls.append((name, len(arrays)))
         host = [self.xp.asnumpy(array) for array in inputs]
-        host = [(bits.astype(np.uint32) << 16).view(np.float32) if self.bfloat16 else bits for bits in host]
+        if self.half:
+            host = [(bits.astype(np.uint32) << 16).view(np.float32) if self.half == "bf16-mixed"
+                    else bits.view(np.float16) for bits in host]
         host = [array.astype(np.float64) for array in host]
         k = self.shapes[1][0]
         if name == "fprop":
@@ -145,9 +147,9 @@ class EmulatedGraphs:
             dcols = host[1].reshape(k, -1).T @ host[0].transpose(1, 0, 2, 3).reshape(k, -1)
             y = col2im(np, dcols.reshape(self.shapes[0][1], *self.geo.kernel, self.shapes[0][0], *self.geo.out),
                        self.shapes[0], self.geo)
-        if self.bfloat16:
+        if self.half:
             bits = np.empty(y.size, dtype=np.uint16)
-            bfloat16.narrow(np, np.ascontiguousarray(y, dtype=np.float32), bits)
+            half.narrow(np, np.ascontiguousarray(y, dtype=np.float32), bits, self.half)
             y = bits.reshape(y.shape)
         out[...] = self.xp.asarray(y.astype(out.dtype))
 
@@ -295,21 +297,22 @@ def test_the_graphs_kept_are_the_latest_asked_for(monkeypatch):
             ask(3)
 
 
+@pytest.mark.parametrize("precision", ["bf16-mixed", "fp16-mixed"])
 @pytest.mark.parametrize("graphs", ["emulated", "cudnn"])
-def test_bf16_mixed_convolutions_take_their_operands_rounded_to_bfloat16(graphs, monkeypatch):
-    """Under precision bf16-mixed cuDNN's graphs read and write bfloat16 (emulated, or cuDNN's own on a GPU):
-    the layer rounds its inputs, widens the results (adding the weights' gradient to the diff), and computes what
-    im2col and cuBLAS compute from the same rounded operands, to bfloat16's precision; fp32 differs by more than
-    float32's."""
+def test_mixed_convolutions_take_their_operands_rounded_to_16_bits(graphs, precision, monkeypatch):
+    """Under precision bf16-mixed (fp16-mixed) cuDNN's graphs read and write bfloat16 (float16), emulated or
+    cuDNN's own on a GPU: the layer rounds its inputs, widens the results (adding the weights' gradient to the
+    diff), and computes what im2col and cuBLAS compute from the same rounded operands, to the 16-bit float's
+    precision; fp32 differs by more than float32's."""
     if graphs == "emulated":
         graphs_for, _ = emulated()
     elif cudnn_conv.runs_on(Backend("gpu").xp):
         graphs_for = cudnn_conv.graphs_for
     else:
         pytest.skip(f"cuDNN runs on a GPU only, with its frontend ({cudnn_conv.unavailable() or 'the stand-in'})")
-    net, on_cudnn = train_pass(monkeypatch, 0.0, graphs_for, precision="bf16-mixed")
-    assert net.layer_by_name["conv"].cudnn.bfloat16
-    _, on_cublas = train_pass(monkeypatch, 0.0, None, precision="bf16-mixed")
+    net, on_cudnn = train_pass(monkeypatch, 0.0, graphs_for, precision=precision)
+    assert net.layer_by_name["conv"].cudnn.half == precision
+    _, on_cublas = train_pass(monkeypatch, 0.0, None, precision=precision)
     _, in_fp32 = train_pass(monkeypatch, 0.0, None)
     for ours, theirs, exact in zip(on_cudnn, on_cublas, in_fp32, strict=True):
         scale = np.abs(exact).max() + 1e-30
