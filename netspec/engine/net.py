@@ -349,9 +349,10 @@ class Net:
                     None)
 
     def blob_magnitudes(self) -> list[tuple[str, float, float]]:
-        """``(name, mean |data|, mean |diff|)`` of every blob, for debugging divergence."""
+        """``(name, mean |data|, mean |diff|)`` of every blob, for debugging divergence (the diffs of the last
+        backward pass divided by the :attr:`loss_scale` it was seeded with)."""
         xp = self.backend.xp
-        return [(name, float(xp.abs(blob.data).mean()), float(xp.abs(blob.diff).mean()))
+        return [(name, float(xp.abs(blob.data).mean()), float(xp.abs(blob.diff).mean()) / self.loss_scale)
                 for name, blob in self.blobs.items()]
 
     def has_loss(self) -> bool:

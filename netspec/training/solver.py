@@ -270,9 +270,11 @@ class Solver:
             if shown and self.debug_info:
                 self.log.blob_magnitudes(self.iter, self.net.blob_magnitudes())
             if self.graphed is None and (self.loss_scale is None or self.unscaled()):
-                update_ratios = self.optimizer.step(rate, self.iter, measure=shown and self.debug_info)
+                made = self.iter - (self.loss_scale.skipped if self.loss_scale else 0)  # (the updates made before)
+                update_ratios = self.optimizer.step(rate, made, measure=shown and self.debug_info)
                 if update_ratios:
                     self.log.update_ratios(self.iter, update_ratios)
+            self.net.loss_scale = 1.0  # (a backward pass from Python after the step is seeded as usual)
             self.iter += 1
             self.log.advance(self.iter)
             if asked == "snapshot" or (p.snapshot and self.iter % p.snapshot == 0):
@@ -297,8 +299,9 @@ class Solver:
         before = scale.scale
         finite = scale.unscale(self.backend, [segment.diff for segment in self.optimizer.segments])
         if not scale.after(finite):
+            self.read_losses()  # (a loss that is NaN or infinite is said first: that is divergence, not float16)
             self._stop(f"iteration {self.iter}: the gradients overflow float16 (fp16-mixed) even with the loss scale "
-                       f"at its lowest, {before:g}")
+                       f"at its lowest, {before:g}", "use bf16-mixed or fp32, or a smaller loss_weight")
         if scale.scale != before:
             skipped = "" if finite else ": the gradients overflowed float16, so this update is skipped"
             self.log.message(f"iteration {self.iter}: loss scale {before:g} -> {scale.scale:g}{skipped}")
@@ -425,10 +428,10 @@ class Solver:
             where = "; it became non-finite on another rank" if self.comm.size > 1 else ""
         self._stop(f"iteration {iteration}: the loss is {loss}{where}")
 
-    def _stop(self, what: str) -> None:
-        """Raise DivergedError saying ``what`` went wrong and which snapshot is the last good one."""
+    def _stop(self, what: str, hint: str = "try a lower base_lr or clip_gradients") -> None:
+        """Raise DivergedError saying ``what`` went wrong, which snapshot is the last good one, and ``hint``."""
         kept = f"the last snapshot is {self.last_snapshot}" if self.last_snapshot else "no snapshot was written"
-        error = DivergedError(f"{what}. Training stopped; {kept} (try a lower base_lr or clip_gradients)")
+        error = DivergedError(f"{what}. Training stopped; {kept} ({hint})")
         error.every_rank = True
         raise error
 

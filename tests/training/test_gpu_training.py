@@ -109,13 +109,15 @@ def test_mixed_precision_changes_the_weights_as_fp32_does_to_16_bits_precision(t
     assert max(errors.values()) > CHANGE_RTOL, errors
 
 
-def overflowing_solver(tmp_path, loss_weight: float, **hyper):
-    """A float32 solver of a net of one InnerProduct and a Euclidean loss of ``loss_weight`` under fp16-mixed."""
+def overflowing_solver(tmp_path, loss_weight: float, param=(), **hyper):
+    """A float32 solver of a net of one InnerProduct and a Euclidean loss of ``loss_weight`` under fp16-mixed
+    (``param`` None: the InnerProduct's blobs frozen, lr_mult 0)."""
     layers = [{"name": "data", "type": "DummyData", "top": ["x", "y"],
                "dummy_data_param": {"shape": [{"dim": [8, 6]}, {"dim": [8, 3]}],
                                     "data_filler": [{"type": "gaussian", "std": 1.0}]}},
               {"name": "ip", "type": "InnerProduct", "bottom": "x", "top": "p",
-               "inner_product_param": {"num_output": 3, "weight_filler": {"type": "xavier"}}},
+               "inner_product_param": {"num_output": 3, "weight_filler": {"type": "xavier"}},
+               **({"param": [{"lr_mult": 0}, {"lr_mult": 0}]} if param is None else {})},
               {"name": "loss", "type": "EuclideanLoss", "bottom": ["p", "y"], "top": "loss",
                "loss_weight": loss_weight}]
     text = yaml.safe_dump({"net": {"name": "overflowing", "layers": layers}, "base_lr": 1e-9, "momentum": 0.9,
@@ -148,11 +150,13 @@ def test_fp16_mixed_skips_an_overflowing_update_halves_the_scale_and_doubles_it_
         solver.step(1)
     scale = solver.loss_scale.scale
     assert scale < 2.0 ** 39 and any(np.any(array) for array in momentum(solver))  # (an update went through)
+    skipped = solver.loss_scale.skipped
+    assert skipped == solver.iter - 1 and solver.net.loss_scale == 1.0  # (reset for a backward pass from Python)
     solver.step(2)  # (3 good updates in a row: the scale doubles, back to the one that overflowed last...)
-    assert solver.loss_scale.state() == {"scale": 2 * scale, "good_updates": 0}
+    assert solver.loss_scale.state() == {"scale": 2 * scale, "good_updates": 0, "skipped": skipped}
     assert f"loss scale {scale:g} -> {2 * scale:g}\n" in said.getvalue()
     solver.step(1)  # (... which overflows again)
-    assert solver.loss_scale.state() == {"scale": scale, "good_updates": 0}
+    assert solver.loss_scale.state() == {"scale": scale, "good_updates": 0, "skipped": skipped + 1}
 
 
 def test_fp16_mixed_stops_where_the_gradients_overflow_even_at_the_lowest_scale(tmp_path, monkeypatch):
@@ -164,9 +168,29 @@ def test_fp16_mixed_stops_where_the_gradients_overflow_even_at_the_lowest_scale(
         solver.step(10)
     assert str(error.value) == (
         "iteration 2: the gradients overflow float16 (fp16-mixed) even with the loss scale at its lowest, 1. "
-        f"Training stopped; the last snapshot is {tmp_path}/run_iter_1.solverstate.h5 (try a lower base_lr or "
-        "clip_gradients)")
+        f"Training stopped; the last snapshot is {tmp_path}/run_iter_1.solverstate.h5 (use bf16-mixed or fp32, or "
+        "a smaller loss_weight)")
     assert "loss scale 4 -> 2" in said.getvalue() and "loss scale 2 -> 1" in said.getvalue()
+
+
+def test_fp16_mixed_counts_only_the_updates_made_for_adam_and_trains_a_net_without_learnable_blobs(tmp_path,
+                                                                                                   monkeypatch):
+    """A skipped update is no update: Adam's bias correction counts the updates made (as with PyTorch's
+    GradScaler); and a net whose blobs all have lr_mult 0 has nothing to check."""
+    monkeypatch.setattr(loss_scale, "INITIAL_SCALE", 2.0 ** 40)
+    solver, _ = overflowing_solver(tmp_path, 1.0, type="Adam")
+    counted = []
+    step = solver.optimizer.step
+    monkeypatch.setattr(solver.optimizer, "step", lambda rate, made, measure=False: counted.append(made) or
+                        step(rate, made, measure))
+    while not counted:
+        solver.step(1)
+    solver.step(1)
+    assert solver.loss_scale.skipped > 0 and counted == [0, 1]
+    frozen, _ = overflowing_solver(tmp_path / "frozen", 1.0, param=None)
+    assert not frozen.optimizer.segments
+    frozen.step(2)
+    assert frozen.iter == 2
 
 
 def test_fp16_mixed_resumes_bit_identically_with_its_loss_scale(tmp_path, monkeypatch):
@@ -324,10 +348,13 @@ def test_a_state_with_a_malformed_loss_scale_is_refused_in_one_line(tmp_path):
     solver = float32_solver(MIXED, "gpu", tmp_path, precision="fp16-mixed")
     solver.step(1)
     state = solver.snapshot()
-    with h5py.File(state, "r+") as handle:
+    with h5py.File(state, "r") as handle:
         progress = json.loads(handle.attrs["progress"])
-        progress["loss_scale"] = {"scale": float("nan"), "good_updates": 0}
-        handle.attrs["progress"] = json.dumps(progress)
-    with pytest.raises(netspec.errors.StateError, match=r"its progress \(snapshots kept, watched outputs, loss "
-                                                        r"scale\) are malformed \('a loss scale of nan after 0 updates'\)$"):
-        float32_solver(MIXED, "gpu", tmp_path / "again", precision="fp16-mixed").restore(state)
+    for malformed in ({"scale": float("nan"), "good_updates": 0, "skipped": 0},
+                      {"scale": 3.0, "good_updates": 0, "skipped": 0},  # (not a power of two: unscaling inexact)
+                      {"scale": 2.0, "good_updates": "1", "skipped": 0}):
+        with h5py.File(state, "r+") as handle:
+            handle.attrs["progress"] = json.dumps({**progress, "loss_scale": malformed})
+        with pytest.raises(netspec.errors.StateError, match=r"its progress \(snapshots kept, watched outputs, loss "
+                                                            r"scale\) are malformed \(.a loss scale of "):
+            float32_solver(MIXED, "gpu", tmp_path / "again", precision="fp16-mixed").restore(state)
