@@ -139,11 +139,12 @@ def restore(solver, path: str | os.PathLike, force: bool = False) -> None:
         else:
             solver.log.message(f"{path} predates the device's random stream: dropout masks from here on differ "
                                "from those the original run would have drawn")
-    with _malformed(path, "progress (snapshots kept, watched outputs, loss scale)"):
+    with _malformed(path, "progress (snapshots kept, watched outputs)"):
         solver.snapshots = [int(it) for it in state.progress.get("snapshots", [state.iteration])]
         for key, watch in (("best", solver.best), ("early_stop", solver.plateau)):
             if watch is not None and key in state.progress:
                 watch.restore(state.progress[key])
+    with _malformed(path, "loss scale and its counts"):
         if solver.loss_scale is not None and "loss_scale" in state.progress:
             solver.loss_scale.load_state(state.progress["loss_scale"])
     solver.last_snapshot, solver.last_snapshot_iter = path, state.iteration

@@ -355,6 +355,6 @@ def test_a_state_with_a_malformed_loss_scale_is_refused_in_one_line(tmp_path):
                       {"scale": 2.0, "good_updates": "1", "skipped": 0}):
         with h5py.File(state, "r+") as handle:
             handle.attrs["progress"] = json.dumps({**progress, "loss_scale": malformed})
-        with pytest.raises(netspec.errors.StateError, match=r"its progress \(snapshots kept, watched outputs, loss "
-                                                            r"scale\) are malformed \(.a loss scale of "):
+        with pytest.raises(netspec.errors.StateError, match=r"its loss scale and its counts are malformed "
+                                                            r"\(.a loss scale of "):
             float32_solver(MIXED, "gpu", tmp_path / "again", precision="fp16-mixed").restore(state)
