@@ -31,7 +31,10 @@ quick b100, ResNet-20 on CIFAR-10 b128).  ``--precision tf32`` lets both
 frameworks run float32 products and convolutions on TF32 tensor cores;
 ``--precision bf16-mixed`` (``fp16-mixed``) has them take bfloat16 (float16)
 operands (PyTorch under ``torch.autocast`` with that type; neither scales
-the loss here).
+the loss here).  ``--inference --device gpu`` times forward passes of the
+deploy nets built for inference (folded) on the GPU against PyTorch under
+``no_grad`` (default: LeNet b64, CIFAR-10 quick b100, AlexNet b128,
+ResNet-50 b64), in the precision asked.
 PyTorch is needed only here (``pip install torch``); netspec never imports it.
 """
 
@@ -72,6 +75,8 @@ DEFAULT_GRAPH_NETS = ["configs/lenet/lenet_timing.yaml@64", "configs/cifar10/cif
                       "configs/resnet20_cifar10/resnet20_cifar10_timing.yaml@128"]
 DEFAULT_DEPLOY_NETS = ["configs/lenet/lenet_deploy.yaml@64", "configs/cifar10/cifar10_quick_deploy.yaml@100",
                        "configs/alexnet/alexnet_deploy.yaml@32", "configs/resnet50/resnet50_deploy.yaml@8"]
+DEFAULT_GPU_DEPLOY_NETS = ["configs/lenet/lenet_deploy.yaml@64", "configs/cifar10/cifar10_quick_deploy.yaml@100",
+                           "configs/alexnet/alexnet_deploy.yaml@128", "configs/resnet50/resnet50_deploy.yaml@64"]
 
 
 def load(argument: str, inference: bool = False, device: str = "cpu", precision: str = "fp32"):
@@ -228,6 +233,15 @@ def netspec_graphed_step(net, warmup: int):
     return capture.Graph(net.backend, step).launch
 
 
+def torch_inference_step(torch, run, mixed=contextlib.nullcontext):
+    """One PyTorch forward pass without autograd, within ``mixed()`` (autocast)."""
+    def step():
+        with torch.no_grad(), mixed():
+            run()
+
+    return step
+
+
 def torch_graphed_step(torch, run, parameters, warmup: int, mixed=contextlib.nullcontext):
     """:func:`torch_step` captured by hand as one CUDA graph (PyTorch's recipe: warm-up on a side stream, the
     gradients made in the capture): its replay."""
@@ -248,12 +262,13 @@ def torch_graphed_step(torch, run, parameters, warmup: int, mixed=contextlib.nul
 
 
 def compare_gpu(paths: list[str], device: str, torch, iterations: int, warmup: int, rounds: int,
-                graphed: bool = False, precision: str = "fp32") -> None:
+                graphed: bool = False, precision: str = "fp32", inference: bool = False) -> None:
     """Print the versions in play, then each net's training images/s (the median of ``rounds`` timings taken in
     turn with PyTorch's) and peak GPU memory in netspec and PyTorch on ``device``; with ``graphed``, netspec's
-    iterations as a CUDA graph, against PyTorch eager and PyTorch captured; float32 products and convolutions in
-    ``precision`` in both (tf32: on TF32 tensor cores; bf16-mixed, fp16-mixed: from bfloat16 or float16 operands,
-    PyTorch's autocast)."""
+    iterations as a CUDA graph, against PyTorch eager and PyTorch captured; with ``inference``, forward passes of
+    the nets built for inference (deploy nets) against PyTorch's without autograd; float32 products and
+    convolutions in ``precision`` in both (tf32: on TF32 tensor cores; bf16-mixed, fp16-mixed: from bfloat16 or
+    float16 operands, PyTorch's autocast)."""
     for line in gpu_report():
         print(line)
     mixed = contextlib.nullcontext
@@ -271,9 +286,9 @@ def compare_gpu(paths: list[str], device: str, torch, iterations: int, warmup: i
           + (f"{'captured img/s':>15} {'ratio':>6} " if graphed else "")
           + f"{'netspec MiB':>12} {'pytorch MiB':>12} {'ratio':>6}")
     for path in paths:
-        net = load(path, device=device, precision=precision)
+        net = load(path, inference=inference, device=device, precision=precision)
         batch = net.batch_size
-        step = netspec_graphed_step(net, warmup) if graphed else netspec_step(net)
+        step = net.device_forward if inference else netspec_graphed_step(net, warmup) if graphed else netspec_step(net)
         steps, times = {"netspec": step}, {"netspec": [], "pytorch": [], "captured": []}
         times["netspec"].append(timed(step, iterations, warmup, net.backend.synchronize))
         memory = net.backend.peak_memory()[0] / 2 ** 20
@@ -281,7 +296,8 @@ def compare_gpu(paths: list[str], device: str, torch, iterations: int, warmup: i
         if torch is not None:
             torch.cuda.reset_peak_memory_stats()
             run, parameters = torch_forward(net, torch)
-            steps["pytorch"] = torch_step(run, parameters, mixed)
+            steps["pytorch"] = (torch_inference_step(torch, run, mixed) if inference
+                                else torch_step(run, parameters, mixed))
             times["pytorch"].append(timed(steps["pytorch"], iterations, warmup, torch.cuda.synchronize))
             their_memory = torch.cuda.max_memory_allocated() / 2 ** 20
             if graphed:
@@ -440,6 +456,8 @@ def main() -> int:
         parser.error("--rounds must be at least 1")
     if (args.cuda_graph or args.precision != "fp32") and args.device == "cpu":
         parser.error("--cuda-graph and --precision need --device gpu[:N]")
+    if args.cuda_graph and args.inference:
+        parser.error("--cuda-graph times training iterations: not with --inference")
     try:
         import torch
     except ImportError:
@@ -459,8 +477,10 @@ def main() -> int:
         return 0
     if args.device != "cpu":
         try:
-            compare_gpu(args.nets or (DEFAULT_GRAPH_NETS if args.cuda_graph else DEFAULT_GPU_NETS), args.device,
-                        torch, args.iterations, args.warmup, args.rounds, args.cuda_graph, args.precision)
+            defaults = (DEFAULT_GPU_DEPLOY_NETS if args.inference else DEFAULT_GRAPH_NETS if args.cuda_graph
+                        else DEFAULT_GPU_NETS)
+            compare_gpu(args.nets or defaults, args.device, torch, args.iterations, args.warmup, args.rounds,
+                        args.cuda_graph, args.precision, args.inference)
         except DeviceError as exc:
             print(f"compare_pytorch: {exc}", file=sys.stderr)
             return 1
