@@ -357,9 +357,9 @@ class Convolution(Layer):
         relu = next((layer.block("relu_param").negative_slope for layer, _, _ in self.absorbed if layer.type == "ReLU"),
                     None)
         bias = self.params.bias_term or self._affine()
-        tries = [{"bias": bias, "relu": relu}, {"bias": bias}] if relu is not None else [{"bias": bias}]
+        tries = ([{"bias": bias, "relu": relu}] if relu is not None else []) + ([{"bias": True}] if bias else []) + [{}]
         try:
-            for asked in [fused for fused in tries if fused["bias"] or fused.get("relu") is not None] + [{}]:
+            for asked in tries:
                 try:
                     return cudnn_conv.graphs_for(
                         self.xp, bottom_shape, self.blobs[0].shape, top_shape, geo.pad, geo.far_pad, geo.stride,
