@@ -28,6 +28,7 @@ import ctypes
 import functools
 import math
 import os
+import weakref
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -117,10 +118,16 @@ class Recording:
 
 class Library:
     """The loaded library, its CPU engine and one in-order stream; ``recording``, where set, notes every call
-    made (:class:`Recording`)."""
+    made (:class:`Recording`).
+
+    A static net gives a primitive the same arrays at every pass, so :meth:`point` remembers the array each memory
+    object was last pointed at and skips the call when it is given that array again (a few microseconds a layer,
+    much of a small layer's time); a replayed recording points memory again, so it forgets them all.
+    """
 
     def __init__(self, path: str):
         self.recording: Recording | None = None
+        self._pointed: dict[int, weakref.ref] = {}  # memory object -> the array it uses (memory is never freed)
         self.dll = ctypes.CDLL(path)
         version = self.dll.dnnl_version
         version.restype = ctypes.POINTER(ctypes.c_int * 4)
@@ -203,11 +210,19 @@ class Library:
             raise OneDnnError("oneDNN takes C-contiguous arrays")
         if self.recording is not None:
             self.recording.arrays.append(array)
+        elif (pointed := self._pointed.get(memory.value)) is not None and pointed() is array:
+            return  # (the same array object: the same buffer)
         self.call("dnnl_memory_set_data_handle", memory, Handle(array.ctypes.data))
+        self._pointed[memory.value] = weakref.ref(array)
+
+    def replay(self, recording: Recording) -> None:
+        """Make the calls of ``recording`` again (:meth:`Recording.replay`)."""
+        self._pointed.clear()
+        recording.replay()
 
     def run(self, primitive: Handle, args: dict[int, Handle]) -> None:
         """Queue ``primitive`` on ``{argument: memory object}``."""
-        packed = (ExecArg * len(args))(*(ExecArg(arg, memory) for arg, memory in args.items()))
+        packed = (ExecArg * len(args))(*args.items())  # (each (argument, memory) pair fills an ExecArg)
         self.call("dnnl_primitive_execute", primitive, self.stream, len(args), packed)
 
     def wait(self) -> None:

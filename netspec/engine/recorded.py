@@ -106,7 +106,7 @@ class RecordedPass:
                 for _, rest in runs[number:]:
                     self._run(rest)
                 return
-            recording.replay()
+            self.lib.replay(recording)
             for held, which in latest:
                 held.latest = which
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 import netspec
-from netspec.engine import onednn
+from netspec.engine import onednn, primitives
 from netspec.engine.net import Net
 from tests.engine.test_held_layouts import held_blobs, residual_net
 
@@ -162,3 +162,28 @@ def test_a_call_onednn_refuses_in_a_replay_is_an_error():
         recording.replay()
     recording.note("dnnl_primitive_create", refused, ())
     assert not recording.complete and len(recording.calls) == 1
+
+
+@needs_onednn
+def test_memory_given_another_array_or_replayed_uses_the_array_it_is_given():
+    """The library skips pointing memory at the array it already uses: a copy given other arrays, then the first
+    again, and one made after a replay pointed its memory elsewhere, each write the arrays they are given."""
+    lib = onednn.library()
+    copy = primitives.Copy(lib, (2, 3), (3, 1), (3, 1))
+    source, first, second = np.arange(6, dtype=np.float32).reshape(2, 3), np.zeros((2, 3), np.float32), \
+        np.zeros((2, 3), np.float32)
+    copy(source, first)
+    copy(source, second)
+    source += 1
+    copy(source, first)
+    assert (first == source).all() and (second == source - 1).all()
+    lib.recording = recording = onednn.Recording()
+    try:
+        copy(source, second)  # (recorded: memory pointed at `second`)
+    finally:
+        lib.recording = None
+    copy(source + 1, first)
+    lib.replay(recording)  # (memory pointed at `second` again)
+    source += 5
+    copy(source, first)
+    assert (first == source).all() and (second == source - 5).all()
