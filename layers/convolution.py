@@ -385,29 +385,35 @@ class Convolution(Layer):
         start = self.cudnn.workspace_bytes
         if self.cudnn.half:
             x, w, y = (math.prod(shape) for shape in (self.shapes[0], self.blobs[0].shape, self.shapes[1]))
-            self.backend.half_scratch(x, w, self.blobs[0].shape[0], y)
+            self.backend.half_scratch(x, w, self.blobs[0].shape[0], y)  # (the forward pass's operands)
+            self.backend.half_scratch(x, y, w, w, x)  # (the backward pass's: x, dy and w, then both gradients)
             return self.backend.workspace(start, self.xp.uint8), None
         shared = self.backend.workspace(start + self.blobs[0].data.nbytes, self.xp.uint8)
         return shared[:start], shared[start:].view(self.dtype).reshape(self.blobs[0].shape)
 
-    def _cudnn_run(self, name: str, inputs: list, out, add: bool = False) -> None:
-        """cuDNN's pass ``name`` on ``inputs`` (float arrays), written into ``out``, or added to it with ``add``
-        (cuDNN writes its result: it goes through scratch memory first).  Where the graphs read and write 16-bit
-        floats (precision bf16-mixed or fp16-mixed), the inputs go in rounded to them, and the result is widened
-        into ``out``."""
+    def _cudnn_run(self, *passes: tuple[str, list, object, bool]) -> None:
+        """cuDNN's ``passes``, each ``(name, inputs, out, add)``: the pass ``name`` on ``inputs`` (float arrays),
+        written into ``out``, or added to it with ``add`` (cuDNN writes its result: it goes through scratch memory
+        first).  Where the graphs read and write 16-bit floats (precision bf16-mixed or fp16-mixed), the inputs go
+        in rounded to them, an array the passes share rounded once, and each result is widened into its ``out``."""
         workspace, scratch = self.cudnn_buffers()
         if self.cudnn.half:
-            *narrowed, result = self.backend.half_scratch(*(array.size for array in inputs), out.size)
-            for array, bits in zip(inputs, narrowed):
-                half.narrow(self.xp, array, bits, self.cudnn.half)
-            self.cudnn.run(name, [bits.reshape(array.shape) for array, bits in zip(inputs, narrowed)]
-                           + [result.reshape(out.shape)], workspace)
-            half.widen(self.xp, result, out, self.cudnn.half, add)
-        elif add:
-            self.cudnn.run(name, [*inputs, scratch.reshape(out.shape)], workspace)
-            out += scratch.reshape(out.shape)
-        else:
-            self.cudnn.run(name, [*inputs, out], workspace)
+            inputs = list({id(array): array for _, arrays, _, _ in passes for array in arrays}.values())
+            bits = self.backend.half_scratch(*(array.size for array in inputs), *(out.size for _, _, out, _ in passes))
+            rounded = {id(array): narrowed.reshape(array.shape) for array, narrowed in zip(inputs, bits)}
+            for array in inputs:
+                half.narrow(self.xp, array, rounded[id(array)], self.cudnn.half)
+            for (name, arrays, out, add), result in zip(passes, bits[len(inputs):]):
+                self.cudnn.run(name, [rounded[id(array)] for array in arrays] + [result.reshape(out.shape)],
+                               workspace)
+                half.widen(self.xp, result, out, self.cudnn.half, add)
+            return
+        for name, arrays, out, add in passes:
+            if add:
+                self.cudnn.run(name, [*arrays, scratch.reshape(out.shape)], workspace)
+                out += scratch.reshape(out.shape)
+            else:
+                self.cudnn.run(name, [*arrays, out], workspace)
 
     @property
     def output(self):
@@ -597,8 +603,8 @@ class Convolution(Layer):
         weights, bias = self.folded_weights_and_bias()
         if self.cudnn is not None:
             y, fused_bias = top[0].data, self.cudnn.fused["bias"]
-            self._cudnn_run("fprop", [bottom[0].data, weights] + ([bias.reshape(1, -1, 1, 1)] if fused_bias else []),
-                            y)
+            self._cudnn_run(("fprop", [bottom[0].data, weights] + ([bias.reshape(1, -1, 1, 1)] if fused_bias else []),
+                             y, False))
             if bias is not None and not fused_bias:
                 y += bias.reshape(1, -1, 1, 1)
         elif self.depthwise:
@@ -636,10 +642,12 @@ class Convolution(Layer):
         if self.cudnn is not None:
             if bias_diff:
                 self.blobs[1].diff += dy.sum(axis=(0, 2, 3))
+            passes = []  # (dy rounded once for both where they take 16-bit floats)
             if self.param_propagate_down[0]:
-                self._cudnn_run("wgrad", [bottom[0].data, dy], self.blobs[0].diff, add=True)
+                passes.append(("wgrad", [bottom[0].data, dy], self.blobs[0].diff, True))
             if propagate_down[0]:
-                self._cudnn_run("dgrad", [dy, self.blobs[0].data], bottom[0].diff)
+                passes.append(("dgrad", [dy, self.blobs[0].data], bottom[0].diff, False))
+            self._cudnn_run(*passes)
             return
         if self.depthwise:
             if bias_diff:

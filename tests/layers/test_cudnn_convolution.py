@@ -320,3 +320,18 @@ def test_mixed_convolutions_take_their_operands_rounded_to_16_bits(graphs, preci
         assert np.abs(theirs - exact).max() <= 2 ** -5 * scale
     assert max(np.abs(ours - exact).max() / (np.abs(exact).max() + 1e-30)
                for ours, exact in zip(on_cudnn, in_fp32)) > 1e-5
+
+
+def test_a_mixed_backward_pass_rounds_each_operand_once(monkeypatch):
+    """The gradients' two graphs share the top's gradient: under bf16-mixed a convolution's backward pass rounds
+    x, dy and w once each (three rounding kernels, not four)."""
+    graphs_for, _ = emulated()
+    net, _ = train_pass(monkeypatch, 0.0, graphs_for, precision="bf16-mixed")
+    rounded = []
+    narrow = half.narrow
+    monkeypatch.setattr(half, "narrow", lambda xp, x, out, precision: (rounded.append(x.shape),
+                                                                        narrow(xp, x, out, precision)))
+    index = net.layers.index(net.layer_by_name["conv"])
+    net.layers[index].backward(net.top_blobs[index], [True], net.bottom_blobs[index])
+    x, dy, w = net.blobs["x"].shape, net.blobs["y"].shape, net.params["conv"][0].shape
+    assert rounded == [x, dy, w, w, x]  # (then the emulated graphs round their results, the gradients of w and x)
