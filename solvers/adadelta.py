@@ -18,6 +18,10 @@ class AdaDelta(UpdateRule):
 
     type = "AdaDelta"
     history_names = ("gradient_square", "update_square")
+    step_hyper = ("momentum", "delta")
+    step_kernel = ("gradient_square = gradient_square * (T)momentum + (T)(1.0 - momentum) * g * g; "
+                   "step = g * sqrt((update_square + (T)delta) / (gradient_square + (T)delta)); "
+                   "update_square = update_square * (T)momentum + (T)(1.0 - momentum) * step * step; step *= rate;")
 
     def compute_update(self, index, diff, rate):
         gradients, updates = self.history[index]

@@ -15,6 +15,8 @@ class AdaGrad(UpdateRule):
     """
 
     type = "AdaGrad"
+    step_hyper = ("delta",)
+    step_kernel = ("history += g * g; step = g * (rate / (sqrt(history) + (T)delta));")
     takes_momentum = False
 
     def compute_update(self, index, diff, rate):

@@ -22,6 +22,10 @@ class Adam(UpdateRule):
 
     type = "Adam"
     history_names = ("mean", "mean_square")
+    step_hyper = ("momentum", "momentum2", "delta")
+    step_kernel = ("mean = mean * (T)momentum + (T)(1.0 - momentum) * g; "
+                   "mean_square = mean_square * (T)momentum2 + (T)(1.0 - momentum2) * g * g; "
+                   "step = rate * mean / (sqrt(mean_square) + (T)delta);")
 
     def rate_factor(self, iteration):
         """The bias correction ``sqrt(1 - b2^t) / (1 - b1^t)``."""

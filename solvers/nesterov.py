@@ -15,6 +15,9 @@ class Nesterov(UpdateRule):
     """
 
     type = "Nesterov"
+    step_hyper = ("momentum",)
+    step_kernel = ("const T previous = history; history = history * (T)momentum + rate * g; "
+                   "step = (T)(1.0 + momentum) * history - (T)momentum * previous;")
 
     def compute_update(self, index, diff, rate):
         (history,) = self.history[index]

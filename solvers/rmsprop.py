@@ -15,6 +15,9 @@ class RMSProp(UpdateRule):
     """
 
     type = "RMSProp"
+    step_hyper = ("rms_decay", "delta")
+    step_kernel = ("history = history * (T)rms_decay + (T)(1.0 - rms_decay) * g * g; "
+                   "step = g * (rate / (sqrt(history) + (T)delta));")
     takes_momentum = False
 
     def compute_update(self, index, diff, rate):

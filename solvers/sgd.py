@@ -18,6 +18,8 @@ class SGD(UpdateRule):
     """
 
     type = "SGD"
+    step_hyper = ("momentum",)
+    step_kernel = ("history = history * (T)momentum + rate * g; step = history;")
 
     def compute_update(self, index, diff, rate):
         (history,) = self.history[index]

@@ -361,6 +361,36 @@ def relu_backward(dy, y, slope: float, dx) -> None:
                  "dx = dy * (y > (T)0 ? (T)1 : (T)slope);")(dy, y, slope, dx)
 
 
+def update(rule: str, step: str, histories: dict, diff, data, scalars, rate_at: int, decay_at: int | None,
+           scale: float, decay: float, l1: bool, hyper: dict[str, float]) -> None:
+    """A group's whole update in one launch (:class:`netspec.training.optimizer.Optimizer`): the gradient ``diff``
+    times ``scale`` (1 / iter_size), plus ``decay`` times the regulariser (``data``, or its sign with ``l1``),
+    the rule's ``step`` (CUDA statements setting ``T step`` from ``g``, ``rate``, the ``hyper`` parameters and
+    the ``histories`` (``{name: array}``, as the rule names them), which it updates), then with a decoupled decay
+    (``decay_at``: where its rate lies in ``scalars``) the regulariser times that rate added to the step; the
+    step written into ``diff`` and subtracted from ``data``.  The rates are read from ``scalars`` (device memory
+    written before each step) at ``rate_at`` and ``decay_at``."""
+    names = list(hyper)
+    body = f"""
+        const T rate = scalars[rate_at];
+        const T reg = !l1 ? data : (data > (T)0 ? (T)1 : data < (T)0 ? (T)-1 : data);
+        T g = diff;
+        if (scale != 1.0) g *= (T)scale;
+        if (decay != 0.0) g += (T)decay * reg;
+        T step;
+        {{ {step} }}
+        if (decay_at >= 0) step += scalars[decay_at] * reg;
+        diff = step;
+        data -= step;
+    """
+    params = ", ".join(["raw T scalars", "int32 rate_at", "int32 decay_at", "float64 scale", "float64 decay", "bool l1",
+                        *(f"float64 {name}" for name in names)])
+    outputs = ", ".join(["T diff", "T data", *(f"T {name}" for name in histories)])
+    _elementwise(f"update_{rule}", params, outputs, body, arrays=(diff,))(
+        scalars, rate_at, -1 if decay_at is None else decay_at, scale, decay, l1, *(hyper[name] for name in names),
+        diff, data, *histories.values())
+
+
 def mark_failures(bad, values, number: int, when, value) -> None:
     """Where ``bad`` and no earlier check failed (``when`` < 0): ``when`` = ``number`` and ``value`` = the value
     there (:meth:`netspec.engine.backend.Backend.check_later`); one launch, no reduction."""

@@ -18,6 +18,16 @@ history alone: every built-in rule), once per group of blobs sharing
 (:meth:`netspec.Net.learnable_groups`): a few kernels a step however many
 blobs the net has.  A rule that needs a whole blob (a per-layer norm, as in
 LARS) sets ``elementwise = False``.
+
+On a GPU an element-wise rule may also give its step as CUDA statements
+(``step_kernel``: set ``T step`` from the regularised gradient ``g``, the
+rate ``rate``, the hyper-parameters named in ``step_hyper`` and its history
+buffers by their ``history_names``, updating those): each group's whole
+update (the ``iter_size`` average, the decay, the rule's step, the decoupled
+decay, ``w -= step``) is then one kernel instead of several
+(:func:`netspec.engine.kernels.update`).  Every built-in rule gives one;
+:meth:`UpdateRule.compute_update` stays the rule's definition, which the CPU
+runs, and the kernel must compute what it computes.
 """
 
 from __future__ import annotations
@@ -34,6 +44,8 @@ class UpdateRule(abc.ABC):
     takes_momentum: ClassVar[bool] = True
     decoupled_decay: ClassVar[bool] = False
     elementwise: ClassVar[bool] = True
+    step_kernel: ClassVar[str] = ""
+    step_hyper: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, params, shapes, xp, dtype):
         """``params``: the SolverParams; ``shapes``: of the arrays :meth:`compute_update` is given, by index (one

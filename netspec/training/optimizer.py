@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import numpy
 
+from netspec.engine import kernels
 from netspec.engine.buffers import flat_view
 from netspec.engine.net import LearnableParam
 from netspec.errors import StateError, TrainingError
@@ -93,11 +94,15 @@ class Optimizer:
         decoupled = self.rule.decoupled_decay
         count = len(self.segments)
         ratios = []
+        one_kernel = bool(self.rule.step_kernel) and not measure and kernels.compiled(self.backend.xp)
         for index, segment in enumerate(self.segments):
             diff, data = segment.diff, segment.data
+            decay = p.weight_decay * segment.decay_mult
+            if one_kernel:
+                self._update_in_one_kernel(index, diff, data, decay)
+                continue
             if p.iter_size > 1:
                 diff *= 1.0 / p.iter_size
-            decay = p.weight_decay * segment.decay_mult
             if decay and not decoupled:
                 diff += decay * self._regularizer(data)
             self.rule.compute_update(index, diff, self.scalars[index:index + 1].reshape(()))
@@ -107,6 +112,16 @@ class Optimizer:
                 ratios += [self._ratio(param) for param, place, _ in self.places if place == index]
             data -= diff
         return ratios
+
+    def _update_in_one_kernel(self, index: int, diff, data, decay: float) -> None:
+        """What :meth:`apply` does to segment ``index`` (``decay``: its weight decay), as one kernel (a rule's
+        ``step_kernel``, on a GPU)."""
+        p, rule = self.params, self.rule
+        decoupled = decay and rule.decoupled_decay
+        kernels.update(rule.type.lower(), rule.step_kernel, dict(zip(rule.history_names, rule.history[index])),
+                       diff, data, self.scalars, index, len(self.segments) + index if decoupled else None,
+                       1.0 / p.iter_size, 0.0 if rule.decoupled_decay else decay, p.regularization_type == "L1",
+                       {name: getattr(p, name) for name in rule.step_hyper})
 
     def _check_bound(self) -> None:
         """Raise TrainingError when a layer has given a learnable blob other arrays than those the update

@@ -12,6 +12,7 @@ import h5py
 import numpy as np
 import pytest
 import yaml
+from devices import DEVICES
 
 import netspec
 from netspec.data.hdf5 import write_arrays, write_file_list
@@ -91,8 +92,8 @@ def reference_run(solver, iterations):
     """Caffe's loop, written out: clip the accumulated gradient, average, decay, then the rule."""
     p = solver.params
     rule = REFERENCE_RULES[p.type]
-    x, y = solver.net.blobs["x"].data.copy(), solver.net.blobs["y"].data.copy()
-    weights = [solver.net.params["ip"][0].data.copy(), solver.net.params["ip"][1].data.copy()]
+    x, y = (np.array(solver.backend.to_host(solver.net.blobs[name].data)) for name in "xy")
+    weights = [np.array(solver.backend.to_host(blob.data)) for blob in solver.net.params["ip"]]
     lr_mults, decay_mults = (1.0, 2.0), (1.0, 0.0)
     history = [[np.zeros_like(w), np.zeros_like(w)] for w in weights]
     for it in range(iterations):
@@ -134,15 +135,19 @@ def fused(solver, on: bool):
     return solver
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("hyper", MATRIX, ids=["plain", "l2", "l2_cosine_warmup", "l1_step", "clip", "iter_size"])
 @pytest.mark.parametrize("rule", sorted(REFERENCE_RULES))
-def test_every_rule_matches_its_closed_form(tmp_path, rule, hyper):
-    solver = tiny_solver(tmp_path, type=rule, base_lr=0.1, momentum=MOMENTUM[rule], **hyper)
+def test_every_rule_matches_its_closed_form(tmp_path, rule, hyper, device):
+    """Six steps of each rule against the loop written out, on the CPU and on a GPU, where each group's update
+    is the rule's one kernel (its ``step_kernel``)."""
+    solver = tiny_solver(tmp_path, type=rule, base_lr=0.1, momentum=MOMENTUM[rule], solver_mode=device.upper(),
+                         **hyper)
     expected = reference_run(solver, 6)
     solver.step(6)
     assert solver.iter == 6
     for blob, want in zip(solver.net.params["ip"], expected):
-        np.testing.assert_allclose(blob.data, want, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(solver.backend.to_host(blob.data), want, rtol=1e-12, atol=1e-14)
 
 
 @pytest.mark.parametrize("hyper", MATRIX, ids=["plain", "l2", "l2_cosine_warmup", "l1_step", "clip", "iter_size"])
