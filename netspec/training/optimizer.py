@@ -94,23 +94,23 @@ class Optimizer:
         decoupled = self.rule.decoupled_decay
         count = len(self.segments)
         ratios = []
-        one_kernel = bool(self.rule.step_kernel) and not measure and kernels.compiled(self.backend.xp)
+        one_kernel = bool(self.rule.step_kernel) and kernels.compiled(self.backend.xp)
         for index, segment in enumerate(self.segments):
             diff, data = segment.diff, segment.data
             decay = p.weight_decay * segment.decay_mult
             if one_kernel:
                 self._update_in_one_kernel(index, diff, data, decay)
-                continue
-            if p.iter_size > 1:
-                diff *= 1.0 / p.iter_size
-            if decay and not decoupled:
-                diff += decay * self._regularizer(data)
-            self.rule.compute_update(index, diff, self.scalars[index:index + 1].reshape(()))
-            if decay and decoupled:
-                diff += self.scalars[count + index:count + index + 1].reshape(()) * self._regularizer(data)
+            else:
+                if p.iter_size > 1:
+                    diff *= 1.0 / p.iter_size
+                if decay and not decoupled:
+                    diff += decay * self._regularizer(data)
+                self.rule.compute_update(index, diff, self.scalars[index:index + 1].reshape(()))
+                if decay and decoupled:
+                    diff += self.scalars[count + index:count + index + 1].reshape(()) * self._regularizer(data)
+                data -= diff
             if measure:
                 ratios += [self._ratio(param) for param, place, _ in self.places if place == index]
-            data -= diff
         return ratios
 
     def _update_in_one_kernel(self, index: int, diff, data, decay: float) -> None:
@@ -133,8 +133,9 @@ class Optimizer:
                                     "blob.diff (blob.data[...] = ...), never assigns them")
 
     def _ratio(self, param: LearnableParam) -> tuple[str, float, float]:
-        """``(layer[index], mean |w|, ||step|| / ||w||)`` of a blob whose diff holds its step."""
-        xp, data = self.backend.xp, param.blob.data
+        """``(layer[index], mean |w|, ||step|| / ||w||)`` of a blob whose diff holds the step just subtracted from
+        its data (``w``: the weights before it)."""
+        xp, data = self.backend.xp, param.blob.data + param.blob.diff
         weight_norm = float(xp.linalg.norm(data))
         ratio = float(xp.linalg.norm(param.blob.diff)) / weight_norm if weight_norm else math.inf
         return f"{param.layer}[{param.index}]", float(xp.abs(data).mean()), ratio
