@@ -15,8 +15,10 @@ element from one thread, without atomics, so results do not depend on
 scheduling.  Index arithmetic is 32-bit (``index_t``), which GPUs divide
 several times faster than 64-bit numbers, wherever every array a launch
 touches has fewer than 2**31 values; 64-bit past that, so no array is too
-large.  Arrays a kernel indexes itself (``raw``) go in flat: CuPy indexes a
-raw array of several axes through its shape on every access.
+large.  Arrays a kernel indexes itself (``raw``) go in as they are, indexed
+by the position of an element in C order: CuPy 14 addresses a C-contiguous
+array of any number of axes at that offset directly (another through its
+strides), so none is reshaped flat first, a call of the host's each.
 """
 
 from __future__ import annotations
@@ -93,11 +95,6 @@ def standard_normal(out, first: int, second: int) -> None:
         offset_argument(first), offset_argument(second), out)
 
 
-def _flat(array):
-    """A contiguous array as one axis (a view), for a kernel's ``raw`` parameter."""
-    return array.reshape(-1)
-
-
 def integers(out, offset: int, low: int, span: int, words: bool) -> None:
     """Fill ``out`` (contiguous, of any number type) with whole numbers low to low + span - 1 (span at most
     2**32) from one draw, as :class:`netspec.engine.backend.DeviceGenerator` makes them: with ``words``,
@@ -143,7 +140,7 @@ def channels_first(out, bias, y) -> None:
     """
     _elementwise("channels_first", "raw T out, raw T bias, int32 o, int32 n, int32 inner, bool has_bias", "T y",
                  body, arrays=(out,))(
-        _flat(out), _flat(out if bias is None else bias), o, n, out.size // (o * n), bias is not None, y)
+        out, out if bias is None else bias, o, n, out.size // (o * n), bias is not None, y)
 
 
 def im2col(x, kernel, pad, stride, dilation, out_size, cols) -> None:
@@ -164,7 +161,7 @@ def im2col(x, kernel, pad, stride, dilation, out_size, cols) -> None:
     _elementwise("im2col", "raw T x, int32 n, int32 c, int32 h, int32 w, int32 kh, int32 kw, int32 oh, int32 ow, "
                            "int32 ph, int32 pw, int32 sh, int32 sw, int32 dh, int32 dw", "T cols", body,
                  arrays=(x, cols))(
-        _flat(x), n, c, h, w, *kernel, *out_size, *pad, *stride, *dilation, cols)
+        x, n, c, h, w, *kernel, *out_size, *pad, *stride, *dilation, cols)
 
 
 def col2im(cols, kernel, pad, stride, dilation, out_size, dx) -> None:
@@ -192,7 +189,7 @@ def col2im(cols, kernel, pad, stride, dilation, out_size, dx) -> None:
     _elementwise("col2im", "raw T cols, int32 n, int32 c, int32 h, int32 w, int32 kh, int32 kw, int32 oh, "
                            "int32 ow, int32 ph, int32 pw, int32 sh, int32 sw, int32 dh, int32 dw", "T dx", body,
                  arrays=(cols, dx))(
-        _flat(cols), n, c, h, w, *kernel, *out_size, *pad, *stride, *dilation, dx)
+        cols, n, c, h, w, *kernel, *out_size, *pad, *stride, *dilation, dx)
 
 
 # One pooling window by Caffe's rule: it starts at o*stride - pad, ends at the padded input's far edge at the latest
@@ -226,7 +223,7 @@ def max_pool(x, geo, y, mask) -> None:
         mask = best;
     """
     _elementwise("max_pool", _POOL_PARAMS, "T y, int32 mask", body, arrays=(x, y))(
-        _flat(x), *_pool_args(x, geo), y, mask)
+        x, *_pool_args(x, geo), y, mask)
 
 
 def ave_pool(x, geo, y) -> None:
@@ -239,7 +236,7 @@ def ave_pool(x, geo, y) -> None:
                 sum += in[yy * w + xx];
         y = sum / (T)count;
     """
-    _elementwise("ave_pool", _POOL_PARAMS, "T y", body, arrays=(x, y))(_flat(x), *_pool_args(x, geo), y)
+    _elementwise("ave_pool", _POOL_PARAMS, "T y", body, arrays=(x, y))(x, *_pool_args(x, geo), y)
 
 
 # The windows covering input position (y, x) of a plane: outputs oy0..oy1-1 and ox0..ox1-1.
@@ -270,7 +267,7 @@ def max_pool_backward(dy, mask, geo, dx) -> None:
     """
     params = _POOL_BACKWARD_PARAMS + ", raw int32 mask"
     _elementwise("max_pool_backward", params, "T dx", body, arrays=(dy, dx))(
-        _flat(dy), *_pool_args(dx, geo), _flat(mask), dx)
+        dy, *_pool_args(dx, geo), mask, dx)
 
 
 def ave_pool_backward(dy, geo, dx) -> None:
@@ -286,7 +283,7 @@ def ave_pool_backward(dy, geo, dx) -> None:
         dx = sum;
     """
     _elementwise("ave_pool_backward", _POOL_BACKWARD_PARAMS, "T dx", body, arrays=(dy, dx))(
-        _flat(dy), *_pool_args(dx, geo), dx)
+        dy, *_pool_args(dx, geo), dx)
 
 
 def _pool_args(x, geo) -> tuple[int, ...]:
@@ -331,8 +328,8 @@ def softmax_loss(scores, values, prob, epsilon: float, ignore_label: int | None,
                                           "bool has_ignore, float64 ignore, float64 tiny",
                           "raw T p, T loss, int64 label, bool valid, bool bad", body, arrays=(scores,))
     outputs = [cupy.empty(values.shape, dtype=dtype) for dtype in (scores.dtype, cupy.int64, bool, bool)]
-    kernel(values, _flat(scores), classes, inner, epsilon, ignore_label is not None,
-           0.0 if ignore_label is None else float(ignore_label), floor, _flat(prob),
+    kernel(values, scores, classes, inner, epsilon, ignore_label is not None,
+           0.0 if ignore_label is None else float(ignore_label), floor, prob,
            *outputs)
     return outputs
 
@@ -350,7 +347,7 @@ def softmax_loss_backward(prob, labels, valid, epsilon: float, scale, grad) -> N
     """
     _elementwise("softmax_loss_backward", "T p, raw int64 labels, raw bool valid, raw T scale, int32 classes, "
                                           "int32 inner, float64 epsilon", "T grad", body, arrays=(prob,))(
-        prob, _flat(labels), _flat(valid), scale, classes, inner, epsilon, grad)
+        prob, labels, valid, scale, classes, inner, epsilon, grad)
 
 
 def relu_backward(dy, y, slope: float, dx) -> None:
@@ -419,7 +416,7 @@ def lrn(x, local_size: int, k: float, multiplier: float, beta: float, scale, y) 
     """
     _elementwise("lrn", "raw T x, int32 c, int32 hw, int32 half, float64 k, float64 multiplier, float64 beta",
                  "T scale, T y", body, arrays=(x,))(
-        _flat(x), x.shape[1], x[0, 0].size, (local_size - 1) // 2, k, multiplier, beta, scale, y)
+        x, x.shape[1], math.prod(x.shape[2:]), (local_size - 1) // 2, k, multiplier, beta, scale, y)
 
 
 def lrn_backward(x, y, dy, scale, local_size: int, multiplier: float, beta: float, dx) -> None:
@@ -433,5 +430,5 @@ def lrn_backward(x, y, dy, scale, local_size: int, multiplier: float, beta: floa
     """
     _elementwise("lrn_backward", "raw T x, raw T y, raw T dy, raw T scale, int32 c, int32 hw, int32 half, "
                                  "float64 multiplier, float64 beta", "T dx", body, arrays=(x,))(
-        *(_flat(a) for a in (x, y, dy, scale)), x.shape[1], x[0, 0].size, (local_size - 1) // 2, multiplier, beta,
+        x, y, dy, scale, x.shape[1], math.prod(x.shape[2:]), (local_size - 1) // 2, multiplier, beta,
         dx)
