@@ -340,8 +340,9 @@ class Convolution(Layer):
         self.depthwise = 1 < self.params.group == bottom[0].shape[1]
         self.parts, count = batch_parts(bottom[0].shape, self.geo, self.xp.dtype(self.dtype).itemsize)
         self.cudnn = self._cudnn(*self.shapes)
+        self._cudnn_views = None  # (see cudnn_buffers)
         if self.cudnn is not None:
-            self.cudnn_buffers()  # (the shared workspace made at setup, at its largest)
+            self._size_cudnn_buffers()  # (the shared workspace made at setup, at its largest)
         elif self.fast is None and not self.depthwise:
             self.backend.workspace(count, self.dtype)
 
@@ -377,19 +378,28 @@ class Convolution(Layer):
         """Whether cuDNN's forward graph applies the absorbed ReLU."""
         return self.cudnn is not None and self.cudnn.fused["relu"] is not None
 
-    def cudnn_buffers(self):
-        """cuDNN's workspace and the weights' gradient as cuDNN writes it (before it is added to the diff), in the
-        workspace the net's layers share.  Where the graphs take 16-bit floats the gradient goes through the
-        backend's 16-bit scratch instead (None here), made large enough for every pass's operands (at setup: a CUDA
-        graph's capture may not grow it)."""
-        start = self.cudnn.workspace_bytes
+    def _size_cudnn_buffers(self) -> None:
+        """Make the buffers :meth:`cudnn_buffers` gives as large as this layer needs, at setup (a CUDA graph's
+        capture may not grow them): where the graphs take 16-bit floats, the backend's 16-bit scratch large enough
+        for every pass's operands too."""
         if self.cudnn.half:
             x, w, y = (math.prod(shape) for shape in (self.shapes[0], self.blobs[0].shape, self.shapes[1]))
             self.backend.half_scratch(x, w, self.blobs[0].shape[0], y)  # (the forward pass's operands)
             self.backend.half_scratch(x, y, w, w, x)  # (the backward pass's: x, dy and w, then both gradients)
+        self.cudnn_buffers()
+
+    def cudnn_buffers(self):
+        """cuDNN's workspace and the weights' gradient as cuDNN writes it (before it is added to the diff), in the
+        workspace the net's layers share; the views made once for each workspace (on a GPU each is a call of the
+        host's).  Where the graphs take 16-bit floats the gradient goes through the backend's 16-bit scratch
+        instead (None here)."""
+        start = self.cudnn.workspace_bytes
+        if self.cudnn.half:
             return self.backend.workspace(start, self.xp.uint8), None
         shared = self.backend.workspace(start + self.blobs[0].data.nbytes, self.xp.uint8)
-        return shared[:start], shared[start:].view(self.dtype).reshape(self.blobs[0].shape)
+        if self._cudnn_views is None or self._cudnn_views[0] is not shared:
+            self._cudnn_views = (shared, shared[:start], shared[start:].view(self.dtype).reshape(self.blobs[0].shape))
+        return self._cudnn_views[1:]
 
     def _cudnn_run(self, *passes: tuple[str, list, object, bool]) -> None:
         """cuDNN's ``passes``, each ``(name, inputs, out, add)``: the pass ``name`` on ``inputs`` (float arrays),
@@ -524,8 +534,9 @@ class Convolution(Layer):
         """cuDNN's graphs again, for what is absorbed now (where cuDNN runs this layer)."""
         if self.cudnn is not None:
             self.cudnn = self._cudnn(*self.shapes)
+            self._cudnn_views = None
             if self.cudnn is not None:
-                self.cudnn_buffers()
+                self._size_cudnn_buffers()
 
     def _fuses(self, layer, bottom, tops, output, before: list) -> bool:
         """Whether ``layer`` (with its ``bottom`` and ``tops``) can follow the layers absorbed so far (``before``),

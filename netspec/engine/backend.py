@@ -77,6 +77,7 @@ class Backend:
         self._noted = 0  # checks noted so far (each one's number)
         self.defer_checks = self.is_gpu  # whether checks wait for the next read (on a GPU: it is not waited for)
         self._workspace = None  # (see workspace)
+        self._workspace_views: dict = {}  # (bytes, dtype) -> the view of the workspace workspace() gave for them
         self._ones: dict = {}  # dtype -> the vector of ones (see ones)
         self._staging: dict[tuple, list[_Staging]] = {}  # (shape, dtype) -> the two places of upload
         self._batch_staging: dict[tuple, list[_Staging]] = {}  # ... of upload_batch
@@ -442,13 +443,20 @@ class Backend:
     def workspace(self, count: int, dtype):
         """Scratch space for ``count`` values of ``dtype``, shared by every layer on this backend: a layer uses
         it within one pass (its columns, say), so the next one may overwrite it.  It grows to the largest asked
-        for and stays; layers ask at setup for what they will use, so it is made once."""
-        size = count * numpy.dtype(dtype).itemsize
+        for and stays; layers ask at setup for what they will use, so it is made once.  The same request gets the
+        same view (on a GPU making one is a call of the host's)."""
+        dtype = numpy.dtype(dtype)
+        view = self._workspace_views.get((count, dtype))
+        if view is not None:
+            return view
+        size = count * dtype.itemsize
         if self._workspace is None or self._workspace.size < size:
             self._refuse_in_capture("the shared workspace would grow")
+            self._workspace_views.clear()
             self._workspace = None  # (the smaller one given back first)
             self._workspace = self.xp.empty(size, dtype=numpy.uint8)
-        return self._workspace[:size].view(dtype)
+        view = self._workspace_views[(count, dtype)] = self._workspace[:size].view(dtype)
+        return view
 
     def half_scratch(self, *counts: int) -> list:
         """uint16 arrays of ``counts`` values each, apart, for 16-bit copies of a product's or a convolution's
