@@ -79,12 +79,17 @@ def pytest_configure(config) -> None:
 
 
 def pytest_unconfigure(config) -> None:
-    """Write the launches noted, and the kernels :mod:`netspec.engine.kernels` defines that none launched."""
+    """Write the launches noted, and the kernels :mod:`netspec.engine.kernels` defines (the built-in update rules'
+    included) that none launched."""
     from netspec.engine import kernels
+    from netspec.engine.registry import solver_class, solver_types
 
     launches = getattr(config, "_kernel_launches", None)
     if launches is not None:
         defined = set(re.findall(r'_elementwise\(\s*"(\w+)"', inspect.getsource(kernels)))
+        rules = (solver_class(name) for name in solver_types())
+        defined |= {kernels.update_name(rule.type) for rule in rules
+                    if rule.step_kernel and rule.__module__.startswith("netspec.solvers")}
         unlaunched = sorted(defined - {record["kernel"][0] for record in launches.values()})
         with open(os.environ[LAUNCHES], "w") as file:
             json.dump({"launches": list(launches.values()), "unlaunched": unlaunched}, file)
@@ -111,23 +116,29 @@ def _sources(record: dict):
     in_types, out_types, type_map = _kernel._decide_params_type(
         inputs, outs, tuple(array_type(a) for a in arguments[:len(inputs)]),
         tuple(array_type(a) for a in arguments[len(inputs):]))
-    infos = []
+    kinds = []  # (dtype, ndim, contiguous) of each array argument, (dtype,) of each scalar
     for param, dtype, argument in zip(inputs + outs, tuple(in_types) + tuple(out_types), arguments):
         if "array" not in argument:  # (a scalar, cast to the parameter's type)
-            infos.append(_kernel._ArgInfo(scalar, _scalar.CScalar, dtype, 0, True, True))
+            kinds.append((dtype,))
         elif param.raw:  # (indexed by the kernel itself, as passed)
-            infos.append(_kernel._ArgInfo(ndarray, cupy.ndarray, dtype, argument.get("ndim", 1),
-                                          argument.get("contiguous", True), True))
+            kinds.append((dtype, argument.get("ndim", 1), argument.get("contiguous", True)))
         else:  # (broadcast and flattened by CuPy; a broadcast 0-d array has a stride of 0)
-            contiguous = argument.get("contiguous", True) and argument.get("ndim", 1) > 0
-            infos.append(_kernel._ArgInfo(ndarray, cupy.ndarray, dtype, 1, contiguous, True))
+            kinds.append((dtype, 1, argument.get("contiguous", True) and argument.get("ndim", 1) > 0))
+
+    def info(kind, narrow_index: bool):
+        if len(kind) == 1:
+            return _kernel._ArgInfo(scalar, _scalar.CScalar, kind[0], 0, True, True)
+        return _kernel._ArgInfo(ndarray, cupy.ndarray, *kind, narrow_index)
+
     header = "".join(f"#include <{path}>\n" for path in core._cupy_header_list)
     narrow = "typedef int index_t;"
     for label, text in (("32-bit", preamble), ("64-bit", preamble.replace(narrow, "typedef long long index_t;"))):
         if label == "64-bit" and narrow not in preamble:
             continue
+        narrow_index = label == "32-bit"  # (CuPy indexes arrays of 2**31 values or more, the 64-bit case, in 64 bits)
+        arrays = tuple(info(kind, narrow_index) for kind in kinds)
         code = _kernel._get_elementwise_kernel_code(
-            tuple(infos) + (_kernel._ArgInfo(indexer, _carray.Indexer, None, 1, True, label == "32-bit"),),
+            arrays + (_kernel._ArgInfo(indexer, _carray.Indexer, None, 1, True, narrow_index),),
             type_map, tuple(inputs + outs) + (_kernel.ParameterInfo("CIndexer _ind", False),), body,
             f"netspec_{name}", text)
         yield f"{name} ({label}; {', '.join(str(numpy.dtype(t)) for t in in_types)})", header + code

@@ -386,17 +386,23 @@ class Convolution(Layer):
             x, w, y = (math.prod(shape) for shape in (self.shapes[0], self.blobs[0].shape, self.shapes[1]))
             self.backend.half_scratch(x, w, self.blobs[0].shape[0], y)  # (the forward pass's operands)
             self.backend.half_scratch(x, y, w, w, x)  # (the backward pass's: x, dy and w, then both gradients)
-        self.cudnn_buffers()
+        self.backend.workspace(self._cudnn_bytes(), self.xp.uint8)
+
+    def _cudnn_bytes(self) -> int:
+        """The bytes of the shared workspace this layer's cuDNN passes take: cuDNN's own workspace, then, unless
+        the graphs take 16-bit floats, the weights' gradient as cuDNN writes it."""
+        return self.cudnn.workspace_bytes + (0 if self.cudnn.half else self.blobs[0].data.nbytes)
 
     def cudnn_buffers(self):
         """cuDNN's workspace and the weights' gradient as cuDNN writes it (before it is added to the diff), in the
         workspace the net's layers share; the views made once for each workspace (on a GPU each is a call of the
-        host's).  Where the graphs take 16-bit floats the gradient goes through the backend's 16-bit scratch
-        instead (None here)."""
+        host's), at the first pass (a view made at setup would keep a workspace another layer then outgrows).
+        Where the graphs take 16-bit floats the gradient goes through the backend's 16-bit scratch instead (None
+        here)."""
         start = self.cudnn.workspace_bytes
+        shared = self.backend.workspace(self._cudnn_bytes(), self.xp.uint8)
         if self.cudnn.half:
-            return self.backend.workspace(start, self.xp.uint8), None
-        shared = self.backend.workspace(start + self.blobs[0].data.nbytes, self.xp.uint8)
+            return shared, None
         if self._cudnn_views is None or self._cudnn_views[0] is not shared:
             self._cudnn_views = (shared, shared[:start], shared[start:].view(self.dtype).reshape(self.blobs[0].shape))
         return self._cudnn_views[1:]

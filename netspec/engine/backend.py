@@ -444,7 +444,7 @@ class Backend:
         """Scratch space for ``count`` values of ``dtype``, shared by every layer on this backend: a layer uses
         it within one pass (its columns, say), so the next one may overwrite it.  It grows to the largest asked
         for and stays; layers ask at setup for what they will use, so it is made once.  The same request gets the
-        same view (on a GPU making one is a call of the host's)."""
+        same view (on a GPU making one is a call of the host's): reshape it into a new array, never in place."""
         dtype = numpy.dtype(dtype)
         view = self._workspace_views.get((count, dtype))
         if view is not None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 
 import numpy
 
@@ -358,6 +359,11 @@ def relu_backward(dy, y, slope: float, dx) -> None:
                  "dx = dy * (y > (T)0 ? (T)1 : (T)slope);")(dy, y, slope, dx)
 
 
+def update_name(rule: str) -> str:
+    """The name of :func:`update`'s kernel for the rule of type ``rule`` (a C identifier)."""
+    return "update_" + re.sub(r"\W", "_", rule.lower())
+
+
 def update(rule: str, step: str, histories: dict, diff, data, scalars, rate_at: int, decay_at: int | None,
            scale: float, decay: float, l1: bool, hyper: dict[str, float]) -> None:
     """A group's whole update in one launch (:class:`netspec.training.optimizer.Optimizer`): the gradient ``diff``
@@ -383,7 +389,7 @@ def update(rule: str, step: str, histories: dict, diff, data, scalars, rate_at: 
     params = ", ".join(["raw T scalars", "int32 rate_at", "int32 decay_at", "float64 scale", "float64 decay", "bool l1",
                         *(f"float64 {name}" for name in names)])
     outputs = ", ".join(["T diff", "T data", *(f"T {name}" for name in histories)])
-    _elementwise(f"update_{rule}", params, outputs, body, arrays=(diff,))(
+    _elementwise(update_name(rule), params, outputs, body, arrays=(diff,))(
         scalars, rate_at, -1 if decay_at is None else decay_at, scale, decay, l1, *(hyper[name] for name in names),
         diff, data, *histories.values())
 

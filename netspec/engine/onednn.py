@@ -94,12 +94,15 @@ class Recording:
     to be made again as they were by :meth:`replay`, without the Python that chose them
     (:class:`netspec.engine.recorded.RecordedPass`).  It keeps every array it pointed memory at, so that none is
     freed while a replay may write or read it; ``complete`` is False where the stretch made any other call (a
-    primitive created, a layout asked for): then its calls do not stand for it."""
+    primitive created, a layout asked for): then its calls do not stand for it.  ``pointed`` is the memory of its
+    library's :meth:`Library.point`, which a replay makes wrong, so it empties it first (:meth:`Library.record`
+    makes recordings with it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, pointed: dict | None = None) -> None:
         self.calls: list[tuple[str, Callable, tuple]] = []  # (name, function, arguments)
         self.arrays: list[numpy.ndarray] = []
         self.complete = True
+        self._pointed = pointed
 
     def note(self, name: str, function: Callable, args: tuple) -> None:
         """Keep a call the library made (any but :data:`REPLAYED_CALLS` leaves the recording incomplete)."""
@@ -110,6 +113,8 @@ class Recording:
 
     def replay(self) -> None:
         """Make every call again, in order; OneDnnError at the first oneDNN refuses."""
+        if self._pointed is not None:
+            self._pointed.clear()
         for name, function, args in self.calls:
             status = function(*args)
             if status != 0:
@@ -215,10 +220,10 @@ class Library:
         self.call("dnnl_memory_set_data_handle", memory, Handle(array.ctypes.data))
         self._pointed[memory.value] = weakref.ref(array)
 
-    def replay(self, recording: Recording) -> None:
-        """Make the calls of ``recording`` again (:meth:`Recording.replay`)."""
-        self._pointed.clear()
-        recording.replay()
+    def record(self) -> Recording:
+        """Start noting the calls made (in :attr:`recording`, which the caller sets back to None at the end)."""
+        self.recording = Recording(self._pointed)
+        return self.recording
 
     def run(self, primitive: Handle, args: dict[int, Handle]) -> None:
         """Queue ``primitive`` on ``{argument: memory object}``."""

@@ -106,7 +106,7 @@ class RecordedPass:
                 for _, rest in runs[number:]:
                     self._run(rest)
                 return
-            self.lib.replay(recording)
+            recording.replay()
             for held, which in latest:
                 held.latest = which
 
@@ -116,7 +116,7 @@ class RecordedPass:
 
     def _recorded(self, indices: list[int]) -> Recording:
         """Run the layers ``indices`` with the library recording their calls."""
-        self.lib.recording = recording = Recording()
+        recording = self.lib.record()
         try:
             self._run(indices)
         finally:

@@ -11,7 +11,7 @@ the history buffers it declares; the buffers are saved in the solver state
 from one iteration to the next (the rate, Adam's bias correction through
 :meth:`UpdateRule.rate_factor`) reaches the rule as a value in device memory.
 
-A rule is called once per learnable blob, or, on a GPU where the rule is
+A rule is applied once per learnable blob, or, on a GPU where the rule is
 ``elementwise`` (each element's step depends on that element's gradient and
 history alone: every built-in rule), once per group of blobs sharing
 ``lr_mult`` and ``decay_mult``, on the group's flat arrays
@@ -22,12 +22,17 @@ LARS) sets ``elementwise = False``.
 On a GPU an element-wise rule may also give its step as CUDA statements
 (``step_kernel``: set ``T step`` from the regularised gradient ``g``, the
 rate ``rate``, the hyper-parameters named in ``step_hyper`` and its history
-buffers by their ``history_names``, updating those): each group's whole
-update (the ``iter_size`` average, the decay, the rule's step, the decoupled
-decay, ``w -= step``) is then one kernel instead of several
-(:func:`netspec.engine.kernels.update`).  Every built-in rule gives one;
-:meth:`UpdateRule.compute_update` stays the rule's definition, which the CPU
-runs, and the kernel must compute what it computes.
+buffers by their ``history_names``, updating those; the names ``diff``,
+``data``, ``reg``, ``scale``, ``decay``, ``l1``, ``scalars``, ``rate_at`` and
+``decay_at`` are the kernel's own): each group's whole update (the
+``iter_size`` average, the decay, the rule's step, the decoupled decay,
+``w -= step``) is then one kernel instead of several, and
+:meth:`UpdateRule.compute_update` is not called there
+(:func:`netspec.engine.kernels.update`).  Every built-in rule gives one; a
+subclass that overrides ``compute_update`` gives its own or runs its array
+code.  ``compute_update`` stays the rule's definition, which the CPU runs, and
+the kernel must compute the same values (to the last bits: the GPU's compiler
+fuses a product and a sum into one rounding where it can).
 """
 
 from __future__ import annotations
@@ -46,6 +51,13 @@ class UpdateRule(abc.ABC):
     elementwise: ClassVar[bool] = True
     step_kernel: ClassVar[str] = ""
     step_hyper: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        """A subclass that computes its update anew (its own :meth:`compute_update`) without a ``step_kernel`` of
+        its own does not inherit its parent's: the GPU then runs its array code, not the parent's step."""
+        super().__init_subclass__(**kwargs)
+        if "compute_update" in vars(cls) and "step_kernel" not in vars(cls):
+            cls.step_kernel, cls.step_hyper = "", ()
 
     def __init__(self, params, shapes, xp, dtype):
         """``params``: the SolverParams; ``shapes``: of the arrays :meth:`compute_update` is given, by index (one

@@ -118,7 +118,7 @@ class Optimizer:
         ``step_kernel``, on a GPU)."""
         p, rule = self.params, self.rule
         decoupled = decay and rule.decoupled_decay
-        kernels.update(rule.type.lower(), rule.step_kernel, dict(zip(rule.history_names, rule.history[index])),
+        kernels.update(rule.type, rule.step_kernel, dict(zip(rule.history_names, rule.history[index])),
                        diff, data, self.scalars, index, len(self.segments) + index if decoupled else None,
                        1.0 / p.iter_size, 0.0 if rule.decoupled_decay else decay, p.regularization_type == "L1",
                        {name: getattr(p, name) for name in rule.step_hyper})

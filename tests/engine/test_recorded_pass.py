@@ -177,13 +177,13 @@ def test_memory_given_another_array_or_replayed_uses_the_array_it_is_given():
     source += 1
     copy(source, first)
     assert (first == source).all() and (second == source - 1).all()
-    lib.recording = recording = onednn.Recording()
+    recording = lib.record()
     try:
         copy(source, second)  # (recorded: memory pointed at `second`)
     finally:
         lib.recording = None
     copy(source + 1, first)
-    lib.replay(recording)  # (memory pointed at `second` again)
+    recording.replay()  # (memory pointed at `second` again)
     source += 5
     copy(source, first)
     assert (first == source).all() and (second == source - 5).all()
