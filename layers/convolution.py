@@ -426,8 +426,9 @@ class Convolution(Layer):
             return
         for name, arrays, out, add in passes:
             if add:
-                self.cudnn.run(name, [*arrays, scratch.reshape(out.shape)], workspace)
-                out += scratch.reshape(out.shape)
+                result = scratch.reshape(out.shape)
+                self.cudnn.run(name, [*arrays, result], workspace)
+                out += result
             else:
                 self.cudnn.run(name, [*arrays, out], workspace)
 

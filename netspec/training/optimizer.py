@@ -117,10 +117,10 @@ class Optimizer:
         """What :meth:`apply` does to segment ``index`` (``decay``: its weight decay), as one kernel (a rule's
         ``step_kernel``, on a GPU)."""
         p, rule = self.params, self.rule
-        decoupled = decay and rule.decoupled_decay
+        decay_at = len(self.segments) + index if decay and rule.decoupled_decay else None  # (its rate in scalars)
         kernels.update(rule.type, rule.step_kernel, dict(zip(rule.history_names, rule.history[index])),
-                       diff, data, self.scalars, index, len(self.segments) + index if decoupled else None,
-                       1.0 / p.iter_size, 0.0 if rule.decoupled_decay else decay, p.regularization_type == "L1",
+                       diff, data, self.scalars, index, decay_at, 1.0 / p.iter_size,
+                       0.0 if rule.decoupled_decay else decay, p.regularization_type == "L1",
                        {name: getattr(p, name) for name in rule.step_hyper})
 
     def _check_bound(self) -> None:
