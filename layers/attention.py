@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from netspec.engine import onednn, primitives
+from netspec.engine import blas, onednn, primitives
 from netspec.engine.fillers import FillerParams
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
@@ -176,7 +176,7 @@ class MultiHeadAttention(Layer):
         if primitive is not None:
             primitive.forward(x, w, b, out)
             return
-        self.xp.matmul(x, w.T, out=out)
+        blas.product(self.backend, x, w, out, transpose_b=True)
         if b is not None:
             out += b
 
@@ -188,11 +188,11 @@ class MultiHeadAttention(Layer):
             primitive.accumulate(x, dy, dx, w, w_diff, b_diff, learn)
             return
         if learn[0]:
-            w_diff += dy.T @ x
+            blas.product(self.backend, dy, x, w_diff, transpose_a=True, add=True)
         if b_diff is not None and learn[1]:
-            b_diff += dy.sum(axis=0)
+            blas.sums(self.backend, dy, self.backend.ones(dy.shape[0], dy.dtype), b_diff, axis=0, add=True)
         if dx is not None:
-            self.xp.matmul(dy, w, out=dx)
+            blas.product(self.backend, dy, w, dx)
 
     def forward(self, bottom, top):
         xp = self.xp
@@ -206,7 +206,8 @@ class MultiHeadAttention(Layer):
             projections.extend(split_heads(projected, n, parts, heads))
         q, k, v = projections  # (N, heads, T, D) views
         q *= 1 / math.sqrt(e // heads)
-        scores = xp.matmul(q, k.swapaxes(-1, -2))  # (N, heads, T_q, T_k)
+        scores = xp.empty((*q.shape[:-1], k.shape[-2]), dtype=self.dtype)  # (N, heads, T_q, T_k)
+        blas.matmul(self.backend, q, k.swapaxes(-1, -2), scores)
         if self.mask is not None:
             scores += self.mask
         if self.fast is not None:
@@ -216,7 +217,7 @@ class MultiHeadAttention(Layer):
             softmax(xp, rows, rows)
         self.q, self.k, self.v, self.attention = q, k, v, scores  # what backward needs
         self.context = xp.empty((scores.shape[0] * scores.shape[2], e), dtype=self.dtype)  # (N * T_q, E)
-        xp.matmul(scores, v, out=split_heads(self.context, n, 1, heads)[0])
+        blas.matmul(self.backend, scores, v, split_heads(self.context, n, 1, heads)[0])
         self.project(None, self.context, top[0].data.reshape(-1, e))
 
     def backward(self, top, propagate_down, bottom):
@@ -227,7 +228,8 @@ class MultiHeadAttention(Layer):
         self.project_backward(None, self.context, top[0].diff.reshape(-1, e), d_context)
         d_context = split_heads(d_context, n, 1, heads)[0]
         p = self.attention
-        d_scores = xp.matmul(d_context, self.v.swapaxes(-1, -2))
+        d_scores = xp.empty_like(p)
+        blas.matmul(self.backend, d_context, self.v.swapaxes(-1, -2), d_scores)
         # the softmax's backward: sum_j p_ij dp_ij = d_context_i . context_i, as context_i = sum_j p_ij v_j
         d_scores -= (d_context * split_heads(self.context, n, 1, heads)[0]).sum(axis=-1, keepdims=True)
         d_scores *= p
@@ -236,11 +238,11 @@ class MultiHeadAttention(Layer):
             d_projected = xp.empty((x.shape[0], parts * e), dtype=self.dtype)  # the gradients of q, k, v's rows
             for role, view in zip(ROLES[first:first + parts], split_heads(d_projected, n, parts, heads)):
                 if role == "query":
-                    xp.matmul(d_scores, self.k, out=view)
+                    blas.matmul(self.backend, d_scores, self.k, view)
                     view *= 1 / math.sqrt(e // heads)
                 elif role == "key":
-                    xp.matmul(d_scores.swapaxes(-1, -2), self.q, out=view)  # (q was scaled in forward)
+                    blas.matmul(self.backend, d_scores.swapaxes(-1, -2), self.q, view)  # (q was scaled in forward)
                 else:
-                    xp.matmul(p.swapaxes(-1, -2), d_context, out=view)
+                    blas.matmul(self.backend, p.swapaxes(-1, -2), d_context, view)
             dx = bottom[index].diff.reshape(-1, e) if propagate_down[index] else None
             self.project_backward(source, x, d_projected, dx)

@@ -251,7 +251,7 @@ def depthwise_backward(xp, x, weights, dy, geo: ConvGeometry, dx=None, weights_d
         g = dy[k].reshape(kernel.shape[:2] + geo.out)
         for i, j, spans in _taps(geo):
             if dw is not None:
-                dw[:, :, i, j] += xp.einsum("cmhw,cnhw->cm", g, window(padded, *spans))
+                dw[:, :, i, j] += (g * window(padded, *spans)).sum(axis=(2, 3))  # (a reduction: capturable)
             if grad is not None:  # (each input channel gets the sum over its m outputs)
                 share = g * kernel[:, :, i, j, None, None]
                 window(grad, *spans)[...] += share.sum(axis=1, keepdims=True) if share.shape[1] > 1 else share

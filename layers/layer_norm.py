@@ -90,7 +90,7 @@ class LayerNorm(Layer):
             return
         normalised = self.normalised_x
         xp.subtract(x, x.mean(axis=1, keepdims=True), out=normalised)
-        variance = xp.einsum("ij,ij->i", normalised, normalised)[:, None] / width
+        variance = xp.square(normalised).mean(axis=1, keepdims=True)  # (reductions: a CUDA graph captures them)
         self.inv_std = 1 / xp.sqrt(variance + self.block("layer_norm_param").eps)
         normalised *= self.inv_std
         if self.blobs:
@@ -114,13 +114,13 @@ class LayerNorm(Layer):
         y = self.normalised_x
         if self.blobs:
             if self.param_propagate_down[0]:
-                self.blobs[0].diff += xp.einsum("ij,ij->j", dy, y).reshape(self.blobs[0].shape)
+                self.blobs[0].diff += (dy * y).sum(axis=0).reshape(self.blobs[0].shape)
             if self.param_propagate_down[1]:
                 self.blobs[1].diff += dy.sum(axis=0).reshape(self.blobs[1].shape)
             dy = dy * self.blobs[0].data.reshape(1, width)
         if propagate_down[0]:
             dx = bottom[0].diff.reshape(rows, width)
-            xp.multiply(y, xp.einsum("ij,ij->i", dy, y)[:, None] / width, out=dx)
+            xp.multiply(y, (dy * y).mean(axis=1, keepdims=True), out=dx)
             xp.subtract(dy, dx, out=dx)
             dx -= dy.mean(axis=1, keepdims=True)
             dx *= self.inv_std

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from netspec.engine import blas
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
 from netspec.errors import ShapeError
@@ -57,23 +58,21 @@ class MatMul(Layer):
         a, _ = self.operand_shapes(*bottom_shapes)
         return 2 * math.prod(top_shapes[0]) * a[-1]
 
-    def operands(self, bottom):
-        """The bottoms' data, transposed as the parameters say (views)."""
+    def operands(self, arrays):
+        """The two bottoms' ``arrays`` (their data or their diffs), transposed as the parameters say (views)."""
         p = self.block("mat_mul_param")
-        a, b = bottom[0].data, bottom[1].data
+        a, b = arrays
         return (a.swapaxes(-1, -2) if p.transpose_a else a), (b.swapaxes(-1, -2) if p.transpose_b else b)
 
     def forward(self, bottom, top):
-        a, b = self.operands(bottom)
-        self.xp.matmul(a, b, out=top[0].data)
+        a, b = self.operands([blob.data for blob in bottom])
+        blas.matmul(self.backend, a, b, top[0].data)
 
     def backward(self, top, propagate_down, bottom):
-        p = self.block("mat_mul_param")
-        a, b = self.operands(bottom)
+        a, b = self.operands([blob.data for blob in bottom])
+        da, db = self.operands([blob.diff for blob in bottom])  # (d op(a) is op of a's gradient: written through)
         dy = top[0].diff
-        if propagate_down[0]:  # d op(a) = dy b^T, then back through op
-            da = self.xp.matmul(dy, b.swapaxes(-1, -2))
-            bottom[0].diff[...] = da.swapaxes(-1, -2) if p.transpose_a else da
-        if propagate_down[1]:
-            db = self.xp.matmul(a.swapaxes(-1, -2), dy)
-            bottom[1].diff[...] = db.swapaxes(-1, -2) if p.transpose_b else db
+        if propagate_down[0]:  # d op(a) = dy op(b)^T
+            blas.matmul(self.backend, dy, b.swapaxes(-1, -2), da)
+        if propagate_down[1]:  # d op(b) = op(a)^T dy
+            blas.matmul(self.backend, a.swapaxes(-1, -2), dy, db)

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from netspec.engine import kernels, onednn, primitives
+from netspec.engine import blas, kernels, onednn, primitives
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError, ShapeError
@@ -248,7 +248,7 @@ class Pooling(Layer):
             top[0].data[...], self.row_choice = self.max_along(self.adaptive_windows(rows, 2), geo.kernel[0])
         elif geo.bins is not None:
             heights, widths = self.averages
-            top[0].data[...] = self.xp.matmul(self.xp.matmul(heights, bottom[0].data), widths.T)
+            blas.separable(self.backend, heights, bottom[0].data, widths.T, top[0].data)
         elif maximum:
             # A 2-D window's maximum is the row-wise maximum of column-wise maxima, and taking the
             # first maximum in each pass gives Caffe's first maximum in row-major scan order.
@@ -270,7 +270,7 @@ class Pooling(Layer):
             return
         geo = self.geo
         if geo.bins is not None:
-            bottom[0].diff[...] = self.adaptive_backward(top[0].diff, bottom[0].shape)
+            self.adaptive_backward(top[0].diff, bottom[0].diff)
             return
         if kernels.compiled(self.xp):
             dy = top[0].diff
@@ -306,21 +306,21 @@ class Pooling(Layer):
             matrix[row, start:end] = 1 / (end - start)
         return matrix
 
-    def adaptive_backward(self, dy, shape):
-        """The input's gradient for adaptive windows: AVE through :meth:`averaging`'s matrices, MAX to the first
-        maximum :meth:`forward` chose in each window."""
+    def adaptive_backward(self, dy, dx) -> None:
+        """The input's gradient for adaptive windows, written into ``dx``: AVE through :meth:`averaging`'s
+        matrices, MAX to the first maximum :meth:`forward` chose in each window."""
         xp = self.xp
         if self.block("pooling_param").pool == "AVE":
             heights, widths = self.averages
-            return xp.matmul(xp.matmul(heights.T, dy), widths)
-        n, c, h, w = shape
+            blas.separable(self.backend, heights.T, dy, widths, dx)
+            return
+        n, c, h, w = dx.shape
         (row_starts, _), (column_starts, _) = self.bin_edges
         rows = row_starts[:, None] + self.row_choice
         columns = column_starts + xp.take_along_axis(self.column_choice, rows, 2)
         flat = (xp.arange(n * c).reshape(n, c, 1, 1) * h + rows) * w + columns
-        dx = xp.zeros(n * c * h * w, dtype=dy.dtype)
-        add_rows(self, dx, flat.ravel(), dy.ravel())  # (windows overlap: an input chosen twice gets both)
-        return dx.reshape(shape)
+        dx[...] = 0
+        add_rows(self, dx.reshape(-1), flat.ravel(), dy.ravel())  # (windows overlap: an input chosen twice gets both)
 
     def max_along(self, seen, kernel: int):
         """Maximum over 1-D windows, ``seen(offset)`` giving what each window sees at an offset, and the offset of

@@ -9,6 +9,7 @@ from typing import Literal
 
 import numpy
 
+from netspec.engine import blas
 from netspec.engine.layer import Layer
 from netspec.engine.registry import register_layer
 from netspec.errors import ParamError
@@ -138,5 +139,4 @@ class Resize(Layer):
 
     def backward(self, top, propagate_down, bottom):
         if propagate_down[0]:  # (the transposes of the two interpolation matrices: no scattered adds)
-            xp = self.xp
-            bottom[0].diff[...] = xp.matmul(xp.matmul(self.rows[2].T, top[0].diff), self.columns[2])
+            blas.separable(self.backend, self.rows[2].T, top[0].diff, self.columns[2], bottom[0].diff)

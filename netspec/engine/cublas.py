@@ -28,7 +28,7 @@ MATH_MODES = {False: 0, True: 3}  # cublasMath_t by TF32 allowed: CUBLAS_DEFAULT
 # cublasStatus_t values other than success, as cuBLAS's documentation names them
 STATUS = {1: "NOT_INITIALIZED", 3: "ALLOC_FAILED", 7: "INVALID_VALUE", 8: "ARCH_MISMATCH", 11: "MAPPING_ERROR",
           13: "EXECUTION_FAILED", 14: "INTERNAL_ERROR", 15: "NOT_SUPPORTED", 16: "LICENSE_ERROR"}
-_P, _I = ctypes.c_void_p, ctypes.c_int
+_P, _I, _L = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
 _SIGNATURES = {  # name: argument types (every function returns a cublasStatus_t)
     "cublasCreate_v2": [ctypes.POINTER(_P)],
     "cublasSetStream_v2": [_P, _P],
@@ -36,6 +36,8 @@ _SIGNATURES = {  # name: argument types (every function returns a cublasStatus_t
     "cublasSetMathMode": [_P, _I],
     **{name: [_P, _I, _I, _I, _I, _I, _P, _P, _I, _P, _I, _P, _P, _I] for name in ("cublasSgemm_v2", "cublasDgemm_v2")},
     **{name: [_P, _I, _I, _I, _P, _P, _I, _P, _I, _P, _P, _I] for name in ("cublasSgemv_v2", "cublasDgemv_v2")},
+    **{name: [_P, _I, _I, _I, _I, _I, _P, _P, _I, _L, _P, _I, _L, _P, _P, _I, _L, _I]
+       for name in ("cublasSgemmStridedBatched", "cublasDgemmStridedBatched")},
     "cublasGemmEx": [_P, _I, _I, _I, _I, _I, _P, _P, _I, _I, _P, _I, _I, _P, _P, _I, _I, _I, _I],
 }
 CUDA_R_32F = 0  # cudaDataType_t: float32
@@ -88,6 +90,19 @@ class CuBlas:
     def dgemm(self, handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) -> None:
         """The same in float64 (cublasDgemm)."""
         self._call("cublasDgemm_v2", handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+
+    def sgemm_strided_batched(self, handle, transa, transb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta,
+                              c, ldc, stride_c, count) -> None:
+        """:meth:`sgemm` on ``count`` matrices of each operand at once, each ``stride_*`` elements after the one
+        before it (0: the same matrix for every product) (cublasSgemmStridedBatched)."""
+        self._call("cublasSgemmStridedBatched", handle, transa, transb, m, n, k, alpha, a, lda, stride_a, b, ldb,
+                   stride_b, beta, c, ldc, stride_c, count)
+
+    def dgemm_strided_batched(self, handle, transa, transb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta,
+                              c, ldc, stride_c, count) -> None:
+        """The same in float64 (cublasDgemmStridedBatched)."""
+        self._call("cublasDgemmStridedBatched", handle, transa, transb, m, n, k, alpha, a, lda, stride_a, b, ldb,
+                   stride_b, beta, c, ldc, stride_c, count)
 
     def gemm_half(self, precision, handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) -> None:
         """``C = alpha op(A) op(B) + beta C``, A and B 16-bit floats (bfloat16 or float16 by ``precision``:

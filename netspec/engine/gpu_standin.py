@@ -659,6 +659,20 @@ def _gemm(dtype, precision=None):
     return gemm
 
 
+def _gemm_strided_batched(dtype):
+    gemm = _gemm(dtype)
+
+    def batched(handle, transa, transb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c,
+                count):
+        """cuBLAS's strided batched product: :func:`_gemm`'s on ``count`` matrices of each operand, each
+        ``stride_*`` elements after the one before it."""
+        size = numpy.dtype(dtype).itemsize
+        for index in range(count):
+            gemm(handle, transa, transb, m, n, k, alpha, a + index * stride_a * size, lda,
+                 b + index * stride_b * size, ldb, beta, c + index * stride_c * size, ldc)
+    return batched
+
+
 def _gemv(dtype):
     def gemv(handle, trans, m, n, alpha, a, lda, x, incx, beta, y, incy):
         """cuBLAS's ``y = alpha op(A) x + beta y`` on a column-major A (m x n) and contiguous vectors."""
@@ -681,6 +695,8 @@ class _PinnedMemoryPointer(bytearray):
 
 # cuBLAS as netspec.engine.cublas calls it, on the memory the device arrays point to
 _cublas = types.SimpleNamespace(sgemm=_gemm(numpy.float32), dgemm=_gemm(numpy.float64), sgemv=_gemv(numpy.float32),
+                                sgemm_strided_batched=_gemm_strided_batched(numpy.float32),
+                                dgemm_strided_batched=_gemm_strided_batched(numpy.float64),
                                 gemm_half=lambda precision, *arguments: _gemm(numpy.float32, precision)(*arguments),
                                 dgemv=_gemv(numpy.float64), current_handle=lambda tf32=False: 0)
 cuda = types.SimpleNamespace(Device=_Device, runtime=_Runtime, Event=_Event, get_elapsed_time=_get_elapsed_time,

@@ -74,3 +74,78 @@ def test_on_cublas_shapes_that_disagree_and_strided_views_are_refused():
         blas.product(backend, a[:, ::2], b[:2], backend.asarray(numpy.zeros((3, 2), numpy.float32)))
     with pytest.raises(ValueError, match="2 sums of"):
         blas.sums(backend, a, backend.ones(4, numpy.float32), backend.asarray(numpy.zeros(2, numpy.float32)), 1)
+
+
+def operands(backend, dtype, layout: str):
+    """``(a, b, expected a @ b)`` with a and b device views laid out as ``layout`` says, and the host's product."""
+    rng = numpy.random.default_rng(3)
+    if layout.startswith("heads"):  # (N, heads, T, D) views of (N, T, parts, heads, D) projections, as attention
+        # takes them: more heads than samples, or fewer
+        projections = rng.standard_normal((2, 4, 2, 3, 5) if layout == "heads" else (3, 4, 2, 2, 5)).astype(dtype)
+        on_device = backend.asarray(projections)
+        a, b = (on_device.transpose(2, 0, 3, 1, 4)[part] for part in (0, 1))
+        return a, b.swapaxes(-1, -2), numpy.matmul(projections[:, :, 0].transpose(0, 2, 1, 3),
+                                                   projections[:, :, 1].transpose(0, 2, 3, 1))
+    a, b = rng.standard_normal((2, 3, 4, 5)).astype(dtype), rng.standard_normal((2, 3, 5, 6)).astype(dtype)
+    if layout == "contiguous":
+        return backend.asarray(a), backend.asarray(b), a @ b
+    if layout == "transposed":  # (each matrix stored column by column)
+        return (backend.asarray(a.swapaxes(-1, -2).copy()).swapaxes(-1, -2),
+                backend.asarray(b.swapaxes(-1, -2).copy()).swapaxes(-1, -2), a @ b)
+    if layout == "broadcast":  # (one matrix for the whole batch)
+        return backend.asarray(a[0, 0]), backend.asarray(b), a[0, 0] @ b
+    assert layout == "strided"  # (every other row: not a layout cuBLAS reads, array code)
+    wide = rng.standard_normal((2, 3, 8, 5)).astype(dtype)
+    return backend.asarray(wide)[:, :, ::2], backend.asarray(b), wide[:, :, ::2] @ b
+
+
+LAYOUTS = ["contiguous", "transposed", "heads", "heads (fewer)", "broadcast", "strided"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.float64])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("add", [False, True])
+def test_batched_products_match_numpy(device, dtype, layout, add):
+    backend = Backend(device)
+    a, b, expected = operands(backend, dtype, layout)
+    before = numpy.random.default_rng(4).standard_normal(expected.shape).astype(dtype)
+    out = backend.asarray(before.copy())
+    blas.matmul(backend, a, b, out, add)
+    numpy.testing.assert_allclose(backend.to_host(out), expected + (before if add else 0),
+                                  rtol=1e-5 if dtype == numpy.float32 else 1e-12)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout, calls", [("contiguous", 1), ("transposed", 1), ("heads", 2),
+                                           ("heads (fewer)", 2), ("broadcast", 1)])
+def test_on_cublas_batched_products_are_strided_batched_calls(monkeypatch, layout, calls):
+    """Never CuPy's matmul (which a CUDA graph cannot capture): one call along the longest batch axis, a call for
+    each step of the others (attention's heads: one call per sample, or per head where they are fewer)."""
+    backend = Backend("gpu")
+    library = blas._library(backend.xp)
+    made = []
+    batched = library.sgemm_strided_batched
+    monkeypatch.setattr(library, "sgemm_strided_batched", lambda *arguments: made.append(arguments[-1]) or
+                        batched(*arguments))
+    monkeypatch.setattr(backend.xp, "matmul", None)  # (called: TypeError)
+    a, b, expected = operands(backend, numpy.float32, layout)
+    out = backend.asarray(numpy.zeros(expected.shape, numpy.float32))
+    blas.matmul(backend, a, b, out)
+    numpy.testing.assert_allclose(backend.to_host(out), expected, rtol=1e-5)
+    assert len(made) == calls and made[0] == expected[..., 0, 0].size // calls
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.float64])
+def test_a_batched_product_into_transposed_matrices(monkeypatch, device, dtype):
+    """``out`` a view whose matrices are stored column by column (MatMul's gradient of a transposed bottom): on
+    cuBLAS the product of the transposes is asked instead, not CuPy's matmul."""
+    backend = Backend(device)
+    if backend.is_gpu:
+        monkeypatch.setattr(backend.xp, "matmul", None)  # (called: TypeError)
+    a, b, expected = operands(backend, dtype, "contiguous")
+    stored = backend.asarray(numpy.zeros(expected.swapaxes(-1, -2).shape, dtype))
+    blas.matmul(backend, a, b, stored.swapaxes(-1, -2))
+    numpy.testing.assert_allclose(backend.to_host(stored).swapaxes(-1, -2), expected,
+                                  rtol=1e-5 if dtype == numpy.float32 else 1e-12)

@@ -85,6 +85,39 @@ def test_recurrent_and_deconvolution_layers_are_captured_and_train_as_eagerly(tm
         assert np.array_equal(a, b)
 
 
+def test_attention_and_resampling_layers_are_captured_and_train_as_eagerly(tmp_path):
+    """MatMul, MultiHeadAttention, LayerNorm, Resize's backward pass, adaptive AVE pooling and a depthwise
+    Convolution (without cuDNN) make their products through netspec's cuBLAS handles (strided batched) and their
+    sums as reductions, never through CuPy's matmul or einsum, which a capture refuses: captured."""
+    gaussian = {"type": "gaussian", "std": 1}
+    tokens = {"dim": [2, 6, 8]}
+    layers = [
+        {"name": "data", "type": "DummyData", "top": ["x", "target", "image", "picture"],
+         "dummy_data_param": {"shape": [tokens, tokens, {"dim": [2, 4, 5, 7]}, {"dim": [2, 4, 4, 5]}],
+                              "data_filler": [gaussian] * 4}},
+        {"name": "norm", "type": "LayerNorm", "bottom": "x", "top": "normed", "layer_norm_param": {"axis": 2}},
+        {"name": "attention", "type": "MultiHeadAttention", "bottom": "normed", "top": "attended",
+         "multi_head_attention_param": {"num_heads": 2}},
+        {"name": "gram", "type": "MatMul", "bottom": ["attended", "normed"], "top": "gram",
+         "mat_mul_param": {"transpose_b": True}},
+        {"name": "mix", "type": "MatMul", "bottom": ["gram", "x"], "top": "mixed"},
+        {"name": "loss", "type": "EuclideanLoss", "bottom": ["mixed", "target"], "top": "loss", "loss_weight": 0.001},
+        {"name": "depthwise", "type": "Convolution", "bottom": "image", "top": "filtered",
+         "convolution_param": {"num_output": 4, "kernel_size": 3, "pad": 1, "group": 4,
+                               "weight_filler": {"type": "xavier"}}},
+        {"name": "up", "type": "Resize", "bottom": "filtered", "top": "up",
+         "resize_param": {"height": 9, "width": 11, "mode": "LINEAR"}},
+        {"name": "pool", "type": "Pooling", "bottom": "up", "top": "pooled",
+         "pooling_param": {"pool": "AVE", "output_size": [4, 5]}},
+        {"name": "picture_loss", "type": "EuclideanLoss", "bottom": ["pooled", "picture"], "top": "picture_loss"}]
+    net = tmp_path / "net.yaml"
+    net.write_text(yaml.safe_dump({"name": "attention_and_resampling", "layers": layers}))
+    eager, graphed = trained(net, tmp_path, False, iterations=6), trained(net, tmp_path, True, iterations=6)
+    assert graphed.graphed.graph is not None, graphed.log.lines
+    for a, b in zip(host_params(eager), host_params(graphed)):
+        assert np.array_equal(a, b)
+
+
 def test_a_graph_that_drew_the_same_values_at_every_launch_would_part_from_eager_training(tmp_path, monkeypatch):
     """Each launch draws its own random values (DummyData's, Dropout's): a graph whose draws kept the offsets of
     the capture would train otherwise, and the comparison above would see it."""
