@@ -123,7 +123,7 @@ def given_arguments(context: click.Context, leave_out: set[str]) -> list[str]:
 @click.command()
 @click.argument("metrics_files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("-o", "--out", default="curves.png", show_default=True, type=click.Path(dir_okay=False),
-              help="the PNG to write")
+              help="the picture to write (.png, .svg or .pdf)")
 @user_errors
 def plot(metrics_files, out):
     """Draw train loss, test outputs and learning rate of one or more runs (their metrics.jsonl) into a PNG."""
@@ -134,7 +134,7 @@ def plot(metrics_files, out):
 @click.command("lr-plot")
 @click.argument("solver_file", type=click.Path(dir_okay=False))
 @click.option("-o", "--out", default="lr.png", show_default=True, type=click.Path(dir_okay=False),
-              help="the PNG to write")
+              help="the picture to write (.png, .svg or .pdf)")
 @click.option("--max-iter", type=Integer(min=1), default=None, help="override max_iter")
 @user_errors
 def lr_plot(solver_file, out, max_iter):

@@ -6,15 +6,19 @@ only when a picture is drawn.
 
 from __future__ import annotations
 
+import io
 import itertools
 import math
 import os
 
+from netspec.atomic import write_bytes
+from netspec.data.files import writing
 from netspec.errors import NetspecError
 from netspec.solvers.lr_policies import learning_rate
 from netspec.training.run_folder import event_outputs, read_metrics
 
 MAX_POINTS = 20001
+PICTURE_FORMATS = ("png", "svg", "pdf")  # what -o may name (by its extension)
 LINE_STYLES = ("-", "--", ":", "-.")
 
 
@@ -34,6 +38,23 @@ def _figure(rows: int):
     return figure, axes[:, 0]
 
 
+def _picture_format(out: str | os.PathLike) -> str:
+    """The format ``out`` names by its extension; a NetspecError naming it unless one of PICTURE_FORMATS."""
+    extension = os.path.splitext(os.fspath(out))[1].lower().lstrip(".")
+    if extension not in PICTURE_FORMATS:
+        raise NetspecError(f"{out}: choose a .png, .svg or .pdf file")
+    return extension
+
+
+def _save(figure, out: str | os.PathLike, picture_format: str) -> None:
+    """Write ``figure`` to ``out`` atomically, never through a link there; a NetspecError naming ``out`` when it
+    cannot be written."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format=picture_format, dpi=100)
+    with writing(os.fspath(out)):
+        write_bytes(out, buffer.getvalue())
+
+
 def _number(value) -> float:
     """A metric value as a float (metrics.jsonl writes non-finite values as strings)."""
     return float(value) if isinstance(value, (int, float, str)) and not isinstance(value, bool) else math.nan
@@ -50,6 +71,7 @@ def plot_metrics(paths: list[str], out: str | os.PathLike):
 
     Returns the matplotlib Figure.
     """
+    picture_format = _picture_format(out)
     runs = [read_metrics(path) for path in paths]
     for path, events in zip(paths, runs):
         if not events:
@@ -72,7 +94,7 @@ def plot_metrics(paths: list[str], out: str | os.PathLike):
         if axes.has_data():
             axes.legend(fontsize="small")
     lr_axes.set_xlabel("iteration")
-    figure.savefig(out, dpi=100)
+    _save(figure, out, picture_format)
     return figure
 
 
@@ -93,6 +115,7 @@ def schedule(params) -> tuple[list[int], list[float]]:
 
 def plot_learning_rate(params, out: str | os.PathLike, title: str) -> tuple[list[int], list[float]]:
     """Draw the rate ``params`` gives at every iteration into ``out``; return the points drawn."""
+    picture_format = _picture_format(out)
     iterations, rates = schedule(params)
     figure, (axes,) = _figure(1)
     axes.plot(iterations, rates)
@@ -100,5 +123,5 @@ def plot_learning_rate(params, out: str | os.PathLike, title: str) -> tuple[list
     axes.set_xlabel("iteration")
     axes.set_ylabel("learning rate")
     axes.grid(alpha=0.3)
-    figure.savefig(out, dpi=100)
+    _save(figure, out, picture_format)
     return iterations, rates

@@ -78,13 +78,34 @@ def test_a_link_or_fifo_under_a_temporary_name_is_never_written_through(tmp_path
         open_for_writing(tmp_path / "fifo", "a")  # (at once: a FIFO nobody reads would block an open)
 
 
-def test_an_output_file_given_as_a_link_is_replaced_never_written_through(tmp_path):
+@pytest.mark.parametrize("command, name, written", [
+    (["draw", ROOT / "configs" / "lenet" / "lenet_timing.yaml"], "net.dot", b"digraph"),
+    (["lr-plot", ROOT / "configs" / "lenet" / "lenet_solver.yaml"], "lr.png", b"\x89PNG"),
+    (["plot", "metrics"], "curves.svg", b"<?xml")])
+def test_an_output_file_given_as_a_link_is_replaced_never_written_through(tmp_path, command, name, written):
     target = precious(tmp_path)
-    os.symlink(target, tmp_path / "net.dot")
-    result = run("draw", ROOT / "configs" / "lenet" / "lenet_timing.yaml", "-o", tmp_path / "net.dot")
+    os.symlink(target, tmp_path / name)
+    metrics_of_a_run(tmp_path / "metrics")
+    result = run(*[tmp_path / "metrics" if part == "metrics" else part for part in command], "-o", tmp_path / name)
     assert result.returncode == 0, result.stderr
-    assert target.read_text() == PRECIOUS and "digraph" in (tmp_path / "net.dot").read_text()
-    assert not (tmp_path / "net.dot").is_symlink()
+    assert target.read_text() == PRECIOUS and (tmp_path / name).read_bytes().startswith(written)
+    assert not (tmp_path / name).is_symlink()
+
+
+def metrics_of_a_run(path: Path) -> None:
+    """A metrics.jsonl of three training events at ``path``."""
+    path.write_text("".join(json.dumps({"phase": "TRAIN", "iter": i, "smoothed_loss": 1 / (i + 1), "lr": 0.01}) + "\n"
+                            for i in range(3)))
+
+
+@pytest.mark.parametrize("out, why", [("a file/lr.png", "cannot write"),
+                                      ("lr.weird", "choose a .png, .svg or .pdf file")])
+def test_a_picture_that_cannot_be_written_is_one_line_naming_it(tmp_path, out, why):
+    (tmp_path / "a file").write_text(PRECIOUS)
+    for command in (["lr-plot", ROOT / "configs" / "lenet" / "lenet_solver.yaml"], ["plot", tmp_path / "metrics"]):
+        metrics_of_a_run(tmp_path / "metrics")
+        line = refuses(*command, "-o", tmp_path / out)
+        assert line.startswith(f"error: {tmp_path / out}") and why in line, line
 
 
 def test_no_module_of_the_working_folder_runs_in_a_process_netspec_starts(tmp_path):
