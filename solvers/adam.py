@@ -27,6 +27,17 @@ class Adam(UpdateRule):
                    "mean_square = mean_square * (T)momentum2 + (T)(1.0 - momentum2) * g * g; "
                    "step = rate * mean / (sqrt(mean_square) + (T)delta);")
 
+    @classmethod
+    def check(cls, params) -> list[tuple[str, str]]:
+        """Both decays below 1 (at 1 the bias correction divides by zero; above, it takes a negative root)."""
+        problems = super().check(params)
+        for key in ("momentum", "momentum2"):
+            if getattr(params, key) >= 1:
+                problems.append((key, f"{cls.type} needs {key} below 1, got {getattr(params, key)}"))
+        if params.momentum2 < 0:
+            problems.append(("momentum2", f"must not be negative, got {params.momentum2}"))
+        return problems
+
     def rate_factor(self, iteration):
         """The bias correction ``sqrt(1 - b2^t) / (1 - b1^t)``."""
         b1, b2, t = self.params.momentum, self.params.momentum2, iteration + 1

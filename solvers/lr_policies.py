@@ -44,3 +44,18 @@ def learning_rate(params, iteration: int) -> float:
         start = params.warmup_start_lr
         return float(start + (policy(params, warmup) - start) * iteration / warmup)
     return float(policy(params, iteration))
+
+
+def rate_problem(params) -> str | None:
+    """Why the schedule of ``params`` has no finite learning rate at some iteration from 0 to ``max_iter`` (each
+    policy rises or falls steadily, so where it starts, where warm-up ends and where it ends tell); None if it
+    has one at every iteration."""
+    for iteration in sorted({0, params.warmup_iter, params.max_iter}):
+        try:
+            rate = learning_rate(params, iteration)
+        except (OverflowError, ZeroDivisionError):
+            rate = math.inf
+        if not math.isfinite(rate):
+            return (f"lr_policy '{params.lr_policy}' gives no finite learning rate at iteration {iteration} "
+                    f"(base_lr {params.base_lr}, gamma {params.gamma}, power {params.power})")
+    return None

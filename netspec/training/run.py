@@ -16,7 +16,8 @@ import numpy
 from netspec.engine.comm import SingleProcess
 from netspec.engine.registry import layer_schemas, solver_types
 from netspec.engine.trust import OWN, Trust
-from netspec.errors import DivergedError, NetspecError, StateError
+from netspec.errors import ConfigError, DivergedError, NetspecError, StateError
+from netspec.solvers.lr_policies import rate_problem
 from netspec.spec.net_spec import with_batch_size
 from netspec.spec.solver_spec import SolverParams, SolverSpec, parse_solver
 from netspec.threads import pools_sized, thread_counts
@@ -67,9 +68,12 @@ def read_solver(solver_file: str, max_iter: int | None = None, base_lr: float | 
 def schedule_params(spec: SolverSpec) -> SolverParams:
     """The solver's parameters with epoch counts turned into iterations.
 
-    Epochs need the train data's size, so a solver counting them builds its nets (and closes them).
+    Epochs need the train data's size, so a solver counting them builds its nets (and closes them).  A schedule
+    without a finite rate at some iteration is a ConfigError, as when a Solver is built.
     """
     if not spec.epoch_keys:
+        if (why := rate_problem(spec.params)) is not None:
+            raise ConfigError(spec.problem(why, "lr_policy"))
         return spec.params
     solver = Solver(spec)
     try:

@@ -36,7 +36,7 @@ from netspec.engine.one_pass import OnePass
 from netspec.engine.registry import layer_schemas, solver_class, solver_types
 from netspec.engine.trust import OWN, Trust
 from netspec.errors import ConfigError, DeviceError, DivergedError, EventsError, Problem
-from netspec.solvers.lr_policies import learning_rate
+from netspec.solvers.lr_policies import learning_rate, rate_problem
 from netspec.spec.net_spec import with_batch_size
 from netspec.spec.solver_spec import TEST_EPOCH, SolverSpec, parse_solver
 from netspec.training import checkpoint, run_folder
@@ -111,6 +111,8 @@ class Solver:
         self.params = p = spec.in_iterations(self.iterations_per_epoch, data_source(self.net))
         rule_cls = solver_class(p.type)
         problems = [spec.problem(message, key) for key, message in rule_cls.check(p)]
+        if (why := rate_problem(p)) is not None:
+            problems.append(spec.problem(why, "lr_policy"))
         problems += [spec.problem(message, key) for key, message in unwatchable_outputs(p, self.test_nets)]
         checked = [class_problems(net.graph) for net in (self.net, *self.test_nets)]
         problems += list({(error.file, error.line, error.layer): error  # (one a classifier, of TRAIN's or TEST's)

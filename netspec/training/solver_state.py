@@ -207,7 +207,7 @@ def _open(path: str | os.PathLike):
             yield handle
     except OSError as exc:
         raise StateError(f"{path}: cannot read solver state: {open_failure(path, exc)}") from None
-    except (KeyError, ValueError, TypeError, AttributeError, RecursionError) as exc:
+    except (KeyError, ValueError, TypeError, AttributeError, RecursionError, OverflowError) as exc:
         raise StateError(f"{path}: cannot read solver state: incomplete or malformed file "
                          f"({shown(str(exc))})") from None
 

@@ -204,6 +204,7 @@ def test_resume_continues_in_the_states_folder_and_never_into_another_run(digits
     ("negative iteration", "malformed solver state (its iteration, progress, params, world size, threads or random"),
     ("a billion threads", "malformed solver state (its iteration, progress, params, world size, threads or random "),
     ("threads as text", "cannot read solver state: incomplete or malformed file"),
+    ("infinite iteration", "cannot read solver state: incomplete or malformed file"),
     ("odd snapshots", "its progress (snapshots kept, watched outputs) are malformed"),
     ("generator overflow", "its random generator states are malformed"),
     ("file cursor", "the saved position is for 1 files, the list now names 1"),
@@ -232,6 +233,8 @@ def test_a_malformed_solver_state_is_refused_in_one_line(digits, tmp_path, how, 
             handle.attrs["threads"] = 10 ** 9
         elif how == "threads as text":
             handle.attrs["threads"] = "many"
+        elif how == "infinite iteration":
+            handle.attrs["iteration"] = np.inf
         elif how == "odd snapshots":
             handle.attrs["progress"] = '{"snapshots": ["x"]}'
         elif how == "generator overflow":
@@ -241,6 +244,24 @@ def test_a_malformed_solver_state_is_refused_in_one_line(digits, tmp_path, how, 
         else:  # a row order of the right length that repeats rows
             handle["runtime/train/digits/row_order"][:2] = 0
     assert expected in refuses("train", digits / "solver.yaml", "--resume", state, "--max-iter", 4)
+
+
+SCHEDULES = [("lr_policy: exp\ngamma: 1.0e+300\n", "lr_policy 'exp' gives no finite learning rate at iteration 1000"),
+             ("lr_policy: poly\npower: -1\n", "lr_policy 'poly' gives no finite learning rate at iteration 1000")]
+RULES = [("type: Adam\nmomentum: 1\n", "Adam needs momentum below 1, got 1"),
+         ("type: Adam\nmomentum2: 1.5\n", "Adam needs momentum2 below 1, got 1.5")]
+
+
+@pytest.mark.parametrize("command, settings, line", [("train", *case) for case in SCHEDULES + RULES] +
+                         [("lr-plot", *case) for case in SCHEDULES])
+def test_a_schedule_or_rule_that_would_divide_by_zero_or_overflow_is_refused_before_training(
+        digits, tmp_path, command, settings, line):
+    solver = tmp_path / "solver.yaml"
+    solver.write_text(f"net: {digits / 'digits_net.yaml'}\nbase_lr: 0.01\nmax_iter: 1000\n{settings}")
+    refused = refuses(command, solver, *(["--out", tmp_path / "run"] if command == "train" else
+                                        ["-o", tmp_path / "lr.png"]))
+    assert refused.startswith(f"error: {solver}:") and line in refused, refused
+    assert not (tmp_path / "run").exists() and not (tmp_path / "lr.png").exists()
 
 
 def test_a_run_folder_that_cannot_be_made_is_one_line(digits, tmp_path):
