@@ -18,8 +18,6 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
-import yaml
-
 from netspec.atomic import make_folder, write_bytes
 from netspec.data.dataset import MANIFEST, read_manifest
 from netspec.data.transform import Transformer, TransformParams
@@ -29,10 +27,11 @@ from netspec.errors import ConfigError, DataError, NetspecError, ParamError, Pro
 from netspec.model_zoo.card import ModelCard, read_card
 from netspec.model_zoo.predict import model_folder
 from netspec.model_zoo.zoo import ZooError, include_problems, verify_folder
-from netspec.spec.modules import net_yaml, render_net
+from netspec.spec.modules import render_net
 from netspec.spec.net_spec import LayerSpec, NetConfig, in_phase, parse_net
 from netspec.spec.solver_spec import NET_KEYS, TEST_EPOCH, parse_solver
 from netspec.spec.yaml_lines import YamlMap, load_yaml, read_source, to_plain
+from netspec.spec.yaml_text import config_yaml
 from netspec.training import run_folder
 
 FOLDER = "finetune"  # inside the run folder
@@ -107,8 +106,8 @@ def prepare_finetune(model: str, dataset: str, out: str, zoo: str | None = None)
         solver["test_iter"] = [TEST_EPOCH] * (len(solver["test_iter"]) if isinstance(solver["test_iter"], list) else 1)
         notes.append(f"test_iter {TEST_EPOCH}: a test pass scores each of the {manifests[val]['count']} records of "
                      f"{val} once")
-    _write(net_file, f"# {card.ref}'s train net, {made}\n" + net_yaml(net))
-    solver_text = yaml.safe_dump(solver, sort_keys=False, default_flow_style=None, width=120)
+    _write(net_file, f"# {card.ref}'s train net, {made}\n" + config_yaml(net))
+    solver_text = config_yaml(solver)
     _write(solver_file, f"# {card.ref}'s solver, {made}\n" + solver_text)
     params = parse_solver(solver_file, layer_schemas(), list(solver_types())).params
     length = f"max_iter {params.max_iter}" if params.max_epoch is None else f"max_epoch {params.max_epoch:g}"

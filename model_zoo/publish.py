@@ -9,7 +9,6 @@ import shutil
 from dataclasses import dataclass, field
 
 import h5py
-import yaml
 
 from netspec.atomic import write_bytes
 from netspec.data.dataset import read_manifest
@@ -39,9 +38,10 @@ from netspec.model_zoo.card import (
 )
 from netspec.model_zoo.predict import scores_blob
 from netspec.model_zoo.zoo import Zoo, ZooError, write_readme
-from netspec.spec.modules import net_yaml, render_net, uses_modules
+from netspec.spec.modules import render_net, uses_modules
 from netspec.spec.net_spec import NetState, parse_net
 from netspec.spec.yaml_lines import load_yaml, read_source
+from netspec.spec.yaml_text import config_yaml
 from netspec.training import run_folder
 from netspec.version import __version__
 
@@ -188,7 +188,7 @@ def publish(request: PublishRequest, zoo: Zoo) -> ModelCard:
     try:
         text = None if request.net else deploy  # (the deploy net derived from the run)
         if request.net and uses_modules(load_yaml(*read_source(request.net))):
-            text = net_yaml(render_net(request.net))  # (modules and includes expanded: it reads no other file)
+            text = config_yaml(render_net(request.net))  # (modules and includes expanded: it reads no other file)
         if text is None:
             shutil.copyfile(request.net, os.path.join(staged, DEPLOY))
         else:
@@ -304,8 +304,8 @@ def _fine_tuning_configs(staged: str) -> dict[str, str]:
     train = train_net_from_deploy(render_net(os.path.join(staged, DEPLOY)))
     write_bytes(os.path.join(staged, CONFIGS["train_net"]),
                 ("# made from the deploy net for fine-tuning (the Data layers' sources are placeholders)\n"
-                 + net_yaml(train)).encode("utf-8"))
-    solver = yaml.safe_dump(finetune_solver(CONFIGS["train_net"]), sort_keys=False)
+                 + config_yaml(train)).encode("utf-8"))
+    solver = config_yaml(finetune_solver(CONFIGS["train_net"]))
     write_bytes(os.path.join(staged, CONFIGS["solver"]), solver.encode("utf-8"))
     return dict(CONFIGS)
 
@@ -335,7 +335,7 @@ def _copy_training_configs(run_dir: str, sources: dict, staged: str) -> dict[str
             original = sources[key]
             if not os.path.isfile(original) or read_source(original)[0] != text:
                 continue
-            text = net_yaml(render_net(original))
+            text = config_yaml(render_net(original))
         with open(os.path.join(staged, target), "w", encoding="utf-8") as handle:
             handle.write(text)
         copied[key] = target

@@ -37,7 +37,8 @@ from netspec.inspect.confusion import Confusion, check_png
 from netspec.inspect.drawing import draw as draw_graph
 from netspec.inspect.report import format_table, layer_doc, net_summary, solver_doc, summary
 from netspec.inspect.timing import time_net
-from netspec.spec.modules import net_yaml, render_net
+from netspec.spec.modules import render_net
+from netspec.spec.yaml_text import config_yaml
 from netspec.threads import thread_counts
 from netspec.training.log import format_outputs
 
@@ -100,7 +101,7 @@ def echo_types(types: dict[str, type]) -> None:
 @user_errors
 def render(net_file):
     """Print NET_FILE with its modules, repeats and includes expanded: a plain net file."""
-    click.echo(net_yaml(render_net(net_file)), nl=False)
+    click.echo(config_yaml(render_net(net_file)), nl=False)
 
 
 @click.command("deploy-net")

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 
-import yaml
-
 from netspec.engine.registry import layer_class, layer_schemas, layer_types
 from netspec.errors import ConfigError, ParamError, ShapeError, did_you_mean, shown
 from netspec.spec.net_spec import parse_layer
 from netspec.spec.schema import Context
 from netspec.spec.yaml_lines import YamlList, YamlMap
+from netspec.spec.yaml_text import config_yaml
 
 LAYER_KEYS = ("param", "include", "exclude", "loss_weight", "propagate_down")
 
@@ -185,7 +184,7 @@ class NetSpec:
 
     def to_yaml(self) -> str:
         """A plain netspec net file."""
-        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None, width=120)
+        return config_yaml(self.to_dict())
 
 
 def _yaml_map(value):

@@ -19,8 +19,9 @@ from netspec.engine.net import compile_net
 from netspec.engine.registry import layer_class, layer_schemas
 from netspec.engine.trust import LIBRARY, Trust
 from netspec.graph.compiler import included
-from netspec.spec.modules import net_yaml, render_net
+from netspec.spec.modules import render_net
 from netspec.spec.net_spec import LayerSpec, NetState, parse_net
+from netspec.spec.yaml_text import config_yaml
 
 # the layer a deploy net ends with, by the type of the loss it replaces
 OUTPUT_LAYERS = {"SoftmaxWithLoss": "Softmax", "SigmoidCrossEntropyLoss": "Sigmoid"}
@@ -104,7 +105,7 @@ def finetune_solver(net_file: str) -> dict:
 
 def deploy_net_yaml(net: dict, source: str) -> str:
     """The YAML text of a derived deploy net, saying which file it came from."""
-    return f"# The deploy net of {os.path.basename(source)}, derived by netspec.\n" + net_yaml(net)
+    return f"# The deploy net of {os.path.basename(source)}, derived by netspec.\n" + config_yaml(net)
 
 
 def _input_shapes(layers: list[LayerSpec], spec, state: NetState, input_shape,

@@ -28,6 +28,7 @@ from netspec.interop.caffe_import import (
 from netspec.interop.caffemodel import read_caffemodel, read_mean
 from netspec.interop.prototxt import read_prototxt
 from netspec.spec.net_spec import parse_net
+from netspec.spec.yaml_text import config_yaml
 
 
 def _out_path(prototxt: str, out: str | None) -> str:
@@ -38,7 +39,7 @@ def _out_path(prototxt: str, out: str | None) -> str:
 def imported_yaml(data: dict, source: str, command: str) -> str:
     """``data`` (a net or solver) as the YAML text of an imported file, headed by where and how it was imported."""
     return (f"# imported from {source} by netspec {command}\n"
-            + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120))
+            + config_yaml(data))
 
 
 def _write(prototxt: str, out: str, data: dict, command: str, check=None) -> str:

@@ -30,6 +30,7 @@ from netspec.errors import ConfigError, ModelImportError, ShapeError, first_line
 from netspec.interop.onnx_ops import CONVERTERS, NEAREST, Builder, ConversionError, Node
 from netspec.interop.onnx_patterns import fold_batchnorm as fold_batchnorm_into_convolutions
 from netspec.interop.onnx_patterns import recognise
+from netspec.spec.yaml_text import config_yaml
 
 OPSETS = range(9, 22)  # the default domain's versions read
 MAX_NODES = 100_000  # more is a malformed (or hostile) model, not a network
@@ -70,7 +71,7 @@ class OnnxImport:
         origin = printable(f"{source} by netspec import onnx (opset {self.opset}"
                            f"{', ' + self.producer if self.producer else ''})")
         return (f"# imported from {origin}\n"
-                + yaml.safe_dump(self.net, sort_keys=False, default_flow_style=None, width=120))
+                + config_yaml(self.net))
 
     def summary(self) -> list[str]:
         """What became of the operators, in a few lines."""

@@ -30,8 +30,6 @@ import os
 import string
 from dataclasses import dataclass
 
-import yaml
-
 from netspec.errors import ConfigError, Problem, did_you_mean, shown
 from netspec.spec.placeholders import PLACEHOLDER, strings_in, substitute
 from netspec.spec.schema import Context
@@ -337,7 +335,3 @@ def render_net(source) -> dict:
         raise ConfigError(ctx.problems)
     return to_plain(expanded)
 
-
-def net_yaml(net: dict) -> str:
-    """A plain net (as :func:`render_net` gives) as YAML text: layers one block each, short values inline."""
-    return yaml.safe_dump(net, sort_keys=False, default_flow_style=None, width=120)

@@ -18,9 +18,9 @@ import netspec
 from netspec.engine.deploy import derive_deploy_net
 from netspec.engine.net import compile_net
 from netspec.engine.registry import layer_schemas, solver_types
-from netspec.spec.modules import net_yaml
 from netspec.spec.net_spec import parse_net
 from netspec.spec.solver_spec import parse_solver
+from netspec.spec.yaml_text import config_yaml
 from netspec.tools.imageset import ImagesetOptions, convert_imageset
 
 CONFIGS_DIR = Path(__file__).parent.parent.parent / "configs"
@@ -122,7 +122,7 @@ def test_train_val_nets_read_their_data_and_derive_the_shipped_deploy_net(train_
     copy = model_folder(train_val, datasets, tmp_path)
     for phase in ("TRAIN", "TEST"):
         assert graph(copy, phase).learnable_count() == expected_count(train_val)
-    derived = compile_net(parse_net(net_yaml(derive_deploy_net(str(copy))), layer_schemas()), phase="TEST")
+    derived = compile_net(parse_net(config_yaml(derive_deploy_net(str(copy))), layer_schemas()), phase="TEST")
     shipped = graph(train_val.parent / f"{model_of(train_val)}_deploy.yaml", "TEST")
     assert derived.learnable_count() == PUBLISHED[model_of(train_val)]
     assert param_shapes(derived) == param_shapes(shipped)

@@ -279,6 +279,17 @@ def test_a_caffe_solver_becomes_a_netspec_solver_that_loads(tmp_path):
     assert spec.train_net.name == "LeNet" and len(spec.test_nets) == 1
 
 
+def test_a_solver_of_plain_values_is_written_a_key_a_line_and_its_gpu_mode_noted(tmp_path):
+    """PyYAML would write a mapping holding only plain values on one line ({net: ..., solver_mode: GPU}); the
+    imported file keeps a line per key, which the note on solver_mode names."""
+    (tmp_path / "solver.prototxt").write_text('net: "tv.prototxt"\nbase_lr: 0.01\nsolver_mode: GPU\n')
+    result = run("import", "caffe-solver", tmp_path / "solver.prototxt", "-o", tmp_path / "solver.yaml")
+    assert result.returncode == 0, result.stderr
+    lines = (tmp_path / "solver.yaml").read_text().splitlines()
+    assert lines[1:] == ["net: tv.yaml", "base_lr: 0.01", "solver_mode: GPU"], lines  # (the net as imported)
+    assert f"{tmp_path / 'solver.yaml'}:4: solver_mode: GPU trains on the GPU" in result.stdout, result.stdout
+
+
 COLOUR_NET = """name: "colour"
 layer { name: "data" type: "Data" top: "data" top: "label" include { phase: TRAIN }
   data_param { source: "examples/colour/train_lmdb" batch_size: 4 } transform_param { mean_value: 10 } }
