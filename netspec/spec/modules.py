@@ -217,8 +217,9 @@ class _Expander:
                             f"unknown module '{name}'{did_you_mean(str(name), self.modules)} ({known})", via)
             return []
         if name in stack or len(stack) >= MAX_DEPTH:
-            self.ctx.add_at(file, node.line_of("use"), f"module '{name}' uses itself ({' -> '.join(stack + (name,))})",
-                            via)
+            chain = " -> ".join(stack + (name,))
+            self.ctx.add_at(file, node.line_of("use"), f"module '{name}' uses itself ({chain})" if name in stack else
+                            f"modules nest more than {MAX_DEPTH} uses deep ({chain})", via)
             return []
         given = node.get("with", {}) or {}
         if not isinstance(given, dict):

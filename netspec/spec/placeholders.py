@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import re
 
-from netspec.errors import did_you_mean
+from netspec.errors import ConfigError, Problem, did_you_mean
 from netspec.spec.schema import Context
 from netspec.spec.yaml_lines import YamlList, YamlMap
 
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+MAX_TEXT = 1 << 20  # characters a string may grow to as values are spliced in (a name or a path needs far fewer)
+MAX_SPLICED = 64 << 20  # characters spliced into the strings of one file in all (as many as a config file holds)
 
 
 def strings_in(value, line):
@@ -60,15 +62,25 @@ def substitute(value, values: dict, ctx: Context, file, line, via, keep=None, on
     whole = PLACEHOLDER.fullmatch(value)
     if whole and known(whole.group(1)):
         return values[whole.group(1)]
+    grown = len(value)  # (the result's length so far: values spliced into values could double it at each use)
 
     def splice(match):
+        nonlocal grown
         name = match.group(1)
         if known(name):
             found = values[name]
             if isinstance(found, (dict, list)):
                 ctx.add_at(file, line, f"'${{{name}}}' is a {type(found).__name__}; it can only stand alone, not "
                            "inside a longer string", via)
-            return str(found)
+            text = str(found)
+            grown += len(text)
+            ctx.spliced += len(text)
+            if grown > MAX_TEXT or ctx.spliced > MAX_SPLICED:  # (refused at once, as the growth would go on)
+                raise ConfigError(Problem(
+                    f"'${{{name}}}' makes a value longer than {MAX_TEXT:,} characters" if grown > MAX_TEXT else
+                    f"the placeholders splice more than {MAX_SPLICED:,} characters into the file's values",
+                    file=file or "<string>", line=line, via=via))
+            return text
         if not left_alone(name):
             ctx.add_at(file, line, f"unknown parameter '${{{name}}}'{did_you_mean(name, values)}", via)
         return match.group(0)

@@ -43,6 +43,7 @@ class Context:
     problems: list[Problem] = field(default_factory=list)
     layer: str | None = None
     origin: tuple[str | None, str | None] | None = None  # (file, via) of a layer expanded from a module
+    spliced: int = 0  # characters ${...} placeholders have spliced into strings so far (netspec.spec.placeholders)
 
     def add(self, message: str, line: int | None = None, key: str | None = None) -> None:
         """Record one problem at ``line`` (of the module's file, for a layer expanded from a module)."""

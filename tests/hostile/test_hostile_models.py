@@ -314,6 +314,40 @@ def test_yaml_bombs_and_deep_nesting_are_refused_at_once(tmp_path, text, expecte
     assert time.perf_counter() - started < 30
 
 
+def doubling_modules(levels: int = 40) -> str:
+    """Modules each passing the next a value of its own value twice: 2**40 characters at the bottom."""
+    text = "modules:\n"
+    for level in range(levels + 1):
+        text += f"  m{level}:\n    params: {{a: ~}}\n    inputs: [x]\n    outputs: [y]\n    layers:\n"
+        text += (f"      - {{use: m{level + 1}, name: '${{name}}', bottom: x, top: y, with: {{a: '${{a}}${{a}}'}}}}\n"
+                 if level < levels else "      - {name: '${name}', type: ReLU, bottom: x, top: y, include: {stage: '${a}'}}\n")
+    return text + ("layers:\n  - {name: data, type: Input, top: data, input_param: {shape: {dim: [1, 1, 8, 8]}}}\n"
+                   "  - {use: m0, name: q, bottom: data, top: out, with: {a: zz}}\n")
+
+
+def splicing_repeat(count: int = 5000) -> str:
+    """A repeat splicing a value of 900,000 characters into each copy: 4.5 GB of names."""
+    return ("modules:\n  m:\n    params: {a: ~}\n    inputs: [x]\n    outputs: [y]\n    layers:\n"
+            "      - {name: '${name}', type: ReLU, bottom: x, top: y, include: {stage: '${a}${name}'}}\n"
+            "layers:\n  - {name: data, type: Input, top: data, input_param: {shape: {dim: [1, 1, 8, 8]}}}\n"
+            f"  - repeat: {{count: {count}, use: m, name: 'r${{index}}', bottom: data, top: 'o${{index}}', "
+            f"with: {{a: '{'x' * 900_000}'}}}}\n")
+
+
+@pytest.mark.parametrize("text, expected", [
+    (doubling_modules(), "'${a}' makes a value longer than 1,048,576 characters (in module 'm18' used at"),
+    (splicing_repeat(), "the placeholders splice more than 67,108,864 characters into the file's values"),
+    (doubling_modules().replace("${a}${a}", "${a}"),
+     "modules nest more than 32 uses deep (m0 -> m1 -> "),
+], ids=["doubling", "splicing", "deep"])
+def test_module_values_that_grow_without_bound_are_refused_at_once(tmp_path, text, expected):
+    net = tmp_path / "net.yaml"
+    net.write_text(text)
+    started = time.perf_counter()
+    assert expected in refuses("check", net)
+    assert time.perf_counter() - started < 30
+
+
 def test_a_model_card_alias_bomb_is_refused(tmp_path):
     model = tmp_path / "model"
     model.mkdir()
