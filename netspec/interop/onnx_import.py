@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -365,6 +366,11 @@ def _fold(nodes, shapes, constants, opset: int, result: OnnxImport, where: str) 
                      else numpy.array(shape.prod(), dtype=numpy.int64))
             constants[node.output[0]] = value
         elif node.op_type not in RANDOM and all(name in constants for name in inputs):
+            # (the values it will make, where shape inference knows their shapes, before they are made: a tiny
+            # model may ask for gigabytes; float32's 4 bytes a value)
+            if folded_bytes + 4 * sum(math.prod(shapes[name]) for name in node.output if name in shapes) > \
+                    MAX_FOLDED_BYTES:
+                raise _too_many_values(where, label)
             try:
                 values = ReferenceEvaluator(_one_node_model(node, opset)).run(
                     None, {name: constants[name] for name in inputs})
@@ -375,13 +381,17 @@ def _fold(nodes, shapes, constants, opset: int, result: OnnxImport, where: str) 
                 constants[name] = _float32(numpy.asarray(value))
             folded_bytes += sum(constants[name].nbytes for name in node.output if name in constants)
             if folded_bytes > MAX_FOLDED_BYTES:
-                raise ModelImportError(f"{where}: its constant subgraphs make more than {MAX_FOLDED_BYTES >> 30} GiB "
-                                       f"of values (node '{label}')")
+                raise _too_many_values(where, label)
         else:
             remaining.append(node)
             continue
         result.folded.append((label, node.op_type))
     return remaining
+
+
+def _too_many_values(where: str, label: str) -> ModelImportError:
+    return ModelImportError(f"{where}: its constant subgraphs make more than {MAX_FOLDED_BYTES >> 30} GiB of values "
+                            f"(node '{label}')")
 
 
 def _one_node_model(node, opset: int):

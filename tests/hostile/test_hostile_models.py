@@ -559,3 +559,24 @@ def test_a_nets_name_reaches_the_terminal_without_control_characters(tmp_path):
                    "input_param: {shape: {dim: [1, 2]}}}\n")
     result = run("check", net)
     assert result.returncode == 0 and "\x1b" not in result.stdout and "evil\\x1b]0;pwned\\x07" in result.stdout
+
+
+def test_an_onnx_model_whose_constants_would_take_gigabytes_is_refused_before_they_are_made(tmp_path):
+    """182 bytes asking ConstantOfShape for 3 x 2**30 values (12 GiB), summed to one number: refused from the
+    shape inferred, within the address-space limit of these tests, not after making them."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["ones"],
+                              value=numpy_helper.from_array(np.array([1.0], np.float32))),
+             helper.make_node("ReduceSum", ["ones"], ["total"], keepdims=0),
+             helper.make_node("Add", ["x", "total"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array([3, 1 << 30], np.int64), "shape")])
+    model = tmp_path / "constants.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), model)
+    started = time.perf_counter()
+    assert "its constant subgraphs make more than 4 GiB of values (node 'ConstantOfShape')" in refuses(
+        "import", "onnx", model, "-o", tmp_path / "net.yaml")
+    assert time.perf_counter() - started < 30 and not (tmp_path / "net.yaml").exists()
