@@ -13,8 +13,10 @@ import functools
 import hashlib
 import http.server
 import json
+import os
 import shutil
 import socket
+import subprocess
 import sys
 import threading
 import types
@@ -24,6 +26,10 @@ import numpy as np
 import pytest
 import yaml
 from PIL import Image
+
+if __name__ == "__main__":  # (run as the guide's script: tests/conftest.py puts the helpers' folders on the path)
+    sys.path.insert(0, str(Path(__file__).parent.parent))
+    import conftest  # noqa: F401
 from test_caffe_import import caffemodel
 from test_cli import fails, ok, run
 from test_zoo import tree
@@ -612,7 +618,18 @@ def test_a_multi_line_name_is_one_line_of_the_listing_and_the_card(tmp_path):
         "# tiny_bgr 1\n\nTiny BGR net\n")
 
 
-if __name__ == "__main__":  # the README's walk-through: python3 tests/model_zoo/test_zoo_caffe.py TREE URL
+def test_the_guides_script_writes_the_tree_run_as_the_guide_runs_it(tmp_path):
+    """``python3 tests/model_zoo/test_zoo_caffe.py caffe-models URL`` from the repository's root, outside pytest."""
+    script = Path(__file__).relative_to(Path(__file__).parent.parent.parent)
+    result = subprocess.run([sys.executable, str(script), str(tmp_path / "caffe-models"), "http://127.0.0.1:8000"],
+                            capture_output=True, text=True, cwd=Path(__file__).parent.parent.parent,
+                            env={key: value for key, value in os.environ.items() if key != "PYTHONPATH"})
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "caffe-models" / "tiny_bgr" / "readme.md").is_file()
+    assert (tmp_path / "image.png").is_file() and (tmp_path / "labels.txt").is_file()
+
+
+if __name__ == "__main__":  # the guide's walk-through: python3 tests/model_zoo/test_zoo_caffe.py TREE URL
     root, base = Path(sys.argv[1]), sys.argv[2].rstrip("/")
     make_tree(root, base)
     write_image(root.parent / "image.png")
