@@ -17,7 +17,7 @@ import tempfile
 import numpy
 
 from netspec.atomic import atomic_path
-from netspec.data.dataset import Dataset
+from netspec.data.dataset import Dataset, shapes_text
 from netspec.data.files import one_line, writing
 from netspec.data.transform import Transformer, TransformParams
 from netspec.engine.registry import layer_schemas
@@ -29,13 +29,26 @@ from netspec.spec.net_spec import NetState, parse_net
 BAR_WIDTH = 40
 
 
+def options_text(options: dict | None) -> str:
+    """How a dataset was converted, as ``key value`` pairs (a switch by its name alone; settings not used left
+    out)."""
+    parts = []
+    for key, value in (options or {}).items():
+        if value is True:
+            parts.append(key)
+        elif isinstance(value, list):
+            parts.append(f"{key} {'x'.join(map(str, value))}")
+        elif value is not None and value is not False:
+            parts.append(f"{key} {value}")
+    return ", ".join(parts) or "no settings recorded"
+
+
 def describe(dataset: Dataset) -> list[str]:
     """Lines: count, shapes, dtype, encoding, source hash and a histogram of the labels."""
     m = dataset.manifest
-    shapes = ", ".join("x".join(map(str, shape)) for shape in dataset.shapes)
     lines = [f"{dataset.path}: {m['backend'].upper()} dataset of {dataset.count} records",
-             f"  record shape (C x H x W): {shapes}; dtype {m['dtype']}; stored {m['encoding']}",
-             f"  source list sha256 {m['source_sha256'][:16]}..., converted with {m.get('options', {})}"]
+             f"  record shape (C x H x W): {shapes_text(dataset.shapes)}; dtype {m['dtype']}; stored {m['encoding']}",
+             f"  source list sha256 {m['source_sha256'][:16]}..., converted with {options_text(m.get('options'))}"]
     counts = {int(label): count for label, count in m["label_counts"].items()}
     if counts:
         lines.append(f"  labels ({len(counts)}):")

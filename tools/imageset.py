@@ -190,7 +190,7 @@ def write_dataset(items, out: str, options: ImagesetOptions, label_names: list[s
                     report.skipped.append(problem)
                 else:
                     if not options.allow_mixed_sizes and written and image.shape != first_shape:
-                        raise DataError(f"{path} is {_size(image.shape)} but {written[0][0]} is "
+                        raise DataError(f"{path} is {_size(image.shape)} (HxW) but {written[0][0]} is "
                                         f"{_size(first_shape)}: resize them all with --resize HxW, or keep their "
                                         "sizes with --allow-mixed-sizes")
                     first_shape = first_shape or image.shape
@@ -210,8 +210,8 @@ def write_dataset(items, out: str, options: ImagesetOptions, label_names: list[s
 
 
 def _size(shape: tuple[int, ...]) -> str:
-    """An image's C x H x W shape as ``WxH``, the way image sizes are written."""
-    return f"{shape[2]}x{shape[1]}"
+    """An image's C x H x W shape as ``HxW``, as ``--resize`` takes sizes and ``predict`` writes them."""
+    return f"{shape[1]}x{shape[2]}"
 
 
 class _InlinePool:

@@ -25,7 +25,7 @@ from netspec.dashboard.forms import parse_form
 from netspec.dashboard.pages import page, refused_message
 from netspec.dashboard.state import Dashboard
 from netspec.dashboard.workspace import RefusedPathError
-from netspec.data.dataset import BACKENDS, Dataset
+from netspec.data.dataset import BACKENDS, Dataset, shapes_text
 from netspec.errors import NetspecError
 
 
@@ -34,18 +34,13 @@ def dataset_link(path: str) -> str:
     return "dataset?" + urllib.parse.urlencode({"path": path})
 
 
-def shapes_text(shapes: list[list[int]]) -> str:
-    """Record shapes as ``C x H x W`` (several: joined with 'or')."""
-    return " or ".join("×".join(map(str, shape)) for shape in shapes)
-
-
 def datasets_page(rows: list[tuple[str, dict]], image_folders: list[str], conversions: list[dict],
                   form: dict[str, str], message: str = "") -> str:
     """The dataset folders of the workspace, the form making one from an image folder, and the conversions."""
     lines = []
     for path, row in rows:
         cells = (f'<td colspan="4" class="refused">{escape(row["problem"])}</td>' if "problem" in row else
-                 f"<td>{escape(row['backend'])}</td><td>{row['count']}</td><td>{shapes_text(row['shapes'])}</td>"
+                 f"<td>{escape(row['backend'])}</td><td>{row['count']}</td><td>{shapes_text(row['shapes'], '×')}</td>"
                  f"<td>{row['classes']}</td>")
         lines.append(f'<tr><td><a href="{escape(dataset_link(path))}">{escape(path)}</a></td>{cells}</tr>')
     table = "\n".join(lines) or '<tr><td colspan="5">no dataset folders in the workspace yet</td></tr>'
@@ -112,7 +107,7 @@ def dataset_page(path: str, dataset: Dataset, histogram: list[dict], samples: li
                     f'#{sample["index"]}</span></figcaption></figure>' for sample in samples)
     return page(path, f"""<h1>{escape(path)}</h1>
 <p class="where">{escape(manifest["backend"].upper())} dataset of {dataset.count} records of
-{shapes_text([list(shape) for shape in dataset.shapes])} ({escape(manifest["dtype"])}, stored
+{shapes_text(dataset.shapes, "×")} ({escape(manifest["dtype"])}, stored
 {escape(manifest["encoding"])})</p>
 <section>
 <h2>Labels</h2>

@@ -56,6 +56,18 @@ FLUSH_EVERY = 256
 _WRITE_ERRORS = (*hdf5.WRITE_ERRORS, lmdb.Error)
 
 
+SHAPES_SHOWN = 4  # record shapes a line names; of a dataset of many sizes, how many more there are
+
+
+def shapes_text(shapes, times: str = "x") -> str:
+    """Record shapes as ``CxHxW`` (``times`` between the sizes), several joined with 'or': the first
+    SHAPES_SHOWN, then how many more (a dataset of mixed sizes may hold thousands)."""
+    listed = [times.join(map(str, shape)) for shape in shapes[:SHAPES_SHOWN]]
+    if len(shapes) > SHAPES_SHOWN:
+        listed.append(f"{len(shapes) - SHAPES_SHOWN:,} more sizes")
+    return " or ".join(listed)
+
+
 class DatasetWriter:
     """Writes records in index order into ``<path>.partial``; :meth:`finish` writes the manifest and renames.
 
@@ -332,10 +344,7 @@ class Dataset:
         if len(self.shapes) > 1 or self.h5_data.shape != (self.count, *self.shapes[0]) or \
                 self.h5_label.shape != (self.count,):
             raise DataError(f"{path}: datasets data {list(self.h5_data.shape)} and label {list(self.h5_label.shape)} "
-                            f"do not hold the manifest's {self.count} records of shape {self._shapes_text()}")
-
-    def _shapes_text(self) -> str:
-        return " or ".join(str(list(shape)) for shape in self.shapes)
+                            f"do not hold the manifest's {self.count} records of shape {shapes_text(self.shapes)}")
 
     def where(self, index: int) -> str:
         """How errors name a record: ``<folder> record <key>``."""
@@ -403,7 +412,7 @@ class Dataset:
         for index, (image, label) in enumerate(self.records()):
             if image.shape not in self.shapes:
                 raise DataError(f"{self.where(index)}: shape {list(image.shape)}, the manifest lists "
-                                f"{self._shapes_text()}")
+                                f"{shapes_text(self.shapes)}")
             counts[label] += 1
             advance()
         listed = {int(label): count for label, count in self.manifest["label_counts"].items()}

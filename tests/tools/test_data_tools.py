@@ -82,7 +82,16 @@ def test_data_inspect_shows_counts_and_draws_samples(tmp_path):
     lines = stdout.splitlines()
     assert lines[0] == f"{tmp_path / 'ds'}: LMDB dataset of 9 records"
     assert lines[1] == "  record shape (C x H x W): 1x6x6; dtype uint8; stored raw"
+    assert lines[2].endswith(", converted with test")  # (the settings as key and value; a switch by its name)
     assert lines[3:] == ["  labels (3):", "    0 a  4  " + "#" * 40, "    1 b  2  " + "#" * 20,
                          "    2 c  3  " + "#" * 30, f"wrote 4 samples to {tmp_path / 'grid.png'}"]
     assert (tmp_path / "grid.png").read_bytes().startswith(b"\x89PNG")
     assert fails("data", "inspect", tmp_path / "nowhere") == f"error: {tmp_path}/nowhere: no such dataset folder"
+
+
+def test_data_inspect_of_many_sizes_names_a_few_and_counts_the_rest(tmp_path):
+    pictures = [np.zeros((1, 4, 4 + width), np.uint8) for width in range(9)]
+    write_dataset(tmp_path / "ds", "lmdb", pictures, [0] * 9)
+    lines = ok("data", "inspect", tmp_path / "ds").splitlines()
+    assert lines[1] == "  record shape (C x H x W): 1x4x4 or 1x4x5 or 1x4x6 or 1x4x7 or 5 more sizes; dtype uint8; " \
+                       "stored raw", lines[1]

@@ -133,7 +133,7 @@ def test_images_of_different_sizes_are_refused_unless_resized_or_allowed(class_f
     save_png(class_folders / "dog" / "wide.png", np.zeros((6, 9, 3), dtype=np.uint8))
     result = run("convert", "imageset", class_folders, tmp_path / "ds", "--workers", "1")
     assert result.returncode == 1
-    assert result.stderr == (f"error: {class_folders}/dog/wide.png is 9x6 but {class_folders}/cat/0.png is 5x6: "
+    assert result.stderr == (f"error: {class_folders}/dog/wide.png is 6x9 (HxW) but {class_folders}/cat/0.png is 6x5: "
                              "resize them all with --resize HxW, or keep their sizes with --allow-mixed-sizes\n")
     assert not (tmp_path / "ds").exists()
     assert "wrote 13 records" in converted(class_folders, tmp_path / "ds", "--allow-mixed-sizes")
