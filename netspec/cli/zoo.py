@@ -4,6 +4,7 @@ finetune, and predict."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 
@@ -134,6 +135,9 @@ def zoo_show(ref, zoo_dir):
 def zoo_verify(ref, zoo_dir):
     """Re-hash every file of one model (or of every model) against its card."""
     local = Zoo(zoo_dir)
+    if ref is None and not local.index()["models"]:
+        echo(f"{local.root}: no models to verify" + ("" if os.path.isdir(local.root) else " (no zoo there yet)"))
+        return
     problems = local.verify(ref)
     if problems:
         raise ZooError(f"{len(problems)} problem(s): " + "; ".join(problems))

@@ -163,6 +163,9 @@ def test_list_show_verify_and_remove(zoo_a):
     assert ok("zoo", "remove", "digits", "--zoo", zoo_a).strip() == "removed digits@1"
     assert json.loads((zoo_a / "index.json").read_text())["models"] == {}
     assert fails("zoo", "show", "digits", "--zoo", zoo_a).startswith("error: no model 'digits' in the zoo")
+    assert ok("zoo", "verify", "--zoo", zoo_a).strip() == f"{zoo_a}: no models to verify"
+    assert ok("zoo", "verify", "--zoo", zoo_a / "none").strip() == f"{zoo_a / 'none'}: no models to verify (no zoo " \
+                                                                    "there yet)"
 
 
 def test_builtin_cards_name_nets_that_build():
