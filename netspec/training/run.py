@@ -143,6 +143,7 @@ def _train(spec: SolverSpec, folder: str, options: TrainOptions, comm, say: Call
             if root:
                 log.kept_events = run_folder.truncate_metrics(folder, solver.iter,
                                                               solver.tests_on_resuming_at(solver.iter))
+        solver.folder_checked = True  # (train checked it as it took its lock)
         if options.weights:
             say(solver.net.load_weights(options.weights, strict=False).summary(options.weights))
         if root:

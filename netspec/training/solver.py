@@ -147,6 +147,9 @@ class Solver:
         self.snapshot_pending = False  # a periodic snapshot waits for its iteration's test (:meth:`step`)
         self.last_snapshot: str | None = None
         self.last_snapshot_iter: int | None = None
+        # whether the folder its snapshots go to was found to hold no other run's (netspec train checks it as it
+        # starts; from Python, the first snapshot does, unless the solver continues a state of that folder)
+        self.folder_checked = False
         self.snapshots: list[int] = []
         self.best, self.plateau = watches(p)
         if p.precision != "fp32" and not self.backend.is_gpu:

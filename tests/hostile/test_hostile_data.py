@@ -127,7 +127,7 @@ def test_a_manifest_that_miscounts_the_records_is_refused(converted, tmp_path, b
         assert lines == [f"error: {dataset}: the manifest counts 30 records, data.mdb holds 24; convert it again"] * 3
     else:
         assert lines == [f"error: {dataset}/data.h5: datasets data [24, 3, 8, 8] and label [24] do not hold the "
-                         "manifest's 30 records of shape [3, 8, 8]"] * 3
+                         "manifest's 30 records of shape 3x8x8"] * 3
 
 
 def retype_leaves(dataset: Path, which: slice) -> None:

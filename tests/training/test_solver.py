@@ -547,3 +547,21 @@ def test_precision_tf32_or_bf16_mixed_on_the_cpu_trains_in_fp32_saying_so(tmp_pa
     solver = data_solver(tmp_path, batch=4, precision=precision)
     assert solver.backend.precision == "fp32"
     assert f"precision {precision}: {why}, so training computes in fp32" in solver.warnings
+
+
+def test_a_solver_of_python_never_snapshots_into_another_runs_folder_but_continues_its_own(tmp_path):
+    """As netspec train refuses a folder holding another run: the first snapshot of a fresh solver refuses it
+    (naming the state to resume), a solver that restored a state of that folder snapshots on beside it."""
+    first = tiny_solver(tmp_path, base_lr=0.01)
+    first.step(2)
+    state = first.snapshot()
+    second = tiny_solver(tmp_path, base_lr=0.01)
+    second.step(2)
+    with pytest.raises(netspec.errors.NetspecError, match=f"{tmp_path} already holds a run \\(2 snapshot file\\(s\\)\\); "
+                                                          f"continue it with --resume {re.escape(state)}"):
+        second.snapshot()
+    second.restore(state)
+    second.step(1)
+    assert second.snapshot().endswith("tiny_iter_3.solverstate.h5")
+    first.step(2)
+    assert first.snapshot().endswith("tiny_iter_4.solverstate.h5")  # (its own folder: on as before)
