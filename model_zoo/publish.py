@@ -125,6 +125,22 @@ def dataset_label_names(layer) -> list[str]:
     return [str(name) for name in read_manifest(source).get("label_names") or []]
 
 
+def untold_preprocessing(request: PublishRequest) -> str | None:
+    """What a card published from a run cannot know of its input's preprocessing, as a note: the run's data layer
+    reads values as they are stored (no transform_param: HDF5Data, Input), so the card takes images as they are,
+    unless ``--scale`` or ``--mean-value`` says otherwise; None where it knows."""
+    if request.run_dir is None or request.scale is not None or request.mean_value is not None:
+        return None
+    layer, test_layer = data_layers(run_folder.read_sources(request.run_dir))
+    layer = test_layer or layer
+    if layer is None or "transform_param" in layer_class(layer.type).param_blocks:
+        return None
+    return (f"layer '{layer.name}' ({layer.type}) of the run reads values as they are stored, so the card feeds "
+            "images as they are (pixels 0 to 255, scale 1, no mean): if the stored values are scaled otherwise, "
+            "publish again with --force, --scale and --mean-value (netspec convert digits stores values in [0, 1]: "
+            "--scale 1/255)")
+
+
 def image_size(layer, shape: tuple[int, ...]) -> dict:
     """The card's resize, keep_aspect and crop_size for the images the data layer ``layer`` reads: a Data layer's
     dataset's record size and whether ``netspec convert --keep-aspect`` made it, ImageData's new size, and the

@@ -31,7 +31,7 @@ from netspec.model_zoo.card import read_card, readme
 from netspec.model_zoo.download import download, read_index
 from netspec.model_zoo.finetune import prepare_finetune
 from netspec.model_zoo.predict import load, model_folder, read_inputs
-from netspec.model_zoo.publish import PublishRequest, publish
+from netspec.model_zoo.publish import PublishRequest, publish, untold_preprocessing
 from netspec.model_zoo.serve import IDLE_TIMEOUT, make_server
 from netspec.model_zoo.sources import FILE_DEADLINE, configured_sources, open_source
 from netspec.model_zoo.zoo import Zoo, ZooError
@@ -94,6 +94,8 @@ def zoo_publish(name, version, net_file, weights, run_dir, labels_file, license_
     metrics = ", ".join(f"{k} {v:.4g}" for k, v in card.metrics.items())
     echo(f"published {card.ref} to {target.folder(card.name, card.version)}"
                + (f" ({metrics})" if metrics else ""))
+    if (note := untold_preprocessing(request)) is not None:
+        echo(f"note: {note}")
 
 
 @zoo.command("list")
