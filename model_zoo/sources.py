@@ -17,6 +17,7 @@ removes them after any other failure.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import html.parser
 import http.client
@@ -119,10 +120,13 @@ class FolderSource:
 
     @staticmethod
     def _open(path: str):
+        """``path`` open for reading; a ZooError when it cannot be, or is a symbolic link (a model's files are
+        copied from regular files only, as a zoo serves them: a link in a model folder could reach any file)."""
         try:
-            return open(path, "rb")
+            return os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb")
         except OSError as exc:
-            raise ZooError(f"{path}: cannot read: {exc.strerror}") from None
+            why = "a symbolic link, which netspec never copies from" if exc.errno == errno.ELOOP else exc.strerror
+            raise ZooError(f"{path}: cannot read: {why}") from None
 
 
 class _HttpRedirects(urllib.request.HTTPRedirectHandler):

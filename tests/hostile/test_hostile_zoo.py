@@ -182,6 +182,23 @@ def test_a_card_listing_a_name_the_zoo_writes_itself_is_refused(tmp_path, name):
         "(model.yaml, README.md, *.part); rename the model's file")
 
 
+def test_a_file_of_a_source_folder_that_is_a_link_is_never_copied_even_when_the_card_matches(tmp_path):
+    """A link in a model folder could reach any file the user can read (a key, /etc/...): copied from regular
+    files only, as zoo serve serves them."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the user's own key\n")
+    source = make_zoo(tmp_path / "source", extra_files=("notes.txt",))
+    folder = source / "models" / "tiny" / "1"
+    (folder / "notes.txt").unlink()
+    (folder / "notes.txt").symlink_to(secret)
+    card = (folder / "model.yaml").read_text().replace(hashlib.sha256(b"").hexdigest(),
+                                                     hashlib.sha256(secret.read_bytes()).hexdigest())
+    (folder / "model.yaml").write_text(card.replace("notes.txt, size: 0", f"notes.txt, size: {secret.stat().st_size}"))
+    assert refuses("zoo", "download", "tiny", "--from", source, "--zoo", tmp_path / "zoo") == (
+        f"error: {folder / 'notes.txt'}: cannot read: a symbolic link, which netspec never copies from")
+    assert not (tmp_path / "zoo" / "models").exists()
+
+
 # ---- zoo serve ----------------------------------------------------------------------------------
 def test_the_server_survives_malformed_ranges_and_closes_silent_connections(tmp_path, serve):
     source = make_zoo(tmp_path / "source")
