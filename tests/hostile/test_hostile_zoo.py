@@ -276,7 +276,8 @@ def test_publish_takes_a_run_that_never_displayed_nor_tested(tmp_path):
     (work / "solver.yaml").write_text("net: digits_net.yaml\nbase_lr: 0.01\nmax_iter: 2\ndisplay: 0\n"
                                       "snapshot_prefix: run/digits\n")
     for args in (("convert", "digits", work / "data"), ("train", work / "solver.yaml"),
-                 ("zoo", "publish", "--name", "quiet", "--run", work / "run", "--zoo", tmp_path / "zoo")):
+                 ("zoo", "publish", "--name", "quiet", "--run", work / "run", "--scale", "0.00392156862745098",
+                  "--zoo", tmp_path / "zoo")):
         result = run(*args)
         assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"published quiet@1 to {tmp_path}/zoo/models/quiet/1"
