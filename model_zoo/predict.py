@@ -14,6 +14,7 @@ N x C x H x W, RGB for colour) and gets the same transform.
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 
@@ -71,7 +72,11 @@ def load(name_or_path: str, zoo: str | None = None, device: str = "cpu", batch_s
         raise ZooError(f"{card.ref} is a config-only card: it has no weights to predict with")
     net = load_net(os.path.join(folder, card.deploy_net), "TEST", device, batch_size=batch_size or None, trust=trust,
                    dtype=dtype, inference=True, reuse_memory=True)
-    scores_blob(net, os.path.join(folder, card.deploy_net))
+    scores = scores_blob(net, os.path.join(folder, card.deploy_net))
+    names, classes = card.input.label_names, math.prod(net.blobs[scores].shape[1:])  # (as probabilities reads it)
+    if names and len(names) != classes:  # (publish refuses it; a card written by hand or changed may not)
+        raise ZooError(f"{os.path.join(folder, CARD)}: its label_names name {len(names)} classes but the deploy net "
+                       f"scores {classes} ('{scores}')")
     report = net.load_weights(os.path.join(folder, card.weights))
     if report.missing and not allow_missing_weights:
         raise ZooError(f"{os.path.join(folder, card.weights)}: holds no weights for layer(s) "

@@ -282,6 +282,17 @@ def test_predict_refuses_a_model_whose_weights_miss_a_layer(tmp_path, weights):
     assert run("predict", model, digits_input(tmp_path), "--allow-missing-weights").returncode == 0
 
 
+def test_predict_refuses_a_card_whose_label_names_do_not_fit_the_classes(tmp_path, weights):
+    """Publish refuses it; a card edited afterwards (its hash is its own) is refused where it would be used."""
+    assert publish(tmp_path, DEPLOY, weights).returncode == 0
+    model = tmp_path / "zoo" / "models" / "m" / "1"
+    card = (model / "model.yaml").read_text()
+    assert "label_names: []" in card
+    (model / "model.yaml").write_text(card.replace("label_names: []", "label_names: [zero]"))
+    assert refuses("predict", model, digits_input(tmp_path)) == (
+        f"error: {model / 'model.yaml'}: its label_names name 1 classes but the deploy net scores 10 ('prob')")
+
+
 def test_weights_holding_nan_are_refused(tmp_path, weights):
     with h5py.File(weights, "a") as handle:
         handle["ip2/1"][3] = np.nan
