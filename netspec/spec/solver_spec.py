@@ -200,6 +200,11 @@ def _read_net_value(value, ctx: Context, key: str, line: int, layer_schemas,
     return None
 
 
+MAX_COUNT = 2 ** 31 - 1  # the largest iteration count or interval: Caffe's int32
+COUNTS = ("max_iter", "stepsize", "stepvalue", "warmup_iter", "iter_size", "test_iter", "test_interval", "display",
+          "average_loss", "snapshot", "keep_last")
+
+
 def _check_values(p: SolverParams, ctx: Context, tree: YamlMap, solver_types) -> None:
     """Range and consistency checks that a type annotation cannot express."""
     def bad(key: str, message: str) -> None:
@@ -221,6 +226,12 @@ def _check_values(p: SolverParams, ctx: Context, tree: YamlMap, solver_types) ->
     for key in ("warmup_iter", "warmup_start_lr", "min_lr"):
         if getattr(p, key) < 0:
             bad(key, f"must not be negative, got {getattr(p, key)}")
+    for key in COUNTS:  # (Caffe's int32 fields: a count past them is a slip, and would run for ever)
+        values = getattr(p, key)
+        for value in values if isinstance(values, list) else [values]:
+            if isinstance(value, int) and value > MAX_COUNT:
+                bad(key, f"must be at most {MAX_COUNT:,}, as in Caffe, got {value:,}")
+                break
     if p.max_iter is not None and 0 < p.max_iter <= p.warmup_iter:
         bad("warmup_iter", f"must be less than max_iter ({p.max_iter}), got {p.warmup_iter}")
     if "min_lr" in tree and p.lr_policy != "cosine":

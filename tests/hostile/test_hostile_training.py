@@ -264,6 +264,18 @@ def test_a_schedule_or_rule_that_would_divide_by_zero_or_overflow_is_refused_bef
     assert not (tmp_path / "run").exists() and not (tmp_path / "lr.png").exists()
 
 
+@pytest.mark.parametrize("setting", ["max_iter: 100000000000000000000", "iter_size: 1000000000000",
+                                     "test_iter: [99999999999]\ntest_interval: 10"])
+def test_counts_past_caffes_int32_that_would_train_or_test_for_ever_are_refused(digits, tmp_path, setting):
+    solver = tmp_path / "solver.yaml"
+    solver.write_text(f"net: {digits / 'digits_net.yaml'}\nbase_lr: 0.01\n{'' if 'max_iter' in setting else 'max_iter: 10'}"
+                      f"\n{setting}\n")
+    key, value = setting.split(":")[0], setting.split(":")[1].split("\n")[0].strip(" []")
+    assert refuses("train", solver, "--out", tmp_path / "run") == (
+        f"error: {solver}:4: {key}: must be at most 2,147,483,647, as in Caffe, got "
+        f"{int(value):,}")
+
+
 def test_a_run_folder_that_cannot_be_made_is_one_line(digits, tmp_path):
     (tmp_path / "file").write_text("not a folder")
     assert refuses("train", digits / "solver.yaml", "--out", tmp_path / "file" / "run", "--max-iter", 2) == (
