@@ -186,8 +186,12 @@ def read_history(path: str | os.PathLike, shapes: dict[str, dict[int, tuple]]) -
                     if tuple(buffer.shape) != expected:
                         raise StateError(f"{os.fspath(path)}: layer '{layer}' blob {index} has shape "
                                          f"{tuple(buffer.shape)} in the state but {expected} in the net")
-                history.setdefault(layer, {})[int(index)] = {name: _read(buffer, expected)
-                                                             for name, buffer in buffers.items()}
+                read = {name: _read(buffer, expected) for name, buffer in buffers.items()}
+                for name, values in read.items():
+                    if not numpy.isfinite(values).all():  # (as weights holding them are refused)
+                        raise StateError(f"{os.fspath(path)}: layer '{layer}' blob {index}: its update history "
+                                         f"'{name}' holds NaN or infinite values")
+                history.setdefault(layer, {})[int(index)] = read
     return history
 
 

@@ -205,6 +205,7 @@ def test_resume_continues_in_the_states_folder_and_never_into_another_run(digits
     ("a billion threads", "malformed solver state (its iteration, progress, params, world size, threads or random "),
     ("threads as text", "cannot read solver state: incomplete or malformed file"),
     ("infinite iteration", "cannot read solver state: incomplete or malformed file"),
+    ("history of NaN", "layer 'conv1' blob 0: its update history 'history' holds NaN or infinite values"),
     ("odd snapshots", "its progress (snapshots kept, watched outputs) are malformed"),
     ("generator overflow", "its random generator states are malformed"),
     ("file cursor", "the saved position is for 1 files, the list now names 1"),
@@ -235,6 +236,8 @@ def test_a_malformed_solver_state_is_refused_in_one_line(digits, tmp_path, how, 
             handle.attrs["threads"] = "many"
         elif how == "infinite iteration":
             handle.attrs["iteration"] = np.inf
+        elif how == "history of NaN":
+            handle["history/conv1/0/history"][0] = np.nan
         elif how == "odd snapshots":
             handle.attrs["progress"] = '{"snapshots": ["x"]}'
         elif how == "generator overflow":
