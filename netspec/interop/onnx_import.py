@@ -185,8 +185,13 @@ def _import(model, where: str, batch, input_shape, fold_batchnorm: bool) -> Onnx
     opset = _opset(model, where)
     constants = {tensor.name: _array(tensor, where) for tensor in graph.initializer}
     nodes = _in_order(graph.node, where)
-    _refuse(nodes, where)
+    _refuse(nodes, opset, where)
     inputs, changed = _inputs(graph, nodes, constants, batch, input_shape, where)
+    made = {output for node in nodes for output in node.output} | set(inputs) | set(constants)
+    unmade = [output.name for output in graph.output if output.name not in made]
+    if unmade:
+        raise ModelImportError(f"{where}: graph output '{printable(unmade[0])}' is made by no node (nor is it an "
+                               "input or a constant)")
     result = OnnxImport(net={"name": graph.name or "imported", "layers": []}, weights={}, opset=opset,
                         producer=" ".join(filter(None, (model.producer_name, model.producer_version))),
                         changed=changed)
@@ -235,6 +240,9 @@ def _opset(model, where: str) -> int:
 def _array(tensor, where: str) -> numpy.ndarray:
     from onnx import numpy_helper
 
+    if any(size < 0 for size in tensor.dims):
+        raise ModelImportError(f"{where}: tensor '{printable(tensor.name)}' declares the sizes {list(tensor.dims)}: a "
+                               "constant's sizes are whole numbers")
     try:
         value = numpy_helper.to_array(tensor)
     except Exception as exc:  # noqa: BLE001 - a malformed tensor fails in NumPy or onnx, in several types
@@ -268,12 +276,23 @@ def _in_order(nodes, where: str) -> list:
     return order
 
 
-def _refuse(nodes, where: str) -> None:
-    """ModelImportError for control flow, quantised operators and other domains' operators."""
+def _refuse(nodes, opset: int, where: str) -> None:
+    """ModelImportError for control flow, quantised operators, other domains' operators, and attributes an
+    operator does not have at ``opset`` (which would be ignored)."""
+    from onnx import defs
+
     for node in nodes:
         label = f"{where}: node '{node.name or node.op_type}' ({node.op_type})"
         if node.domain not in ("", "ai.onnx"):
             raise ModelImportError(f"{label} is of the domain '{node.domain}': netspec reads ONNX's own operators")
+        try:
+            known = defs.get_schema(node.op_type, opset).attributes
+        except defs.SchemaError:  # (an operator ONNX does not know: named where it is converted)
+            known = None
+        unknown = [attribute.name for attribute in node.attribute if known is not None and attribute.name not in known]
+        if unknown:
+            raise ModelImportError(f"{label}: attribute '{printable(unknown[0])}' is not one of {node.op_type}'s at "
+                                   f"opset {opset} ({', '.join(sorted(known)) or 'it takes none'})")
         if node.op_type in CONTROL_FLOW:
             raise ModelImportError(f"{label}: control flow has no place in netspec's static graph (export the "
                                    "model with the branch or loop unrolled)")

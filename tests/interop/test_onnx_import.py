@@ -668,6 +668,20 @@ def test_more_bad_models_are_refused_in_a_line(tmp_path):
     assert not (tmp_path / "absent").exists() and not (tmp_path / "absent.weights.h5").exists()
 
 
+def test_malformed_models_that_would_import_as_something_else_are_refused(tmp_path):
+    """What a reader could take one way or another: a constant of negative size (reshaped), an attribute the
+    operator has not (ignored), a graph output nothing makes (left out)."""
+    add = helper.make_node("Add", ["x", "w"], ["y"])
+    negative = model_of([add], {"x": (2, 4)}, {"w": weights(2, 4)})
+    negative.graph.initializer[0].dims[:] = [-1, 4]
+    assert "tensor 'w' declares the sizes [-1, 4]: a constant's sizes are whole numbers" in refused(tmp_path, negative)
+    odd = helper.make_node("Relu", ["x"], ["y"], alpha=0.1)
+    assert "node 'Relu' (Relu): attribute 'alpha' is not one of Relu's at opset 17 (it takes none)" in refused(
+        tmp_path, model_of([odd], {"x": (2, 3)}))
+    lost = model_of([helper.make_node("Relu", ["x"], ["y"])], {"x": (2, 3)}, outputs=["y", "z"])
+    assert "graph output 'z' is made by no node (nor is it an input or a constant)" in refused(tmp_path, lost)
+
+
 def test_external_data_of_an_in_memory_model_and_odd_locations_are_refused(tmp_path):
     model = model_of([helper.make_node("Add", ["x", "w"], ["y"])], {"x": (2, 3)}, {"w": weights(2, 3)})
     tensor = model.graph.initializer[0]
