@@ -118,7 +118,7 @@ class Net:
             except MemoryError as exc:  # NumPy's, or CuPy's OutOfMemoryError
                 raise DeviceError(f"layer '{node.spec.name}': out of {self.backend.device} memory while setting it "
                                   f"up: {str(exc).splitlines()[0] if str(exc) else 'an allocation failed'}; use a "
-                                  "smaller batch_size") from None
+                                  "smaller batch_size, or check the sizes that make that shape") from None
             for index, owner in enumerate(node.param_owners):
                 if owner is not None:
                     layer.blobs[index].share(self.layers[owner[0]].blobs[owner[1]])

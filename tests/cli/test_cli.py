@@ -239,7 +239,7 @@ def test_a_batch_beyond_the_devices_memory_names_the_layer_and_the_bytes(tmp_pat
     result = run("time", net)
     assert (result.returncode, result.stderr.strip()) == (1, (
         "error: layer 'mnist': out of cpu memory while setting it up: blob 'data' [100000000, 1, 28, 28] needs "
-        "313,600,000,000 bytes for its data; use a smaller batch_size"))
+        "313,600,000,000 bytes for its data; use a smaller batch_size, or check the sizes that make that shape"))
 
 
 def test_device_query_names_the_cpu_and_the_gpus():
