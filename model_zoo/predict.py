@@ -14,7 +14,6 @@ N x C x H x W, RGB for colour) and gets the same transform.
 
 from __future__ import annotations
 
-import math
 import os
 import warnings
 
@@ -73,7 +72,7 @@ def load(name_or_path: str, zoo: str | None = None, device: str = "cpu", batch_s
     net = load_net(os.path.join(folder, card.deploy_net), "TEST", device, batch_size=batch_size or None, trust=trust,
                    dtype=dtype, inference=True, reuse_memory=True)
     scores = scores_blob(net, os.path.join(folder, card.deploy_net))
-    names, classes = card.input.label_names, math.prod(net.blobs[scores].shape[1:])  # (as probabilities reads it)
+    names, classes = card.input.label_names, class_count(net, scores)
     if names and len(names) != classes:  # (publish refuses it; a card written by hand or changed may not)
         raise ZooError(f"{os.path.join(folder, CARD)}: its label_names name {len(names)} classes but the deploy net "
                        f"scores {classes} ('{scores}')")
@@ -245,6 +244,13 @@ def scores_blob(net: Net, where: str) -> str:
         raise ZooError(f"{where}: the deploy net has no output (every top is read by another layer), so it "
                        "scores nothing")
     return net.outputs[0]
+
+
+def class_count(net: Net, scores: str) -> int:
+    """How many classes a deploy net's ``scores`` blob scores (:func:`scores_blob`): the size of its second axis,
+    which label names name (1 for a blob of one axis)."""
+    shape = net.blobs[scores].shape
+    return shape[1] if len(shape) > 1 else 1
 
 
 def probabilities(net: Net) -> numpy.ndarray:

@@ -36,7 +36,7 @@ from netspec.model_zoo.card import (
     per_class_figures,
     resize_problem,
 )
-from netspec.model_zoo.predict import scores_blob
+from netspec.model_zoo.predict import class_count, scores_blob
 from netspec.model_zoo.zoo import Zoo, ZooError, write_readme
 from netspec.spec.modules import render_net, uses_modules
 from netspec.spec.net_spec import NetState, parse_net
@@ -329,7 +329,7 @@ def _fine_tuning_configs(staged: str) -> dict[str, str]:
 def _check_label_count(labels: list[str], net, request: PublishRequest) -> None:
     """Label names, when there are any, must name exactly the classes the net scores."""
     output = scores_blob(net, request.net or "the deploy net derived from the run")
-    classes = net.blobs[output].shape[1]
+    classes = class_count(net, output)
     if labels and len(labels) != classes:
         where = request.labels_file or "the run's dataset manifest"
         raise ZooError(f"{where} names {len(labels)} classes but the deploy net scores {classes} ('{output}'); "

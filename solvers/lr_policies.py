@@ -47,15 +47,19 @@ def learning_rate(params, iteration: int) -> float:
 
 
 def rate_problem(params) -> str | None:
-    """Why the schedule of ``params`` has no finite learning rate at some iteration from 0 to ``max_iter`` (each
-    policy rises or falls steadily, so where it starts, where warm-up ends and where it ends tell); None if it
-    has one at every iteration."""
-    for iteration in sorted({0, params.warmup_iter, params.max_iter}):
+    """Why the schedule of ``params`` has no finite, non-negative learning rate at some iteration from 0 to
+    ``max_iter``; None if it has one at every iteration.  Each policy rises or falls steadily, so where it
+    starts, where warm-up ends and where it ends tell; inv with a negative gamma also where its base
+    1 + gamma * iter first reaches 0 or goes below."""
+    iterations = {0, params.warmup_iter, params.max_iter}
+    if params.lr_policy == "inv" and params.gamma < 0:
+        iterations.add(min(params.max_iter, math.ceil(-1 / params.gamma)))
+    for iteration in sorted(iterations):
         try:
             rate = learning_rate(params, iteration)
-        except (OverflowError, ZeroDivisionError):
+        except (OverflowError, ZeroDivisionError, TypeError):  # (TypeError: a negative base's power is complex)
             rate = math.inf
-        if not math.isfinite(rate):
-            return (f"lr_policy '{params.lr_policy}' gives no finite learning rate at iteration {iteration} "
-                    f"(base_lr {params.base_lr}, gamma {params.gamma}, power {params.power})")
+        if not (math.isfinite(rate) and rate >= 0):
+            return (f"lr_policy '{params.lr_policy}' gives {'a negative' if rate < 0 else 'no finite'} learning rate "
+                    f"at iteration {iteration} (base_lr {params.base_lr}, gamma {params.gamma}, power {params.power})")
     return None

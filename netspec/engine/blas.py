@@ -108,6 +108,9 @@ def matmul(backend, a, b, out, add: bool = False) -> None:
     library, handle = blas
     gemm = library.sgemm_strided_batched if out.dtype == numpy.float32 else library.dgemm_strided_batched
     a, b, out, (lead_a, columns_a), (lead_b, columns_b), lead_out, axes = batches
+    if a.shape[-2] != out.shape[-2] or b.shape[-1] != out.shape[-1] or a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"blas.matmul: {a.shape[-2:]} @ {b.shape[-2:]} into {out.shape[-2:]}: the shapes do not "
+                         "agree")
     batched = max(range(len(axes)), key=lambda axis: axes[axis][0], default=None)  # (the longest batch axis)
     count, batch_strides = (1, (0, 0, 0)) if batched is None else axes[batched]
     looped = axes[:batched] + axes[batched + 1:] if batched is not None else []

@@ -37,12 +37,13 @@ def save(solver) -> str:
     """Write ``<prefix>_iter_<N>.weights.h5`` and ``.solverstate.h5`` for the solver's iteration; return the state.
 
     With ``keep_last: K`` the periodic snapshots before the newest K are then
-    deleted (the best weights are a separate file and stay).  In a distributed
+    deleted (the best weights are a separate file and stay).  A folder holding another run's files is refused
+    first (:func:`claim_folder`).  In a distributed
     run every rank calls this together and rank 0 writes, keeping each rank's
     own random generator state.
     """
     iteration, comm = solver.iter, solver.comm
-    _claim_folder(solver)
+    claim_folder(solver)
     weights, state = run_folder.snapshot_paths(solver.spec.snapshot_prefix, iteration)
     kept = [it for it in solver.snapshots if it != iteration] + [iteration]
     dropped = kept[:-solver.params.keep_last] if solver.params.keep_last else []
@@ -66,17 +67,17 @@ def save(solver) -> str:
     return state
 
 
-def _claim_folder(solver) -> None:
-    """Before a solver first writes into its snapshot folder (one made from Python: netspec train checks as it
-    starts), refuse a folder holding another run's files, as netspec train does: never into or over them."""
+def claim_folder(solver) -> None:
+    """Before a solver would first write into its snapshot folder (one made from Python: netspec train checks as
+    it starts), refuse a folder holding another run's files, as netspec train does: never into or over them."""
     if not solver.folder_checked:
-        run_folder.refuse_used(run_folder.folder_of(solver.spec.snapshot_prefix))
+        run_folder.refuse_used(run_folder.folder_of(solver.spec.snapshot_prefix), from_python=True)
         solver.folder_checked = True
 
 
 def save_best(solver) -> None:
     """Write the weights of the best test pass so far (``snapshot_best``), replacing the previous best."""
-    _claim_folder(solver)
+    claim_folder(solver)
     try:
         solver.net.save_weights(solver.best_weights_path, solver.iter)
     except OSError as exc:
@@ -158,7 +159,8 @@ def restore(solver, path: str | os.PathLike, force: bool = False) -> None:
         if solver.loss_scale is not None and "loss_scale" in state.progress:
             solver.loss_scale.load_state(state.progress["loss_scale"])
     solver.last_snapshot, solver.last_snapshot_iter = path, state.iteration
-    solver.folder_checked = os.path.dirname(os.path.abspath(path)) == run_folder.folder_of(solver.spec.snapshot_prefix)
+    solver.folder_checked = solver.folder_checked or \
+        os.path.dirname(os.path.abspath(path)) == run_folder.folder_of(solver.spec.snapshot_prefix)
     solver.log.message(f"resumed from {path} at iteration {solver.iter}")
 
 

@@ -122,8 +122,9 @@ def is_run_folder(folder: str, names: list[str]) -> bool:
     return METRICS in names or bool(snapshot_files(names)) or (LOCK in names and lock_holder(folder) is not None)
 
 
-def refuse_used(folder: str) -> None:
-    """Refuse a fresh run in ``folder`` when it holds another run's metrics or snapshots, saying what to do."""
+def refuse_used(folder: str, from_python: bool = False) -> None:
+    """Refuse a fresh run in ``folder`` when it holds another run's metrics or snapshots, saying what to do (on the
+    command line, or ``from_python`` to a solver made there)."""
     names = os.listdir(folder) if os.path.isdir(folder) else []
     metrics = METRICS in names and os.path.getsize(metrics_path(folder)) > 0
     snapshots = snapshot_files(names)
@@ -132,9 +133,14 @@ def refuse_used(folder: str) -> None:
     held = [METRICS] if metrics else []
     held += [f"{len(snapshots)} snapshot file(s)"] if snapshots else []
     states = sorted((int(found.group(1)), name) for name in names if (found := STATE_NAME.fullmatch(name)))
-    resume = f"continue it with --resume {os.path.join(folder, states[-1][1])}, " if states else ""
-    raise NetspecError(f"{folder} already holds a run ({', '.join(held)}); {resume}train into another folder "
-                       "with --out DIR, or move it away")
+    newest = os.path.join(folder, states[-1][1]) if states else None
+    if from_python:
+        resume = f"continue it with solver.restore('{newest}'), " if newest else ""
+        elsewhere = "give the solver another snapshot_prefix"
+    else:
+        resume = f"continue it with --resume {newest}, " if newest else ""
+        elsewhere = "train into another folder with --out DIR"
+    raise NetspecError(f"{folder} already holds a run ({', '.join(held)}); {resume}{elsewhere}, or move it away")
 
 
 @contextlib.contextmanager

@@ -235,6 +235,8 @@ class Solver:
         best again); at the last iteration that waits for the next call, unless ``finish_snapshots``.
         """
         p = self.params
+        if p.snapshot or p.snapshot_best is not None:  # (before training: never a run trained, then refused)
+            checkpoint.claim_folder(self)
         if not self.weights_agreed:
             share_weights(self.comm, self.net)
             self.weights_agreed = True
@@ -338,6 +340,8 @@ class Solver:
     def solve(self) -> None:
         """Train up to ``max_iter`` (or an early stop), snapshot at the end, and test the final weights."""
         p = self.params
+        if p.snapshot_after_train:
+            checkpoint.claim_folder(self)
         self.log.start(self.iter, p.max_iter)
         if self.comm.size > 1:
             per_rank = self.net.batch_size * p.iter_size
@@ -481,7 +485,8 @@ class Solver:
 
         The losses are read first; a NaN or infinite one, or weights holding a NaN or an infinity, are never
         written: training stops instead, naming the iteration or the blob, and the last snapshot, which is
-        still good.
+        still good.  A solver made from Python refuses a folder holding another run's snapshots, as training
+        into it would (:func:`netspec.training.checkpoint.claim_folder`).
         """
         self.read_losses()
         bad = self.net.first_non_finite_param()

@@ -94,12 +94,18 @@ def operands(backend, dtype, layout: str):
                 backend.asarray(b.swapaxes(-1, -2).copy()).swapaxes(-1, -2), a @ b)
     if layout == "broadcast":  # (one matrix for the whole batch)
         return backend.asarray(a[0, 0]), backend.asarray(b), a[0, 0] @ b
-    assert layout == "strided"  # (every other row: not a layout cuBLAS reads, array code)
-    wide = rng.standard_normal((2, 3, 8, 5)).astype(dtype)
-    return backend.asarray(wide)[:, :, ::2], backend.asarray(b), wide[:, :, ::2] @ b
+    if layout == "rows apart":  # (every other row: matrices of a larger leading dimension)
+        tall = rng.standard_normal((2, 3, 8, 5)).astype(dtype)
+        return backend.asarray(tall)[:, :, ::2], backend.asarray(b), tall[:, :, ::2] @ b
+    if layout == "columns apart":  # (every other column: no layout cuBLAS reads, array code)
+        wide = rng.standard_normal((2, 3, 4, 10)).astype(dtype)
+        return backend.asarray(wide)[..., ::2], backend.asarray(b), wide[..., ::2] @ b
+    assert layout == "reversed"  # (a batch axis stepping backwards: array code)
+    return backend.asarray(a)[::-1], backend.asarray(b), a[::-1] @ b
 
 
-LAYOUTS = ["contiguous", "transposed", "heads", "heads (fewer)", "broadcast", "strided"]
+LAYOUTS = ["contiguous", "transposed", "heads", "heads (fewer)", "broadcast", "rows apart", "columns apart",
+           "reversed"]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -118,7 +124,7 @@ def test_batched_products_match_numpy(device, dtype, layout, add):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout, calls", [("contiguous", 1), ("transposed", 1), ("heads", 2),
-                                           ("heads (fewer)", 2), ("broadcast", 1)])
+                                           ("heads (fewer)", 2), ("broadcast", 1), ("rows apart", 1)])
 def test_on_cublas_batched_products_are_strided_batched_calls(monkeypatch, layout, calls):
     """Never CuPy's matmul (which a CUDA graph cannot capture): one call along the longest batch axis, a call for
     each step of the others (attention's heads: one call per sample, or per head where they are fewer)."""
@@ -149,3 +155,25 @@ def test_a_batched_product_into_transposed_matrices(monkeypatch, device, dtype):
     blas.matmul(backend, a, b, stored.swapaxes(-1, -2))
     numpy.testing.assert_allclose(backend.to_host(stored).swapaxes(-1, -2), expected,
                                   rtol=1e-5 if dtype == numpy.float32 else 1e-12)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["columns apart", "reversed"])
+def test_on_the_gpu_layouts_cublas_cannot_read_take_array_code(monkeypatch, layout):
+    """Outside a capture they compute the same; inside one CuPy's matmul would refuse, naming the layer."""
+    backend = Backend("gpu")
+    library = blas._library(backend.xp)
+    monkeypatch.setattr(library, "sgemm_strided_batched", None)  # (called: TypeError)
+    a, b, expected = operands(backend, numpy.float32, layout)
+    before = numpy.ones(expected.shape, numpy.float32)
+    out = backend.asarray(before.copy())
+    blas.matmul(backend, a, b, out, add=True)
+    numpy.testing.assert_allclose(backend.to_host(out), expected + before, rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_on_cublas_batched_shapes_that_disagree_are_refused():
+    backend = Backend("gpu")
+    a, b = (backend.asarray(numpy.ones(shape, numpy.float32)) for shape in ((3, 4, 5), (3, 7, 6)))
+    with pytest.raises(ValueError, match="the shapes do not agree"):
+        blas.matmul(backend, a, b, backend.asarray(numpy.zeros((3, 4, 6), numpy.float32)))

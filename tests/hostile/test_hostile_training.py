@@ -250,7 +250,11 @@ def test_a_malformed_solver_state_is_refused_in_one_line(digits, tmp_path, how, 
 
 
 SCHEDULES = [("lr_policy: exp\ngamma: 1.0e+300\n", "lr_policy 'exp' gives no finite learning rate at iteration 1000"),
-             ("lr_policy: poly\npower: -1\n", "lr_policy 'poly' gives no finite learning rate at iteration 1000")]
+             ("lr_policy: poly\npower: -1\n", "lr_policy 'poly' gives no finite learning rate at iteration 1000"),
+             ("lr_policy: inv\ngamma: -0.002\npower: 0.75\n",
+              "lr_policy 'inv' gives no finite learning rate at iteration 500"),
+             ("lr_policy: inv\ngamma: -0.0015\npower: 1\n",
+              "lr_policy 'inv' gives a negative learning rate at iteration 667")]
 RULES = [("type: Adam\nmomentum: 1\n", "Adam needs momentum below 1, got 1"),
          ("type: Adam\nmomentum2: 1.5\n", "Adam needs momentum2 below 1, got 1.5")]
 

@@ -551,17 +551,34 @@ def test_precision_tf32_or_bf16_mixed_on_the_cpu_trains_in_fp32_saying_so(tmp_pa
 
 def test_a_solver_of_python_never_snapshots_into_another_runs_folder_but_continues_its_own(tmp_path):
     """As netspec train refuses a folder holding another run: the first snapshot of a fresh solver refuses it
-    (naming the state to resume), a solver that restored a state of that folder snapshots on beside it."""
+    (naming the state to restore), a solver that restored a state of that folder snapshots on beside it, and one
+    that snapshotted there keeps doing so whatever state it restores."""
     first = tiny_solver(tmp_path, base_lr=0.01)
     first.step(2)
     state = first.snapshot()
     second = tiny_solver(tmp_path, base_lr=0.01)
     second.step(2)
     with pytest.raises(netspec.errors.NetspecError, match=f"{tmp_path} already holds a run \\(2 snapshot file\\(s\\)\\); "
-                                                          f"continue it with --resume {re.escape(state)}"):
+                                                          f"continue it with solver.restore\\('{re.escape(state)}'\\), "
+                                                          "give the solver another snapshot_prefix, or move it away"):
         second.snapshot()
     second.restore(state)
     second.step(1)
     assert second.snapshot().endswith("tiny_iter_3.solverstate.h5")
     first.step(2)
     assert first.snapshot().endswith("tiny_iter_4.solverstate.h5")  # (its own folder: on as before)
+    elsewhere = tiny_solver(tmp_path / "other", base_lr=0.01)
+    elsewhere.step(1)
+    (tmp_path / "other").mkdir()
+    elsewhere.snapshot()
+    elsewhere.restore(state)  # (a state of another folder: its own snapshots stay its own)
+    assert elsewhere.snapshot().endswith("tiny_iter_2.solverstate.h5")
+
+
+def test_a_solver_of_python_refuses_another_runs_folder_before_it_trains(tmp_path):
+    """Solving refuses it at once, not after max_iter iterations whose final snapshot could not be written."""
+    tiny_solver(tmp_path, base_lr=0.01).snapshot()
+    solver = tiny_solver(tmp_path, base_lr=0.01)
+    with pytest.raises(netspec.errors.NetspecError, match="already holds a run"):
+        solver.solve()
+    assert solver.iter == 0
