@@ -138,7 +138,7 @@ def untold_preprocessing(request: PublishRequest) -> str | None:
     return (f"layer '{layer.name}' ({layer.type}) of the run reads values as they are stored, so the card feeds "
             "images as they are (pixels 0 to 255, scale 1, no mean): if the stored values are scaled otherwise, "
             "publish again with --force, --scale and --mean-value (netspec convert digits stores values in [0, 1]: "
-            "--scale 0.00392156862745098, 1/255)")
+            "--scale 1/255)")
 
 
 def image_size(layer, shape: tuple[int, ...]) -> dict:

@@ -36,11 +36,18 @@ class Integer(OptionalBounds, click.IntRange):
 
 
 class Real(OptionalBounds, click.FloatRange):
-    """A finite number as a person writes it (``1e-3``, ``.5``, ``1_000``), within optional bounds."""
+    """A finite number as a person writes it (``1e-3``, ``.5``, ``1_000``, or a fraction: ``1/255``), within
+    optional bounds."""
 
     name = "number"
 
     def convert(self, value, param, ctx):
+        if isinstance(value, str) and value.count("/") == 1:
+            try:
+                top, bottom = (parse_number(part) for part in value.split("/"))
+                value = top / bottom
+            except (ValueError, TypeError, ZeroDivisionError):
+                self.fail(f"{value!r} is not a number, nor a fraction of two (1/255)", param, ctx)
         number = super().convert(value, param, ctx)
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)

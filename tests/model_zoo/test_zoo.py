@@ -408,8 +408,7 @@ def test_train_publish_serve_download_predict(tmp_path):
     assert unscaled.splitlines()[1] == (
         "note: layer 'digits' (HDF5Data) of the run reads values as they are stored, so the card feeds images as "
         "they are (pixels 0 to 255, scale 1, no mean): if the stored values are scaled otherwise, publish again "
-        "with --force, --scale and --mean-value (netspec convert digits stores values in [0, 1]: --scale "
-        "0.00392156862745098, 1/255)")
+        "with --force, --scale and --mean-value (netspec convert digits stores values in [0, 1]: --scale 1/255)")
     card = Zoo(str(tmp_path / "A")).card("digits")
     assert card.train_net == "train_net.yaml" and card.solver == "solver.yaml" and card.provenance.iterations == 200
     assert card.provenance.dataset_sha256 and card.metrics["accuracy"] > 0.5

@@ -103,9 +103,10 @@ def test_a_solver_written_with_exponents_trains_through_the_cli(digits, tmp_path
         lines = [line for line in solver.splitlines() if not line.startswith(f"{key}:")]
         solver = "\n".join([*lines, f"{key}: {written}"]) + "\n"
     (digits / "exponents.yaml").write_text(solver)
-    result = run("train", digits / "exponents.yaml", "--max-iter", "2e1", "--out", tmp_path / "run", "--seed", "+3")
+    result = run("train", digits / "exponents.yaml", "--max-iter", "2e1", "--out", tmp_path / "run", "--seed", "+3",
+                 "--base-lr", "1/50")
     assert result.returncode == 0, result.stderr
-    assert events(tmp_path / "run", "TRAIN")[0]["lr"] == pytest.approx(1e-2)
+    assert events(tmp_path / "run", "TRAIN")[0]["lr"] == pytest.approx(0.02)  # (a fraction on the command line)
     assert (tmp_path / "run" / "digits_iter_20.weights.h5").exists()
 
 
@@ -113,6 +114,8 @@ def test_a_solver_written_with_exponents_trains_through_the_cli(digits, tmp_path
     ("--max-iter", "1.5", "'1.5' is not a whole number"),
     ("--max-iter", "ten", "'ten' is not a whole number"),
     ("--collective-timeout", "nan", "'nan' is not a finite number"),
+    ("--base-lr", "1/0", "'1/0' is not a number, nor a fraction of two (1/255)"),
+    ("--base-lr", "a/2", "'a/2' is not a number, nor a fraction of two (1/255)"),
 ])
 def test_the_command_line_refuses_what_is_not_a_number_of_the_kind(digits, option, value, message):  # noqa: F811
     result = run("train", digits / "solver.yaml", option, value)
