@@ -24,7 +24,7 @@ from PIL import Image
 
 from netspec.atomic import atomic_open
 from netspec.data.dataset import DatasetWriter
-from netspec.data.files import writing
+from netspec.data.files import read_text_lines, writing
 from netspec.data.images import (
     IMAGE_EXTENSIONS,
     PIL_FORMATS,
@@ -74,11 +74,7 @@ def parse_size(text: str) -> tuple[int, int]:
 
 def read_label_names(path: str) -> list[str]:
     """Class names, one a line (blank lines ignored); line k names label k."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            names = [line.strip() for line in handle if line.strip()]
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read the label names: {exc.strerror}") from None
+    names = [line.strip() for line in read_text_lines(path, "the label names") if line.strip()]
     if len(set(names)) != len(names):
         raise DataError(f"{path}: a label name appears twice")
     return names

@@ -51,6 +51,26 @@ def read_small(path: str, limit: int) -> bytes:
         return handle.read(limit + 1)[:limit]
 
 
+TEXT_LIMIT = 256 << 20  # bytes of a list file or of label names (ImageNet's training list is about 50 MB)
+
+
+def read_text_lines(path: str, what: str) -> list[str]:
+    """The lines of the UTF-8 text file ``path`` (``what`` it is, for errors): DataError naming it when it is no
+    regular file of at most TEXT_LIMIT bytes (a FIFO is refused, not waited on), cannot be read, is not UTF-8
+    or holds a NUL byte."""
+    try:
+        data = read_small(path, TEXT_LIMIT)
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read {what}: {exc.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: {what}: not UTF-8 text (byte {exc.start})") from None
+    if "\0" in text:
+        raise DataError(f"{path}: {what}: a NUL byte (byte {data.index(0)})")
+    return text.splitlines()
+
+
 def write_error(path: str, exc: Exception) -> DataError:
     """The DataError for a write to ``path`` that failed with ``exc``."""
     folder = os.path.abspath(path)

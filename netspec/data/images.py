@@ -16,7 +16,7 @@ import warnings
 import numpy
 from PIL import Image, UnidentifiedImageError
 
-from netspec.data.files import one_line, regular_file
+from netspec.data.files import one_line, read_text_lines, regular_file
 from netspec.errors import DataError
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
@@ -101,12 +101,7 @@ def inside_root(root: str, relative: str, where: str) -> str:
 
 def read_list_file(root: str, list_file: str) -> list[tuple[str, int]]:
     """``(path, label)`` from Caffe's list file of ``relative/path label`` lines."""
-    regular_file(list_file, what="the list file")  # (a FIFO would be waited on forever)
-    try:
-        with open(list_file, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except OSError as exc:
-        raise DataError(f"{list_file}: cannot read the list file: {exc.strerror}") from None
+    lines = read_text_lines(list_file, "the list file")
     items = []
     for number, line in enumerate(lines, 1):
         if not line.strip() or line.lstrip().startswith("#"):

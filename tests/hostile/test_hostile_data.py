@@ -531,3 +531,50 @@ def test_every_read_of_an_lmdb_cut_short_is_one_line_not_sigbus(lmdb_set):
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, (result.returncode, result.stderr[-2000:])  # (SIGBUS: -7)
     assert result.stdout.splitlines() == [f"{lmdb_set}: data.mdb was cut to 8192 bytes while it was read"] * 2
+
+
+# ---- text and array sources -------------------------------------------------------------------------------------
+def npy_header(shape, dtype="<f4") -> bytes:
+    """The header of a .npy file declaring ``shape``, padded as NumPy pads it."""
+    text = str({"descr": dtype, "fortran_order": False, "shape": shape})
+    text += " " * (63 - (len(text) + 10) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text.encode()
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("latin.csv", b"a,label\n1,0\ncaf\xe9,0\n", "latin.csv: not UTF-8 text (byte 15 of a block read)"),
+    ("wide.csv", b"a,b,label\n1,2,0\n" + b"1" * 200_000 + b",2,0\n", "wide.csv:3: field larger than field limit"),
+    ("labels only.csv", b"label\n1\n2\n", "labels only.csv:1: the header names no column of values beside 'label'"),
+    ("empty.npz", b"", "empty.npz: cannot read the .npz file: No data left in file"),
+    ("empty.npy", b"", "empty.npy: cannot read the .npy file: No data left in file"),
+    ("no columns.npy", npy_header((3, 0)), "no columns.npy has the shape [3, 0]: its rows hold no values"),
+], ids=["latin-1 csv", "huge field", "labels only", "empty npz", "empty npy", "no columns"])
+def test_array_sources_that_are_not_rows_of_numbers_are_one_line(tmp_path, name, content, message):
+    (tmp_path / name).write_bytes(content)
+    line = refuses("convert", "arrays", tmp_path / name, tmp_path / "out.h5")
+    assert message in line, line
+    assert not (tmp_path / "out.h5").exists()
+
+
+def test_an_npz_member_declaring_more_values_than_memory_holds_is_one_line(tmp_path):
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "huge.npz", "w") as archive:
+        archive.writestr("data.npy", npy_header((10 ** 12, 4)) + bytes(64))  # (4 TB declared, 64 bytes stored)
+    assert refuses("convert", "arrays", tmp_path / "huge.npz", tmp_path / "out.h5") == (
+        f"error: {tmp_path / 'huge.npz'}: array 'data' does not fit in memory (its header declares more values than "
+        "the machine holds)")
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda path: os.mkfifo(path), "not a regular file"),
+    (lambda path: path.write_bytes(b"c\xe9t\ndog\n"), "the label names: not UTF-8 text (byte 1)"),
+], ids=["fifo", "latin-1"])
+def test_label_names_that_are_no_text_file_are_one_line_never_waited_on(tmp_path, make, message):
+    for label in ("cat", "dog"):
+        (tmp_path / "root" / label).mkdir(parents=True)
+        Image.new("RGB", (8, 8)).save(tmp_path / "root" / label / "0.png")
+    make(tmp_path / "labels")
+    started = time.perf_counter()
+    line = refuses("convert", "imageset", tmp_path / "root", tmp_path / "out", "--labels", tmp_path / "labels")
+    assert line == f"error: {tmp_path / 'labels'}: {message}" and time.perf_counter() - started < 30
