@@ -19,6 +19,7 @@ from netspec.data.files import regular_file
 from netspec.errors import DataError
 
 VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5
+MAX_AXES = 32  # of a blob's shape: Caffe's kMaxBlobAxes
 
 
 def _varint(data: bytes, position: int, where: str) -> tuple[int, int]:
@@ -70,31 +71,35 @@ def _packed_ints(value, wire, where) -> list[int]:
     return out
 
 
-def _floats(number: int, wire: int, value, where: str) -> numpy.ndarray:
-    """The values of a BlobProto's ``data`` (field 5, float32) or ``double_data`` (8, float64): packed, or one
-    fixed-size value; any other wire type or a length that is no whole number of values is a DataError."""
+def _float_bytes(number: int, wire: int, value, where: str) -> bytes:
+    """The bytes of the values of a BlobProto's ``data`` (field 5, float32) or ``double_data`` (8, float64):
+    packed, or one fixed-size value; any other wire type or a length that is no whole number of values is a
+    DataError."""
     size, name = (4, "data") if number == 5 else (8, "double_data")
     fixed = FIXED32 if number == 5 else FIXED64
     if (wire == LENGTH and len(value) % size == 0) or wire == fixed:
-        return numpy.frombuffer(value, f"<f{size}")
+        return value
     found = f"{len(value)} bytes" if wire == LENGTH else f"wire type {wire}"
     raise DataError(f"{where}: its {name} field holds no {size}-byte floats ({found})")
 
 
 def read_blob(data: bytes, where: str) -> numpy.ndarray:
-    """One BlobProto as an array of its shape (legacy num/channels/height/width when it has no shape)."""
-    legacy, shape, floats, doubles = {}, None, [], []
+    """One BlobProto as an array of its shape (legacy num/channels/height/width when it has no shape).  The values'
+    bytes are gathered as they come, so a blob written one value a field takes no more memory than a packed one."""
+    legacy, shape, floats, doubles = {}, None, bytearray(), bytearray()
     for number, wire, value in fields(data, where):
         if number in (1, 2, 3, 4) and wire == VARINT:
             legacy[number] = value
         elif number == 7 and wire == LENGTH:
             shape = [d for n, w, v in fields(value, where) if n == 1 for d in _packed_ints(v, w, where)]
         elif number in (5, 8):
-            (floats if number == 5 else doubles).append(_floats(number, wire, value, where))
-    values = numpy.concatenate([numpy.asarray(v, dtype=numpy.float64) for v in (floats or doubles)]) \
-        if (floats or doubles) else numpy.zeros(0)
+            (floats if number == 5 else doubles).extend(_float_bytes(number, wire, value, where))
+    values = numpy.frombuffer(floats, "<f4") if floats else numpy.frombuffer(doubles, "<f8")
+    values = values.astype(numpy.float64)
     if not numpy.isfinite(values).all():
         raise DataError(f"{where}: holds NaN or infinite values")
+    if shape is not None and len(shape) > MAX_AXES:
+        raise DataError(f"{where}: the blob's shape has {len(shape)} axes, more than Caffe's {MAX_AXES}")
     if shape is None:
         shape = [legacy.get(i, 1) for i in (1, 2, 3, 4)] if legacy else [values.size]
     if math.prod(shape) != values.size or any(d >= 1 << 31 for d in shape):

@@ -515,6 +515,21 @@ def test_hostile_caffemodels_are_refused(tmp_path):
     assert not (tmp_path / "w.h5").exists()
 
 
+def test_a_caffe_mean_of_one_value_a_field_takes_the_memory_of_its_values_and_70_axes_are_refused(tmp_path):
+    """4,000,000 values each in a field of its own (20 MB) were 4,000,000 arrays, gigabytes: now 16 MB of
+    values, within the address-space limit of these tests; a shape of more axes than Caffe's 32 is one line."""
+    count = 4_000_000
+    single = (varint(5 << 3 | 5) + b"\0\0\x80?") * count  # (1.0 as float32, one a field)
+    mean = tmp_path / "mean.binaryproto"
+    mean.write_bytes(message(7, message(1, varint(1) + varint(1) + varint(1) + varint(count))) + single)
+    result = run("convert", "caffe-mean", mean, "-o", tmp_path / "mean.npy")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert np.load(tmp_path / "mean.npy").shape[-1] == count
+    mean.write_bytes(message(7, message(1, varint(1) * 70)) + varint(5 << 3 | 5) + b"\0\0\x80?")
+    assert refuses("convert", "caffe-mean", mean, "-o", tmp_path / "axes.npy").endswith(
+        "the blob's shape has 70 axes, more than Caffe's 32")
+
+
 def test_an_imported_net_that_writes_files_says_where_and_cannot_write_elsewhere(tmp_path):
     prototxt = tmp_path / "net.prototxt"
     prototxt.write_text('name: "n"\nlayer { name: "data" type: "Input" top: "data" '
