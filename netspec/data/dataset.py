@@ -405,14 +405,18 @@ class Dataset:
     def verify(self, advance=lambda: None) -> None:
         """Read and decode every record, calling ``advance`` after each: the full check of a dataset.
 
-        DataError names the first record that cannot be read or decoded, has a bad label or a shape the
-        manifest does not list, or the first label whose count is not the manifest's ``label_counts``.
+        DataError names the first record that cannot be read or decoded, has a bad label, a shape the manifest
+        does not list or another element type than its ``dtype``, or the first label whose count is not the
+        manifest's ``label_counts``.
         """
         counts: Counter = Counter()
+        dtype = self.manifest["dtype"]
         for index, (image, label) in enumerate(self.records()):
             if image.shape not in self.shapes:
                 raise DataError(f"{self.where(index)}: shape {list(image.shape)}, the manifest lists "
                                 f"{shapes_text(self.shapes)}")
+            if image.dtype.name != dtype:
+                raise DataError(f"{self.where(index)}: values of type {image.dtype.name}, the manifest says {dtype}")
             counts[label] += 1
             advance()
         listed = {int(label): count for label, count in self.manifest["label_counts"].items()}

@@ -194,6 +194,17 @@ def test_a_record_header_that_lies_is_named(lmdb_set, tmp_path, header, message)
         assert line.startswith(f"error: {lmdb_set} record 00000000: {message}"), line
 
 
+@pytest.mark.parametrize("dtype", ["float32", "int64"])
+def test_verify_names_a_record_of_another_element_type_than_the_manifests(lmdb_set, dtype):
+    """A float32 record of NaN, or int64's, in a uint8 dataset: whole and decodable, but not what it says."""
+    text = json.dumps({"shape": [3, 8, 8], "dtype": dtype, "label": 0, "encoding": "raw"}).encode()
+    values = np.full(3 * 8 * 8, np.nan if dtype == "float32" else -2 ** 62, dtype=dtype)
+    with lmdb.open(str(lmdb_set)) as env, env.begin(write=True) as txn:
+        txn.put(record_key(3), struct.pack("<I", len(text)) + text + values.tobytes())
+    assert refuses("data", "inspect", lmdb_set, "--verify") == (
+        f"error: {lmdb_set} record 00000003: values of type {dtype}, the manifest says uint8")
+
+
 # ---- HDF5 dataset folders ---------------------------------------------------------------------------------------
 def test_a_truncated_hdf5_dataset_is_refused(hdf5_set, tmp_path):
     os.truncate(hdf5_set / "data.h5", os.path.getsize(hdf5_set / "data.h5") // 2)
